@@ -1,0 +1,224 @@
+"""Configuration: one TOML file, validated at start-up with one clear message per mistake.
+
+Secrets are read from the environment (`api_key_env`) or the file (`api_key`), kept on the
+provider settings only, and never printed: `repr` of every config object leaves them out.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+from pathlib import Path
+from typing import Any, get_args
+
+import msgspec
+
+from .llm.settings import Api, ModelSettings, ProviderSettings, ReasoningEffort
+
+CONFIG_ENV = "CURSOR_BYOK_CONFIG"
+APIS: tuple[str, ...] = tuple(a for a in get_args(Api) if a != "faux")
+EFFORTS: tuple[str, ...] = get_args(ReasoningEffort)
+
+
+class ConfigError(ValueError):
+    """A configuration mistake; the message names the offending key."""
+
+
+class ServerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    host: str = "127.0.0.1"
+    port: int = 8700
+    database: str = "cursor-byok.db"
+    auth_token: str | None = None
+    http2: bool = True  # what GetServerConfig tells clients about HTTP/2
+    certificate: str | None = None
+    private_key: str | None = None
+    runsse_content_type: str = "text/event-stream"
+    log_format: str = "text"
+
+    def __repr__(self) -> str:
+        token = "set" if self.auth_token else "unset"
+        return f"ServerConfig(host={self.host!r}, port={self.port}, auth_token={token})"
+
+
+class ProviderConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    api: str
+    base_url: str | None = None
+    api_key: str | None = None
+    api_key_env: str | None = None
+    headers: dict[str, str] = {}
+    connect_timeout_s: float = 30.0
+    read_timeout_s: float = 300.0
+
+    def __repr__(self) -> str:
+        return f"ProviderConfig(api={self.api!r}, base_url={self.base_url!r})"
+
+
+class Prices(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """USD per million tokens."""
+
+    input: float = 0.0
+    output: float = 0.0
+    cache_read: float = 0.0
+    cache_write: float = 0.0
+
+
+class ModelConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    provider: str
+    model: str | None = None  # upstream name; defaults to the model id
+    name: str | None = None  # display name shown by clients
+    context_window: int = 128_000
+    max_output_tokens: int | None = None
+    reasoning: bool = False
+    reasoning_effort: str | None = None
+    reasoning_budget: int | None = None
+    temperature: float | None = None
+    extra_body: dict[str, Any] = {}
+    extra_headers: dict[str, str] = {}
+    prices: Prices | None = None
+
+
+class RawConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    server: ServerConfig = ServerConfig()
+    providers: dict[str, ProviderConfig] = {}
+    models: dict[str, ModelConfig] = {}
+
+
+DEFAULT_BASE_URLS = {
+    "openai-chat": "https://api.openai.com/v1",
+    "openai-responses": "https://api.openai.com/v1",
+    "anthropic": "https://api.anthropic.com",
+    "gemini": "https://generativelanguage.googleapis.com/v1beta",
+}
+
+
+class Model(msgspec.Struct, frozen=True):
+    """One model as clients see it, resolved against its provider."""
+
+    id: str
+    display_name: str
+    provider: ProviderSettings
+    settings: ModelSettings
+    context_window: int
+    prices: Prices | None
+
+
+class Config(msgspec.Struct, frozen=True):
+    server: ServerConfig
+    providers: dict[str, ProviderSettings]
+    models: dict[str, Model]
+    path: str | None = None
+
+    def model(self, model_id: str) -> Model | None:
+        return self.models.get(model_id)
+
+
+def _is_loopback(host: str) -> bool:
+    if host in ("localhost", "localhost.localdomain"):
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def _validation_message(exc: msgspec.ValidationError) -> str:
+    # msgspec says e.g. "Object contains unknown field `x` - at `$.providers.openai`".
+    return str(exc).replace("$.", "").replace("`$`", "the top level")
+
+
+def parse_config(
+    text: str | bytes, *, env: dict[str, str] | None = None, path: str | None = None
+) -> Config:
+    env = dict(os.environ) if env is None else env
+    where = f"{path}: " if path else ""
+    try:
+        raw = msgspec.toml.decode(text, type=RawConfig)
+    except msgspec.ValidationError as exc:
+        raise ConfigError(f"{where}{_validation_message(exc)}") from None
+    except msgspec.DecodeError as exc:
+        raise ConfigError(f"{where}not valid TOML: {exc}") from None
+
+    server = raw.server
+    if not 0 < server.port < 65536:
+        raise ConfigError(f"{where}server.port must be 1-65535, got {server.port}")
+    if not _is_loopback(server.host) and not server.auth_token:
+        raise ConfigError(
+            f"{where}server.auth_token is required when server.host is not loopback "
+            f"({server.host!r}); set a token or bind to 127.0.0.1"
+        )
+    if bool(server.certificate) != bool(server.private_key):
+        raise ConfigError(f"{where}server.certificate and server.private_key go together")
+    if server.log_format not in ("text", "json"):
+        raise ConfigError(f"{where}server.log_format must be 'text' or 'json'")
+
+    providers: dict[str, ProviderSettings] = {}
+    for name, p in raw.providers.items():
+        key = f"providers.{name}"
+        if p.api not in APIS:
+            raise ConfigError(f"{where}{key}.api: unknown api {p.api!r}; use one of {list(APIS)}")
+        api_key = p.api_key
+        if api_key is None and p.api_key_env:
+            api_key = env.get(p.api_key_env)
+            if not api_key:
+                raise ConfigError(
+                    f"{where}{key}.api_key_env: environment variable {p.api_key_env} is not set"
+                )
+        base_url = (p.base_url or DEFAULT_BASE_URLS[p.api]).rstrip("/")
+        if not base_url.startswith(("http://", "https://")):
+            raise ConfigError(f"{where}{key}.base_url must start with http:// or https://")
+        if api_key is None and base_url in DEFAULT_BASE_URLS.values():
+            raise ConfigError(f"{where}{key}: set api_key_env (or api_key) for {base_url}")
+        providers[name] = ProviderSettings(
+            name=name,
+            api=p.api,  # type: ignore[arg-type]
+            base_url=base_url,
+            api_key=api_key,
+            headers=p.headers,
+            connect_timeout_s=p.connect_timeout_s,
+            read_timeout_s=p.read_timeout_s,
+        )
+
+    models: dict[str, Model] = {}
+    for model_id, m in raw.models.items():
+        key = f"models.{model_id}"
+        if m.provider not in providers:
+            known = ", ".join(sorted(providers)) or "none configured"
+            raise ConfigError(
+                f"{where}{key}.provider: unknown provider {m.provider!r} (providers: {known})"
+            )
+        if m.reasoning_effort is not None and m.reasoning_effort not in EFFORTS:
+            raise ConfigError(f"{where}{key}.reasoning_effort must be one of {list(EFFORTS)}")
+        if m.max_output_tokens is not None and m.max_output_tokens <= 0:
+            raise ConfigError(f"{where}{key}.max_output_tokens must be positive")
+        settings = ModelSettings(
+            model=m.model or model_id,
+            max_output_tokens=m.max_output_tokens,
+            reasoning=m.reasoning,
+            reasoning_effort=m.reasoning_effort,  # type: ignore[arg-type]
+            reasoning_budget=m.reasoning_budget,
+            temperature=m.temperature,
+            extra_body=m.extra_body,
+            extra_headers=m.extra_headers,
+        )
+        models[model_id] = Model(
+            id=model_id,
+            display_name=m.name or model_id,
+            provider=providers[m.provider],
+            settings=settings,
+            context_window=m.context_window,
+            prices=m.prices,
+        )
+    return Config(server=server, providers=providers, models=models, path=path)
+
+
+def load_config(path: str | Path | None = None, *, env: dict[str, str] | None = None) -> Config:
+    env = dict(os.environ) if env is None else env
+    chosen = path or env.get(CONFIG_ENV)
+    if not chosen:
+        raise ConfigError(f"no configuration: pass --config FILE or set {CONFIG_ENV}")
+    p = Path(chosen)
+    try:
+        text = p.read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"cannot read configuration {p}: {exc.strerror}") from None
+    return parse_config(text, env=env, path=str(p))

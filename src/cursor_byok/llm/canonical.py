@@ -1,0 +1,65 @@
+"""Canonical bytes of native messages: exactly one encoding per value.
+
+Struct fields keep their declared order, dict keys are sorted, absent optional fields are left
+out and nothing (time, ids) is generated at encode time, so equal messages always give equal
+bytes and decoding then re-encoding is byte-identical. History hashes and the prefix-cache
+guarantee are defined over these bytes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Sequence
+
+import msgspec
+
+from .types import Message, RequestMessages
+
+_encoder = msgspec.json.Encoder(order="deterministic")
+_message_decoder = msgspec.json.Decoder(Message)
+_request_decoder = msgspec.json.Decoder(RequestMessages)
+
+# JSON text never holds a raw newline (msgspec escapes control characters), so it cleanly
+# separates messages in the hashed stream.
+_SEPARATOR = b"\n"
+
+
+def encode_message(message: Message) -> bytes:
+    return _encoder.encode(message)
+
+
+def decode_message(data: bytes) -> Message:
+    return _message_decoder.decode(data)
+
+
+def encode_request(request: RequestMessages) -> bytes:
+    return _encoder.encode(request)
+
+
+def decode_request(data: bytes) -> RequestMessages:
+    return _request_decoder.decode(data)
+
+
+def encode_messages(messages: Iterable[Message]) -> bytes:
+    """The ordered history as one byte string: each message's bytes followed by a newline."""
+    return b"".join(encode_message(m) + _SEPARATOR for m in messages)
+
+
+def messages_hash(messages: Iterable[Message]) -> str:
+    """SHA-256 (hex) over the ordered canonical encodings."""
+    h = hashlib.sha256()
+    for m in messages:
+        h.update(encode_message(m))
+        h.update(_SEPARATOR)
+    return h.hexdigest()
+
+
+def last_message_hash(messages: Sequence[Message]) -> str | None:
+    if not messages:
+        return None
+    return hashlib.sha256(encode_message(messages[-1])).hexdigest()
+
+
+def to_builtins(value: object) -> object:
+    """A JSON-compatible view of a native value (for logs and tests)."""
+    return msgspec.to_builtins(value, order="deterministic")

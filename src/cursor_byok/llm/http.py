@@ -1,0 +1,268 @@
+"""The HTTP half shared by every provider adapter: send prepared bytes, stream SSE, map failures.
+
+An adapter supplies three pure pieces: `prepare` (request -> exact bytes), `auth_headers` (added
+at send time so stored requests hold no secret) and a `StreamDecoder` (SSE events -> native
+events through a `MessageAssembler`). This module owns the socket: it emits `start` once the
+provider answered 2xx, turns HTTP errors, timeouts, broken connections and undecodable streams
+into one `error` event, and aborts the request at once on `aclose()`.
+
+Reading runs in its own task feeding a queue, so `aclose()` from any task cancels the read
+immediately instead of waiting for the next chunk.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import email.utils
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from typing import Any, ClassVar, Protocol
+
+import httpx
+import msgspec
+
+from .assembler import MessageAssembler
+from .events import DoneEvent, ErrorEvent, ResponseEvent
+from .settings import ModelSettings, ProviderSettings
+from .sse import SSEEvent, SSEParser
+from .stream import PreparedRequest, StreamEnded
+from .types import RequestMessages
+
+MAX_ERROR_BODY = 64 * 1024
+
+
+class StreamDecoder(Protocol):
+    """Sans-I/O translation of one provider stream. Returns events, the last one terminal."""
+
+    def feed(self, event: SSEEvent) -> list[ResponseEvent]: ...
+
+    def finish(self) -> list[ResponseEvent]:
+        """The provider closed the stream. Must return a terminal event if none was returned:
+        a stream without its end marker is an error, never a silent success."""
+        ...
+
+
+def redact(text: str, secrets: Sequence[str | None]) -> str:
+    for secret in secrets:
+        if secret and len(secret) >= 4:
+            text = text.replace(secret, "***")
+    return text
+
+
+def parse_retry_after(headers: httpx.Headers, now: float | None = None) -> int | None:
+    """Milliseconds the provider asked us to wait (`retry-after-ms`, then `retry-after`)."""
+    ms = headers.get("retry-after-ms")
+    if ms:
+        try:
+            return max(0, int(float(ms)))
+        except ValueError:
+            pass
+    value = headers.get("retry-after")
+    if not value:
+        return None
+    try:
+        return max(0, int(float(value) * 1000))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value).timestamp()
+    except (TypeError, ValueError):
+        return None
+    return max(0, int((when - (now if now is not None else time.time())) * 1000))
+
+
+def error_text_from_body(body: bytes) -> str:
+    """The human part of a provider error body: `error.message`, `message`, or the raw text."""
+    text = body.decode("utf-8", errors="replace").strip()
+    try:
+        data: Any = msgspec.json.decode(body)
+    except msgspec.DecodeError:
+        return text[:2000] or "(empty body)"
+    if isinstance(data, list) and data:
+        data = data[0]
+    if isinstance(data, dict):
+        err = data.get("error", data)
+        if isinstance(err, dict):
+            message = err.get("message") or err.get("msg")
+            kind = err.get("type") or err.get("code") or err.get("status")
+            if isinstance(message, str) and message:
+                return f"{kind}: {message}" if isinstance(kind, str) and kind else message
+        elif isinstance(err, str) and err:
+            return err
+    return text[:2000]
+
+
+class HttpAdapter(ABC):
+    """Base of the provider adapters: implements the `LLM` protocol over httpx."""
+
+    api: ClassVar[str]
+
+    def __init__(self, provider: ProviderSettings, client: httpx.AsyncClient | None = None):
+        self.provider = provider
+        self._client = client
+
+    @property
+    def client(self) -> httpx.AsyncClient:
+        if self._client is None:
+            self._client = httpx.AsyncClient(
+                timeout=httpx.Timeout(
+                    connect=self.provider.connect_timeout_s,
+                    read=self.provider.read_timeout_s,
+                    write=self.provider.read_timeout_s,
+                    pool=self.provider.connect_timeout_s,
+                ),
+                limits=httpx.Limits(max_connections=None, max_keepalive_connections=64),
+            )
+        return self._client
+
+    async def aclose(self) -> None:
+        if self._client is not None:
+            await self._client.aclose()
+
+    # -- what each adapter provides ------------------------------------------------------------
+
+    @abstractmethod
+    def prepare(self, request: RequestMessages, settings: ModelSettings) -> PreparedRequest: ...
+
+    @abstractmethod
+    def auth_headers(self) -> list[tuple[str, str]]: ...
+
+    @abstractmethod
+    def new_decoder(self, assembler: MessageAssembler) -> StreamDecoder: ...
+
+    def error_message(self, status: int, body: bytes) -> str:
+        return error_text_from_body(body)
+
+    # -- LLM protocol ----------------------------------------------------------------------
+
+    def send(self, prepared: PreparedRequest) -> HttpResponseStream:
+        return HttpResponseStream(self, prepared)
+
+    def call(self, request: RequestMessages, settings: ModelSettings) -> HttpResponseStream:
+        return self.send(self.prepare(request, settings))
+
+    def new_assembler(self, prepared: PreparedRequest) -> MessageAssembler:
+        return MessageAssembler(api=self.api, provider=self.provider.name, model=prepared.model)
+
+    def redact(self, text: str) -> str:
+        return redact(text, [self.provider.api_key])
+
+
+class HttpResponseStream:
+    def __init__(self, adapter: HttpAdapter, prepared: PreparedRequest) -> None:
+        self._adapter = adapter
+        self._prepared = prepared
+        self._assembler = adapter.new_assembler(prepared)
+        self._queue: asyncio.Queue[ResponseEvent] = asyncio.Queue()
+        self._task: asyncio.Task[None] | None = None
+        self._queued_terminal = False
+        self._delivered_terminal = False
+        self._closed = False
+
+    async def recv(self) -> ResponseEvent:
+        if self._delivered_terminal:
+            raise StreamEnded("the stream already ended")
+        if self._task is None and not self._closed:
+            self._task = asyncio.get_running_loop().create_task(self._pump())
+        event = await self._queue.get()
+        if isinstance(event, DoneEvent | ErrorEvent):
+            self._delivered_terminal = True
+        return event
+
+    async def aclose(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        task = self._task
+        if task is not None and not task.done():
+            task.cancel()
+            try:
+                await task
+            except asyncio.CancelledError:
+                if (current := asyncio.current_task()) is not None and current.cancelling():
+                    raise
+        if not self._queued_terminal:
+            self._put(self._fail("aborted: the stream was closed", reason="aborted"))
+
+    # -- the reading task ------------------------------------------------------------------
+
+    def _put(self, event: ResponseEvent) -> None:
+        if self._queued_terminal:
+            return
+        if isinstance(event, DoneEvent | ErrorEvent):
+            self._queued_terminal = True
+        self._queue.put_nowait(event)
+
+    def _fail(self, message: str, **kwargs: Any) -> ErrorEvent:
+        asm = self._assembler
+        text = self._adapter.redact(message)
+        if asm.terminated:  # cannot happen through _put's guard; keeps the invariant explicit
+            raise RuntimeError(text)
+        return asm.fail(text, **kwargs)
+
+    async def _pump(self) -> None:
+        adapter, prepared = self._adapter, self._prepared
+        name = adapter.provider.name
+        headers = [*prepared.headers, *adapter.auth_headers()]
+        try:
+            request = adapter.client.build_request(
+                prepared.method, prepared.url, content=prepared.body, headers=headers
+            )
+            response = await adapter.client.send(request, stream=True)
+        except httpx.TimeoutException as exc:
+            self._put(self._fail(f"{name}: timed out connecting: {exc!r}", transient=True))
+            return
+        except httpx.HTTPError as exc:
+            self._put(self._fail(f"{name}: could not connect: {exc}", transient=True))
+            return
+        try:
+            if response.status_code >= 400:
+                body = await _read_bounded(response)
+                detail = adapter.error_message(response.status_code, body)
+                self._put(
+                    self._fail(
+                        f"{name} HTTP {response.status_code}: {detail}",
+                        http_status=response.status_code,
+                        retry_after_ms=parse_retry_after(response.headers),
+                    )
+                )
+                return
+            self._put(self._assembler.start())
+            decoder = adapter.new_decoder(self._assembler)
+            parser = SSEParser()
+            async for chunk in response.aiter_bytes():
+                for sse in parser.feed(chunk):
+                    for event in decoder.feed(sse):
+                        self._put(event)
+                    if self._queued_terminal:
+                        return
+            for sse in parser.finish():
+                for event in decoder.feed(sse):
+                    self._put(event)
+            if not self._queued_terminal:
+                for event in decoder.finish():
+                    self._put(event)
+            if not self._queued_terminal:
+                self._put(self._fail(f"{name}: the stream ended without a final event"))
+        except httpx.TimeoutException:
+            self._put(
+                self._fail(f"{name}: no data for {adapter.provider.read_timeout_s:g} s; gave up")
+            )
+        except httpx.HTTPError as exc:
+            self._put(self._fail(f"{name}: connection lost mid-stream: {exc}"))
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # a malformed stream must end the call, not the server
+            self._put(self._fail(f"{name}: could not decode the provider stream: {exc!r}"))
+        finally:
+            await response.aclose()
+
+
+async def _read_bounded(response: httpx.Response) -> bytes:
+    out = bytearray()
+    async for chunk in response.aiter_bytes():
+        out += chunk
+        if len(out) >= MAX_ERROR_BODY:
+            break
+    return bytes(out[:MAX_ERROR_BODY])

@@ -1,0 +1,104 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from cursor_byok.cli import main
+from cursor_byok.config import ConfigError, load_config, parse_config
+
+GOOD = """
+[server]
+host = "127.0.0.1"
+port = 8700
+database = "cursor-byok.db"
+
+[providers.openai]
+api = "openai-chat"
+base_url = "https://api.openai.com/v1"
+api_key_env = "OPENAI_API_KEY"
+
+[models."gpt-5"]
+provider = "openai"
+model = "gpt-5"
+context_window = 400000
+max_output_tokens = 32000
+reasoning = true
+"""
+KEY = "sk-planted-KEY-123456"
+ENV = {"OPENAI_API_KEY": KEY}
+
+
+def test_issue_example_parses() -> None:
+    cfg = parse_config(GOOD, env=ENV)
+    m = cfg.models["gpt-5"]
+    assert m.settings.model == "gpt-5" and m.settings.max_output_tokens == 32000
+    assert m.settings.reasoning and m.context_window == 400000
+    assert m.provider.api == "openai-chat" and m.provider.api_key == KEY
+    assert KEY not in repr(cfg) and KEY not in str(m.provider)
+
+
+@pytest.mark.parametrize(
+    ("edit", "needle"),
+    [
+        (('api = "openai-chat"', 'api = "openai-chatt"'), "providers.openai.api"),
+        (('api_key_env = "OPENAI_API_KEY"', 'api_key_env = "NOPE_KEY"'), "NOPE_KEY"),
+        (('provider = "openai"', 'provider = "opneai"'), "models.gpt-5.provider"),
+        (("port = 8700", "port = 70000"), "server.port"),
+        (("port = 8700", 'port = "x"'), "server.port"),
+        (('host = "127.0.0.1"', 'host = "0.0.0.0"'), "server.auth_token"),
+        (("reasoning = true", "reasoning = true\nbogus = 1"), "bogus"),
+        (("[server]", "[server\n"), "not valid TOML"),
+    ],
+)
+def test_bad_config_names_the_key(edit: tuple[str, str], needle: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        parse_config(GOOD.replace(*edit), env=ENV)
+    assert needle in str(info.value)
+    assert KEY not in str(info.value)
+
+
+def test_non_loopback_with_token_is_allowed() -> None:
+    text = GOOD.replace('host = "127.0.0.1"', 'host = "0.0.0.0"\nauth_token = "t0ken-abc"')
+    cfg = parse_config(text, env=ENV)
+    assert cfg.server.auth_token == "t0ken-abc"
+    assert "t0ken-abc" not in repr(cfg.server)
+
+
+def test_local_server_needs_no_key() -> None:
+    text = """
+[providers.local]
+api = "openai-chat"
+base_url = "http://127.0.0.1:8080/v1"
+[models.small]
+provider = "local"
+"""
+    cfg = parse_config(text, env={})
+    assert cfg.models["small"].settings.model == "small"
+    assert cfg.models["small"].provider.api_key is None
+
+
+def test_load_config_errors(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="no configuration"):
+        load_config(None, env={})
+    with pytest.raises(ConfigError, match="cannot read"):
+        load_config(tmp_path / "missing.toml", env={})
+    p = tmp_path / "c.toml"
+    p.write_text(GOOD)
+    assert load_config(None, env={**ENV, "CURSOR_BYOK_CONFIG": str(p)}).path == str(p)
+
+
+def test_cli_reports_config_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", KEY)
+    p = tmp_path / "c.toml"
+    p.write_text(GOOD.replace('provider = "openai"', 'provider = "nope"'))
+    assert main(["models", "--config", str(p)]) == 2
+    err = capsys.readouterr().err
+    assert "configuration error" in err and "models.gpt-5.provider" in err
+
+
+def test_cli_help_exits_zero(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([]) == 0
+    assert "serve" in capsys.readouterr().out
