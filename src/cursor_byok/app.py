@@ -1,19 +1,86 @@
-"""Composition root: build the pieces from the configuration and start serving."""
+"""Composition root: build the store, the LLM adapters, the runner and observability, then
+serve."""
 
 from __future__ import annotations
 
-import sys
+import asyncio
+import logging
+from dataclasses import dataclass
 
 from .config import Config
+from .llm.registry import LLMRegistry
+from .observability.logs import install_redaction, secrets_of, setup_logging
+from .observability.routes import Observability
+from .store.errors import StoreError
+from .store.sqlite import SQLiteStore
+from .transport.runner import Runner, RunnerServices
+from .transport.server import check_bind, serve_async
+
+log = logging.getLogger("cursor_byok")
+
+
+@dataclass
+class App:
+    config: Config
+    store: SQLiteStore
+    registry: LLMRegistry
+    runner: Runner
+    observability: Observability
+
+    @classmethod
+    async def open(cls, config: Config, database: str | None = None) -> App:
+        store = await SQLiteStore.open(database or config.server.database)
+        registry = LLMRegistry()
+        obs = Observability(config, store)
+        services = RunnerServices.from_config(config, store, registry)
+        services.on_llm_call = obs.on_llm_call
+        services.on_run_end = obs.on_run_end
+        runner = Runner(services)
+        obs.metrics.bind_active_runs(lambda: runner.active_runs)
+        return cls(config, store, registry, runner, obs)
+
+    async def close(self) -> None:
+        await self.registry.aclose()
+        await self.store.close()
+
+
+async def _serve(config: Config, host: str, port: int, database: str | None) -> int:
+    try:
+        app = await App.open(config, database)
+    except StoreError as exc:
+        log.error("cannot open the database: %s", exc)
+        return 2
+    try:
+        await serve_async(
+            config,
+            app.runner.handle,
+            host=host,
+            port=port,
+            routes=app.observability,
+            on_server_created=install_redaction,
+        )
+    finally:
+        await app.close()
+    return 0
 
 
 def serve(
     config: Config, *, host: str | None = None, port: int | None = None, database: str | None = None
 ) -> int:
-    print(
-        "cursor-byok: configuration is valid "
-        f"({len(config.models)} models, {len(config.providers)} providers); "
-        "the Cursor transport is not built yet, so nothing is served.",
-        file=sys.stderr,
-    )
-    return 0
+    host = host or config.server.host
+    port = config.server.port if port is None else port
+    setup_logging(config.server.log_format, "INFO", secrets=secrets_of(config))
+    try:
+        check_bind(config, host)
+    except ValueError as exc:
+        log.error("%s", exc)
+        return 2
+    scheme = "https" if config.server.certificate else "http"
+    log.info("serving %d models on %s://%s:%d", len(config.models), scheme, host, port)
+    try:
+        return asyncio.run(_serve(config, host, port, database))
+    except KeyboardInterrupt:
+        return 0
+
+
+__all__ = ["App", "serve"]

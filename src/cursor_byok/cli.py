@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 from . import __version__
-from .config import ConfigError, load_config
+from .config import Config, ConfigError, load_config
+
+CONFIG_HELP = "TOML configuration file (env CURSOR_BYOK_CONFIG)"
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -17,14 +21,118 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"cursor-byok {__version__}")
     sub = parser.add_subparsers(dest="command")
+
     serve = sub.add_parser("serve", help="run the server")
-    serve.add_argument("--config", help="TOML configuration file (env CURSOR_BYOK_CONFIG)")
+    serve.add_argument("--config", help=CONFIG_HELP)
     serve.add_argument("--host")
     serve.add_argument("--port", type=int)
     serve.add_argument("--db", help="SQLite database file")
+
+    init = sub.add_parser("init", help="write a commented starter configuration")
+    init.add_argument("path", nargs="?", default=None, help="where to write (cursor-byok.toml)")
+    init.add_argument("--force", action="store_true", help="overwrite an existing file")
+
     models = sub.add_parser("models", help="list the models as clients will see them")
-    models.add_argument("--config")
+    models.add_argument("--config", help=CONFIG_HELP)
+
+    doctor = sub.add_parser(
+        "doctor", help="check the configuration, the database and every provider"
+    )
+    doctor.add_argument("--config", help=CONFIG_HELP)
+    doctor.add_argument("--db", help="SQLite database file (default: server.database)")
+    doctor.add_argument(
+        "--timeout",
+        type=float,
+        default=20.0,
+        metavar="S",
+        help="seconds to wait for each provider's answer (default 20)",
+    )
     return parser
+
+
+def _load(path: str | None) -> Config | None:
+    try:
+        return load_config(path)
+    except ConfigError as exc:
+        print(f"cursor-byok: configuration error: {exc}", file=sys.stderr)
+        return None
+
+
+def cmd_init(path: str | None, force: bool) -> int:
+    from .starter_config import DEFAULT_PATH, starter_config
+
+    target = Path(path or DEFAULT_PATH)
+    if target.is_dir():
+        target = target / DEFAULT_PATH
+    if target.exists() and not force:
+        print(
+            f"cursor-byok: {target} already exists; not overwriting it (use --force to replace it)",
+            file=sys.stderr,
+        )
+        return 1
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        # Not world-readable: users may paste an api_key into it.
+        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(starter_config())
+    except OSError as exc:
+        print(f"cursor-byok: cannot write {target}: {exc.strerror}", file=sys.stderr)
+        return 1
+    print(f"wrote {target}", file=sys.stderr)
+    print("next steps:", file=sys.stderr)
+    print(f"  1. edit {target}: enable the providers you use, export their keys", file=sys.stderr)
+    print(f"  2. cursor-byok doctor --config {target}", file=sys.stderr)
+    print(f"  3. cursor-byok serve --config {target}", file=sys.stderr)
+    return 0
+
+
+def models_table(config: Config) -> str:
+    headers = ("ID", "NAME", "PROVIDER", "API", "UPSTREAM MODEL", "CONTEXT", "REASONING")
+    rows: list[tuple[str, ...]] = [headers]
+    for m in config.models.values():
+        s = m.settings
+        if not s.reasoning:
+            reasoning = "no"
+        elif s.reasoning_effort:
+            reasoning = f"yes ({s.reasoning_effort})"
+        elif s.reasoning_budget:
+            reasoning = f"yes (budget {s.reasoning_budget})"
+        else:
+            reasoning = "yes"
+        rows.append(
+            (
+                m.id,
+                m.display_name,
+                m.provider.name,
+                m.provider.api,
+                s.model,
+                f"{m.context_window:,}",
+                reasoning,
+            )
+        )
+    widths = [max(len(r[i]) for r in rows) for i in range(len(headers))]
+    right = {5}
+    lines = []
+    for r in rows:
+        cells = [
+            r[i].rjust(widths[i]) if i in right else r[i].ljust(widths[i])
+            for i in range(len(headers))
+        ]
+        lines.append("  ".join(cells).rstrip())
+    return "\n".join(lines)
+
+
+def cmd_models(config: Config) -> int:
+    if not config.models:
+        print(
+            "cursor-byok: no models configured; clients would show an empty model list. "
+            "Add a [models.<id>] section.",
+            file=sys.stderr,
+        )
+        return 1
+    print(models_table(config))
+    return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -33,15 +141,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return 0
-    try:
-        config = load_config(args.config)
-    except ConfigError as exc:
-        print(f"cursor-byok: configuration error: {exc}", file=sys.stderr)
+    if args.command == "init":
+        return cmd_init(args.path, args.force)
+    if args.command == "doctor":
+        from .doctor import doctor
+
+        return doctor(args.config, database=args.db, timeout_s=args.timeout)
+    config = _load(args.config)
+    if config is None:
         return 2
     if args.command == "models":
-        for model in config.models.values():
-            print(f"{model.id}\t{model.provider.name}\t{model.settings.model}")
-        return 0
+        return cmd_models(config)
     from .app import serve
 
     return serve(config, host=args.host, port=args.port, database=args.db)

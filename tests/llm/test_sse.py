@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cursor_byok.llm.sse import SSEError, SSEEvent, SSEParser
@@ -58,6 +58,7 @@ def test_hostile_size_is_refused() -> None:
             p2.feed(b"data: xxxxxxx\n")
 
 
+@settings(max_examples=25)
 @given(st.integers(1, 64))
 def test_chunking_never_changes_the_events(split: int) -> None:
     for path in sorted(PROVIDER_FIXTURES.glob("*/*.sse"))[:20]:

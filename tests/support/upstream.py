@@ -70,7 +70,8 @@ ReplyFactory = Callable[[Received], Reply]
 
 
 class FakeUpstream:
-    def __init__(self) -> None:
+    def __init__(self, default: ReplyFactory | None = None) -> None:
+        self.default = default  # answers requests once the script is empty
         self.requests: list[Received] = []
         self.closed_early: list[bool] = []
         self._script: deque[Reply | ReplyFactory] = deque()
@@ -104,11 +105,14 @@ class FakeUpstream:
                 if received is None:
                     return
                 self.requests.append(received)
-                item = (
-                    self._script.popleft()
-                    if self._script
-                    else Reply.json(500, '{"error":{"message":"fake upstream: no scripted reply"}}')
-                )
+                if self._script:
+                    item: Reply | ReplyFactory = self._script.popleft()
+                elif self.default is not None:
+                    item = self.default
+                else:
+                    item = Reply.json(
+                        500, '{"error":{"message":"fake upstream: no scripted reply"}}'
+                    )
                 reply = item(received) if callable(item) else item
                 ok = await _write_reply(reader, writer, reply)
                 self.closed_early.append(not ok)
@@ -161,6 +165,7 @@ async def _write_reply(
         429: "Too Many Requests",
         500: "Internal Server Error",
         503: "Service Unavailable",
+        529: "Overloaded",
     }.get(reply.status, "X")
     head = [f"HTTP/1.1 {reply.status} {reason}", "transfer-encoding: chunked"]
     head += [f"{k}: {v}" for k, v in reply.headers]

@@ -13,6 +13,7 @@ from typing import Any, Literal
 
 import msgspec
 
+from .canonical import sorted_value
 from .events import (
     DoneEvent,
     ErrorEvent,
@@ -74,7 +75,7 @@ def parse_arguments(raw: str) -> tuple[dict[str, Any], str | None]:
         return {}, f"arguments are not valid JSON: {exc}"
     if not isinstance(value, dict):
         return {}, f"arguments must be a JSON object, got {type(value).__name__}"
-    return value, None
+    return sorted_value(value), None
 
 
 class MessageAssembler:
@@ -254,7 +255,9 @@ class MessageAssembler:
             block.signature = thought_signature
         error: str | None = None
         raw: str | None = None
-        if arguments is None:
+        if arguments is not None:
+            arguments = sorted_value(arguments)
+        else:
             if arguments_text is not None:
                 block.parts[:] = [arguments_text]
             raw_text = block.text()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 import msgspec
 
@@ -58,6 +59,20 @@ def last_message_hash(messages: Sequence[Message]) -> str | None:
     if not messages:
         return None
     return hashlib.sha256(encode_message(messages[-1])).hexdigest()
+
+
+def sorted_value(value: Any) -> Any:
+    """The same JSON value with every object's keys in sorted order.
+
+    In-memory dicts keep insertion order while stored ones come back sorted; building every
+    dict that enters a native message this way makes both serialize to the same bytes, so a
+    conversation reloaded from the store still extends its earlier requests byte-for-byte.
+    """
+    if isinstance(value, dict):
+        return {k: sorted_value(value[k]) for k in sorted(value)}
+    if isinstance(value, list):
+        return [sorted_value(v) for v in value]
+    return value
 
 
 def to_builtins(value: object) -> object:

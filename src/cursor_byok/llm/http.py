@@ -190,6 +190,13 @@ class HttpResponseStream:
     def _put(self, event: ResponseEvent) -> None:
         if self._queued_terminal:
             return
+        if isinstance(event, ErrorEvent):
+            # Decoders build in-band errors from provider text, which may echo the key.
+            text = event.message.error_message
+            if text and (clean := self._adapter.redact(text)) != text:
+                event = msgspec.structs.replace(
+                    event, message=msgspec.structs.replace(event.message, error_message=clean)
+                )
         if isinstance(event, DoneEvent | ErrorEvent):
             self._queued_terminal = True
         self._queue.put_nowait(event)

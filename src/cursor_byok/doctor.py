@@ -1,0 +1,360 @@
+"""`cursor-byok doctor`: check the configuration, the database and every provider.
+
+Every check prints one row (check, status, detail, next step); every failure names the next
+step. Provider checks send one tiny real request per provider (its first model) under a
+timeout. Nothing printed ever contains a key: details pass through the log redactor.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sqlite3
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal, TextIO
+
+import msgspec
+
+from .config import CONFIG_ENV, Config, ConfigError, Model, RawConfig, load_config
+from .llm.events import DoneEvent, ErrorEvent
+from .llm.registry import ADAPTERS
+from .llm.types import RequestMessages, UserMessage
+from .observability.logs import redact_text, secrets_of
+from .store.errors import (
+    StoreCorruptError,
+    StoreError,
+    StoreIOError,
+    StoreLockedError,
+    StoreSchemaError,
+)
+from .store.migrate import latest_version
+from .store.sqlite import SQLiteStore
+
+Status = Literal["OK", "WARN", "FAIL", "SKIP"]
+PING = RequestMessages(system_prompt="Reply with OK.", messages=(UserMessage.of_text("ping"),))
+PING_MAX_OUTPUT_TOKENS = 16
+DEFAULT_TIMEOUT_S = 20.0
+
+
+@dataclass
+class Check:
+    name: str
+    status: Status
+    detail: str
+    next_step: str = ""
+
+
+# -- configuration -------------------------------------------------------------------------
+
+
+def _config_next_step(message: str) -> str:
+    if "environment variable" in message and "is not set" in message:
+        var = message.split("environment variable", 1)[1].split()[0]
+        return f"export {var}=<your key> (or set api_key in the file), then run doctor again"
+    if "no configuration" in message:
+        return f"pass --config FILE, set {CONFIG_ENV}, or create one with `cursor-byok init`"
+    if "cannot read configuration" in message:
+        return "check the path; `cursor-byok init PATH` writes a starter file"
+    if "not valid TOML" in message:
+        return "fix the TOML syntax at the position named in the detail"
+    return "fix the key named in the detail (see the comments of `cursor-byok init`'s file)"
+
+
+def check_config(path: str | None, env: dict[str, str]) -> tuple[Config | None, list[Check]]:
+    try:
+        config = load_config(path, env=env)
+    except ConfigError as exc:
+        message = str(exc)
+        return None, [Check("config", "FAIL", message, _config_next_step(message))]
+    where = config.path or "config"
+    rows = [
+        Check(
+            "config",
+            "OK",
+            f"{where}: {len(config.providers)} provider(s), {len(config.models)} model(s)",
+        )
+    ]
+    if not config.models:
+        rows.append(
+            Check(
+                "models",
+                "FAIL",
+                "no models configured: clients would show an empty model list",
+                'add a [models.<id>] section with provider = "<a provider>"',
+            )
+        )
+    else:
+        rows.append(Check("models", "OK", ", ".join(config.models)))
+    return config, rows
+
+
+def _api_key_envs(config: Config) -> dict[str, str]:
+    """provider name -> api_key_env, read back from the file (Config keeps only the key)."""
+    if not config.path:
+        return {}
+    try:
+        raw = msgspec.toml.decode(Path(config.path).read_bytes(), type=RawConfig)
+    except (OSError, msgspec.MsgspecError):
+        return {}
+    return {name: p.api_key_env for name, p in raw.providers.items() if p.api_key_env}
+
+
+# -- database ------------------------------------------------------------------------------
+
+
+def _integrity(path: str) -> tuple[int, str, int | None]:
+    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=5)
+    try:
+        version = int(conn.execute("PRAGMA user_version").fetchone()[0])
+        rows = conn.execute("PRAGMA integrity_check").fetchall()
+        result = "; ".join(str(r[0]) for r in rows[:5])
+        try:
+            count = int(conn.execute("SELECT count(*) FROM conversations").fetchone()[0])
+        except sqlite3.Error:
+            count = None
+        return version, result, count
+    finally:
+        conn.close()
+
+
+async def check_database(path: str) -> Check:
+    name = "database"
+    p = Path(path)
+    if not p.exists():
+        parent = p.resolve().parent
+        if not parent.is_dir():
+            return Check(
+                name,
+                "FAIL",
+                f"{path}: folder {parent} does not exist",
+                f"create {parent} or point server.database (or --db) elsewhere",
+            )
+        if not os.access(parent, os.W_OK):
+            return Check(
+                name,
+                "FAIL",
+                f"{path}: folder {parent} is not writable",
+                "fix the folder's permissions or point server.database elsewhere",
+            )
+        return Check(name, "WARN", f"{path} does not exist yet", "`serve` creates it at start")
+    try:
+        store = await SQLiteStore.open(path)
+    except StoreCorruptError as exc:
+        return Check(
+            name,
+            "FAIL",
+            f"not a usable database: {exc}",
+            f"move {path} aside (keep it if it holds history) and let `serve` create a new one",
+        )
+    except StoreSchemaError as exc:
+        return Check(
+            name,
+            "FAIL",
+            f"schema problem: {exc}",
+            "a newer cursor-byok wrote it: upgrade cursor-byok, or use another database file",
+        )
+    except StoreLockedError as exc:
+        return Check(name, "FAIL", f"locked: {exc}", "another process holds it; stop it and retry")
+    except StoreIOError as exc:
+        return Check(name, "FAIL", f"cannot open: {exc}", "check the file's permissions and disk")
+    except StoreError as exc:
+        return Check(name, "FAIL", f"cannot open: {exc}", "check the file and its permissions")
+    try:
+        await store.close()
+        version, result, count = await asyncio.to_thread(_integrity, store.path)
+    except sqlite3.Error as exc:
+        return Check(
+            name, "FAIL", f"{path}: {exc}", "move the file aside and let `serve` create a new one"
+        )
+    latest = latest_version()
+    if result != "ok":
+        return Check(
+            name,
+            "FAIL",
+            f"{path}: schema v{version}, integrity check failed: {result}",
+            f"stop the server, back up {path}, then restore a backup or move it aside",
+        )
+    conversations = "" if count is None else f", {count} conversation(s)"
+    return Check(
+        name, "OK", f"{path}: schema v{version} (latest {latest}), integrity ok{conversations}"
+    )
+
+
+# -- providers -----------------------------------------------------------------------------
+
+
+def _first_model_per_provider(config: Config) -> dict[str, Model]:
+    out: dict[str, Model] = {}
+    for model in config.models.values():
+        out.setdefault(model.provider.name, model)
+    return out
+
+
+def _failure_step(
+    event: ErrorEvent, model: Model, key_env: str | None, base_url: str
+) -> tuple[str, str]:
+    """(short cause, next step) for a failed ping."""
+    status = event.http_status
+    text = event.error_message
+    provider = model.provider.name
+    where_key = f"${key_env}" if key_env else f"providers.{provider}.api_key"
+    if status in (401, 403):
+        return (
+            "the provider refused the credentials",
+            f"check the key in {where_key} (and that it may use {model.settings.model!r})",
+        )
+    if status == 404:
+        return (
+            "not found",
+            f"check models.{model.id}.model ({model.settings.model!r}) and "
+            f"providers.{provider}.base_url ({base_url})",
+        )
+    if status == 429:
+        return "rate limited or out of quota", "check the account's quota and billing, then retry"
+    if status in (400, 422):
+        return (
+            "the provider rejected the request",
+            f"check models.{model.id} options (model name, extra_body, reasoning settings)",
+        )
+    if status is not None and status >= 500:
+        return "the provider failed", "a provider-side error: retry later"
+    if "could not connect" in text or "timed out connecting" in text:
+        return "no connection", f"is the server at {base_url} running and reachable?"
+    if status is not None:
+        return f"HTTP {status}", f"check providers.{provider} and models.{model.id}"
+    return "the stream failed", f"check providers.{provider}.base_url ({base_url}) and its api"
+
+
+async def _ping(model: Model, timeout_s: float) -> tuple[DoneEvent | ErrorEvent | None, int]:
+    adapter = ADAPTERS[model.provider.api](model.provider)
+    settings = msgspec.structs.replace(model.settings, max_output_tokens=PING_MAX_OUTPUT_TOKENS)
+    t0 = time.monotonic()
+    stream = adapter.call(PING, settings)
+
+    async def consume() -> DoneEvent | ErrorEvent:
+        while True:
+            event = await stream.recv()
+            if isinstance(event, DoneEvent | ErrorEvent):
+                return event
+
+    try:
+        try:
+            result: DoneEvent | ErrorEvent | None = await asyncio.wait_for(consume(), timeout_s)
+        except TimeoutError:
+            result = None
+        return result, int((time.monotonic() - t0) * 1000)
+    finally:
+        await stream.aclose()
+        await adapter.aclose()
+
+
+async def check_provider(
+    model: Model, timeout_s: float, key_env: str | None, secrets: Sequence[str]
+) -> Check:
+    provider = model.provider
+    name = f"provider {provider.name}"
+    base_url = provider.base_url
+    try:
+        event, ms = await _ping(model, timeout_s)
+    except Exception as exc:  # an adapter bug must show as a failed check, not a traceback
+        return Check(
+            name,
+            "FAIL",
+            redact_text(f"{type(exc).__name__}: {exc}", secrets),
+            "report this as a bug in cursor-byok",
+        )
+    if event is None:
+        return Check(
+            name,
+            "FAIL",
+            f"no answer from {base_url} within {timeout_s:g} s (model {model.settings.model!r})",
+            f"is {base_url} reachable? slow local models: raise --timeout",
+        )
+    if isinstance(event, DoneEvent):
+        usage = event.message.usage
+        return Check(
+            name,
+            "OK",
+            f"{model.id} -> {model.settings.model!r} answered in {ms} ms "
+            f"({usage.input} in / {usage.output} out tokens)",
+        )
+    cause, step = _failure_step(event, model, key_env, base_url)
+    detail = redact_text(f"{cause}: {event.error_message}", secrets)
+    return Check(name, "FAIL", detail, redact_text(step, secrets))
+
+
+# -- the command ---------------------------------------------------------------------------
+
+
+async def run_checks(
+    config_path: str | None,
+    *,
+    database: str | None = None,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+    env: dict[str, str] | None = None,
+) -> list[Check]:
+    env = dict(os.environ) if env is None else env
+    config, rows = check_config(config_path, env)
+    if config is None:
+        rows.append(Check("database", "SKIP", "needs a valid config"))
+        rows.append(Check("providers", "SKIP", "needs a valid config"))
+        return rows
+    secrets = secrets_of(config)
+    rows.append(await check_database(database or config.server.database))
+    key_envs = _api_key_envs(config)
+    firsts = _first_model_per_provider(config)
+    for provider in config.providers.values():
+        if provider.name not in firsts:
+            rows.append(
+                Check(
+                    f"provider {provider.name}",
+                    "WARN",
+                    "no model uses this provider; not checked",
+                    f"add a model with provider = {provider.name!r}, or remove the provider",
+                )
+            )
+    results = await asyncio.gather(
+        *(
+            check_provider(model, timeout_s, key_envs.get(name), secrets)
+            for name, model in firsts.items()
+        )
+    )
+    rows.extend(results)
+    for row in rows:
+        row.detail = redact_text(row.detail, secrets)
+    return rows
+
+
+def format_table(rows: Sequence[Check]) -> str:
+    headers = ("CHECK", "STATUS", "DETAIL", "NEXT STEP")
+    table = [headers, *((r.name, r.status, r.detail, r.next_step) for r in rows)]
+    widths = [max(len(row[i]) for row in table) for i in range(3)]
+    lines = []
+    for row in table:
+        cells = [row[i].ljust(widths[i]) for i in range(3)]
+        lines.append(("  ".join(cells) + "  " + row[3]).rstrip())
+    return "\n".join(lines)
+
+
+def doctor(
+    config_path: str | None,
+    *,
+    database: str | None = None,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+    out: TextIO | None = None,
+    env: dict[str, str] | None = None,
+) -> int:
+    """Run every check, print the table; 0 when nothing failed, 1 otherwise."""
+    out = out or sys.stdout
+    rows = asyncio.run(run_checks(config_path, database=database, timeout_s=timeout_s, env=env))
+    print(format_table(rows), file=out)
+    failed = [r for r in rows if r.status == "FAIL"]
+    if failed:
+        print(f"\n{len(failed)} check(s) failed.", file=out)
+        return 1
+    print("\nAll checks passed.", file=out)
+    return 0

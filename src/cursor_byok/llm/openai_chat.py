@@ -1,0 +1,660 @@
+"""OpenAI Chat Completions adapter (api id "openai-chat"), also for OpenAI-compatible servers.
+
+One module, three parts: request building (one pure function per message kind, so an older
+message always serializes to the same bytes and provider prefix caches keep hitting), the
+`ChatDecoder` (SSE chunks -> native events through the `MessageAssembler`) and
+`OpenAIChatAdapter` (glue for `HttpAdapter`).
+
+Endpoint differences live in one small frozen record, `ChatCompat`, derived from the
+`ProviderSettings` by `detect_compat` and overridable by passing `compat=` to the adapter:
+
+- openai (host api.openai.com, or provider name "openai"): `max_completion_tokens`;
+  `developer` role for the system prompt when `settings.reasoning`; `prompt_cache_key` only
+  when the host really is api.openai.com (other hosts may reject unknown fields).
+- azure (host *.openai.azure.com, or name "azure"): auth header `api-key: <key>` instead of
+  `Authorization: Bearer`; `max_completion_tokens` (Azure's reasoning models require it). A
+  base_url with a query string (`...?api-version=...`) keeps it after `/chat/completions`.
+- deepseek: `max_tokens`; `thinking: {"type": "enabled"}` when `settings.reasoning`; the
+  previous turns' `reasoning_content` is sent back (DeepSeek answers 400 on tool-call turns
+  without it), and `reasoning_content: ""` on assistant turns that have none.
+- openrouter: `max_tokens`; reasoning knobs as the `reasoning` object; encrypted
+  `reasoning_details` entries are kept on the matching tool call (`thought_signature`, JSON)
+  and sent back as `reasoning_details` on the assistant message.
+- generic (llama.cpp, vLLM, Ollama, anything else): `max_tokens`, `reasoning_effort`.
+
+`tools: []` is sent for a history with tool calls but no tool definitions only when
+`ChatCompat.empty_tools_for_tool_history` is set: OpenAI, Azure, DeepSeek and recent vLLM answer
+400 to an empty array, while some LiteLLM/Anthropic proxies demand it, so it is off by default.
+
+Stream notes: only choice index 0 is read (`n > 1` streams interleave choices; the others are
+dropped). Text that arrives after a tool call is appended to the message's one text block (its
+content index stays the old one), so a Chat message has at most one text and one thinking block.
+All blocks close at the end of the stream, in content order. A model that ends with
+finish_reason `stop` while it made tool calls (Ollama, some vLLM parsers) is reported as
+`toolUse`, since the calls need results.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Sequence
+from typing import Any, Literal
+from urllib.parse import urlsplit
+
+import httpx
+import msgspec
+
+from .assembler import MessageAssembler
+from .events import ResponseEvent
+from .http import HttpAdapter, error_text_from_body
+from .settings import ModelSettings, ProviderSettings
+from .sse import SSEEvent
+from .stream import PreparedRequest
+from .transforms import Target, sanitize_id, strip_surrogates, transform_messages
+from .types import (
+    AssistantMessage,
+    DoneReason,
+    ImageContent,
+    Message,
+    RequestMessages,
+    TextContent,
+    ThinkingContent,
+    ToolCall,
+    ToolDefinition,
+    ToolResultMessage,
+    Usage,
+    UserContent,
+    UserMessage,
+)
+
+API = "openai-chat"
+CHAT_PATH = "/chat/completions"
+OPENAI_HOST = "api.openai.com"
+AZURE_HOST_SUFFIX = ".openai.azure.com"
+MAX_TOOL_CALL_ID = 40  # OpenAI rejects longer tool call ids
+# Delta fields that carry reasoning text, in order of preference; the field a thinking block
+# came from is its signature, so it is sent back under the same name.
+REASONING_FIELDS = ("reasoning_content", "reasoning", "reasoning_text")
+DEFAULT_REASONING_FIELD = "reasoning_content"
+IMAGE_ONLY_TOOL_RESULT = "(see attached image)"
+TOOL_IMAGES_PREFIX = "Attached image(s) from tool result:"
+DONE_MARKER = "[DONE]"
+FINISH_REASONS: dict[str, DoneReason] = {
+    "stop": "stop",
+    "end": "stop",
+    "length": "length",
+    "tool_calls": "toolUse",
+    "function_call": "toolUse",
+}
+
+Flavor = Literal["openai", "azure", "deepseek", "openrouter", "generic"]
+
+_encode = msgspec.json.encode
+_sorted_encoder = msgspec.json.Encoder(order="deterministic")
+_decode = msgspec.json.decode
+
+
+# -- compat ------------------------------------------------------------------------------------
+
+
+class ChatCompat(msgspec.Struct, frozen=True):
+    """What one OpenAI-compatible endpoint accepts. Derived from the provider settings by
+    `detect_compat`; pass a replaced copy to the adapter to override a flag."""
+
+    flavor: Flavor = "generic"
+    max_tokens_field: Literal["max_completion_tokens", "max_tokens"] = "max_tokens"
+    developer_role: bool = False  # system prompt as role "developer" for reasoning models
+    send_prompt_cache_key: bool = False
+    reasoning_format: Literal["effort", "openrouter", "deepseek"] = "effort"
+    auth_header: Literal["authorization", "api-key"] = "authorization"
+    empty_tools_for_tool_history: bool = False
+    empty_reasoning_field: bool = False  # `reasoning_content: ""` on turns without reasoning
+
+
+GENERIC = ChatCompat()
+
+
+def _host(base_url: str) -> str:
+    try:
+        return (urlsplit(base_url).hostname or "").lower()
+    except ValueError:
+        return ""
+
+
+def detect_compat(provider: ProviderSettings) -> ChatCompat:
+    """Flavor from the base_url host first, then from the provider name."""
+    host = _host(provider.base_url)
+    name = provider.name.lower()
+    if host == OPENAI_HOST or (not host.endswith(AZURE_HOST_SUFFIX) and name == "openai"):
+        return ChatCompat(
+            flavor="openai",
+            max_tokens_field="max_completion_tokens",
+            developer_role=True,
+            send_prompt_cache_key=host == OPENAI_HOST,
+        )
+    if host.endswith(AZURE_HOST_SUFFIX) or name == "azure":
+        return ChatCompat(
+            flavor="azure", max_tokens_field="max_completion_tokens", auth_header="api-key"
+        )
+    if "deepseek" in host or name == "deepseek":
+        return ChatCompat(
+            flavor="deepseek", reasoning_format="deepseek", empty_reasoning_field=True
+        )
+    if "openrouter" in host or name == "openrouter":
+        return ChatCompat(flavor="openrouter", reasoning_format="openrouter")
+    return GENERIC
+
+
+def chat_url(base_url: str) -> str:
+    """`{base_url}/chat/completions`, keeping a query string (Azure `api-version`) at the end."""
+    base, sep, query = base_url.partition("?")
+    return base.rstrip("/") + CHAT_PATH + sep + query
+
+
+def normalize_tool_call_id(raw: str) -> str:
+    """A foreign id as Chat accepts it: the part before "|" (Responses `call_id|item_id`),
+    characters outside [A-Za-z0-9_-] replaced by "_", at most 40 characters (long ids keep a
+    short hash of the whole id, so two ids with a common prefix stay distinct)."""
+    head = raw.split("|", 1)[0]
+    return sanitize_id(head, MAX_TOOL_CALL_ID)
+
+
+# -- request: one function per message kind ----------------------------------------------------
+
+
+def _image_url(image: ImageContent) -> dict[str, Any]:
+    return {
+        "type": "image_url",
+        "image_url": {"url": f"data:{image.mime_type};base64,{image.data}"},
+    }
+
+
+def _text_part(text: str) -> dict[str, Any]:
+    return {"type": "text", "text": strip_surrogates(text)}
+
+
+def system_message(prompt: str, role: str) -> dict[str, Any]:
+    return {"role": role, "content": strip_surrogates(prompt)}
+
+
+def user_message(message: UserMessage) -> dict[str, Any]:
+    """A single text part is sent as a plain string (what every compatible server accepts)."""
+    parts = message.content
+    if len(parts) == 1 and isinstance(parts[0], TextContent):
+        return {"role": "user", "content": strip_surrogates(parts[0].text)}
+    if not parts:
+        return {"role": "user", "content": ""}
+    return {"role": "user", "content": [_user_part(p) for p in parts]}
+
+
+def _user_part(part: UserContent) -> dict[str, Any]:
+    if isinstance(part, TextContent):
+        return _text_part(part.text)
+    return _image_url(part)
+
+
+def tool_arguments_text(call: ToolCall) -> str:
+    """Arguments as the JSON string Chat wants: the raw text when the model's own text was not
+    valid JSON (sent back as it came), else the object with sorted keys, so a message read back
+    from storage (canonical bytes sort keys) serializes identically."""
+    if call.raw_arguments is not None:
+        return call.raw_arguments
+    return _sorted_encoder.encode(call.arguments).decode()
+
+
+def _raw_json(text: str) -> msgspec.Raw | None:
+    """Stored JSON embedded byte-for-byte, or None if it is not valid JSON."""
+    try:
+        _decode(text)
+    except msgspec.DecodeError:
+        return None
+    return msgspec.Raw(text.encode())
+
+
+def assistant_message(
+    message: AssistantMessage, empty_reasoning_field: bool = False
+) -> dict[str, Any] | None:
+    """Text blocks joined into one plain string (null if none); reasoning (already limited to
+    the same model by `transform_messages`) back under the field it came from; tool calls with
+    their ids as stored. A message with neither text nor tool calls is dropped (None).
+    `empty_reasoning_field` (DeepSeek) sends `reasoning_content: ""` on a turn without
+    reasoning: in thinking mode DeepSeek answers 400 "Missing `reasoning_content` field" when
+    an assistant turn (e.g. one from another model) lacks it."""
+    texts = [b.text for b in message.content if isinstance(b, TextContent) and b.text]
+    thinking = [b for b in message.content if isinstance(b, ThinkingContent)]
+    calls = [b for b in message.content if isinstance(b, ToolCall)]
+    if not texts and not calls:
+        return None
+    out: dict[str, Any] = {
+        "role": "assistant",
+        "content": strip_surrogates("\n\n".join(texts)) if texts else None,
+    }
+    reasoning = "".join(b.thinking for b in thinking if not b.redacted)
+    if reasoning:
+        field = thinking[0].signature
+        if field not in REASONING_FIELDS:
+            field = DEFAULT_REASONING_FIELD
+        out[field] = strip_surrogates(reasoning)
+    elif empty_reasoning_field:
+        out[DEFAULT_REASONING_FIELD] = ""
+    if calls:
+        out["tool_calls"] = [
+            {
+                "id": c.id,
+                "type": "function",
+                "function": {"name": c.name, "arguments": strip_surrogates(tool_arguments_text(c))},
+            }
+            for c in calls
+        ]
+        details = [_raw_json(c.thought_signature) for c in calls if c.thought_signature]
+        if any(d is not None for d in details):
+            out["reasoning_details"] = [d for d in details if d is not None]
+    return out
+
+
+def tool_result_message(message: ToolResultMessage) -> dict[str, Any]:
+    text = "\n".join(p.text for p in message.content if isinstance(p, TextContent))
+    if not text and any(isinstance(p, ImageContent) for p in message.content):
+        text = IMAGE_ONLY_TOOL_RESULT
+    return {"role": "tool", "tool_call_id": message.tool_call_id, "content": strip_surrogates(text)}
+
+
+def tool_images_message(images: Sequence[ImageContent]) -> dict[str, Any]:
+    """Chat tool messages carry text only: images from a run of tool results follow it as one
+    user message."""
+    return {
+        "role": "user",
+        "content": [_text_part(TOOL_IMAGES_PREFIX), *(_image_url(i) for i in images)],
+    }
+
+
+def tool_definition(tool: ToolDefinition) -> dict[str, Any]:
+    return {
+        "type": "function",
+        "function": {
+            "name": tool.name,
+            "description": strip_surrogates(tool.description),
+            "parameters": tool.parameters,
+        },
+    }
+
+
+def convert_messages(
+    messages: Sequence[Message], compat: ChatCompat = GENERIC
+) -> list[dict[str, Any]]:
+    """History (already transformed for the target) as Chat messages. Each message maps on its
+    own, except that tool-result images are gathered after the run of tool messages they
+    belong to (a user message may not sit between the tool results of one turn)."""
+    out: list[dict[str, Any]] = []
+    images: list[ImageContent] = []
+    for message in messages:
+        if not isinstance(message, ToolResultMessage) and images:
+            out.append(tool_images_message(images))
+            images = []
+        if isinstance(message, UserMessage):
+            out.append(user_message(message))
+        elif isinstance(message, AssistantMessage):
+            converted = assistant_message(message, compat.empty_reasoning_field)
+            if converted is not None:
+                out.append(converted)
+        else:
+            out.append(tool_result_message(message))
+            images.extend(p for p in message.content if isinstance(p, ImageContent))
+    if images:
+        out.append(tool_images_message(images))
+    return out
+
+
+def _has_tool_history(messages: Sequence[Message]) -> bool:
+    return any(
+        isinstance(m, ToolResultMessage) or (isinstance(m, AssistantMessage) and m.tool_calls)
+        for m in messages
+    )
+
+
+def _reasoning_params(settings: ModelSettings, compat: ChatCompat) -> dict[str, Any]:
+    effort = settings.reasoning_effort
+    if compat.reasoning_format == "openrouter":
+        if effort is not None:
+            return {"reasoning": {"effort": effort}}
+        if settings.reasoning_budget is not None:
+            return {"reasoning": {"max_tokens": settings.reasoning_budget}}
+        if settings.reasoning:
+            return {"reasoning": {"enabled": True}}
+        return {}
+    out: dict[str, Any] = {}
+    if compat.reasoning_format == "deepseek" and settings.reasoning:
+        out["thinking"] = {"type": "enabled"}
+    if effort is not None:
+        out["reasoning_effort"] = effort
+    return out
+
+
+def build_body(
+    request: RequestMessages,
+    settings: ModelSettings,
+    provider_name: str,
+    compat: ChatCompat,
+) -> dict[str, Any]:
+    """The request body as a dict in a fixed key order (insertion order is the wire order)."""
+    target = Target(api=API, provider=provider_name, model=settings.model)
+    history = transform_messages(request.messages, target, normalize_tool_call_id)
+    messages: list[dict[str, Any]] = []
+    if request.system_prompt:
+        role = "developer" if compat.developer_role and settings.reasoning else "system"
+        messages.append(system_message(request.system_prompt, role))
+    messages.extend(convert_messages(history, compat))
+    body: dict[str, Any] = {
+        "model": settings.model,
+        "messages": messages,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    if settings.max_output_tokens is not None:
+        body[compat.max_tokens_field] = settings.max_output_tokens
+    if settings.temperature is not None:
+        body["temperature"] = settings.temperature
+    body.update(_reasoning_params(settings, compat))
+    if request.tools:
+        body["tools"] = [tool_definition(t) for t in request.tools]
+    elif compat.empty_tools_for_tool_history and _has_tool_history(history):
+        body["tools"] = []
+    if settings.cache_key and compat.send_prompt_cache_key:
+        body["prompt_cache_key"] = settings.cache_key
+    for key in sorted(settings.extra_body):
+        body[key] = settings.extra_body[key]
+    return body
+
+
+# -- stream ------------------------------------------------------------------------------------
+
+
+def _int(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def _dict(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def parse_usage(usage: dict[str, Any], chunk: dict[str, Any]) -> Usage:
+    """Chat usage normalized: `input` excludes cache reads (OpenAI `cached_tokens`, DeepSeek
+    `prompt_cache_hit_tokens`) and writes (OpenRouter `cache_write_tokens`)."""
+    prompt_details = _dict(usage.get("prompt_tokens_details"))
+    cached = prompt_details.get("cached_tokens")
+    if cached is None:
+        cached = usage.get("prompt_cache_hit_tokens", chunk.get("prompt_cache_hit_tokens"))
+    cache_read = _int(cached)
+    cache_write = _int(prompt_details.get("cache_write_tokens"))
+    prompt = _int(usage.get("prompt_tokens"))
+    return Usage(
+        input=max(0, prompt - cache_read - cache_write),
+        output=_int(usage.get("completion_tokens")),
+        cache_read=cache_read,
+        cache_write=cache_write,
+        reasoning=_int(_dict(usage.get("completion_tokens_details")).get("reasoning_tokens")),
+    )
+
+
+def _in_band_error(error: Any) -> str:
+    """OpenRouter's mid-stream `error` object: message, code and the upstream's raw text."""
+    if not isinstance(error, dict):
+        return f"provider error: {error}"
+    message = error.get("message")
+    text = message if isinstance(message, str) and message else "provider error"
+    code = error.get("code")
+    if isinstance(code, str | int) and not isinstance(code, bool) and code != "":
+        text = f"{code}: {text}"
+    raw = _dict(error.get("metadata")).get("raw")
+    if raw:
+        text += f" ({raw if isinstance(raw, str) else _encode(raw).decode()})"
+    return text
+
+
+def _error_event_text(data: str) -> str:
+    try:
+        payload = _decode(data)
+    except msgspec.DecodeError:
+        return f"provider error: {data[:2000]}"
+    if isinstance(payload, dict) and "error" in payload:
+        return _in_band_error(payload["error"])
+    return _in_band_error(payload)
+
+
+class ChatDecoder:
+    """Sans-I/O: Chat Completions chunks -> native events.
+
+    The terminal event is emitted when the stream ends ([DONE] or EOF) after a finish_reason
+    was seen, never on the finish_reason chunk itself: usage arrives in a later chunk.
+    """
+
+    def __init__(self, assembler: MessageAssembler, redact: Callable[[str], str] = str) -> None:
+        self._asm = assembler
+        self._redact = redact
+        self._text: int | None = None
+        self._thinking: int | None = None
+        self._by_index: dict[int, int] = {}  # provider tool index -> content index
+        self._by_id: dict[str, int] = {}  # tool call id -> content index
+        self._last_tool: int | None = None
+        self._tools: list[int] = []
+        self._encrypted: dict[str, str] = {}  # tool call id -> reasoning_details entry (JSON)
+        self._refusal: list[str] = []
+        self._finish: str | None = None
+        self._ended = False
+
+    def feed(self, event: SSEEvent) -> list[ResponseEvent]:
+        if self._ended:
+            return []
+        data = event.data.strip()
+        if not data:
+            return []
+        if data == DONE_MARKER:
+            return self._end()
+        if event.event == "error":  # some compatible servers name their error events
+            self._ended = True
+            return [self._asm.fail(self._redact(_error_event_text(data)))]
+        chunk = _decode(data)  # malformed JSON raises: the runtime turns it into an error
+        if not isinstance(chunk, dict):
+            return []
+        asm = self._asm
+        out: list[ResponseEvent] = []
+        if "error" in chunk and chunk["error"] is not None:
+            self._ended = True
+            return [asm.fail(self._redact(_in_band_error(chunk["error"])))]
+        response_id = chunk.get("id")
+        if isinstance(response_id, str):
+            asm.set_response_id(response_id)
+        model = chunk.get("model")
+        if isinstance(model, str):
+            asm.set_response_model(model)
+        choice = self._choice(chunk.get("choices"))
+        usage = chunk.get("usage")
+        if not isinstance(usage, dict) and choice is not None:
+            usage = choice.get("usage")  # Moonshot
+        if isinstance(usage, dict):
+            asm.set_usage(parse_usage(usage, chunk))
+        if choice is None:
+            return out
+        delta = choice.get("delta")
+        if isinstance(delta, dict):
+            self._delta(delta, out)
+        finish = choice.get("finish_reason")
+        if isinstance(finish, str) and finish:
+            self._finish = finish
+        return out
+
+    def finish(self) -> list[ResponseEvent]:
+        return [] if self._ended else self._end()
+
+    # -- internals -------------------------------------------------------------------------
+
+    @staticmethod
+    def _choice(choices: Any) -> dict[str, Any] | None:
+        if not isinstance(choices, list):
+            return None
+        for choice in choices:
+            if isinstance(choice, dict) and choice.get("index") in (0, None):
+                return choice
+        return None
+
+    def _delta(self, delta: dict[str, Any], out: list[ResponseEvent]) -> None:
+        asm = self._asm
+        for field in REASONING_FIELDS:
+            text = delta.get(field)
+            if isinstance(text, str) and text:
+                if self._thinking is None:
+                    self._thinking, thinking_start = asm.open_thinking(signature=field)
+                    out.append(thinking_start)
+                out.append(asm.thinking_delta(self._thinking, text))
+                break
+        content = delta.get("content")
+        if isinstance(content, list):  # a few servers (Mistral) send a list of parts
+            content = "".join(
+                p["text"]
+                for p in content
+                if isinstance(p, dict)
+                and p.get("type") == "text"
+                and isinstance(p.get("text"), str)
+            )
+        if isinstance(content, str) and content:
+            if self._text is None:
+                self._text, text_start = asm.open_text()
+                out.append(text_start)
+            out.append(asm.text_delta(self._text, content))
+        refusal = delta.get("refusal")
+        if isinstance(refusal, str) and refusal:
+            self._refusal.append(refusal)
+        tool_calls = delta.get("tool_calls")
+        if isinstance(tool_calls, list):
+            for fragment in tool_calls:
+                if isinstance(fragment, dict):
+                    self._tool_fragment(fragment, out)
+        details = delta.get("reasoning_details")
+        if isinstance(details, list):
+            for entry in details:
+                if (
+                    isinstance(entry, dict)
+                    and entry.get("type") == "reasoning.encrypted"
+                    and isinstance(entry.get("id"), str)
+                    and entry["id"]
+                ):
+                    self._encrypted[entry["id"]] = _encode(entry).decode()
+
+    def _tool_fragment(self, fragment: dict[str, Any], out: list[ResponseEvent]) -> None:
+        asm = self._asm
+        raw_index = fragment.get("index")
+        index = (
+            raw_index if isinstance(raw_index, int) and not isinstance(raw_index, bool) else None
+        )
+        raw_id = fragment.get("id")
+        call_id = raw_id if isinstance(raw_id, str) and raw_id else None
+        function = _dict(fragment.get("function"))
+        raw_name = function.get("name")
+        name = raw_name if isinstance(raw_name, str) and raw_name else None
+        arguments = function.get("arguments")
+        if isinstance(arguments, dict):  # a few servers send the object itself
+            arguments = _encode(arguments).decode()
+
+        ci: int | None = None
+        if index is not None and index in self._by_index:
+            ci = self._by_index[index]
+            known = asm.tool_call_id(ci)
+            if call_id and known and call_id != known:
+                ci = None  # a new id on an occupied index is a new call (Ollama, LiteLLM)
+        elif call_id is not None and call_id in self._by_id:
+            ci = self._by_id[call_id]
+        elif index is None and call_id is None:
+            ci = self._last_tool
+        if ci is None:
+            ci, start = asm.open_tool_call(call_id or "", name or "")
+            out.append(start)
+            self._tools.append(ci)
+        else:
+            asm.set_tool_call_identity(ci, tool_call_id=call_id, name=name)
+        if index is not None:
+            self._by_index[index] = ci
+        if call_id is not None:
+            self._by_id[call_id] = ci
+        self._last_tool = ci
+        if isinstance(arguments, str) and arguments:
+            out.append(asm.tool_call_delta(ci, arguments))
+
+    def _end(self) -> list[ResponseEvent]:
+        self._ended = True
+        asm = self._asm
+        if self._refusal:
+            return [asm.fail(self._redact("refusal: " + "".join(self._refusal)))]
+        if self._finish is None:
+            return [asm.fail("stream ended without finish_reason")]
+        reason = FINISH_REASONS.get(self._finish)
+        if reason is None:
+            return [asm.fail(self._redact(f"Provider finish_reason: {self._finish}"))]
+        for ci in self._tools:
+            if not asm.tool_call_id(ci):
+                asm.set_tool_call_identity(ci, tool_call_id=f"call_{uuid.uuid4().hex[:24]}")
+            signature = self._encrypted.get(asm.tool_call_id(ci))
+            if signature is not None:
+                asm.set_signature(ci, signature)
+        if reason == "stop" and self._tools:
+            reason = "toolUse"
+        out: list[ResponseEvent] = [*asm.close_all()]
+        out.append(asm.done(reason))
+        return out
+
+
+# -- adapter -----------------------------------------------------------------------------------
+
+
+class OpenAIChatAdapter(HttpAdapter):
+    """`OpenAIChatAdapter(provider, client=None, *, compat=None)`; compat defaults to
+    `detect_compat(provider)`."""
+
+    api = API
+
+    def __init__(
+        self,
+        provider: ProviderSettings,
+        client: httpx.AsyncClient | None = None,
+        *,
+        compat: ChatCompat | None = None,
+    ) -> None:
+        super().__init__(provider, client)
+        self.compat = compat if compat is not None else detect_compat(provider)
+
+    def prepare(self, request: RequestMessages, settings: ModelSettings) -> PreparedRequest:
+        body = build_body(request, settings, self.provider.name, self.compat)
+        headers = [("content-type", "application/json"), ("accept", "text/event-stream")]
+        headers += [(k, settings.extra_headers[k]) for k in sorted(settings.extra_headers)]
+        return PreparedRequest(
+            url=chat_url(self.provider.base_url),
+            body=_encode(body),
+            model=settings.model,
+            headers=tuple(headers),
+        )
+
+    def auth_headers(self) -> list[tuple[str, str]]:
+        """Provider headers and the key, added at send time only (they may hold secrets).
+        No key (local servers) means no auth header."""
+        out = list(self.provider.headers.items())
+        key = self.provider.api_key
+        if key:
+            if self.compat.auth_header == "api-key":
+                out.append(("api-key", key))
+            else:
+                out.append(("authorization", f"Bearer {key}"))
+        return out
+
+    def new_decoder(self, assembler: MessageAssembler) -> ChatDecoder:
+        return ChatDecoder(assembler, self.redact)
+
+    def error_message(self, status: int, body: bytes) -> str:
+        """OpenAI's `{"error": {...}}` body, plus OpenRouter's `error.metadata.raw`."""
+        text = error_text_from_body(body)
+        try:
+            data = _decode(body)
+        except msgspec.DecodeError:
+            return text
+        raw = _dict(_dict(_dict(data).get("error")).get("metadata")).get("raw")
+        if raw:
+            text += f" ({raw if isinstance(raw, str) else _encode(raw).decode()})"
+        return text

@@ -1,0 +1,228 @@
+"""Retries of failed model calls, outside the pure agent loop.
+
+`RetryingLLM` wraps any `LLM`. A call is retried only when it failed before anything was
+emitted (the first event is a lone `error`, no `start`) and the failure is one that may pass:
+a connect failure (`transient`) or HTTP 429 / 5xx overload statuses. A retry resends the very
+same `PreparedRequest` (same bytes, so the provider's prompt cache still matches). Once a
+`start` went out nothing is retried: the consumer already saw output.
+
+Delays: exponential backoff with jitter ("full": uniform in [0, min(cap, base * 2^n)];
+"decorrelated": uniform in [base, 3 * previous], capped). A provider's `Retry-After` /
+`retry-after-ms` (`ErrorEvent.retry_after_ms`) replaces the computed delay and is honored as
+given, not shortened: retrying earlier than asked would only fail again. If it asks for more
+than `max_retry_after_s` (default: the cap, 20 s) we give up at once and return its error, so
+the user hears about a long rate limit instead of a silent minute-long wait. Attempts are
+bounded (default 4 in all) and so is total time (default 60 s): when the next delay would end
+past the budget we give up and return the last error. `aclose()` during a backoff sleep ends
+the stream at once with an `aborted` error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random as _random
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Literal
+
+import msgspec
+
+from .events import DoneEvent, ErrorEvent, ResponseEvent
+from .settings import ModelSettings
+from .stream import LLM, PreparedRequest, ResponseStream, StreamEnded
+from .types import AssistantMessage, RequestMessages
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MAX_ATTEMPTS = 4
+DEFAULT_BASE_DELAY_S = 0.5
+DEFAULT_MAX_DELAY_S = 20.0
+DEFAULT_TOTAL_BUDGET_S = 60.0
+RETRYABLE_STATUSES = frozenset({429, 500, 502, 503, 504, 529})
+
+Sleep = Callable[[float], Awaitable[object]]
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS  # in all, the first one included
+    base_delay_s: float = DEFAULT_BASE_DELAY_S
+    max_delay_s: float = DEFAULT_MAX_DELAY_S  # cap of one computed backoff delay
+    total_budget_s: float = DEFAULT_TOTAL_BUDGET_S  # from the first send to the last retry
+    jitter: Literal["full", "decorrelated"] = "full"
+    # Longest provider-requested wait we sit through; None means `max_delay_s`.
+    max_retry_after_s: float | None = None
+    retry_statuses: frozenset[int] = RETRYABLE_STATUSES
+
+    def is_retryable(self, event: ErrorEvent) -> bool:
+        if event.reason != "error":
+            return False
+        return event.transient or event.http_status in self.retry_statuses
+
+    def backoff(self, retry: int, previous_s: float, rand: float) -> float:
+        """Delay before retry number `retry` (1-based), `rand` uniform in [0, 1)."""
+        base, cap = self.base_delay_s, self.max_delay_s
+        if self.jitter == "decorrelated":
+            high = max(base, previous_s * 3)
+            return min(cap, base + rand * (high - base))
+        return rand * min(cap, base * (1 << max(0, retry - 1)))
+
+    def retry_after_limit_s(self) -> float:
+        return self.max_delay_s if self.max_retry_after_s is None else self.max_retry_after_s
+
+
+class RetryingLLM:
+    """`LLM` whose streams retry a failed send as `RetryPolicy` allows."""
+
+    def __init__(
+        self,
+        inner: LLM,
+        policy: RetryPolicy = RetryPolicy(),
+        *,
+        sleep: Sleep = asyncio.sleep,
+        random: Callable[[], float] = _random.random,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.inner = inner
+        self.policy = policy
+        self._sleep = sleep
+        self._random = random
+        self._clock = clock
+
+    def prepare(self, request: RequestMessages, settings: ModelSettings) -> PreparedRequest:
+        return self.inner.prepare(request, settings)
+
+    def send(self, prepared: PreparedRequest) -> RetryingStream:
+        return RetryingStream(self, prepared)
+
+    def call(self, request: RequestMessages, settings: ModelSettings) -> RetryingStream:
+        return self.send(self.prepare(request, settings))
+
+
+class RetryingStream:
+    """One logical call: sends, and resends on a retryable first error. `attempts` counts the
+    sends made so far (for logs); `delays` the backoff sleeps taken, in seconds."""
+
+    def __init__(self, owner: RetryingLLM, prepared: PreparedRequest) -> None:
+        self._owner = owner
+        self._prepared = prepared
+        self._current: ResponseStream | None = None
+        self._first_done = False
+        self._delivered_terminal = False
+        self._closed = False
+        self._last_error: ErrorEvent | None = None
+        self._sleep_task: asyncio.Future[object] | None = None
+        self.attempts = 0
+        self.delays: list[float] = []
+
+    async def recv(self) -> ResponseEvent:
+        if self._delivered_terminal:
+            raise StreamEnded("the stream already ended")
+        if self._closed and (self._current is None or not self._first_done):
+            return self._deliver(self._aborted())
+        if not self._first_done:
+            event = await self._first_event()
+        else:
+            assert self._current is not None
+            event = await self._current.recv()
+        return self._deliver(event)
+
+    async def aclose(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        if self._sleep_task is not None and not self._sleep_task.done():
+            self._sleep_task.cancel()
+        if self._current is not None:
+            await self._current.aclose()
+
+    # -- internals -------------------------------------------------------------------------
+
+    def _deliver(self, event: ResponseEvent) -> ResponseEvent:
+        if isinstance(event, DoneEvent | ErrorEvent):
+            self._delivered_terminal = True
+        return event
+
+    async def _first_event(self) -> ResponseEvent:
+        owner, policy = self._owner, self._owner.policy
+        started = owner._clock()
+        previous = policy.base_delay_s
+        while True:
+            self.attempts += 1
+            self._current = owner.inner.send(self._prepared)
+            event = await self._current.recv()
+            if self._closed:
+                self._first_done = True
+                return event
+            if not isinstance(event, ErrorEvent) or not policy.is_retryable(event):
+                self._first_done = True
+                return event
+            self._last_error = event
+            await self._current.aclose()  # finished already; frees whatever it still holds
+            delay = self._next_delay(event, previous, owner._clock() - started)
+            if delay is None:
+                self._first_done = True
+                return event
+            previous = delay
+            self.delays.append(delay)
+            log.info(
+                "retrying %s in %.2f s (attempt %d failed: %s)",
+                self._prepared.model,
+                delay,
+                self.attempts,
+                event.error_message,
+            )
+            if not await self._backoff(delay):
+                self._first_done = True
+                return self._aborted()
+
+    def _next_delay(self, event: ErrorEvent, previous: float, elapsed: float) -> float | None:
+        """The wait before the next attempt, or None to give up."""
+        policy = self._owner.policy
+        if self.attempts >= policy.max_attempts:
+            return None
+        if event.retry_after_ms is not None:
+            delay = event.retry_after_ms / 1000
+            if delay > policy.retry_after_limit_s():
+                return None
+        else:
+            delay = policy.backoff(self.attempts, previous, self._owner._random())
+        if elapsed + delay > policy.total_budget_s:
+            return None
+        return delay
+
+    async def _backoff(self, delay: float) -> bool:
+        """Sleep; False when `aclose()` cut the sleep short."""
+        task = asyncio.ensure_future(self._owner._sleep(delay))
+        self._sleep_task = task
+        try:
+            await task
+        except asyncio.CancelledError:
+            current = asyncio.current_task()
+            if current is not None and current.cancelling():
+                raise
+            return False
+        finally:
+            self._sleep_task = None
+        return not self._closed
+
+    def _aborted(self) -> ErrorEvent:
+        """The terminal event of a stream closed while no inner stream was running."""
+        text = "aborted: the stream was closed"
+        last = self._last_error
+        if last is not None:
+            message = msgspec.structs.replace(
+                last.message, stop_reason="aborted", error_message=text
+            )
+        else:
+            message = AssistantMessage(
+                content=(),
+                api=str(getattr(self._owner.inner, "api", "")),
+                provider=str(getattr(getattr(self._owner.inner, "provider", None), "name", "")),
+                model=self._prepared.model,
+                stop_reason="aborted",
+                error_message=text,
+            )
+        return ErrorEvent(reason="aborted", message=message)

@@ -1,0 +1,30 @@
+"""Deterministic identifiers, derived only from values already in the state.
+
+Nothing here reads a clock or a random source: replaying the same inputs from the same state gives
+the same ids, so the store can deduplicate LLM calls and client operations by id.
+
+    turn_id       "{conversation_id}:{turn}"
+    call_id       "{turn_id}:llm{n}"                 n = 1, 2, ... within the turn
+    operation_id  "{call_id}:{tool_call_id}"         the LLM call whose answer asked for the tool
+    commit_id     "{conversation_id}@{commit}"       commit = number of committed state changes
+"""
+
+from __future__ import annotations
+
+
+def turn_id(conversation_id: str, turn: int) -> str:
+    return f"{conversation_id}:{turn}"
+
+
+def call_id(turn_id: str, n: int) -> str:
+    return f"{turn_id}:llm{n}"
+
+
+def operation_id(call_id: str, tool_call_id: str) -> str:
+    # The LLM call is part of the id (not only the turn): some models reuse tool call ids such
+    # as "call_0" in every response, and two operations must never share an id.
+    return f"{call_id}:{tool_call_id}"
+
+
+def commit_id(conversation_id: str, commit: int) -> str:
+    return f"{conversation_id}@{commit}"

@@ -1,0 +1,116 @@
+"""System prompt and tool list of a request: pure functions of the input and the state.
+
+Neither function reads or changes `messages`. Both depend only on the turn's `TurnContext`, so
+every LLM call of a turn sends the same system prompt and tools, which keeps provider prefix
+caches warm.
+"""
+
+from __future__ import annotations
+
+from cursor_byok.llm.types import ToolDefinition
+
+from .context import DEFAULT_CONTEXT, Environment, TurnContext
+from .inputs import Input, Start
+from .state import ConversationState
+from .tools import NATIVE_TOOL_NAMES, NATIVE_TOOLS
+
+BASE_INSTRUCTIONS = """\
+You are a coding agent working inside the user's editor. You help with software tasks by \
+reading code, running commands and editing files.
+
+How you work:
+- Your tools run on the user's own machine, in their workspace, through the editor. What a tool \
+does is real: files you write are written, commands you run are run.
+- Look before you change: read the relevant files and search the code instead of guessing. \
+Prefer small, focused edits with StrReplace; use Write for new files or complete rewrites.
+- Paths may be absolute or relative to the workspace root.
+- Call a tool only when you need its result. Independent calls may go in one response; they are \
+run one after another in the order you give them.
+- When a tool fails, read the error, adjust and try again or explain what went wrong. Do not \
+repeat the same failing call unchanged.
+- Be careful with anything destructive or hard to undo (deleting files, force pushes, resetting \
+history, dropping data, installing system packages): ask the user first unless they asked for it \
+explicitly.
+- Never invent file contents, command output or test results. If you did not check something, \
+say so.
+- When you are done, answer briefly: what you changed or found, and anything the user should \
+check. Use Markdown; put code in fenced blocks."""
+
+READ_ONLY_NOTE = """\
+This conversation is in {mode} mode: you may only look, not change anything. The tools you have \
+do not modify files or run commands; answer from what you can read."""
+
+PLAN_NOTE = """\
+Produce a plan: the steps you would take, the files involved and the risks. Do not carry it \
+out; the user will switch to agent mode when they are ready."""
+
+
+def turn_context(input: Input | None, state: ConversationState) -> TurnContext:
+    """The context a request of this turn is built from: a Start's own, else the stored one."""
+    if isinstance(input, Start):
+        return input.context
+    return state.context if state.context is not None else DEFAULT_CONTEXT
+
+
+def _environment_lines(env: Environment) -> list[str]:
+    lines: list[str] = []
+    if env.os:
+        lines.append(f"- Operating system: {env.os}")
+    if env.shell:
+        lines.append(f"- Shell: {env.shell}")
+    if env.workspace_paths:
+        lines.append("- Workspace folders: " + ", ".join(env.workspace_paths))
+    if env.cwd:
+        lines.append(f"- Current directory: {env.cwd}")
+    if env.time_zone:
+        lines.append(f"- Time zone: {env.time_zone}")
+    return lines
+
+
+def render_prompt(context: TurnContext) -> str:
+    """The system prompt for `context`; the same context always gives the same text."""
+    sections = [BASE_INSTRUCTIONS]
+    if context.read_only:
+        sections.append(READ_ONLY_NOTE.format(mode=context.mode))
+        if context.mode == "plan":
+            sections.append(PLAN_NOTE)
+    env_lines = _environment_lines(context.environment)
+    if env_lines:
+        sections.append("Environment:\n" + "\n".join(env_lines))
+    if context.git:
+        sections.append("Git repository:\n" + context.git.strip())
+    rules = [r.strip() for r in context.rules if r.strip()]
+    if rules:
+        sections.append(
+            "Rules from the user and the project (follow them):\n\n" + "\n\n".join(rules)
+        )
+    if context.custom_instructions and context.custom_instructions.strip():
+        sections.append("Additional instructions:\n" + context.custom_instructions.strip())
+    return "\n\n".join(sections)
+
+
+def render_tools(context: TurnContext) -> tuple[ToolDefinition, ...]:
+    """Native tools in catalogue order, then MCP tools sorted by name.
+
+    Read-only modes keep only the native tools without side effects and no MCP tools (MCP tools
+    count as side-effecting). An MCP tool whose name is already taken (by a native tool or an
+    earlier MCP tool of the same name) is left out, so names stay unique.
+    """
+    if context.read_only:
+        return tuple(t.definition for t in NATIVE_TOOLS if not t.side_effects)
+    out = [t.definition for t in NATIVE_TOOLS]
+    taken = set(NATIVE_TOOL_NAMES)
+    for tool in sorted(context.mcp_tools, key=lambda t: t.name):
+        if tool.name in taken:
+            continue
+        taken.add(tool.name)
+        out.append(tool)
+    return tuple(out)
+
+
+def build_prompt(input: Input | None, state: ConversationState) -> str:
+    return render_prompt(turn_context(input, state))
+
+
+def build_tools(input: Input | None, state: ConversationState) -> tuple[ToolDefinition, ...]:
+    return render_tools(turn_context(input, state))

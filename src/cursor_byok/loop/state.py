@@ -1,0 +1,131 @@
+"""Loop state: the committed conversation and the in-memory response being streamed.
+
+`ConversationState` is what the store persists. `messages` is the model history: it only ever
+grows by whole messages, and a message once in it never changes. `PendingResponse` lives only in
+memory while an LLM stream runs; it holds counters, never text (the assistant message that is
+committed is the adapter's `done.message`), so each streamed event costs O(1).
+"""
+
+from __future__ import annotations
+
+from typing import Literal, TypeAlias
+
+import msgspec
+
+from cursor_byok.llm.types import Message, ToolCall, ToolResultMessage, UserMessage
+
+from . import ids
+from .context import TurnContext
+
+Status: TypeAlias = Literal["Ready", "WaitingLLM", "WaitingClient", "Final", "Failed", "Canceled"]
+BlockKind: TypeAlias = Literal["text", "thinking", "toolCall"]
+
+BUSY: frozenset[str] = frozenset({"WaitingLLM", "WaitingClient"})
+# Statuses in which a new turn may start (no LLM call or client operation outstanding).
+IDLE: frozenset[str] = frozenset({"Ready", "Final", "Failed", "Canceled"})
+
+
+class _Value(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unknown_fields=True):
+    pass
+
+
+class _Waiting(_Value, frozen=True, tag_field="kind"):
+    pass
+
+
+class AwaitLLM(_Waiting, frozen=True, tag="llm"):
+    """An LLM call is in flight; only events carrying `call_id` are accepted."""
+
+    call_id: str
+    messages_hash: str
+
+
+class AwaitClient(_Waiting, frozen=True, tag="client"):
+    """The tool calls of the last assistant message, answered one at a time in content order.
+
+    `calls[:next]` have results in `messages`; `calls[next]` is the one sent to the client as
+    `operation_id`. `early` holds results that arrived for later calls before their turn; they
+    are appended when their position is reached.
+    """
+
+    call_id: str
+    calls: tuple[ToolCall, ...]
+    next: int
+    operation_id: str
+    early: tuple[ToolResultMessage, ...] = ()
+
+
+Waiting: TypeAlias = AwaitLLM | AwaitClient
+
+
+class ConversationState(_Value, frozen=True):
+    conversation_id: str
+    turn_id: str
+    messages: tuple[Message, ...] = ()
+    waiting: Waiting | None = None
+    status: Status = "Ready"
+    last_commit_id: str = ""
+    turn: int = 0
+    commit: int = 0
+    llm_calls: int = 0  # LLM calls issued in the current turn
+    context: TurnContext | None = None  # the context of the current (or last) turn
+    queued: tuple[UserMessage, ...] = ()  # user messages that arrived while busy (steering)
+
+    @classmethod
+    def new(cls, conversation_id: str) -> ConversationState:
+        """An empty conversation: status Ready, no messages, no turn yet."""
+        return cls(
+            conversation_id=conversation_id,
+            turn_id=ids.turn_id(conversation_id, 0),
+            last_commit_id=ids.commit_id(conversation_id, 0),
+        )
+
+
+class _KindNode(_Value, frozen=True, array_like=True):
+    """A cons cell of the block kinds seen so far, newest first (O(1) to extend)."""
+
+    kind: BlockKind
+    prev: _KindNode | None = None
+
+
+class PendingResponse(_Value, frozen=True):
+    """Bookkeeping for the stream of `call_id`. Discarded on done, error and cancel."""
+
+    call_id: str
+    events: int = 0
+    deltas: int = 0
+    blocks: int = 0  # *_start events seen
+    open_blocks: int = 0  # *_start minus *_end
+    kinds: _KindNode | None = None
+
+    def block_kinds(self) -> tuple[BlockKind, ...]:
+        """Kinds of the started blocks in content order (O(blocks), used once at done)."""
+        out: list[BlockKind] = []
+        node = self.kinds
+        while node is not None:
+            out.append(node.kind)
+            node = node.prev
+        out.reverse()
+        return tuple(out)
+
+
+class RuntimeState(_Value, frozen=True):
+    committed: ConversationState
+    pending_response: PendingResponse | None = None
+
+    @classmethod
+    def new(cls, conversation_id: str) -> RuntimeState:
+        return cls(committed=ConversationState.new(conversation_id))
+
+    @classmethod
+    def of(cls, committed: ConversationState) -> RuntimeState:
+        """The runtime view of a state loaded from the store (nothing pending)."""
+        return cls(committed=committed)
+
+    @property
+    def status(self) -> Status:
+        return self.committed.status
+
+    @property
+    def messages(self) -> tuple[Message, ...]:
+        return self.committed.messages

@@ -1,0 +1,220 @@
+"""The native tool catalogue, as data.
+
+Every tool runs on the user's machine through the Cursor client. `side_effects` says whether a
+call can change anything there (files, processes); the store and transport use it to decide what
+may be replayed, and read-only modes offer only the tools without side effects.
+`client_operations` names the client requests one call needs, in order (StrReplace reads the
+file, then writes it back).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from typing import Any
+
+import msgspec
+
+from cursor_byok.llm.types import ToolDefinition
+
+
+class ToolSpec(msgspec.Struct, frozen=True):
+    name: str
+    description: str
+    parameters: dict[str, Any]
+    side_effects: bool
+    client_operations: tuple[str, ...]
+
+    @property
+    def definition(self) -> ToolDefinition:
+        return ToolDefinition(
+            name=self.name, description=self.description, parameters=self.parameters
+        )
+
+
+def _object(properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
+    return {
+        "type": "object",
+        "properties": properties,
+        "required": required,
+        "additionalProperties": False,
+    }
+
+
+def _string(description: str) -> dict[str, Any]:
+    return {"type": "string", "description": description}
+
+
+SHELL = ToolSpec(
+    name="Shell",
+    description=(
+        "Run a command in the user's shell on their machine and return its exit code and "
+        "output. Use it for builds, tests, git and other command-line work. The command runs "
+        "non-interactively; avoid commands that wait for input or never exit. Ask before "
+        "running anything destructive or irreversible."
+    ),
+    parameters=_object(
+        {
+            "command": _string("The command line to run."),
+            "working_directory": _string(
+                "Directory to run in; defaults to the workspace root. Absolute, or relative "
+                "to the workspace root."
+            ),
+            "timeout_ms": {
+                "type": "integer",
+                "minimum": 1,
+                "description": "Stop the command after this many milliseconds.",
+            },
+        },
+        ["command"],
+    ),
+    side_effects=True,
+    client_operations=("shell",),
+)
+
+READ = ToolSpec(
+    name="Read",
+    description=(
+        "Read a text file from the user's machine. Returns the lines with their numbers. "
+        "For large files pass offset and limit to read one part at a time."
+    ),
+    parameters=_object(
+        {
+            "path": _string("Path of the file, absolute or relative to the workspace root."),
+            "offset": {
+                "type": "integer",
+                "minimum": 1,
+                "description": "First line to return (1-based).",
+            },
+            "limit": {
+                "type": "integer",
+                "minimum": 1,
+                "description": "Maximum number of lines to return.",
+            },
+        },
+        ["path"],
+    ),
+    side_effects=False,
+    client_operations=("read",),
+)
+
+WRITE = ToolSpec(
+    name="Write",
+    description=(
+        "Create a file, or replace the whole content of an existing one. Prefer StrReplace "
+        "for changing part of an existing file. Parent directories are created as needed."
+    ),
+    parameters=_object(
+        {
+            "path": _string("Path of the file, absolute or relative to the workspace root."),
+            "contents": _string("The complete new content of the file."),
+        },
+        ["path", "contents"],
+    ),
+    side_effects=True,
+    client_operations=("write",),
+)
+
+STR_REPLACE = ToolSpec(
+    name="StrReplace",
+    description=(
+        "Edit a file by replacing an exact piece of text. old_string must match the file "
+        "exactly, including whitespace, and must occur once unless replace_all is true. "
+        "Read the file first so the text you quote is current."
+    ),
+    parameters=_object(
+        {
+            "path": _string("Path of the file, absolute or relative to the workspace root."),
+            "old_string": _string("The exact text to replace."),
+            "new_string": _string("The text to put in its place."),
+            "replace_all": {
+                "type": "boolean",
+                "description": "Replace every occurrence instead of exactly one.",
+            },
+        },
+        ["path", "old_string", "new_string"],
+    ),
+    side_effects=True,
+    client_operations=("read", "write"),
+)
+
+DELETE = ToolSpec(
+    name="Delete",
+    description="Delete a file on the user's machine. This cannot be undone from here.",
+    parameters=_object(
+        {"path": _string("Path of the file, absolute or relative to the workspace root.")},
+        ["path"],
+    ),
+    side_effects=True,
+    client_operations=("delete",),
+)
+
+LS = ToolSpec(
+    name="LS",
+    description="List the entries of a directory on the user's machine.",
+    parameters=_object(
+        {"path": _string("Directory to list, absolute or relative to the workspace root.")},
+        ["path"],
+    ),
+    side_effects=False,
+    client_operations=("ls",),
+)
+
+GREP = ToolSpec(
+    name="Grep",
+    description=(
+        "Search file contents with a regular expression (ripgrep syntax). Returns matching "
+        "lines, the names of matching files, or match counts, depending on output_mode."
+    ),
+    parameters=_object(
+        {
+            "pattern": _string("The regular expression to search for."),
+            "path": _string("File or directory to search; defaults to the workspace root."),
+            "glob": _string("Only search files whose path matches this glob, e.g. '*.py'."),
+            "output_mode": {
+                "type": "string",
+                "enum": ["content", "files_with_matches", "count"],
+                "description": "What to return; defaults to content.",
+            },
+            "case_insensitive": {
+                "type": "boolean",
+                "description": "Ignore letter case when matching.",
+            },
+        },
+        ["pattern"],
+    ),
+    side_effects=False,
+    client_operations=("grep",),
+)
+
+GLOB = ToolSpec(
+    name="Glob",
+    description="Find files whose path matches a glob pattern, e.g. 'src/**/*.ts'.",
+    parameters=_object(
+        {
+            "glob_pattern": _string("The glob pattern to match."),
+            "target_directory": _string("Directory to search in; defaults to the workspace root."),
+        },
+        ["glob_pattern"],
+    ),
+    side_effects=False,
+    client_operations=("glob",),
+)
+
+# Fixed order: this is the order the model sees (part of the cached request prefix).
+NATIVE_TOOLS: tuple[ToolSpec, ...] = (SHELL, READ, WRITE, STR_REPLACE, DELETE, LS, GREP, GLOB)
+NATIVE_BY_NAME: dict[str, ToolSpec] = {t.name: t for t in NATIVE_TOOLS}
+NATIVE_TOOL_NAMES: tuple[str, ...] = tuple(t.name for t in NATIVE_TOOLS)
+READ_ONLY_TOOL_NAMES: frozenset[str] = frozenset(t.name for t in NATIVE_TOOLS if not t.side_effects)
+
+
+def side_effects(tool_name: str, mcp_names: Collection[str] = ()) -> bool:
+    """Whether a call of `tool_name` can change the user's machine.
+
+    Native tools answer from the catalogue; every MCP tool counts as having side effects, and so
+    does any name we do not know (the safe answer).
+    """
+    spec = NATIVE_BY_NAME.get(tool_name)
+    if spec is not None:
+        return spec.side_effects
+    # MCP tools (`tool_name in mcp_names`) and unknown names alike.
+    return True

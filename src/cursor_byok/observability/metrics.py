@@ -1,0 +1,229 @@
+"""Prometheus metrics in a registry of their own (never the process-global one).
+
+Feed it from three places:
+
+- the server, once per RPC:          `metrics.observe_rpc(path, outcome)`
+- the runner's `on_llm_call` hook:   `metrics.observe_llm_call(record)` (final records only)
+- the runner's `on_run_end` hook:    `metrics.observe_run(summary)`
+
+and serve `metrics.render()` at GET /metrics. Token and cost counters come from the LLM call
+records only, so a run summary never counts its calls' tokens twice.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client.registry import Collector
+
+from ..store.api import LLMCallRecord
+
+if TYPE_CHECKING:
+    from ..transport.runner import RunSummary
+
+PREFIX = "cursor_byok"
+
+TTFT_BUCKETS = (0.05, 0.1, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 8.0, 13.0, 20.0, 30.0, 60.0)
+LLM_DURATION_BUCKETS = (0.25, 0.5, 1.0, 2.0, 3.0, 5.0, 8.0, 13.0, 20.0, 30.0, 60.0, 120.0, 300.0)
+RUN_DURATION_BUCKETS = (0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0)
+
+TOKEN_KINDS = ("input", "output", "cache_read", "cache_write", "reasoning")
+FINAL_STATUSES = {"committed": "ok", "failed": "error", "canceled": "canceled"}
+
+# "/agent.v1.AgentService/Run" -> "agent.v1.AgentService/Run"; anything else is "other", so a
+# scanner probing random paths cannot blow up the label set.
+_RPC_PATH = re.compile(r"^/?([A-Za-z_][\w.]*\.[A-Za-z_]\w*/[A-Za-z_]\w*)$")
+MAX_RPC_LABELS = 200
+MAX_REMEMBERED_CALLS = 10_000
+
+
+def rpc_label(path: str) -> str:
+    m = _RPC_PATH.match(path)
+    return m.group(1) if m else "other"
+
+
+def cache_hit_ratio(input: int, cache_read: int, cache_write: int) -> float | None:
+    """cache_read / (input + cache_read + cache_write); None when nothing was read or written."""
+    total = input + cache_read + cache_write
+    return cache_read / total if total > 0 else None
+
+
+class _CacheRatioCollector(Collector):
+    """`cache_hit_ratio` per provider/model, computed from the token totals at scrape time."""
+
+    def __init__(self, metrics: Metrics) -> None:
+        self._metrics = metrics
+
+    def collect(self) -> Iterable[Metric]:
+        family = GaugeMetricFamily(
+            f"{PREFIX}_llm_cache_hit_ratio",
+            "Prompt cache hit ratio per model: cache_read / (input + cache_read + cache_write)",
+            labels=["provider", "model"],
+        )
+        for (provider, model), (inp, read, write) in self._metrics.cache_totals().items():
+            ratio = cache_hit_ratio(inp, read, write)
+            if ratio is not None:
+                family.add_metric([provider, model], ratio)
+        yield family
+
+    def describe(self) -> Iterable[Metric]:
+        return []
+
+
+class Metrics:
+    def __init__(self, active_runs: Callable[[], float] | None = None) -> None:
+        """`active_runs`: optional callback (e.g. `lambda: runner.active_runs`) read at scrape
+        time; without it the gauge follows `run_started()` / `run_finished()`."""
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self._lock = threading.Lock()
+        self._seen_calls: OrderedDict[str, None] = OrderedDict()
+        self._cache: dict[tuple[str, str], list[int]] = {}
+        self._rpc_labels: set[str] = set()
+
+        self.rpc_requests = Counter(
+            f"{PREFIX}_rpc_requests",
+            "RPC requests by RPC and outcome (Connect code, or ok)",
+            ["rpc", "outcome"],
+            registry=r,
+        )
+        self.active_runs = Gauge(f"{PREFIX}_active_runs", "Agent runs in progress", registry=r)
+        if active_runs is not None:
+            self.active_runs.set_function(active_runs)
+        self.runs = Counter(
+            f"{PREFIX}_runs",
+            "Finished agent runs by model, provider and outcome",
+            ["provider", "model", "outcome"],
+            registry=r,
+        )
+        self.run_duration = Histogram(
+            f"{PREFIX}_run_duration_seconds",
+            "Wall time of one agent run (one user turn, tool round trips included)",
+            ["provider", "model"],
+            buckets=RUN_DURATION_BUCKETS,
+            registry=r,
+        )
+        self.llm_calls = Counter(
+            f"{PREFIX}_llm_calls",
+            "Finished upstream LLM calls by provider, upstream model and outcome",
+            ["provider", "model", "outcome"],
+            registry=r,
+        )
+        self.llm_ttft = Histogram(
+            f"{PREFIX}_llm_ttft_seconds",
+            "Time from sending an LLM request to its first streamed event",
+            ["provider", "model"],
+            buckets=TTFT_BUCKETS,
+            registry=r,
+        )
+        self.llm_duration = Histogram(
+            f"{PREFIX}_llm_duration_seconds",
+            "Duration of one upstream LLM call, request to final event",
+            ["provider", "model"],
+            buckets=LLM_DURATION_BUCKETS,
+            registry=r,
+        )
+        self.llm_tokens = Counter(
+            f"{PREFIX}_llm_tokens",
+            "Tokens by provider, upstream model and kind "
+            "(input excludes cache reads/writes; output includes reasoning)",
+            ["provider", "model", "kind"],
+            registry=r,
+        )
+        self.llm_cost = Counter(
+            f"{PREFIX}_llm_cost_usd",
+            "Cost in USD of upstream LLM calls, from the configured prices",
+            ["provider", "model"],
+            registry=r,
+        )
+        r.register(_CacheRatioCollector(self))
+
+    def bind_active_runs(self, active_runs: Callable[[], float]) -> None:
+        """Read the active-runs gauge from a callback from now on (e.g. the runner's count)."""
+        self.active_runs.set_function(active_runs)
+
+    # -- feeding -------------------------------------------------------------------------
+
+    def observe_rpc(self, path: str, outcome: str) -> None:
+        label = rpc_label(path)
+        with self._lock:
+            if label not in self._rpc_labels:
+                if len(self._rpc_labels) >= MAX_RPC_LABELS:
+                    label = "other"
+                else:
+                    self._rpc_labels.add(label)
+        self.rpc_requests.labels(rpc=label, outcome=outcome or "unknown").inc()
+
+    def run_started(self) -> None:
+        self.active_runs.inc()
+
+    def run_finished(self) -> None:
+        self.active_runs.dec()
+
+    def observe_llm_call(self, record: LLMCallRecord) -> None:
+        """Count one finished call. Records without a final status (planned, streaming) and
+        records already counted (same call_id) are ignored."""
+        outcome = FINAL_STATUSES.get(record.status)
+        if outcome is None:
+            return
+        with self._lock:
+            if record.call_id in self._seen_calls:
+                return
+            self._seen_calls[record.call_id] = None
+            if len(self._seen_calls) > MAX_REMEMBERED_CALLS:
+                self._seen_calls.popitem(last=False)
+            provider, model = record.provider or "unknown", record.model or "unknown"
+            inp = record.input_tokens or 0
+            read = record.cache_read_tokens or 0
+            write = record.cache_write_tokens or 0
+            totals = self._cache.setdefault((provider, model), [0, 0, 0])
+            totals[0] += inp
+            totals[1] += read
+            totals[2] += write
+        self.llm_calls.labels(provider=provider, model=model, outcome=outcome).inc()
+        if record.ttft_ms is not None:
+            self.llm_ttft.labels(provider=provider, model=model).observe(record.ttft_ms / 1000)
+        if record.duration_ms is not None:
+            self.llm_duration.labels(provider=provider, model=model).observe(
+                record.duration_ms / 1000
+            )
+        counts = {
+            "input": inp,
+            "output": record.output_tokens or 0,
+            "cache_read": read,
+            "cache_write": write,
+            "reasoning": record.reasoning_tokens or 0,
+        }
+        for kind in TOKEN_KINDS:
+            # Touch every kind so each series exists from the first call (rate() needs it).
+            self.llm_tokens.labels(provider=provider, model=model, kind=kind).inc(counts[kind])
+        cost = record.cost_usd
+        self.llm_cost.labels(provider=provider, model=model).inc(
+            cost if cost is not None and cost > 0 else 0.0
+        )
+
+    def observe_run(self, summary: RunSummary) -> None:
+        provider = summary.provider or "unknown"
+        model = summary.model or "unknown"
+        self.runs.labels(provider=provider, model=model, outcome=summary.outcome or "unknown").inc()
+        self.run_duration.labels(provider=provider, model=model).observe(
+            max(0, summary.duration_ms) / 1000
+        )
+
+    # -- reading -------------------------------------------------------------------------
+
+    def cache_totals(self) -> dict[tuple[str, str], tuple[int, int, int]]:
+        """(input, cache_read, cache_write) token totals per (provider, model)."""
+        with self._lock:
+            return {k: (v[0], v[1], v[2]) for k, v in self._cache.items()}
+
+    def render(self) -> tuple[bytes, str]:
+        """The Prometheus text exposition and its content type."""
+        return generate_latest(self.registry), CONTENT_TYPE_LATEST

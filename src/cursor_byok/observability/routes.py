@@ -1,0 +1,121 @@
+"""Wiring in one object: the runner hooks and the GET routes, ready for the server to mount.
+
+    obs = Observability(config, store)
+    services = RunnerServices(..., on_llm_call=obs.on_llm_call, on_run_end=obs.on_run_end)
+    obs.metrics.bind_active_runs(lambda: runner.active_runs)
+    ...
+    # per request, after routing RPCs:
+    obs.observe_rpc(path, outcome)                 # outcome: "ok" or the Connect code
+    if method == "GET" and path in GET_ROUTES:
+        if not (obs.is_public(path) or authorized):  -> 401
+        response = await obs.get(path, query)      # HttpResponse | None
+
+Hooks never raise into the runner: a failure is logged and swallowed.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+from urllib.parse import parse_qs
+
+from ..config import Config
+from ..store.api import LLMCallRecord, Store
+from .dashboard import HTML_CONTENT_TYPE, JSON_CONTENT_TYPE, dashboard_html, dashboard_json
+from .logs import RUN_LOGGER, log_run
+from .metrics import Metrics
+
+if TYPE_CHECKING:
+    from ..transport.runner import RunSummary
+
+log = logging.getLogger("cursor_byok.observability")
+
+METRICS_PATH = "/metrics"
+DASHBOARD_PATHS = ("/dashboard", "/dashboard/")
+SUMMARY_PATH = "/dashboard/api/summary"
+GET_ROUTES = (METRICS_PATH, *DASHBOARD_PATHS, SUMMARY_PATH)
+
+# The page runs only its own inline script and may talk only to its own origin.
+DASHBOARD_CSP = (
+    "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; "
+    "connect-src 'self'; img-src data:; base-uri 'none'; form-action 'none'; "
+    "frame-ancestors 'none'"
+)
+_COMMON_HEADERS = (("cache-control", "no-store"), ("x-content-type-options", "nosniff"))
+
+
+@dataclass(frozen=True)
+class HttpResponse:
+    status: int
+    content_type: str
+    body: bytes
+    headers: tuple[tuple[str, str], ...] = field(default=_COMMON_HEADERS)
+
+
+class Observability:
+    def __init__(self, config: Config, store: Store, metrics: Metrics | None = None) -> None:
+        self.config = config
+        self.store = store
+        self.metrics = metrics or Metrics()
+        self.run_log = logging.getLogger(RUN_LOGGER)
+
+    # -- runner hooks (RunnerServices.on_llm_call / on_run_end) ----------------------------
+
+    def on_llm_call(self, record: LLMCallRecord) -> None:
+        try:
+            self.metrics.observe_llm_call(record)
+        except Exception:
+            log.exception("metrics: could not record LLM call %s", record.call_id)
+
+    def on_run_end(self, summary: RunSummary) -> None:
+        try:
+            self.metrics.observe_run(summary)
+        except Exception:
+            log.exception("metrics: could not record run %s", summary.request_id)
+        try:
+            log_run(summary, self.run_log)
+        except Exception:
+            log.exception("could not log run %s", summary.request_id)
+
+    def observe_rpc(self, path: str, outcome: str) -> None:
+        try:
+            self.metrics.observe_rpc(path, outcome)
+        except Exception:
+            log.exception("metrics: could not record RPC %s", path)
+
+    # -- GET routes ------------------------------------------------------------------------
+
+    @staticmethod
+    def handles(path: str) -> bool:
+        return path in GET_ROUTES
+
+    @staticmethod
+    def is_public(path: str) -> bool:
+        """The dashboard page holds no data (it fetches it with the token), so a browser can
+        load it without a bearer header; /metrics and the summary API need the auth."""
+        return path in DASHBOARD_PATHS
+
+    async def get(self, path: str, query: str = "") -> HttpResponse | None:
+        """The response for one of GET_ROUTES, or None for any other path."""
+        if path == METRICS_PATH:
+            body, content_type = self.metrics.render()
+            return HttpResponse(200, content_type, body)
+        if path in DASHBOARD_PATHS:
+            return HttpResponse(
+                200,
+                HTML_CONTENT_TYPE,
+                dashboard_html(),
+                (*_COMMON_HEADERS, ("content-security-policy", DASHBOARD_CSP)),
+            )
+        if path == SUMMARY_PATH:
+            limit = 100
+            values = parse_qs(query).get("limit")
+            if values:
+                try:
+                    limit = int(values[0])
+                except ValueError:
+                    return HttpResponse(400, JSON_CONTENT_TYPE, b'{"error":"limit: not a number"}')
+            body = await dashboard_json(self.store, self.config, limit=limit)
+            return HttpResponse(200, JSON_CONTENT_TYPE, body)
+        return None

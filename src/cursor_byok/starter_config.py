@@ -1,0 +1,118 @@
+"""The commented starter configuration `cursor-byok init` writes.
+
+The local OpenAI-compatible provider is active (it needs no key); the OpenAI, Anthropic and
+Gemini examples are commented out with a bare `#` before each TOML line, so removing that `#`
+from the lines of one block enables it. Explanations use `# ` (hash, space).
+"""
+
+from __future__ import annotations
+
+import re
+
+DEFAULT_PATH = "cursor-byok.toml"
+
+STARTER_CONFIG = """\
+# cursor-byok configuration, written by `cursor-byok init`.
+#
+# Check it:            cursor-byok doctor --config THIS_FILE
+# See the model list:  cursor-byok models --config THIS_FILE
+# Run the server:      cursor-byok serve  --config THIS_FILE
+#
+# API keys: name an environment variable with `api_key_env` (recommended) or write
+# `api_key = "..."` (then keep this file private). Keys never appear in logs or output.
+# To enable an example below, remove the leading `#` from each line of its block.
+
+[server]
+host = "127.0.0.1"            # loopback only; any other address requires auth_token
+port = 8700
+database = "cursor-byok.db"   # SQLite: conversations and LLM call records (relative to the cwd)
+# auth_token = "change-me"    # clients must then send `Authorization: Bearer change-me`
+http2 = true                  # GetServerConfig tells clients HTTP/2 is allowed; false puts the
+                              # Cursor IDE on the HTTP/1.1 RunSSE + BidiAppend path
+# certificate = "cert.pem"    # serve HTTPS (both or neither)
+# private_key = "key.pem"
+log_format = "text"           # "text" (readable) or "json" (one JSON object per line)
+
+# ---------------------------------------------------------------------------------------------
+# Providers: where requests go. `api` is one of openai-chat, openai-responses, anthropic,
+# gemini. `base_url` defaults to the vendor's public endpoint.
+#
+# Models: each [models.<id>] is one entry in the client's model picker; <id> is what clients
+# select. `model` is the upstream model name (defaults to <id>), `name` the display name.
+# Optional per model: max_output_tokens, reasoning, reasoning_effort (none, minimal, low,
+# medium, high, xhigh), reasoning_budget, temperature, extra_body, extra_headers and
+# prices = { input = ..., output = ..., cache_read = ..., cache_write = ... } in USD per
+# million tokens, used for the cost in logs, metrics and the dashboard. Prices below are
+# placeholders: copy the current ones from your provider's price list.
+# ---------------------------------------------------------------------------------------------
+
+# A local OpenAI-compatible server. Default ports:
+#   llama.cpp llama-server  http://127.0.0.1:8080/v1
+#   Ollama                  http://127.0.0.1:11434/v1
+#   vLLM                    http://127.0.0.1:8000/v1
+[providers.local]
+api = "openai-chat"
+base_url = "http://127.0.0.1:8080/v1"
+# api_key_env = "LOCAL_LLM_API_KEY"   # only if your server checks a key (vLLM --api-key)
+
+[models.local]
+provider = "local"
+model = "local-model"         # the name your server serves (Ollama: e.g. "qwen2.5-coder:7b")
+name = "Local model"
+context_window = 32768
+
+# OpenAI (key from https://platform.openai.com/api-keys, exported as OPENAI_API_KEY).
+#[providers.openai]
+#api = "openai-responses"      # or "openai-chat"
+#api_key_env = "OPENAI_API_KEY"
+#
+#[models.gpt-5]
+#provider = "openai"
+#model = "gpt-5"
+#name = "GPT-5"
+#context_window = 400000
+#reasoning = true
+#reasoning_effort = "medium"
+#prices = { input = 1.25, output = 10.0, cache_read = 0.125 }
+
+# Anthropic (key exported as ANTHROPIC_API_KEY).
+#[providers.anthropic]
+#api = "anthropic"
+#api_key_env = "ANTHROPIC_API_KEY"
+#
+#[models.claude-sonnet]
+#provider = "anthropic"
+#model = "claude-sonnet-4-5"
+#name = "Claude Sonnet"
+#context_window = 200000
+#max_output_tokens = 16000
+#reasoning = true
+#reasoning_budget = 4000
+#prices = { input = 3.0, output = 15.0, cache_read = 0.3, cache_write = 3.75 }
+
+# Google Gemini (key from AI Studio, exported as GEMINI_API_KEY).
+#[providers.gemini]
+#api = "gemini"
+#api_key_env = "GEMINI_API_KEY"
+#
+#[models.gemini-flash]
+#provider = "gemini"
+#model = "gemini-2.5-flash"
+#name = "Gemini Flash"
+#context_window = 1000000
+#prices = { input = 0.3, output = 2.5, cache_read = 0.075 }
+"""
+
+# Environment variables the examples name (all of them, when every example is enabled).
+EXAMPLE_ENV = ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "GEMINI_API_KEY")
+
+_COMMENTED_TOML = re.compile(r"^#(?=[\[A-Za-z])", re.MULTILINE)
+
+
+def starter_config() -> str:
+    return STARTER_CONFIG
+
+
+def uncomment_examples(text: str) -> str:
+    """The config with every commented-out example enabled (`#key = ...` -> `key = ...`)."""
+    return _COMMENTED_TOML.sub("", text)

@@ -1,0 +1,195 @@
+"""The Store contract: record types and the protocol every backend implements.
+
+The store keeps opaque bytes produced by others (serialized conversation state, canonical
+message bytes, exact LLM request bytes, tool operation requests and results). It never decodes
+them and never decides what they mean; it only guarantees atomicity, compare-and-swap on the
+conversation version, dedupe keys and the append-only message history.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Literal, Protocol
+
+import msgspec
+
+CommitStatus = Literal["committed", "conflict", "duplicate"]
+CallStatus = Literal["planned", "streaming", "committed", "failed", "canceled"]
+OperationStatus = Literal["planned", "sent", "completed", "canceled", "unknown"]
+SaveOutcome = Literal["inserted", "updated", "unchanged", "ignored"]
+
+CALL_STATUSES: tuple[CallStatus, ...] = ("planned", "streaming", "committed", "failed", "canceled")
+OPERATION_STATUSES: tuple[OperationStatus, ...] = (
+    "planned",
+    "sent",
+    "completed",
+    "canceled",
+    "unknown",
+)
+
+
+class ConversationRecord(msgspec.Struct, frozen=True, kw_only=True):
+    """The committed state of one conversation: state bytes plus the ordered message history."""
+
+    conversation_id: str
+    version: int
+    state: bytes
+    messages: tuple[bytes, ...]
+    created_at_ms: int
+    updated_at_ms: int
+
+
+class ConversationSummary(msgspec.Struct, frozen=True, kw_only=True):
+    conversation_id: str
+    version: int
+    message_count: int
+    created_at_ms: int
+    updated_at_ms: int
+
+
+class InputCommit(msgspec.Struct, frozen=True, kw_only=True):
+    """The record of one input applied to a conversation: replaying it returns `result`."""
+
+    conversation_id: str
+    input_id: str
+    committed_version: int
+    result: bytes
+    created_at_ms: int
+
+
+class CommitResult(msgspec.Struct, frozen=True, kw_only=True):
+    """Outcome of a commit.
+
+    committed: `version` is the new version.
+    conflict:  nothing changed; `version` is the current version (0 = no such conversation).
+    duplicate: nothing changed; `previous` is the earlier commit of this input id and `version`
+               the conversation's current version.
+    `ignored` lists ids of call/operation records whose update was ignored (for example a second
+    completion of a client operation with a different result); the commit itself went through.
+    """
+
+    status: CommitStatus
+    version: int
+    previous: InputCommit | None = None
+    ignored: tuple[str, ...] = ()
+
+
+class LLMCallRecord(msgspec.Struct, frozen=True, kw_only=True):
+    """One upstream call. `request` holds the exact bytes sent (and resent on retry).
+
+    Never changes once saved: conversation_id, turn_id, request, request_hash, messages_hash
+    (created_at_ms keeps its first value). Once status is "committed" the record is final.
+    """
+
+    call_id: str
+    conversation_id: str
+    turn_id: str
+    request: bytes
+    request_hash: str
+    messages_hash: str
+    status: CallStatus
+    created_at_ms: int
+    assistant_hash: str | None = None
+    provider: str | None = None
+    model: str | None = None
+    api: str | None = None
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    cache_read_tokens: int | None = None
+    cache_write_tokens: int | None = None
+    reasoning_tokens: int | None = None
+    ttft_ms: int | None = None
+    duration_ms: int | None = None
+    cost_usd: float | None = None
+    error: str | None = None
+    finished_at_ms: int | None = None
+
+
+class ClientOperationRecord(msgspec.Struct, frozen=True, kw_only=True):
+    """One operation executed by the client (a tool call may need several).
+
+    Never changes once saved: conversation_id, turn_id, tool_call_id, tool_index, tool_name,
+    side_effects, request. Once status is "completed" the result is kept forever.
+    """
+
+    operation_id: str
+    conversation_id: str
+    turn_id: str
+    tool_call_id: str
+    tool_index: int
+    tool_name: str
+    side_effects: bool
+    request: bytes
+    status: OperationStatus
+    updated_at_ms: int
+    result: bytes | None = None
+
+
+class SaveResult(msgspec.Struct, frozen=True, kw_only=True):
+    """Outcome of an upsert: inserted, updated, unchanged (identical), or ignored (`reason`)."""
+
+    outcome: SaveOutcome
+    reason: str = ""
+
+
+class Store(Protocol):
+    """What the runner needs from persistence (design §13, §16). All methods are coroutines.
+
+    Write order the runner follows (design §13): commit state + input id + call records in one
+    `commit_input`; save a CallLLM's exact request before opening the upstream stream; save a
+    CallClient's waiting state and operation id before sending the exec to the client.
+    """
+
+    async def load(self, conversation_id: str) -> ConversationRecord | None: ...
+
+    async def find_input_commit(
+        self, conversation_id: str, input_id: str
+    ) -> InputCommit | None: ...
+
+    async def commit_input(
+        self,
+        conversation_id: str,
+        *,
+        input_id: str,
+        expected_version: int,
+        state: bytes,
+        append_messages: Sequence[bytes],
+        expected_message_count: int,
+        result: bytes,
+        llm_calls: Sequence[LLMCallRecord] = (),
+        client_operations: Sequence[ClientOperationRecord] = (),
+    ) -> CommitResult:
+        """One transaction: dedupe on (conversation_id, input_id), CAS on version (a missing
+        conversation is created when expected_version == 0), append messages at
+        seq = expected_message_count.., record the input and upsert the call records.
+
+        Raises StoreIntegrityError (nothing changed) if the version matches but the stored
+        message count differs from expected_message_count, or a record breaks a constraint.
+        """
+        ...
+
+    async def truncate_messages(
+        self,
+        conversation_id: str,
+        *,
+        keep: int,
+        expected_version: int,
+        state: bytes | None = None,
+    ) -> CommitResult:
+        """Rewind ("the client wins"): CAS commit deleting messages with seq >= keep, replacing
+        the state bytes when given. The only way a message is ever removed."""
+        ...
+
+    async def save_llm_call(self, record: LLMCallRecord) -> SaveResult: ...
+
+    async def get_llm_call(self, call_id: str) -> LLMCallRecord | None: ...
+
+    async def save_client_operation(self, record: ClientOperationRecord) -> SaveResult: ...
+
+    async def get_client_operation(self, operation_id: str) -> ClientOperationRecord | None: ...
+
+    async def list_recent_llm_calls(self, limit: int = 50) -> tuple[LLMCallRecord, ...]: ...
+
+    async def list_conversations(self, limit: int = 50) -> tuple[ConversationSummary, ...]: ...
+
+    async def close(self) -> None: ...

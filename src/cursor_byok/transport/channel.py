@@ -1,0 +1,53 @@
+"""One run's conversation with a client, independent of how it travels.
+
+The HTTP/2 `Run` stream and the HTTP/1.1 `RunSSE` + `BidiAppend` pair both present a run to the
+runner as a `RunChannel`: client messages arrive in order, once each, with a stable input id, and
+server messages leave through one ordered queue. The transport owns framing, ordering by
+`append_seqno`, duplicate drops, heartbeats, replay on reconnect and the end-stream frame.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from .proto import agent_pb2
+
+
+@dataclass(frozen=True, slots=True)
+class Incoming:
+    """A client message, in order. `input_id` is stable across retransmissions of the same
+    message: `request_id:append_seqno` on the shim, `request_id:position` on `Run`."""
+
+    input_id: str
+    message: agent_pb2.AgentClientMessage
+
+
+@dataclass(frozen=True, slots=True)
+class EndError:
+    """How a failed run ends: a Connect error code and message, with optional
+    `aiserver.v1.ErrorDetails` bytes for the end-stream `details` list."""
+
+    code: str  # Connect code: canceled, unavailable, invalid_argument, internal, ...
+    message: str
+    details: bytes | None = None
+
+
+class RunChannel(Protocol):
+    @property
+    def request_id(self) -> str: ...
+
+    async def receive(self) -> Incoming | None:
+        """The next client message; None once the client has finished sending or went away."""
+        ...
+
+    def send(self, message: agent_pb2.AgentServerMessage) -> None:
+        """Queue a message for the client. Never blocks; order is preserved."""
+        ...
+
+    def finish(self, error: EndError | None = None) -> None:
+        """End the stream: `{}` end-stream on success, `{"error": ...}` otherwise. Idempotent."""
+        ...
+
+    @property
+    def finished(self) -> bool: ...

@@ -1,0 +1,906 @@
+"""The runner: executes the loop's commands and feeds every result back into `transition`.
+
+This is the design's `run` / `runCommand` / `readLLM` (§6-7), made concrete for asyncio:
+
+- `run(input)`: `transition` → commit (when the committed state changed) → publish the emitted
+  events → `run_command`.
+- `run_command(command)`: CallLLM opens the upstream stream (its exact request bytes are saved
+  in the same commit that records the call, before the stream opens); CallClient sends the exec
+  request (its operation is saved before it is sent); Final / Failed / Canceled end the stream.
+- `read_llm`: a task that pumps upstream events into the run's inbox.
+
+Everything that reaches `transition` goes through one inbox consumed by one task, so the inputs
+of a run enter the loop one at a time; a per-conversation registry makes a new run of the same
+conversation supersede (cancel) the old one first, and the store's version CAS is the final
+judge across processes. The runner decides nothing itself: it only translates and executes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import msgspec
+
+from ..config import Config, Model
+from ..llm import canonical
+from ..llm.events import DoneEvent, ErrorEvent, ResponseEvent, StartEvent, TextDelta
+from ..llm.registry import LLMRegistry
+from ..llm.stream import LLM, PreparedRequest, ResponseStream, StreamEnded
+from ..llm.types import (
+    AssistantMessage,
+    Message,
+    ToolCall,
+    ToolResultMessage,
+    Usage,
+)
+from ..loop import (
+    AwaitClient,
+    AwaitLLM,
+    CallClient,
+    CallLLM,
+    Cancel,
+    Canceled,
+    Command,
+    ContinueLLM,
+    ConversationState,
+    Failed,
+    Final,
+    Input,
+    LLMEvent,
+    RuntimeState,
+    Start,
+    ToolResult,
+    Transition,
+    TurnContext,
+    UserMessage,
+    WaitInput,
+    side_effects,
+    transition,
+)
+from ..store.api import CallStatus, ClientOperationRecord, CommitStatus, LLMCallRecord, Store
+from ..store.errors import StoreError
+from . import dialect
+from .channel import EndError, Incoming, RunChannel
+from .context import McpIndex
+from .exec_mapping import Finished, Send, ToolExecution
+from .proto import agent_pb2
+
+log = logging.getLogger("cursor_byok.runner")
+
+_state_encoder = msgspec.json.Encoder(order="deterministic")
+_state_decoder = msgspec.json.Decoder(ConversationState)
+_prepared_decoder = msgspec.json.Decoder(PreparedRequest)
+_tool_call_encoder = msgspec.json.Encoder(order="deterministic")
+
+MAX_CAS_RETRIES = 5
+
+
+def encode_state(state: ConversationState) -> bytes:
+    """The committed state without its messages (those are stored one row each)."""
+    return _state_encoder.encode(msgspec.structs.replace(state, messages=()))
+
+
+def decode_state(state: bytes, messages: tuple[bytes, ...]) -> ConversationState:
+    base = _state_decoder.decode(state)
+    return msgspec.structs.replace(
+        base, messages=tuple(canonical.decode_message(m) for m in messages)
+    )
+
+
+def encode_prepared(prepared: PreparedRequest) -> bytes:
+    return msgspec.json.encode(prepared)
+
+
+def decode_prepared(data: bytes) -> PreparedRequest:
+    return _prepared_decoder.decode(data)
+
+
+def cache_key(conversation_id: str) -> str:
+    """A stable, non-identifying per-conversation key for provider prompt caches."""
+    return "cbk-" + hashlib.sha256(conversation_id.encode()).hexdigest()[:32]
+
+
+def wall_ms() -> int:
+    return int(time.time() * 1000)
+
+
+@dataclass
+class RunnerServices:
+    config: Config
+    store: Store
+    llm_for: Callable[[Model], LLM]
+    now_ms: Callable[[], int] = wall_ms
+    tool_timeout_s: float = 600.0
+    context_timeout_s: float = 30.0
+    supersede_timeout_s: float = 15.0
+    on_llm_call: Callable[[LLMCallRecord], None] | None = None  # observability hook
+    on_run_end: Callable[[RunSummary], None] | None = None
+
+    @classmethod
+    def from_config(cls, config: Config, store: Store, registry: LLMRegistry) -> RunnerServices:
+        return cls(config=config, store=store, llm_for=lambda m: registry.llm(m.provider))
+
+
+@dataclass
+class RunSummary:
+    """One line per run for logs and metrics."""
+
+    request_id: str
+    conversation_id: str = ""
+    model: str = ""
+    provider: str = ""
+    outcome: str = "unknown"
+    llm_calls: int = 0
+    usage: Usage = field(default_factory=Usage)
+    ttft_ms: int | None = None
+    duration_ms: int = 0
+    cost_usd: float = 0.0
+    error: str | None = None
+
+
+# -- work items of one run's inbox ---------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _ClientWork:
+    input_id: str
+    event: dialect.ClientEvent
+
+
+@dataclass(frozen=True, slots=True)
+class _LLMWork:
+    call_id: str
+    event: ResponseEvent
+
+
+@dataclass(frozen=True, slots=True)
+class _ToolTimeout:
+    operation_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class _Supersede:
+    reason: str
+
+
+_Work = _ClientWork | _LLMWork | _ToolTimeout | _Supersede
+
+
+class RunFailed(Exception):
+    def __init__(self, end: EndError) -> None:
+        super().__init__(end.message)
+        self.end = end
+
+
+class Runner:
+    """Handles runs; keeps at most one active run per conversation."""
+
+    def __init__(self, services: RunnerServices) -> None:
+        self.services = services
+        self._active: dict[str, Run] = {}
+        self._locks: dict[str, asyncio.Lock] = {}
+
+    @property
+    def active_runs(self) -> int:
+        return len(self._active)
+
+    async def handle(self, channel: RunChannel, info: object = None) -> None:
+        run = Run(self, channel)
+        try:
+            await run.serve()
+        finally:
+            run.close()
+
+    async def _claim(self, run: Run, conversation_id: str) -> asyncio.Lock:
+        """Supersede an older run of the same conversation, then take its lock."""
+        old = self._active.get(conversation_id)
+        if old is not None and old is not run:
+            old.supersede("a newer request for this conversation arrived")
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(old.ended.wait(), self.services.supersede_timeout_s)
+        self._active[conversation_id] = run
+        return self._locks.setdefault(conversation_id, asyncio.Lock())
+
+    def _release(self, run: Run, conversation_id: str) -> None:
+        if self._active.get(conversation_id) is run:
+            del self._active[conversation_id]
+            lock = self._locks.get(conversation_id)
+            if lock is not None and not lock.locked():
+                del self._locks[conversation_id]
+
+
+class Run:
+    def __init__(self, runner: Runner, channel: RunChannel) -> None:
+        self.runner = runner
+        self.services = runner.services
+        self.channel = channel
+        self.store = runner.services.store
+        self.inbox: asyncio.Queue[_Work] = asyncio.Queue()
+        self.ended = asyncio.Event()
+        self.summary = RunSummary(request_id=channel.request_id)
+        self._t0 = time.monotonic()
+        self._exec_ids = 0
+        self._kv_ids = 0
+        self._exec_waiters: dict[int, asyncio.Future[dialect.ClientEvent]] = {}
+        self._kv_waiters: dict[int, asyncio.Future[dialect.ClientEvent]] = {}
+        self._reader: asyncio.Task[None] | None = None
+        self._pumps: dict[str, asyncio.Task[None]] = {}
+        self._streams: dict[str, ResponseStream] = {}
+        self._closing: set[asyncio.Future[None]] = set()
+        self._encoders: dict[str, dialect.StreamEncoder] = {}
+        self._prepared: dict[str, PreparedRequest] = {}
+        self._llm_records: dict[str, LLMCallRecord] = {}
+        self._llm_t0: dict[str, float] = {}
+        self._llm_first: dict[str, float] = {}
+        self._tool: ToolExecution | None = None
+        self._tool_owner: dict[str, tuple[ToolCall, str]] = {}  # tool call id -> (call, LLM call)
+        self._tool_op: ClientOperationRecord | None = None
+        self._tool_timer: asyncio.Task[None] | None = None
+        self._done = False
+        self.model: Model | None = None
+        self.mcp = McpIndex.empty()
+        self.state = RuntimeState.new("")
+        self.version = 0
+        self.conversation_id = ""
+
+    # -- lifecycle -----------------------------------------------------------------------
+
+    async def serve(self) -> None:
+        conversation_id = ""
+        try:
+            first = await self.channel.receive()
+            if first is None:
+                return
+            self._reader = asyncio.create_task(self._read_client())
+            event = self._decode(first)
+            if not isinstance(event, dialect.RunRequestEvent):
+                raise RunFailed(
+                    dialect.bad_request_end("the first message of a run must be a run_request")
+                )
+            request = event.request
+            conversation_id = request.conversation_id
+            self.conversation_id = conversation_id
+            self.summary.conversation_id = conversation_id
+            self.model = self._resolve_model(request.model_id)
+            self.summary.model = self.model.id
+            self.summary.provider = self.model.provider.name
+            lock = await self.runner._claim(self, conversation_id)
+            async with lock:
+                await self._begin(first.input_id, request)
+                while not self._done:
+                    await self._process(await self.inbox.get())
+        except RunFailed as exc:
+            self._end(exc.end, outcome="failed")
+        except StoreError as exc:
+            log.error("store error in run %s: %s", self.channel.request_id, exc)
+            self._end(dialect.internal_end(f"storage error: {exc}"), outcome="error")
+        except dialect.DialectError as exc:
+            self._end(dialect.bad_request_end(str(exc)), outcome="failed")
+        except asyncio.CancelledError:
+            self._end(dialect.canceled_end("the server is shutting down"), outcome="canceled")
+            raise
+        except Exception as exc:  # a bug must end this run, never the server
+            log.exception("run %s failed", self.channel.request_id)
+            self._end(dialect.internal_end(f"internal error: {type(exc).__name__}"), "error")
+        finally:
+            if conversation_id:
+                self.runner._release(self, conversation_id)
+            if not self.channel.finished:
+                self.channel.finish(dialect.internal_end("the run ended unexpectedly"))
+            self.ended.set()
+
+    def close(self) -> None:
+        for task in (self._reader, self._tool_timer, *self._pumps.values()):
+            if task is not None and not task.done():
+                task.cancel()
+        self._close_streams()
+
+    def _close_streams(self) -> None:
+        """Abort every open upstream stream (their readers end with an `aborted` event)."""
+        for stream in self._streams.values():
+            task = asyncio.ensure_future(stream.aclose())
+            self._closing.add(task)
+            task.add_done_callback(self._closing.discard)
+        self._streams.clear()
+
+    def supersede(self, reason: str) -> None:
+        self.inbox.put_nowait(_Supersede(reason))
+
+    def _end(self, error: EndError | None, outcome: str) -> None:
+        if self._done:
+            return
+        self._done = True
+        self.summary.outcome = outcome
+        if error is not None:
+            self.summary.error = error.message
+        self.summary.duration_ms = int((time.monotonic() - self._t0) * 1000)
+        self.channel.finish(error)
+        if self.services.on_run_end is not None:
+            self.services.on_run_end(self.summary)
+
+    def _resolve_model(self, model_id: str | None) -> Model:
+        config = self.services.config
+        model = config.model(model_id) if model_id else None
+        if model is None and model_id is None and len(config.models) == 1:
+            model = next(iter(config.models.values()))
+        if model is None:
+            known = ", ".join(sorted(config.models)) or "none are configured"
+            asked = repr(model_id) if model_id else "no model"
+            raise RunFailed(
+                dialect.bad_request_end(f"unknown model {asked}; this server offers: {known}")
+            )
+        return model
+
+    # -- client side ------------------------------------------------------------------------
+
+    def _decode(self, incoming: Incoming) -> dialect.ClientEvent:
+        return dialect.decode_client_message(incoming.message)
+
+    async def _read_client(self) -> None:
+        """Route client messages: replies to waiters, the rest into the inbox in order."""
+        while True:
+            incoming = await self.channel.receive()
+            if incoming is None:
+                return
+            try:
+                event = self._decode(incoming)
+            except dialect.DialectError as exc:
+                log.warning("run %s: ignored a client message: %s", self.channel.request_id, exc)
+                continue
+            match event:
+                case dialect.KvReply(id=kv_id) if kv_id in self._kv_waiters:
+                    waiter = self._kv_waiters.pop(kv_id)
+                    if not waiter.done():
+                        waiter.set_result(event)
+                case dialect.ExecReply(id=exec_id) | dialect.ExecControl(id=exec_id) if (
+                    exec_id in self._exec_waiters
+                ):
+                    if isinstance(event, dialect.ExecControl) and event.kind != "throw":
+                        continue  # stream_close / heartbeat after the reply we waited for
+                    waiter = self._exec_waiters.pop(exec_id)
+                    if not waiter.done():
+                        waiter.set_result(event)
+                case dialect.ClientHeartbeatEvent():
+                    pass
+                case _:
+                    self.inbox.put_nowait(_ClientWork(incoming.input_id, event))
+
+    def _next_exec_id(self) -> int:
+        self._exec_ids += 1
+        return self._exec_ids
+
+    def _next_kv_id(self) -> int:
+        self._kv_ids += 1
+        return self._kv_ids
+
+    async def _ask(
+        self,
+        waiters: dict[int, asyncio.Future[dialect.ClientEvent]],
+        request_id: int,
+        message: agent_pb2.AgentServerMessage,
+        what: str,
+    ) -> dialect.ClientEvent:
+        future: asyncio.Future[dialect.ClientEvent] = asyncio.get_running_loop().create_future()
+        waiters[request_id] = future
+        self.channel.send(message)
+        try:
+            return await asyncio.wait_for(future, self.services.context_timeout_s)
+        except TimeoutError:
+            raise RunFailed(
+                dialect.bad_request_end(
+                    f"the client did not answer {what} within {self.services.context_timeout_s:g} s"
+                )
+            ) from None
+        finally:
+            waiters.pop(request_id, None)
+
+    async def _get_blob(self, blob_id: bytes) -> bytes | None:
+        kv_id = self._next_kv_id()
+        reply = await self._ask(
+            self._kv_waiters, kv_id, dialect.get_blob(kv_id, blob_id), "a blob request"
+        )
+        assert isinstance(reply, dialect.KvReply)
+        return dialect.blob_data(reply)
+
+    # -- the start of a run -----------------------------------------------------------------
+
+    async def _begin(self, input_id: str, request: dialect.RunRequest) -> None:
+        record = await self.store.load(request.conversation_id)
+        if record is not None:
+            self.state = RuntimeState.of(decode_state(record.state, record.messages))
+            self.version = record.version
+        else:
+            history = await self._client_history(request)
+            committed = msgspec.structs.replace(
+                ConversationState.new(request.conversation_id), messages=tuple(history)
+            )
+            self.state = RuntimeState.of(committed)
+            self.version = 0
+
+        if request.action == "resume":
+            await self._resume()
+            return
+        previous = await self.store.find_input_commit(request.conversation_id, input_id)
+        if previous is not None:
+            await self._resume()  # the same run request again: continue, never apply twice
+            return
+        if request.user_message is None:
+            raise RunFailed(dialect.bad_request_end("the run request carries no user message"))
+        if self.state.committed.status in ("WaitingLLM", "WaitingClient"):
+            # A turn left unfinished by a run that is gone: close it before the new one.
+            await self.run(Cancel(reason="interrupted by a new message"), f"{input_id}:interrupt")
+        context = await self._context(request)
+        await self.run(Start(user_message=request.user_message, context=context), input_id)
+
+    async def _client_history(self, request: dialect.RunRequest) -> list[Message]:
+        """History the client holds for a conversation this server has never seen."""
+        if request.inline_history:
+            return list(request.inline_history)
+        blobs: list[bytes] = []
+        for blob_id in request.history.root_prompt_blob_ids:
+            data = await self._get_blob(blob_id)
+            if data is not None:
+                blobs.append(data)
+        return list(dialect.history_from_root_prompt_blobs(blobs))
+
+    async def _context(self, request: dialect.RunRequest) -> TurnContext:
+        parts: list[dialect.ContextPart] = []
+        for ref in request.context_refs:
+            data = await self._get_blob(ref.blob_id)
+            if data is not None:
+                parts.append(dialect.decode_request_context_part(ref.kind, data))
+        inline = request.inline_context
+        if inline is None and not request.context_refs:
+            exec_id = self._next_exec_id()
+            reply = await self._ask(
+                self._exec_waiters,
+                exec_id,
+                dialect.request_context_exec(exec_id),
+                "the request for its context",
+            )
+            inline = dialect.request_context_from_reply(reply)
+        context, self.mcp = dialect.merge_context(
+            inline, parts, request.mcp_tools, mode=request.mode
+        )
+        return context
+
+    async def _resume(self) -> None:
+        """Continue a conversation from its committed state (after a crash or reconnect)."""
+        c = self.state.committed
+        waiting = c.waiting
+        if c.status == "WaitingLLM" and isinstance(waiting, AwaitLLM):
+            llm_record = await self.store.get_llm_call(waiting.call_id)
+            if llm_record is None:
+                raise RunFailed(dialect.internal_end("the interrupted model call was not recorded"))
+            self._llm_records[waiting.call_id] = llm_record
+            await self._open_llm(waiting.call_id, decode_prepared(llm_record.request))
+        elif c.status == "WaitingClient" and isinstance(waiting, AwaitClient):
+            await self._resume_tool(waiting)
+        elif c.status == "Final":
+            last = c.messages[-1] if c.messages else None
+            if isinstance(last, AssistantMessage):
+                self._replay_final(last)
+            self._finish_ok(last.usage if isinstance(last, AssistantMessage) else Usage())
+        elif c.status == "Failed":
+            self._end(
+                dialect.provider_error_end("the previous attempt of this turn failed"), "failed"
+            )
+        elif c.status == "Canceled":
+            self._end(dialect.canceled_end("the turn was canceled"), "canceled")
+        else:
+            self._end(dialect.bad_request_end("there is nothing to resume"), "failed")
+
+    async def _resume_tool(self, waiting: AwaitClient) -> None:
+        op = await self.store.get_client_operation(waiting.operation_id)
+        call = waiting.calls[waiting.next]
+        if op is not None and op.status == "completed" and op.result is not None:
+            result = canonical.decode_message(op.result)
+            assert isinstance(result, ToolResultMessage)
+            await self.run(ToolResult(message=result), f"{waiting.operation_id}:result")
+            return
+        if op is not None and op.side_effects:
+            tool = self._new_tool(call, waiting.call_id)
+            done = tool.unknown_outcome_result(self.services.now_ms())
+            await self._tool_finished(waiting.operation_id, done, op)
+            return
+        await self._run_command(CallClient(operation_id=waiting.operation_id, tool_call=call))
+
+    def _replay_final(self, message: AssistantMessage) -> None:
+        """Deliver a committed answer the client may not have seen, without calling the model."""
+        encoder = dialect.StreamEncoder(model_call_id="replay", now_ms=self.services.now_ms)
+        text = message.text
+        if text:
+            for out in encoder.encode(TextDelta(content_index=0, delta=text)):
+                self.channel.send(out)
+
+    # -- run / run_command ------------------------------------------------------------------
+
+    async def _process(self, work: _Work) -> None:
+        match work:
+            case _LLMWork(call_id=call_id, event=event):
+                await self._on_llm_event(call_id, event)
+            case _ClientWork(input_id=input_id, event=event):
+                await self._on_client_event(input_id, event)
+            case _ToolTimeout(operation_id=op_id):
+                tool, op = self._tool, self._tool_op
+                if tool is not None and op is not None and op.operation_id == op_id:
+                    for message in tool.abort_messages():
+                        self.channel.send(message)
+                    done = tool.timeout_result(self.services.now_ms())
+                    await self._tool_finished(op_id, done, op)
+            case _Supersede(reason=reason):
+                await self.run(Cancel(reason=reason), None)
+        if not self._done and self._idle():
+            # Nothing in flight and the turn is over: end instead of waiting forever.
+            status = self.state.committed.status
+            if status == "Final":
+                self._finish_ok(self.summary.usage)
+            elif status == "Canceled":
+                self._end(dialect.canceled_end("the turn was canceled"), "canceled")
+            else:
+                self._end(dialect.internal_end(f"the turn stopped in state {status}"), "error")
+
+    def _idle(self) -> bool:
+        return (
+            not self._streams
+            and self._tool is None
+            and self.state.committed.status in ("Ready", "Final", "Failed", "Canceled")
+        )
+
+    async def _on_client_event(self, input_id: str, event: dialect.ClientEvent) -> None:
+        match event:
+            case dialect.CancelEvent(reason=reason):
+                await self.run(Cancel(reason=reason or "canceled by the user"), input_id)
+            case dialect.FollowUpUserMessage(message=follow_up):
+                await self.run(UserMessage(message=follow_up), input_id)
+            case dialect.ExecReply(id=exec_id) | dialect.ExecControl(id=exec_id):
+                tool, op = self._tool, self._tool_op
+                if tool is None or op is None or exec_id not in tool.exec_ids:
+                    return  # late reply for an operation that already ended
+                step = tool.feed(event.message, self.services.now_ms())
+                match step:
+                    case Send(messages=outgoing):
+                        for out in outgoing:
+                            self.channel.send(out)
+                    case Finished():
+                        await self._tool_finished(op.operation_id, step, op)
+            case dialect.RunRequestEvent():
+                log.warning("run %s: a second run_request was ignored", self.channel.request_id)
+            case _:
+                pass
+
+    async def _on_llm_event(self, call_id: str, event: ResponseEvent) -> None:
+        now = time.monotonic()
+        if call_id not in self._llm_first and not isinstance(event, StartEvent | ErrorEvent):
+            self._llm_first[call_id] = now
+        if isinstance(event, DoneEvent):
+            for call in event.message.tool_calls:
+                self._tool_owner[call.id] = (call, call_id)
+        if isinstance(event, DoneEvent | ErrorEvent):
+            self._streams.pop(call_id, None)
+            self._pumps.pop(call_id, None)
+            self.summary.usage = self.summary.usage + event.message.usage
+        await self.run(LLMEvent(call_id=call_id, event=event), f"{call_id}:end")
+
+    async def run(self, input: Input, input_id: str | None) -> None:
+        """transition → commit → publish → run_command (design §6 `run`)."""
+        for _ in range(MAX_CAS_RETRIES):
+            t = transition(self.state, input)
+            if t.state is self.state:
+                return  # an input that does not apply in this state: nothing happened
+            before = self.state.committed
+            if t.state.committed is before:
+                self.state = t.state  # pending only: in-memory, never stored
+                self._publish(t, input, before)
+                await self._run_command(t.command)
+                return
+            prepared = self._prepare(t.command)
+            outcome = await self._commit(input, input_id, t, prepared)
+            if outcome == "committed":
+                self._publish(t, input, before)
+                await self._run_command(t.command, prepared)
+                return
+            if outcome == "duplicate":
+                await self._resume()  # applied before (another process): continue from there
+                return
+        raise RunFailed(dialect.internal_end("the conversation kept changing under this run"))
+
+    def _prepare(self, command: Command) -> PreparedRequest | None:
+        if not isinstance(command, CallLLM):
+            return None
+        assert self.model is not None
+        llm = self.services.llm_for(self.model)
+        settings = msgspec.structs.replace(
+            self.model.settings, cache_key=cache_key(self.conversation_id)
+        )
+        return llm.prepare(command.request, settings)
+
+    async def _commit(
+        self,
+        input: Input,
+        input_id: str | None,
+        t: Transition,
+        prepared: PreparedRequest | None,
+    ) -> CommitStatus:
+        before = self.state.committed
+        after = t.state.committed
+        appended = after.messages[len(before.messages) :]
+        calls: list[LLMCallRecord] = []
+        ops: list[ClientOperationRecord] = []
+        now = self.services.now_ms()
+        if isinstance(input, LLMEvent) and input.call_id in self._llm_records:
+            calls.append(self._finished_call_record(input.call_id, input.event, t.command, now))
+        if isinstance(t.command, CallLLM) and prepared is not None:
+            record = LLMCallRecord(
+                call_id=t.command.call_id,
+                conversation_id=self.conversation_id,
+                turn_id=after.turn_id,
+                request=encode_prepared(prepared),
+                request_hash=hashlib.sha256(prepared.body).hexdigest(),
+                messages_hash=t.command.messages_hash,
+                status="planned",
+                created_at_ms=now,
+                provider=self.model.provider.name if self.model else None,
+                model=prepared.model,
+                api=self.model.provider.api if self.model else None,
+            )
+            self._llm_records[t.command.call_id] = record
+            calls.append(record)
+        if isinstance(t.command, CallClient):
+            ops.append(self._operation_record(t.command, after, now))
+        result = msgspec.json.encode(t.command) if not isinstance(t.command, ContinueLLM) else b""
+        outcome = await self.store.commit_input(
+            self.conversation_id,
+            input_id=input_id or f"{after.last_commit_id}",
+            expected_version=self.version,
+            state=encode_state(after),
+            append_messages=[canonical.encode_message(m) for m in appended],
+            expected_message_count=len(before.messages),
+            result=result,
+            llm_calls=calls,
+            client_operations=ops,
+        )
+        if outcome.status == "committed":
+            self.version = outcome.version
+            self.state = t.state
+            for record in calls:
+                if self.services.on_llm_call is not None and record.status != "planned":
+                    self.services.on_llm_call(record)
+            return "committed"
+        # Another writer moved the conversation (or this input was already applied): reload.
+        record_now = await self.store.load(self.conversation_id)
+        if record_now is None:
+            raise RunFailed(dialect.internal_end("the conversation disappeared from the store"))
+        self.state = RuntimeState.of(decode_state(record_now.state, record_now.messages))
+        self.version = record_now.version
+        return outcome.status
+
+    def _finished_call_record(
+        self, call_id: str, event: ResponseEvent, command: Command, now: int
+    ) -> LLMCallRecord:
+        record = self._llm_records[call_id]
+        if not isinstance(event, DoneEvent | ErrorEvent):
+            return record
+        message = event.message
+        usage = message.usage
+        t0 = self._llm_t0.get(call_id)
+        first = self._llm_first.get(call_id)
+        ttft = int((first - t0) * 1000) if t0 is not None and first is not None else None
+        duration = int((time.monotonic() - t0) * 1000) if t0 is not None else None
+        if ttft is not None and self.summary.ttft_ms is None:
+            self.summary.ttft_ms = ttft
+        cost = self._cost(usage)
+        self.summary.cost_usd += cost or 0.0
+        self.summary.llm_calls += 1
+        accepted = isinstance(event, DoneEvent) and not isinstance(command, Failed)
+        if accepted:
+            status: CallStatus = "committed"
+        elif isinstance(event, ErrorEvent) and event.reason == "aborted":
+            status = "canceled"
+        else:
+            status = "failed"
+        updated = msgspec.structs.replace(
+            record,
+            status=status,
+            assistant_hash=(
+                hashlib.sha256(canonical.encode_message(message)).hexdigest() if accepted else None
+            ),
+            input_tokens=usage.input,
+            output_tokens=usage.output,
+            cache_read_tokens=usage.cache_read,
+            cache_write_tokens=usage.cache_write,
+            reasoning_tokens=usage.reasoning,
+            ttft_ms=ttft,
+            duration_ms=duration,
+            cost_usd=cost,
+            error=(
+                message.error_message
+                if isinstance(event, ErrorEvent)
+                else (command.message.error_message if isinstance(command, Failed) else None)
+            ),
+            finished_at_ms=now,
+        )
+        self._llm_records[call_id] = updated
+        return updated
+
+    def _cost(self, usage: Usage) -> float | None:
+        prices = self.model.prices if self.model is not None else None
+        if prices is None:
+            return None
+        return (
+            usage.input * prices.input
+            + usage.output * prices.output
+            + usage.cache_read * prices.cache_read
+            + usage.cache_write * prices.cache_write
+        ) / 1_000_000
+
+    def _operation_record(
+        self, command: CallClient, state: ConversationState, now: int
+    ) -> ClientOperationRecord:
+        waiting = state.waiting
+        index = waiting.next if isinstance(waiting, AwaitClient) else 0
+        mcp_names = self.mcp.names()
+        return ClientOperationRecord(
+            operation_id=command.operation_id,
+            conversation_id=self.conversation_id,
+            turn_id=state.turn_id,
+            tool_call_id=command.tool_call.id,
+            tool_index=index,
+            tool_name=command.tool_call.name,
+            side_effects=side_effects(command.tool_call.name, mcp_names),
+            request=_tool_call_encoder.encode(command.tool_call),
+            status="sent",
+            updated_at_ms=now,
+        )
+
+    def _publish(self, t: Transition, input: Input, before: ConversationState) -> None:
+        if isinstance(input, LLMEvent):
+            encoder = self._encoders.get(input.call_id)
+            if encoder is not None:
+                for event in t.emit:
+                    for message in encoder.encode(event):
+                        self.channel.send(message)
+        self._complete_local_results(input, before, t.state.committed)
+
+    def _complete_local_results(
+        self, input: Input, before: ConversationState, after: ConversationState
+    ) -> None:
+        """Tool calls the loop answered itself (invalid arguments, unknown tool, canceled) still
+        get a completed card on the client, so no placeholder spins forever."""
+        if len(after.messages) <= len(before.messages):
+            return
+        from_client = input.message.tool_call_id if isinstance(input, ToolResult) else None
+        for message in after.messages[len(before.messages) :]:
+            if not isinstance(message, ToolResultMessage) or message.tool_call_id == from_client:
+                continue
+            owner = self._tool_owner.get(message.tool_call_id)
+            if owner is None:
+                continue
+            call, llm_call_id = owner
+            tool = self._new_tool(call, llm_call_id)
+            self.channel.send(tool.local_completion(message, self.services.now_ms()))
+
+    async def _run_command(self, command: Command, prepared: PreparedRequest | None = None) -> None:
+        """Design §6 `runCommand`."""
+        match command:
+            case ContinueLLM() | WaitInput():
+                return
+            case CallLLM(call_id=call_id):
+                if prepared is None:
+                    prepared = self._prepare(command)
+                assert prepared is not None
+                await self._open_llm(call_id, prepared)
+            case CallClient():
+                self._start_tool(command)
+            case Final():
+                self._finish_ok(self.summary.usage)
+            case Failed(message=message):
+                text = message.error_message or "the model call failed"
+                self._stop_everything()
+                self._end(dialect.provider_error_end(text), "failed")
+            case Canceled(reason=reason):
+                self._stop_everything()
+                self._end(dialect.canceled_end(reason), "canceled")
+
+    def _finish_ok(self, usage: Usage) -> None:
+        self.channel.send(dialect.turn_ended(usage))
+        self._end(None, "ok")
+
+    def _stop_everything(self) -> None:
+        if self._tool is not None:
+            for message in self._tool.abort_messages():
+                self.channel.send(message)
+            self._tool = None
+            self._tool_op = None
+        if self._tool_timer is not None:
+            self._tool_timer.cancel()
+            self._tool_timer = None
+        self._close_streams()
+
+    # -- read_llm ---------------------------------------------------------------------------
+
+    async def _open_llm(self, call_id: str, prepared: PreparedRequest) -> None:
+        assert self.model is not None
+        llm = self.services.llm_for(self.model)
+        self._encoders[call_id] = dialect.StreamEncoder(
+            model_call_id=call_id, now_ms=self.services.now_ms
+        )
+        self._llm_t0[call_id] = time.monotonic()
+        stream = llm.send(prepared)
+        self._streams[call_id] = stream
+        self._pumps[call_id] = asyncio.create_task(self._read_llm(call_id, stream))
+
+    async def _read_llm(self, call_id: str, stream: ResponseStream) -> None:
+        """Design §7.2 `readLLM`: each upstream event becomes an input of this run."""
+        try:
+            while True:
+                event = await stream.recv()
+                self.inbox.put_nowait(_LLMWork(call_id, event))
+                if isinstance(event, DoneEvent | ErrorEvent):
+                    return
+        except StreamEnded:
+            return
+
+    # -- tools ------------------------------------------------------------------------------
+
+    def _new_tool(self, call: ToolCall, llm_call_id: str) -> ToolExecution:
+        index = _content_index(self.state.committed.messages, call)
+        return ToolExecution(
+            call,
+            call_id=dialect.call_id_for(llm_call_id, index),
+            model_call_id=llm_call_id,
+            mcp=self.mcp,
+            conversation_id=self.conversation_id,
+        )
+
+    def _start_tool(self, command: CallClient) -> None:
+        waiting = self.state.committed.waiting
+        llm_call_id = waiting.call_id if isinstance(waiting, AwaitClient) else "unknown"
+        tool = self._new_tool(command.tool_call, llm_call_id)
+        self._tool = tool
+        self._tool_op = self._operation_record(
+            command, self.state.committed, self.services.now_ms()
+        )
+        for message in tool.start(self._next_exec_id, self.services.now_ms()):
+            self.channel.send(message)
+        if self._tool_timer is not None:
+            self._tool_timer.cancel()
+        self._tool_timer = asyncio.create_task(self._tool_deadline(command.operation_id))
+
+    async def _tool_deadline(self, operation_id: str) -> None:
+        await asyncio.sleep(self.services.tool_timeout_s)
+        self.inbox.put_nowait(_ToolTimeout(operation_id))
+
+    async def _tool_finished(
+        self, operation_id: str, done: Finished, op: ClientOperationRecord
+    ) -> None:
+        self._tool = None
+        self._tool_op = None
+        if self._tool_timer is not None:
+            self._tool_timer.cancel()
+            self._tool_timer = None
+        if done.completed is not None:
+            self.channel.send(done.completed)
+        completed = msgspec.structs.replace(
+            op,
+            status="completed",
+            result=canonical.encode_message(done.result),
+            updated_at_ms=self.services.now_ms(),
+        )
+        await self.store.save_client_operation(completed)
+        await self.run(ToolResult(message=done.result), f"{operation_id}:result")
+
+
+def _content_index(messages: tuple[Message, ...], call: ToolCall) -> int:
+    for message in reversed(messages):
+        if isinstance(message, AssistantMessage):
+            for i, block in enumerate(message.content):
+                if isinstance(block, ToolCall) and block.id == call.id:
+                    return i
+    return 0

@@ -1,0 +1,181 @@
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+from cursor_byok import cli
+from cursor_byok.config import Config, parse_config
+from cursor_byok.starter_config import EXAMPLE_ENV, starter_config, uncomment_examples
+
+MODELS_TOML = """
+[providers.openai]
+api = "openai-responses"
+api_key_env = "CLI_TEST_OPENAI_KEY"
+
+[providers.local]
+api = "openai-chat"
+base_url = "http://127.0.0.1:8080/v1"
+
+[models.gpt-5]
+provider = "openai"
+name = "GPT-5"
+context_window = 400000
+reasoning = true
+reasoning_effort = "high"
+
+[models.qwen]
+provider = "local"
+model = "qwen2.5-coder:7b"
+"""
+SECRET = "sk-cli-test-PLANTED-0000111122223333"
+
+
+# -- init -------------------------------------------------------------------------------------
+
+
+def test_init_writes_a_parseable_commented_config(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    target = tmp_path / "cursor-byok.toml"
+    assert cli.main(["init", str(target)]) == 0
+    text = target.read_text()
+    assert text == starter_config()
+    assert stat.S_IMODE(os.stat(target).st_mode) == 0o600
+    assert "cursor-byok doctor --config" in capsys.readouterr().err
+
+    # As written (only the local server enabled): parses with no environment at all.
+    config = parse_config(text, env={})
+    assert list(config.models) == ["local"]
+    assert config.models["local"].provider.base_url == "http://127.0.0.1:8080/v1"
+
+    # Every example enabled: parses once the variables it names are set.
+    full = uncomment_examples(text)
+    for var in EXAMPLE_ENV:
+        assert var in text
+    env = {var: f"test-{var}" for var in EXAMPLE_ENV}
+    config = parse_config(full, env=env)
+    assert {p.api for p in config.providers.values()} == {
+        "openai-chat",
+        "openai-responses",
+        "anthropic",
+        "gemini",
+    }
+    assert len(config.models) == 4
+    assert all(m.prices is not None for m in config.models.values() if m.id != "local")
+    for text_ in ("llama.cpp", "Ollama", "vLLM", "11434", "8000"):
+        assert text_ in text
+    # ...and without them, the error names the missing variable.
+    with pytest.raises(ValueError, match="OPENAI_API_KEY"):
+        parse_config(full, env={})
+
+
+def test_init_default_path_and_refuses_to_overwrite(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["init"]) == 0
+    target = tmp_path / "cursor-byok.toml"
+    target.write_text("# mine\n")
+    assert cli.main(["init"]) == 1
+    assert "--force" in capsys.readouterr().err
+    assert target.read_text() == "# mine\n"
+    assert cli.main(["init", "--force"]) == 0
+    assert target.read_text() == starter_config()
+
+
+def test_init_into_a_directory(tmp_path: Path) -> None:
+    assert cli.main(["init", str(tmp_path)]) == 0
+    assert (tmp_path / "cursor-byok.toml").read_text() == starter_config()
+
+
+# -- models -----------------------------------------------------------------------------------
+
+
+def test_models_table(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(MODELS_TOML)
+    monkeypatch.setenv("CLI_TEST_OPENAI_KEY", SECRET)
+    assert cli.main(["models", "--config", str(cfg)]) == 0
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    assert lines[0].split() == [
+        "ID",
+        "NAME",
+        "PROVIDER",
+        "API",
+        "UPSTREAM",
+        "MODEL",
+        "CONTEXT",
+        "REASONING",
+    ]
+    assert lines[1].split() == [
+        "gpt-5",
+        "GPT-5",
+        "openai",
+        "openai-responses",
+        "gpt-5",
+        "400,000",
+        "yes",
+        "(high)",
+    ]
+    assert lines[2].split() == [
+        "qwen",
+        "qwen",
+        "local",
+        "openai-chat",
+        "qwen2.5-coder:7b",
+        "128,000",
+        "no",
+    ]
+    assert SECRET not in out
+
+
+def test_models_with_config_error_and_no_models(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(MODELS_TOML)
+    monkeypatch.delenv("CLI_TEST_OPENAI_KEY", raising=False)
+    assert cli.main(["models", "--config", str(cfg)]) == 2
+    assert "CLI_TEST_OPENAI_KEY is not set" in capsys.readouterr().err
+    empty = tmp_path / "e.toml"
+    empty.write_text("[server]\n")
+    assert cli.main(["models", "--config", str(empty)]) == 1
+    assert "empty model list" in capsys.readouterr().err
+
+
+# -- serve ------------------------------------------------------------------------------------
+
+
+def test_serve_still_calls_app_serve(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import cursor_byok.app
+
+    seen: dict[str, object] = {}
+
+    def fake_serve(
+        config: Config, *, host: str | None, port: int | None, database: str | None
+    ) -> int:
+        seen.update(config=config, host=host, port=port, database=database)
+        return 7
+
+    monkeypatch.setattr(cursor_byok.app, "serve", fake_serve)
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(starter_config())
+    argv = ["serve", "--config", str(cfg), "--host", "::1", "--port", "9999", "--db", "x.db"]
+    assert cli.main(argv) == 7
+    assert isinstance(seen["config"], Config)
+    assert (seen["host"], seen["port"], seen["database"]) == ("::1", 9999, "x.db")
+    assert cli.main(["serve", "--config", str(cfg)]) == 7
+    assert (seen["host"], seen["port"], seen["database"]) == (None, None, None)
+
+
+def test_no_command_prints_help(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main([]) == 0
+    out = capsys.readouterr().out
+    for command in ("serve", "init", "models", "doctor"):
+        assert command in out

@@ -1,0 +1,65 @@
+"""End-to-end fixtures: our server process, a scripted upstream, the real third-party client."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.support.live import ServerProcess, ThreadedUpstream, brain_config, server_process
+from tests.support.upstream import SHARED, FakeUpstream
+
+SETUP = SHARED / "realclient" / "setup.sh"
+
+
+@pytest.fixture(scope="module")
+def upstream() -> Iterator[FakeUpstream]:
+    with ThreadedUpstream() as up:
+        yield up
+
+
+@pytest.fixture(scope="module")
+def server(
+    upstream: FakeUpstream, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ServerProcess]:
+    work = tmp_path_factory.mktemp("server")
+    with server_process(brain_config(upstream.base_url, db=work / "byok.db"), work) as srv:
+        yield srv
+
+
+@pytest.fixture(scope="session")
+def realclient() -> Path:
+    """The oh-my-pi client installed by ../shared/realclient/setup.sh (cached per machine)."""
+    if not SETUP.is_file():
+        pytest.fail(f"{SETUP} is missing: the shared folder must sit beside the repository")
+    proc = subprocess.run(
+        ["bash", str(SETUP)], capture_output=True, text=True, timeout=600, check=False
+    )
+    if proc.returncode != 0:
+        pytest.fail(f"realclient setup failed:\n{proc.stderr[-3000:]}", pytrace=False)
+    folder = Path(proc.stdout.strip().splitlines()[-1])
+    assert (folder / "drive.ts").is_file(), folder
+    return folder
+
+
+def bun(folder: Path) -> str:
+    path = folder / "node_modules" / ".bin" / "bun"
+    return str(path) if path.exists() else "bun"
+
+
+def drive(
+    folder: Path, base: str, *args: str, cwd: Path | None = None, timeout: int = 60
+) -> subprocess.CompletedProcess[str]:
+    cmd = [bun(folder), str(folder / "drive.ts"), "--base", base, "--quiet", *args]
+    return subprocess.run(
+        cmd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=cwd or folder,
+        check=False,
+        env={**os.environ, "NO_COLOR": "1"},
+    )

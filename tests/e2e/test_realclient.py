@@ -1,0 +1,110 @@
+"""The real third-party client (oh-my-pi's Cursor provider, over HTTP/2) against our server,
+which answers from a scripted OpenAI-compatible upstream over real loopback HTTP."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.conftest import drive
+from tests.support.live import ServerProcess
+from tests.support.upstream import FakeUpstream
+
+pytestmark = pytest.mark.realclient
+
+
+def deltas(output: str, kind: str) -> str:
+    out = []
+    for line in output.splitlines():
+        prefix = f"[event] {kind} "
+        if line.startswith(prefix):
+            _, _, payload = line[len(prefix) :].partition(" ")
+            out.append(json.loads(payload))
+    return "".join(out)
+
+
+def last_chat_request(upstream: FakeUpstream) -> dict:  # type: ignore[type-arg]
+    return json.loads(upstream.requests[-1].body)
+
+
+def test_text_turn(realclient: Path, server: ServerProcess, upstream: FakeUpstream) -> None:
+    r = drive(realclient, server.url, "--prompt", "hello there", "--model", "brain-1")
+    assert r.returncode == 0, r.stdout + r.stderr + server.log()
+    assert r.stdout.strip().endswith("DRIVE OK")
+    assert deltas(r.stdout, "text_delta") == "You said: hello there"
+    body = last_chat_request(upstream)
+    assert body["model"] == "brain-1" and body["stream"] is True
+    assert body["messages"][0]["role"] == "system"
+    assert body["messages"][-1] == {"role": "user", "content": "hello there"}
+
+
+def test_thinking_turn(realclient: Path, server: ServerProcess) -> None:
+    r = drive(realclient, server.url, "--prompt", "[think] why", "--model", "brain-1")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert deltas(r.stdout, "thinking_delta") == "Let me reason step by step."
+    assert deltas(r.stdout, "text_delta") == "I thought about it."
+
+
+def test_two_turn_conversation(
+    realclient: Path, server: ServerProcess, upstream: FakeUpstream
+) -> None:
+    r = drive(
+        realclient,
+        server.url,
+        "--prompt",
+        "first question",
+        "--followup",
+        "second question",
+        "--model",
+        "brain-1",
+    )
+    assert r.returncode == 0, r.stdout + r.stderr + server.log()
+    assert r.stdout.count("[event] done") == 2
+    body = last_chat_request(upstream)
+    roles = [(m["role"], m.get("content")) for m in body["messages"][1:]]
+    assert roles == [
+        ("user", "first question"),
+        ("assistant", "You said: first question"),
+        ("user", "second question"),
+    ]
+
+
+def test_mcp_tool_executed_on_the_client(
+    realclient: Path, server: ServerProcess, upstream: FakeUpstream
+) -> None:
+    prompt = '[tool get_weather {"city": "Paris"}]'
+    r = drive(realclient, server.url, "--prompt", prompt, "--tool", "--exec", "--model", "brain-1")
+    assert r.returncode == 0, r.stdout + r.stderr + server.log()
+    assert "[exec] mcp get_weather" in r.stdout
+    assert deltas(r.stdout, "text_delta").endswith("The tool said: Sunny, 21C in Paris")
+    body = last_chat_request(upstream)
+    tool_msgs = [m for m in body["messages"] if m["role"] == "tool"]
+    assert tool_msgs and "Sunny, 21C in Paris" in tool_msgs[-1]["content"]
+    names = [t["function"]["name"] for t in body["tools"]]
+    assert "get_weather" in names and "Shell" in names
+
+
+@pytest.mark.parametrize("script", ["write-read", "write-shell"])
+def test_omp_agent_writes_then_reads_on_the_client(
+    realclient: Path, server: ServerProcess, tmp_path: Path, script: str
+) -> None:
+    work = tmp_path / "work"
+    work.mkdir()
+    token = f"payload-{script}"
+    prompt = f"[script {script} notes.txt {token}]"
+    proc = subprocess.run(
+        [str(realclient / "omp-run.sh"), server.url, prompt],
+        cwd=work,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        env={**os.environ, "OMP_MODEL": "cursor/brain-1", "OMP_MODE": "text"},
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:] + server.log()[-3000:]
+    assert (work / "notes.txt").read_text() == token
+    assert "The file says:" in proc.stdout and token in proc.stdout

@@ -1,0 +1,97 @@
+from __future__ import annotations
+
+import itertools
+import json
+import time
+from pathlib import Path
+
+from cursor_byok.observability.dashboard import (
+    BUCKET_SIZES_MS,
+    bucket_size,
+    dashboard_data,
+    dashboard_html,
+    dashboard_json,
+)
+from cursor_byok.store.sqlite import SQLiteStore
+
+from .helpers import ALL_SECRETS, planted_config, seed_store
+
+
+def test_html_is_self_contained() -> None:
+    html = dashboard_html().decode()
+    assert html.startswith("<!doctype html>")
+    assert "/api/summary" in html
+    # No external resource of any kind: the machine (and many users) have no internet.
+    for needle in ("http://", "https://", "//cdn", "src=", "@import", "url("):
+        assert needle not in html, needle
+    assert html.count("<link") == 1 and '<link rel="icon" href="data:,">' in html
+
+
+def test_bucket_size_follows_the_span() -> None:
+    assert bucket_size(0) == 60_000
+    assert bucket_size(30 * 60_000) == 60_000
+    assert bucket_size(3 * 3_600_000) == 5 * 60_000
+    assert bucket_size(2 * 86_400_000) == 3_600_000
+    assert bucket_size(365 * 86_400_000) == BUCKET_SIZES_MS[-1]
+
+
+async def test_dashboard_data_from_a_real_store(tmp_path: Path) -> None:
+    now = int(time.time() * 1000)
+    config = planted_config()
+    async with await SQLiteStore.open(tmp_path / "db.sqlite") as store:
+        await seed_store(store, now)
+        data = await dashboard_data(store, config, limit=100)
+        raw = await dashboard_json(store, config)
+
+    assert [c["id"] for c in data["conversations"]] == ["conv-beta-0002", "conv-alpha-0001"]
+    assert data["conversations"][1]["message_count"] == 3
+
+    calls = {c["call_id"]: c for c in data["llm_calls"]}
+    assert len(calls) == 6
+    assert next(c["call_id"] for c in data["llm_calls"]) == "call-6"  # newest first
+    c2 = calls["call-2"]
+    assert c2["outcome"] == "ok" and c2["conversation_id"] == "conv-alpha-0001"
+    assert (c2["input_tokens"], c2["output_tokens"]) == (200, 450)
+    assert (c2["cache_read_tokens"], c2["cache_write_tokens"], c2["reasoning_tokens"]) == (
+        1500,
+        100,
+        5,
+    )
+    assert c2["cache_hit_ratio"] == round(1500 / 1800, 4)
+    assert c2["ttft_ms"] == 250 and c2["duration_ms"] == 1200 and c2["cost_usd"] == 0.0051
+    c3 = calls["call-3"]
+    assert c3["outcome"] == "error" and c3["error"].startswith("anthropic HTTP 401")
+    assert "***" in c3["error"]
+    assert calls["call-5"]["outcome"] == "canceled"
+    assert calls["call-6"]["outcome"] == "streaming" and calls["call-6"]["input_tokens"] is None
+
+    totals = data["totals"]
+    assert totals["calls"] == 6 and totals["errors"] == 1
+    assert totals["input_tokens"] == 1200 + 200 + 900 + 50 + 10
+    assert abs(totals["cost_usd"] - (0.0048 + 0.0051 + 0.0123 + 0.00001)) < 1e-12
+
+    series = data["series"]
+    assert series["bucket_ms"] == 60_000
+    keys = [m["key"] for m in series["models"]]
+    assert keys == ["anthropic/claude-test", "openai/gpt-test"]
+    for m in series["models"]:
+        ts = [p["t"] for p in m["points"]]
+        assert ts == sorted(ts) and all(b - a == 60_000 for a, b in itertools.pairwise(ts))
+    gpt = series["models"][1]["points"]
+    assert sum(p["tokens"] for p in gpt) == (1200 + 300) + (200 + 450 + 1500 + 100) + 13
+    assert abs(sum(p["cost_usd"] for p in gpt) - (0.0048 + 0.0051 + 0.00001)) < 1e-12
+    claude = series["models"][0]["points"]
+    assert sum(p["errors"] for p in claude) == 1
+
+    text = raw.decode()
+    assert json.loads(text)["totals"]["calls"] == 6
+    for secret in ALL_SECRETS:
+        assert secret not in text
+
+
+async def test_empty_store(tmp_path: Path) -> None:
+    async with await SQLiteStore.open(tmp_path / "db.sqlite") as store:
+        data = await dashboard_data(store, planted_config())
+    assert data["llm_calls"] == [] and data["conversations"] == []
+    assert data["series"]["models"] == [] and data["totals"]["calls"] == 0
+    assert [m["id"] for m in data["models"]] == ["gpt", "claude", "gem"]

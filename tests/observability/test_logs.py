@@ -1,0 +1,223 @@
+from __future__ import annotations
+
+import io
+import json
+import logging
+from collections.abc import Iterator
+
+import pytest
+
+from cursor_byok.llm.types import Usage
+from cursor_byok.observability.logs import (
+    RedactingFilter,
+    install_redaction,
+    log_run,
+    redact_text,
+    secrets_of,
+    setup_logging,
+)
+from cursor_byok.transport.runner import RunSummary
+
+from .helpers import (
+    ALL_SECRETS,
+    ANTHROPIC_KEY,
+    AUTH_TOKEN,
+    GEMINI_KEY,
+    HEADER_SECRET,
+    OPENAI_KEY,
+    planted_config,
+)
+
+# Header values of credentials no config knows about: scrubbed by pattern.
+FOREIGN_BEARER = "eyJhbGciOiJIUzI1NiJ9.FOREIGNjwtPAYLOAD.sig42"
+FOREIGN_XAPI = "xk-FOREIGN-anthropic-style-9999"
+FOREIGN_GOOG = "AIzaFOREIGNgoogKey00000000"
+FOREIGN = (FOREIGN_BEARER, FOREIGN_XAPI, FOREIGN_GOOG)
+
+
+@pytest.fixture
+def restore_logging() -> Iterator[None]:
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    yield
+    for h in list(root.handlers):
+        if h not in handlers:
+            root.removeHandler(h)
+    root.setLevel(level)
+
+
+def test_secrets_of_collects_keys_token_and_sensitive_headers() -> None:
+    found = secrets_of(planted_config())
+    assert set(found) == set(ALL_SECRETS)
+    assert "cursor-byok" not in found  # the X-Title header is not a secret
+
+
+def test_redact_text_header_forms() -> None:
+    cases = [
+        f"Authorization: Bearer {FOREIGN_BEARER}",
+        f"authorization=Bearer {FOREIGN_BEARER}",
+        f"{{'authorization': 'Bearer {FOREIGN_BEARER}'}}",
+        f'{{"x-api-key": "{FOREIGN_XAPI}"}}',
+        f"[('x-api-key', '{FOREIGN_XAPI}')]",
+        f"x-goog-api-key: {FOREIGN_GOOG}",
+        f"GET https://generativelanguage.googleapis.com/v1beta/models?key={FOREIGN_GOOG}&alt=sse",
+        f"sent Bearer {FOREIGN_BEARER} upstream",
+    ]
+    for text in cases:
+        out = redact_text(text)
+        assert not any(f in out for f in FOREIGN), (text, out)
+        assert "***" in out
+
+
+def emit_everything(log: logging.Logger) -> None:
+    log.info("plain message with %s inside", OPENAI_KEY)
+    log.info("key in the message itself: " + ANTHROPIC_KEY)
+    log.warning("dict args %(k)s / %(t)s", {"k": GEMINI_KEY, "t": AUTH_TOKEN})
+    log.info("headers %s", {"Authorization": f"Bearer {OPENAI_KEY}", "x-api-key": ANTHROPIC_KEY})
+    log.info("tuple headers %r", [("x-goog-api-key", GEMINI_KEY), ("X-Custom-Auth", HEADER_SECRET)])
+    log.info("foreign Authorization: Bearer %s and x-api-key: %s", FOREIGN_BEARER, FOREIGN_XAPI)
+    log.info("url https://example.test/v1?key=%s", FOREIGN_GOOG)
+    log.info(
+        "with extra",
+        extra={
+            "api_key": OPENAI_KEY,
+            "headers": {"authorization": f"Bearer {AUTH_TOKEN}"},
+            "items": [ANTHROPIC_KEY, 3],
+        },
+    )
+    try:
+        raise RuntimeError(f"upstream said: invalid key {OPENAI_KEY} (token {AUTH_TOKEN})")
+    except RuntimeError:
+        log.exception("call failed for %s", GEMINI_KEY)
+    try:
+        raise ValueError(f"Authorization: Bearer {FOREIGN_BEARER}")
+    except ValueError as exc:
+        log.error("wrapped: %s", exc, exc_info=True)
+    log.info("stack", stack_info=True, extra={"note": f"x-goog-api-key={GEMINI_KEY}"})
+    log.info("bad format %d %d", HEADER_SECRET)  # a broken call must not leak its args
+
+
+@pytest.mark.parametrize("fmt", ["text", "json"])
+def test_no_secret_reaches_any_output_line(fmt: str, restore_logging: None) -> None:
+    stream = io.StringIO()
+    setup_logging(fmt, "DEBUG", secrets=secrets_of(planted_config()), stream=stream)
+    emit_everything(logging.getLogger("cursor_byok.test.redaction"))
+    emit_everything(logging.getLogger("some.library"))  # other loggers go through it too
+    out = stream.getvalue()
+    lines = out.splitlines()
+    assert len(lines) > 20
+    for line in lines:
+        for secret in (*ALL_SECRETS, *FOREIGN):
+            assert secret not in line, (secret, line)
+    assert out.count("***") >= 20
+    assert "RuntimeError" in out and "Traceback" in out  # the exception is kept, scrubbed
+    if fmt == "json":
+        records = [json.loads(line) for line in lines if line.startswith("{")]
+        assert len(records) == 24
+        with_extra = [r for r in records if r["msg"] == "with extra"]
+        assert with_extra[0]["api_key"] == "***"
+        assert with_extra[0]["headers"] == {"authorization": "Bearer ***"}
+        assert any("exc" in r and "***" in r["exc"] for r in records)
+
+
+def test_filter_also_scrubs_preexisting_handlers(restore_logging: None) -> None:
+    stream = io.StringIO()
+    other = logging.getLogger("granian.like")
+    handler = logging.StreamHandler(stream)
+    other.addHandler(handler)
+    other.propagate = False
+    try:
+        setup_logging("text", "INFO", secrets=[OPENAI_KEY], stream=io.StringIO())
+        other.warning("access log with %s", OPENAI_KEY)
+        assert OPENAI_KEY not in stream.getvalue() and "***" in stream.getvalue()
+        assert sum(isinstance(f, RedactingFilter) for f in handler.filters) == 1
+        setup_logging("text", "INFO", secrets=[OPENAI_KEY], stream=io.StringIO())
+        assert sum(isinstance(f, RedactingFilter) for f in handler.filters) == 1
+    finally:
+        other.removeHandler(handler)
+
+
+def test_setup_logging_rejects_unknown_format() -> None:
+    with pytest.raises(ValueError):
+        setup_logging("xml")
+
+
+def summary(**kw: object) -> RunSummary:
+    base: dict[str, object] = dict(
+        request_id="req-42",
+        conversation_id="conv-7",
+        model="gpt",
+        provider="openai",
+        outcome="ok",
+        llm_calls=2,
+        usage=Usage(input=100, output=40, cache_read=300, cache_write=100, reasoning=8),
+        ttft_ms=321,
+        duration_ms=4567,
+        cost_usd=0.0123456789,
+    )
+    base.update(kw)
+    return RunSummary(**base)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("fmt", ["text", "json"])
+def test_log_run_one_line_with_every_field(fmt: str, restore_logging: None) -> None:
+    stream = io.StringIO()
+    setup_logging(fmt, "INFO", stream=stream)
+    log_run(summary())
+    lines = stream.getvalue().splitlines()
+    assert len(lines) == 1
+    line = lines[0]
+    for part in (
+        "req-42",
+        "conv-7",
+        "gpt",
+        "openai",
+        "321",
+        "4567",
+        "100",
+        "40",
+        "300",
+        "0.6",
+        "0.012346",
+        "ok",
+    ):
+        assert part in line, part
+    if fmt == "json":
+        record = json.loads(line)
+        assert record["level"] == "INFO" and record["logger"] == "cursor_byok.runs"
+        run = record["run"]
+        assert run["request_id"] == "req-42" and run["conversation_id"] == "conv-7"
+        assert run["ttft_ms"] == 321 and run["duration_ms"] == 4567
+        assert run["input_tokens"] == 100 and run["output_tokens"] == 40
+        assert run["cache_read_tokens"] == 300 and run["cache_write_tokens"] == 100
+        assert run["reasoning_tokens"] == 8
+        assert run["cache_hit_ratio"] == 0.6
+        assert run["cost_usd"] == 0.012346 and run["outcome"] == "ok"
+    else:
+        assert " INFO cursor_byok.runs: run request_id=req-42 " in line
+        assert "cache_hit_ratio=0.6" in line
+
+
+def test_log_run_failure_is_a_warning_and_scrubbed(restore_logging: None) -> None:
+    stream = io.StringIO()
+    setup_logging("json", "INFO", secrets=[OPENAI_KEY], stream=stream)
+    log_run(summary(outcome="failed", error=f"openai HTTP 401: bad key {OPENAI_KEY}", ttft_ms=None))
+    record = json.loads(stream.getvalue())
+    assert record["level"] == "WARNING"
+    assert OPENAI_KEY not in stream.getvalue()
+    assert record["run"]["error"] == "openai HTTP 401: bad key ***"
+
+
+def test_reinstall_after_a_library_adds_handlers(restore_logging: None) -> None:
+    setup_logging("json", "INFO", secrets=[OPENAI_KEY], stream=io.StringIO())
+    late = logging.getLogger("late.library")
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    late.addHandler(handler)
+    late.propagate = False
+    try:
+        install_redaction()  # re-attaches the filter setup_logging made
+        late.error("key %s", OPENAI_KEY)
+        assert OPENAI_KEY not in stream.getvalue() and "***" in stream.getvalue()
+    finally:
+        late.removeHandler(handler)

@@ -1,0 +1,147 @@
+"""A scripted OpenAI-compatible model for end-to-end tests.
+
+It reads the Chat Completions request our server sends and answers with streamed chunks, driven
+by markers in the latest user message, so a test scripts the model's behaviour through the
+prompt it types into a real client:
+
+- `[think]`                      reasoning_content deltas, then the answer text
+- `[tool NAME {json-args}]`      one tool call, then (after its result) a sentence quoting it
+- `[tools N1 {a1} N2 {a2}]`      two tool calls in one message (parallel), then a summary
+- `[script write-read PATH TEXT]` Write(PATH, TEXT), then Read(PATH), then an answer quoting it
+- `[script write-shell PATH TEXT]` Write(PATH, TEXT), then Shell("cat PATH"), then an answer
+- `[slow SECONDS]`               a pause before the answer (heartbeat tests)
+- `[fail]`                       HTTP 500 with a provider error body
+- otherwise                      "You said: <text>"
+
+Everything it answers is deterministic, so tests can assert exact text.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from .upstream import Received, Reply
+
+CHUNK = 4
+
+
+def _chunk(delta: dict[str, Any], finish: str | None = None) -> str:
+    return json.dumps(
+        {
+            "id": "chatcmpl-brain",
+            "object": "chat.completion.chunk",
+            "model": "brain-1",
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+        }
+    )
+
+
+def _usage(prompt: int, completion: int, cached: int = 0) -> str:
+    return json.dumps(
+        {
+            "id": "chatcmpl-brain",
+            "object": "chat.completion.chunk",
+            "model": "brain-1",
+            "choices": [],
+            "usage": {
+                "prompt_tokens": prompt,
+                "completion_tokens": completion,
+                "total_tokens": prompt + completion,
+                "prompt_tokens_details": {"cached_tokens": cached},
+            },
+        }
+    )
+
+
+def text_reply(text: str, *, thinking: str = "", delay_s: float = 0.0) -> Reply:
+    events = [_chunk({"role": "assistant", "content": ""})]
+    for i in range(0, len(thinking), CHUNK):
+        events.append(_chunk({"reasoning_content": thinking[i : i + CHUNK]}))
+    for i in range(0, len(text), CHUNK):
+        events.append(_chunk({"content": text[i : i + CHUNK]}))
+    events.append(_chunk({}, "stop"))
+    events.append(_usage(100, max(1, len(text) // 4), cached=40))
+    events.append("[DONE]")
+    return Reply.events(events, delay_s=delay_s)
+
+
+def tool_reply(calls: list[tuple[str, str, dict[str, Any]]], text: str = "") -> Reply:
+    events = [_chunk({"role": "assistant", "content": None})]
+    if text:
+        events.append(_chunk({"content": text}))
+    for index, (call_id, name, args) in enumerate(calls):
+        raw = json.dumps(args)
+        first = {
+            "index": index,
+            "id": call_id,
+            "type": "function",
+            "function": {"name": name, "arguments": ""},
+        }
+        events.append(_chunk({"tool_calls": [first]}))
+        for i in range(0, len(raw), 7):
+            part = {"index": index, "function": {"arguments": raw[i : i + 7]}}
+            events.append(_chunk({"tool_calls": [part]}))
+    events.append(_chunk({}, "tool_calls"))
+    events.append(_usage(120, 30))
+    events.append("[DONE]")
+    return Reply.events(events)
+
+
+def _text_of(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(p.get("text", "") for p in content if isinstance(p, dict))
+    return ""
+
+
+_TOOL = re.compile(r"\[tool (\S+) (\{.*?\})\]")
+_TOOLS = re.compile(r"\[tools (\S+) (\{.*?\}) (\S+) (\{.*?\})\]")
+_SCRIPT = re.compile(r"\[script (write-read|write-shell) (\S+) (.+?)\]")
+_SLOW = re.compile(r"\[slow ([0-9.]+)\]")
+
+
+def answer(received: Received) -> Reply:
+    body = json.loads(received.body)
+    messages = body["messages"]
+    last_user = next(
+        (i for i in range(len(messages) - 1, -1, -1) if messages[i]["role"] == "user"), 0
+    )
+    prompt = _text_of(messages[last_user]["content"])
+    after = messages[last_user + 1 :]
+    results = [m for m in after if m["role"] == "tool"]
+    if "[fail]" in prompt:
+        return Reply.json(
+            500, '{"error":{"message":"brain: scripted failure","type":"server_error"}}'
+        )
+    if m := _SCRIPT.search(prompt):
+        kind, path, text = m.groups()
+        if not results:
+            return tool_reply([("call_w1", "Write", {"path": path, "contents": text})])
+        if len(results) == 1:
+            if kind == "write-read":
+                return tool_reply([("call_r1", "Read", {"path": path})])
+            return tool_reply([("call_s1", "Shell", {"command": f"cat {path}"})])
+        return text_reply(f"Done. The file says: {_text_of(results[-1]['content'])[:200]}")
+    if m := _TOOLS.search(prompt):
+        n1, a1, n2, a2 = m.groups()
+        if not results:
+            return tool_reply([("call_p1", n1, json.loads(a1)), ("call_p2", n2, json.loads(a2))])
+        joined = " | ".join(_text_of(r["content"])[:80] for r in results)
+        return text_reply(f"Both tools answered: {joined}")
+    if m := _TOOL.search(prompt):
+        name, args = m.groups()
+        if not results:
+            return tool_reply([("call_t1", name, json.loads(args))], text="Let me check.")
+        return text_reply(f"The tool said: {_text_of(results[-1]['content'])[:200]}")
+    delay = float(m.group(1)) if (m := _SLOW.search(prompt)) else 0.0
+    if "[think]" in prompt:
+        return text_reply("I thought about it.", thinking="Let me reason step by step.")
+    if delay:
+        reply = text_reply(f"You said: {prompt}")
+        reply.chunks.insert(1, b"")
+        reply.delay_s = delay / max(1, len(reply.chunks))
+        return reply
+    return text_reply(f"You said: {prompt}")

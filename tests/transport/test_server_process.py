@@ -1,0 +1,201 @@
+"""Serving entry points: the server in a child process, TLS with ALPN h2, bind safety."""
+
+from __future__ import annotations
+
+import shutil
+import ssl
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from cursor_byok.config import ConfigError, parse_config
+from cursor_byok.transport.proto import agent_pb2
+from cursor_byok.transport.server import (
+    check_bind,
+    main,
+    probe_health_blocking,
+    running_server,
+    serve,
+    server_process,
+)
+from cursor_byok.transport.sessions import TransportLimits
+from tests.support import connect_client as cc
+
+REPO = Path(__file__).resolve().parents[2]
+MODELS = """
+[providers.local]
+api = "openai-chat"
+base_url = "http://127.0.0.1:9/v1"
+
+[models.alpha]
+provider = "local"
+"""
+
+
+def write_config(tmp_path: Path, server: str) -> Path:
+    path = tmp_path / "config.toml"
+    path.write_text(f"[server]\n{server}\n{MODELS}")
+    return path
+
+
+def test_server_in_child_process(tmp_path: Path) -> None:
+    config = write_config(tmp_path, 'host = "127.0.0.1"')
+    env = {"PYTHONPATH": str(REPO)}
+    with server_process(
+        config, handler="tests.support.connect_client:echo_handler", heartbeat=0.2, env=env
+    ) as srv:
+        print(f"child-process server healthy after {srv.startup_s:.3f} s")
+        resp = httpx.post(
+            f"{srv.base_url}/agent.v1.AgentService/GetUsableModels",
+            content=b"",
+            headers={"content-type": "application/proto"},
+        )
+        assert agent_pb2.GetUsableModelsResponse.FromString(resp.content).models[0].model_id == (
+            "alpha"
+        )
+
+        async def turn() -> cc.StreamResult:
+            client = await cc.H2Client.connect(srv.host, srv.port)
+            try:
+                stream = await client.open_run()
+                await stream.send(cc.run_request("child"))
+                return await stream.read_all()
+            finally:
+                await client.close()
+
+        import asyncio
+
+        result = asyncio.run(turn())
+        assert result.texts == ["echo[run]: ", "child"] and result.end == {}
+    assert not probe_health_blocking(srv.host, srv.port)  # stopped by SIGTERM
+    assert srv.process is not None and srv.process.returncode == 0  # ... cleanly
+
+
+def test_entry_refuses_non_loopback_without_token(tmp_path: Path) -> None:
+    config = parse_config(f'[server]\nhost = "127.0.0.1"\n{MODELS}')
+    with pytest.raises(ConfigError, match="auth_token"):
+        check_bind(config, "0.0.0.0")
+    with pytest.raises(ConfigError, match="auth_token"):
+        serve(config, cc.echo_handler, host="0.0.0.0")  # refuses before binding
+    path = write_config(tmp_path, 'host = "127.0.0.1"')
+    handler = "tests.support.connect_client:echo_handler"
+    assert main(["--config", str(path), "--handler", handler, "--host", "0.0.0.0"]) == 2
+    # a configuration file that binds a public address without a token never starts
+    public = write_config(tmp_path, 'host = "0.0.0.0"')
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "cursor_byok.transport.server",
+            "--config",
+            str(public),
+            "--handler",
+            handler,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        cwd=REPO,
+    )
+    assert proc.returncode == 2 and "auth_token" in proc.stderr
+    # with a token it is allowed
+    check_bind(parse_config(f'[server]\nhost = "0.0.0.0"\nauth_token = "t"\n{MODELS}'), "0.0.0.0")
+
+
+def make_ca_and_leaf(tmp: Path) -> tuple[Path, Path, Path]:
+    """A throwaway CA and a leaf for 127.0.0.1 (a self-signed leaf used as its own CA is
+    rejected by rustls-based clients, so tests use a real chain)."""
+    openssl = shutil.which("openssl")
+    if openssl is None:
+        pytest.skip("openssl CLI not available")
+    ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
+
+    def run(*args: str) -> None:
+        subprocess.run([openssl, *args], check=True, capture_output=True, cwd=tmp)
+
+    run("req", "-x509", *ec, "-keyout", "ca.key", "-out", "ca.pem", "-days", "1",
+        "-subj", "/CN=cursor-byok test CA",
+        "-addext", "basicConstraints=critical,CA:TRUE",
+        "-addext", "keyUsage=critical,keyCertSign,cRLSign")  # fmt: skip
+    run("req", *ec, "-keyout", "leaf.key", "-out", "leaf.csr", "-subj", "/CN=127.0.0.1")
+    (tmp / "leaf.ext").write_text(
+        "subjectAltName=IP:127.0.0.1,DNS:localhost\nbasicConstraints=CA:FALSE\n"
+        "keyUsage=critical,digitalSignature\nextendedKeyUsage=serverAuth\n"
+    )
+    run("x509", "-req", "-in", "leaf.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
+        "-CAcreateserial", "-out", "leaf.pem", "-days", "1", "-extfile", "leaf.ext")  # fmt: skip
+    return tmp / "ca.pem", tmp / "leaf.pem", tmp / "leaf.key"
+
+
+async def test_tls_with_alpn_h2(tmp_path: Path) -> None:
+    ca, cert, key = make_ca_and_leaf(tmp_path)
+    config = parse_config(
+        f'[server]\nhost = "127.0.0.1"\ncertificate = "{cert}"\nprivate_key = "{key}"\n{MODELS}'
+    )
+    limits = TransportLimits(heartbeat_interval=0.2)
+    async with running_server(config, cc.echo_handler, limits=limits) as srv:
+        assert srv.base_url.startswith("https://")
+        ctx = ssl.create_default_context(cafile=str(ca))
+        client = await cc.H2Client.connect(srv.host, srv.port, ssl_context=ctx)
+        try:
+            assert client.alpn == "h2"
+            stream = await client.open_run()
+            await stream.send(cc.run_request("over tls"))
+            result = await stream.read_all()
+            assert result.texts == ["echo[run]: ", "over tls"] and result.end == {}
+        finally:
+            await client.close()
+        async with httpx.AsyncClient(base_url=srv.base_url, verify=ctx) as h1:
+            assert (await h1.get("/healthz")).http_version == "HTTP/1.1"
+            resp = await cc.unary(
+                h1,
+                "/agent.v1.AgentService/GetUsableModels",
+                agent_pb2.GetUsableModelsRequest(),
+                agent_pb2.GetUsableModelsResponse,
+            )
+            assert resp.models[0].model_id == "alpha"
+        # a client that does not trust the CA is refused
+        with pytest.raises(ssl.SSLError):
+            await cc.H2Client.connect(srv.host, srv.port, ssl_context=ssl.create_default_context())
+
+
+async def test_in_process_startup_time() -> None:
+    config = parse_config(f'[server]\nhost = "127.0.0.1"\n{MODELS}')
+    times = []
+    for _ in range(3):
+        t0 = time.monotonic()
+        async with running_server(config, cc.echo_handler) as srv:
+            times.append(time.monotonic() - t0)
+            assert srv.startup_s > 0
+    print(f"in-process server healthy after {sorted(times)[1]:.3f} s (median of 3)")
+    assert sorted(times)[1] < 2.0
+
+
+REALCLIENT = Path.home() / ".cache" / "cursor-realclient"
+
+
+@pytest.mark.realclient
+async def test_realclient_turn_against_echo_handler() -> None:
+    """oh-my-pi's Cursor provider (a client we did not write) completes a turn over h2c."""
+    bun = REALCLIENT / "node_modules" / ".bin" / "bun"
+    if not bun.exists() or not (REALCLIENT / "drive.ts").exists():
+        pytest.skip("real client not installed (../shared/realclient/setup.sh)")
+    import asyncio
+
+    config = parse_config(f'[server]\nhost = "127.0.0.1"\n{MODELS}')
+    async with running_server(config, cc.echo_handler) as srv:
+        proc = await asyncio.create_subprocess_exec(
+            str(bun), "drive.ts", "--base", srv.base_url, "--prompt", "hi from omp", "--quiet",
+            cwd=REALCLIENT,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
+        )  # fmt: skip
+        out, _ = await asyncio.wait_for(proc.communicate(), 60)
+    text = out.decode()
+    assert proc.returncode == 0, text
+    assert text.rstrip().endswith("DRIVE OK")
+    assert "hi from omp" in text
