@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -95,7 +96,7 @@ def test_failed_migration_leaves_nothing_behind(tmp_path: Path) -> None:
     conn = raw(path)
     try:
         assert migrate(conn, str(path), good) == len(good)
-        with pytest.raises(StoreSchemaError, match=r"0002_broken\.sql") as err:
+        with pytest.raises(StoreSchemaError, match=re.escape(broken.name)) as err:
             migrate(conn, str(path), (*good, broken))
         assert str(path) in str(err.value)
         assert conn.execute("PRAGMA user_version").fetchone()[0] == len(good)

@@ -125,6 +125,25 @@ class ClientOperationRecord(msgspec.Struct, frozen=True, kw_only=True):
     result: bytes | None = None
 
 
+class RunRecord(msgspec.Struct, frozen=True, kw_only=True):
+    """The request that started a run (opaque bytes), found again by its request_id."""
+
+    request_id: str
+    conversation_id: str
+    request: bytes
+    created_at_ms: int
+
+
+class TurnMark(msgspec.Struct, frozen=True, kw_only=True):
+    """A completed turn as published in a client checkpoint: its blob id and the number of
+    messages the conversation had at its end."""
+
+    conversation_id: str
+    turn: int
+    blob_id: bytes
+    message_count: int
+
+
 class SaveResult(msgspec.Struct, frozen=True, kw_only=True):
     """Outcome of an upsert: inserted, updated, unchanged (identical), or ignored (`reason`)."""
 
@@ -187,6 +206,18 @@ class Store(Protocol):
     async def save_client_operation(self, record: ClientOperationRecord) -> SaveResult: ...
 
     async def get_client_operation(self, operation_id: str) -> ClientOperationRecord | None: ...
+
+    async def save_run(self, record: RunRecord) -> SaveResult:
+        """Insert once; the same request_id again is `unchanged` (same bytes) or `ignored`."""
+        ...
+
+    async def find_run(self, request_id: str) -> RunRecord | None: ...
+
+    async def save_turn_marks(self, conversation_id: str, marks: Sequence[TurnMark]) -> None:
+        """Replace the conversation's turn marks with `marks` (after a rewind, later ones go)."""
+        ...
+
+    async def list_turn_marks(self, conversation_id: str) -> tuple[TurnMark, ...]: ...
 
     async def list_recent_llm_calls(self, limit: int = 50) -> tuple[LLMCallRecord, ...]: ...
 

@@ -37,8 +37,10 @@ from .api import (
     ConversationSummary,
     InputCommit,
     LLMCallRecord,
+    RunRecord,
     SaveResult,
     Store,
+    TurnMark,
 )
 from .errors import (
     RecordMismatchError,
@@ -505,6 +507,74 @@ class SQLiteStore:
             return CommitResult(status="committed", version=version)
 
         return await self._write(job, f"rewinding {conversation_id!r} to {keep} messages")
+
+    async def save_run(self, record: RunRecord) -> SaveResult:
+        def job(conn: sqlite3.Connection) -> SaveResult:
+            row = conn.execute(
+                "SELECT request FROM runs WHERE request_id = ?", (record.request_id,)
+            ).fetchone()
+            if row is not None:
+                if bytes(row[0]) == record.request:
+                    return SaveResult(outcome="unchanged")
+                return SaveResult(outcome="ignored", reason="another request has this id")
+            conn.execute(
+                "INSERT INTO runs (request_id, conversation_id, request, created_at_ms) "
+                "VALUES (?, ?, ?, ?)",
+                (record.request_id, record.conversation_id, record.request, record.created_at_ms),
+            )
+            return SaveResult(outcome="inserted")
+
+        return await self._write(job, f"saving run {record.request_id!r}")
+
+    async def find_run(self, request_id: str) -> RunRecord | None:
+        def read(conn: sqlite3.Connection) -> RunRecord | None:
+            row = conn.execute(
+                "SELECT request_id, conversation_id, request, created_at_ms FROM runs "
+                "WHERE request_id = ?",
+                (request_id,),
+            ).fetchone()
+            if row is None:
+                return None
+            return RunRecord(
+                request_id=row[0],
+                conversation_id=row[1],
+                request=bytes(row[2]),
+                created_at_ms=row[3],
+            )
+
+        return await self._read(read, f"reading run {request_id!r}")
+
+    async def save_turn_marks(self, conversation_id: str, marks: Sequence[TurnMark]) -> None:
+        clock = self._clock
+
+        def job(conn: sqlite3.Connection) -> None:
+            conn.execute("DELETE FROM turn_marks WHERE conversation_id = ?", (conversation_id,))
+            conn.executemany(
+                "INSERT INTO turn_marks (conversation_id, turn, blob_id, message_count, "
+                "created_at_ms) VALUES (?, ?, ?, ?, ?)",
+                [(conversation_id, m.turn, m.blob_id, m.message_count, clock()) for m in marks],
+            )
+
+        await self._write(job, f"saving turn marks of {conversation_id!r}")
+
+    async def list_turn_marks(self, conversation_id: str) -> tuple[TurnMark, ...]:
+        def read(conn: sqlite3.Connection) -> tuple[TurnMark, ...]:
+            rows = conn.execute(
+                "SELECT turn, blob_id, message_count FROM turn_marks WHERE conversation_id = ? "
+                "ORDER BY turn",
+                (conversation_id,),
+            ).fetchall()
+            return tuple(
+                TurnMark(
+                    conversation_id=conversation_id,
+                    turn=r[0],
+                    blob_id=bytes(r[1]),
+                    message_count=r[2],
+                )
+                for r in rows
+            )
+
+        return await self._read(read, f"reading turn marks of {conversation_id!r}")
 
     async def save_llm_call(self, record: LLMCallRecord) -> SaveResult:
         path = self.path

@@ -63,8 +63,17 @@ from ..loop import (
     side_effects,
     transition,
 )
-from ..store.api import CallStatus, ClientOperationRecord, CommitStatus, LLMCallRecord, Store
+from ..store.api import (
+    CallStatus,
+    ClientOperationRecord,
+    CommitStatus,
+    LLMCallRecord,
+    RunRecord,
+    Store,
+    TurnMark,
+)
 from ..store.errors import StoreError
+from . import checkpoint as checkpoints
 from . import dialect
 from .channel import EndError, Incoming, RunChannel
 from .context import McpIndex
@@ -79,6 +88,7 @@ _prepared_decoder = msgspec.json.Decoder(PreparedRequest)
 _tool_call_encoder = msgspec.json.Encoder(order="deterministic")
 
 MAX_CAS_RETRIES = 5
+CHECKPOINT_BLOB_TIMEOUT_S = 5.0
 
 
 def encode_state(state: ConversationState) -> bytes:
@@ -254,7 +264,7 @@ class Run:
     async def serve(self) -> None:
         conversation_id = ""
         try:
-            first = await self.channel.receive()
+            first = await self._first_message()
             if first is None:
                 return
             self._reader = asyncio.create_task(self._read_client())
@@ -270,6 +280,14 @@ class Run:
             self.model = self._resolve_model(request.model_id)
             self.summary.model = self.model.id
             self.summary.provider = self.model.provider.name
+            await self.store.save_run(
+                RunRecord(
+                    request_id=self.channel.request_id,
+                    conversation_id=conversation_id,
+                    request=first.message.SerializeToString(),
+                    created_at_ms=self.services.now_ms(),
+                )
+            )
             lock = await self.runner._claim(self, conversation_id)
             async with lock:
                 await self._begin(first.input_id, request)
@@ -294,6 +312,15 @@ class Run:
             if not self.channel.finished:
                 self.channel.finish(dialect.internal_end("the run ended unexpectedly"))
             self.ended.set()
+
+    async def _first_message(self) -> Incoming | None:
+        """The run request: from the store when this request_id is known (a client that
+        reconnects after a restart does not send its appends again), else from the client."""
+        stored = await self.store.find_run(self.channel.request_id)
+        if stored is not None:
+            message = agent_pb2.AgentClientMessage.FromString(stored.request)
+            return Incoming(f"{self.channel.request_id}:0", message)
+        return await self.channel.receive()
 
     def close(self) -> None:
         for task in (self._reader, self._tool_timer, *self._pumps.values()):
@@ -385,17 +412,18 @@ class Run:
         request_id: int,
         message: agent_pb2.AgentServerMessage,
         what: str,
+        *,
+        timeout: float | None = None,
     ) -> dialect.ClientEvent:
         future: asyncio.Future[dialect.ClientEvent] = asyncio.get_running_loop().create_future()
         waiters[request_id] = future
         self.channel.send(message)
+        limit = self.services.context_timeout_s if timeout is None else timeout
         try:
-            return await asyncio.wait_for(future, self.services.context_timeout_s)
+            return await asyncio.wait_for(future, limit)
         except TimeoutError:
             raise RunFailed(
-                dialect.bad_request_end(
-                    f"the client did not answer {what} within {self.services.context_timeout_s:g} s"
-                )
+                dialect.bad_request_end(f"the client did not answer {what} within {limit:g} s")
             ) from None
         finally:
             waiters.pop(request_id, None)
@@ -415,6 +443,7 @@ class Run:
         if record is not None:
             self.state = RuntimeState.of(decode_state(record.state, record.messages))
             self.version = record.version
+            await self._rewind_if_behind(request)
         else:
             history = await self._client_history(request)
             committed = msgspec.structs.replace(
@@ -437,6 +466,41 @@ class Run:
             await self.run(Cancel(reason="interrupted by a new message"), f"{input_id}:interrupt")
         context = await self._context(request)
         await self.run(Start(user_message=request.user_message, context=context), input_id)
+
+    async def _rewind_if_behind(self, request: dialect.RunRequest) -> None:
+        """The client wins when its checkpoint is behind ours: a checkpoint listing a strict
+        prefix of the turns we published means the user rewound to the last of them."""
+        client_turns = request.history.turn_blob_ids
+        if not client_turns:
+            return
+        marks = await self.store.list_turn_marks(request.conversation_id)
+        ours = [m.blob_id for m in marks]
+        if len(client_turns) >= len(ours) or list(client_turns) != ours[: len(client_turns)]:
+            return
+        keep = marks[len(client_turns) - 1].message_count
+        c = self.state.committed
+        if keep >= len(c.messages) or c.status in ("WaitingLLM", "WaitingClient"):
+            return
+        rewound = msgspec.structs.replace(
+            c, messages=c.messages[:keep], waiting=None, status="Ready", queued=()
+        )
+        outcome = await self.store.truncate_messages(
+            request.conversation_id,
+            keep=keep,
+            expected_version=self.version,
+            state=encode_state(rewound),
+        )
+        if outcome.status != "committed":
+            raise RunFailed(dialect.internal_end("the conversation changed during a rewind"))
+        self.version = outcome.version
+        self.state = RuntimeState.of(rewound)
+        await self.store.save_turn_marks(request.conversation_id, marks[: len(client_turns)])
+        log.info(
+            "conversation %s rewound by the client to turn %d (%d messages)",
+            request.conversation_id,
+            len(client_turns),
+            keep,
+        )
 
     async def _client_history(self, request: dialect.RunRequest) -> list[Message]:
         """History the client holds for a conversation this server has never seen."""
@@ -799,6 +863,7 @@ class Run:
             case CallClient():
                 self._start_tool(command)
             case Final():
+                await self._publish_checkpoint()
                 self._finish_ok(self.summary.usage)
             case Failed(message=message):
                 text = message.error_message or "the model call failed"
@@ -807,6 +872,38 @@ class Run:
             case Canceled(reason=reason):
                 self._stop_everything()
                 self._end(dialect.canceled_end(reason), "canceled")
+
+    async def _publish_checkpoint(self) -> None:
+        """Tell the client where the conversation stands: one blob per completed turn, each
+        stored on the client (set_blob answered) before a checkpoint references it. A later run
+        that sends back a prefix of these turns was rewound (see `_rewind_if_behind`)."""
+        c = self.state.committed
+        marks = list(await self.store.list_turn_marks(self.conversation_id))
+        marks = [m for m in marks if m.message_count <= len(c.messages)]
+        blob = _turn_blob(self.conversation_id, len(marks) + 1, c)
+        kv_id = self._next_kv_id()
+        try:
+            reply = await self._ask(
+                self._kv_waiters,
+                kv_id,
+                dialect.set_blob(kv_id, blob),
+                "a checkpoint blob",
+                timeout=CHECKPOINT_BLOB_TIMEOUT_S,
+            )
+        except RunFailed:
+            return  # a client that keeps no blobs: no checkpoint, the turn still ends well
+        if not checkpoints.set_blob_ok(reply):
+            return
+        marks.append(
+            TurnMark(
+                conversation_id=self.conversation_id,
+                turn=len(marks) + 1,
+                blob_id=hashlib.sha256(blob).digest(),
+                message_count=len(c.messages),
+            )
+        )
+        await self.store.save_turn_marks(self.conversation_id, marks)
+        self.channel.send(checkpoints.checkpoint([m.blob_id for m in marks]))
 
     def _finish_ok(self, usage: Usage) -> None:
         self.channel.send(dialect.turn_ended(usage))
@@ -895,6 +992,19 @@ class Run:
         )
         await self.store.save_client_operation(completed)
         await self.run(ToolResult(message=done.result), f"{operation_id}:result")
+
+
+def _turn_blob(conversation_id: str, turn: int, state: ConversationState) -> bytes:
+    """A small, stable description of a completed turn; its SHA-256 is the turn's blob id."""
+    return msgspec.json.encode(
+        {
+            "cursor_byok_turn": turn,
+            "conversation_id": conversation_id,
+            "message_count": len(state.messages),
+            "messages_hash": canonical.messages_hash(state.messages),
+        },
+        order="deterministic",
+    )
 
 
 def _content_index(messages: tuple[Message, ...], call: ToolCall) -> int:

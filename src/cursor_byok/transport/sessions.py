@@ -324,7 +324,11 @@ class SessionRegistry:
                 assert s.finished_at is not None
                 if s.subscribers == 0 and now - s.finished_at >= lim.finished_grace:
                     del self._sessions[rid]
-            elif s.next_seqno == 0 and now - s.created_at >= lim.first_message_timeout:
+            elif (
+                s.next_seqno == 0
+                and not s.history
+                and now - s.created_at >= lim.first_message_timeout
+            ):
                 # e.g. a RunSSE for an unknown or long-gone request_id: nothing will ever come
                 log.info("run %s: no first client message, giving up", rid)
                 s.fail(ConnectError("deadline_exceeded", "no client message arrived"))

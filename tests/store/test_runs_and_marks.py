@@ -1,0 +1,32 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+from cursor_byok.store.api import RunRecord, TurnMark
+from cursor_byok.store.sqlite import SQLiteStore
+
+
+async def test_run_requests_survive_a_reopen(db_path: Path) -> None:
+    store = await SQLiteStore.open(db_path)
+    run = RunRecord(request_id="r1", conversation_id="c1", request=b"\x0a\x01x", created_at_ms=1)
+    assert (await store.save_run(run)).outcome == "inserted"
+    assert (await store.save_run(run)).outcome == "unchanged"
+    other = RunRecord(request_id="r1", conversation_id="c1", request=b"other", created_at_ms=2)
+    assert (await store.save_run(other)).outcome == "ignored"
+    await store.close()
+    store = await SQLiteStore.open(db_path)
+    assert await store.find_run("r1") == run
+    assert await store.find_run("nope") is None
+    await store.close()
+
+
+async def test_turn_marks_are_replaced_whole(store: SQLiteStore) -> None:
+    marks = [
+        TurnMark(conversation_id="c1", turn=i, blob_id=bytes([i]) * 32, message_count=2 * i)
+        for i in (1, 2, 3)
+    ]
+    await store.save_turn_marks("c1", marks)
+    assert await store.list_turn_marks("c1") == tuple(marks)
+    await store.save_turn_marks("c1", marks[:1])  # a rewind to turn 1
+    assert await store.list_turn_marks("c1") == (marks[0],)
+    assert await store.list_turn_marks("c2") == ()
