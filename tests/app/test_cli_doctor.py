@@ -10,6 +10,7 @@ import pytest
 
 from cursor_byok import cli
 from cursor_byok.doctor import Check, run_checks
+from cursor_byok.store.migrate import load_migrations
 from cursor_byok.store.sqlite import SQLiteStore
 from tests.support.upstream import Received, Reply, fake_upstream
 
@@ -147,7 +148,7 @@ async def test_doctor_providers_against_a_fake_upstream(tmp_path: Path) -> None:
 
     assert rows["config"].status == "OK" and "6 provider(s), 6 model(s)" in rows["config"].detail
     assert rows["database"].status == "OK"
-    assert "schema v1" in rows["database"].detail and "integrity ok" in rows["database"].detail
+    assert f"schema v{len(load_migrations())}" in rows["database"].detail and "integrity ok" in rows["database"].detail
 
     good = rows["provider good"]
     assert good.status == "OK" and "good-1" in good.detail and "9 in / 1 out" in good.detail

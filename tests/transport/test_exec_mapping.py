@@ -306,12 +306,22 @@ def test_timeout_unknown_outcome_abort_and_local_completion() -> None:
     assert tc.started_at_ms == tc.completed_at_ms == T0
 
 
-def test_missing_required_arguments_finish_at_start() -> None:
-    tool, out, ids = _start("StrReplace", {"path": "a", "old_string": "x"})
-    assert len(out) == 2 and ids.next == 1  # started + completed, no exec
+def test_missing_required_arguments_finish_without_any_exec() -> None:
+    tool, out, _ = _start("StrReplace", {"path": "a", "old_string": "x"})
     assert tool.finished_early is not None and tool.finished_early.result.is_error
     assert "new_string" in tool.finished_early.result.text
-    assert out[1].interaction_update.WhichOneof("message") == "tool_call_completed"
+    # Only tool_call_started goes out: no exec is sent, no edit is attempted.
+    assert len(out) == 1 and out[0].interaction_update.HasField("tool_call_started")
+    assert tool.exec_ids == set() and tool.finished
+    done = tool.finished_early
+    assert _completed(done).edit_tool_call.result.error.error == done.result.text
+    # Late messages change nothing.
+    assert tool.feed(a.ExecClientControlMessage(heartbeat=a.ExecClientHeartbeat(id=1)), T0) == (
+        Send()
+    )
+    tool, out, _ = _start("Shell", {})
+    assert tool.finished_early is not None and "command" in tool.finished_early.result.text
+    assert len(out) == 1
 
 
 # -- Read ----------------------------------------------------------------------------------------
@@ -727,3 +737,40 @@ def test_shell_output_is_not_doubled_when_the_result_repeats_the_stream() -> Non
     failure = a.ShellResult(failure=a.ShellFailure(exit_code=1, stderr="boom\n"))
     done = _finished(tool.feed(_exec_reply(1, shell_result=failure), T0))
     assert done.result.text == "Exit code: 1\nstderr:\nboom\n"
+
+
+def test_huge_numbers_are_clamped_not_crashing() -> None:
+    _, out, _ = _start("Read", {"path": "f", "offset": 10**12, "limit": 10**12})
+    ra = _esm(out).read_args
+    assert ra.offset == ra.limit == 2**31 - 1
+    assert _started(out).read_tool_call.args.limit == 2**31 - 1
+    _, out, _ = _start("Shell", {"command": "x", "timeout_ms": 10**15})
+    assert _esm(out).shell_stream_args.timeout == 2**31 - 1
+
+
+TOOL_ARGS: dict[str, dict[str, Any]] = {
+    "Shell": {"command": "x"},
+    "Read": {"path": "f", "offset": 2, "limit": 1},
+    "Write": {"path": "f", "contents": "c"},
+    "StrReplace": {"path": "f", "old_string": "a", "new_string": "b"},
+    "Delete": {"path": "f"},
+    "LS": {"path": "."},
+    "Grep": {"pattern": "p"},
+    "Glob": {"glob_pattern": "*"},
+    "some_mcp": {"k": [1, {"v": None}]},
+}
+
+
+@pytest.mark.parametrize("name", sorted(TOOL_ARGS))
+def test_any_reply_kind_gives_a_step_never_an_exception(name: str) -> None:
+    replies = [f.name for f in a.ExecClientMessage.DESCRIPTOR.oneofs_by_name["message"].fields]
+    for reply in replies:
+        tool, out, _ = _start(name, TOOL_ARGS[name])
+        exec_id = _esm(out).id
+        msg = a.ExecClientMessage(id=exec_id)
+        getattr(msg, reply).SetInParent()
+        step = tool.feed(msg, T0)
+        assert isinstance(step, Send | Finished)
+        if isinstance(step, Finished):
+            _completed(step)
+            assert step.result.tool_call_id == "toolu_1"

@@ -61,6 +61,7 @@ DEFAULT_SHELL_TIMEOUT_MS = 120_000
 MAX_RESULT_CHARS = 30_000
 
 _ID_BAD = re.compile(r"[^a-zA-Z0-9_-]")
+_INT32_MAX = 2**31 - 1
 
 _NATIVE_KIND = {
     "Shell": "shell",
@@ -359,6 +360,7 @@ class ToolExecution:
         self.started_at_ms: int | None = None
         # Set by `start` when the arguments cannot be sent at all (missing required ones).
         self.finished_early: Finished | None = None
+        self._early: Finished | None = None
         self._alloc: Callable[[], int] | None = None
         self._phase = "new"  # new → running (→ writing for StrReplace) → done
         self._stdout: list[str] = []
@@ -379,7 +381,8 @@ class ToolExecution:
         self, alloc_exec_id: Callable[[], int], now_ms: int
     ) -> list[agent_pb2.AgentServerMessage]:
         """tool_call_started, then the first exec request. If the arguments are unusable the
-        call ends at once: `finished_early` holds the result and the completed card is sent."""
+        call ends at once: only tool_call_started is returned, and `finished_early` holds the
+        error result and the completed card for the runner to deliver without any exec."""
         if self._phase != "new":
             raise RuntimeError("ToolExecution.start called twice")
         self._alloc = alloc_exec_id
@@ -388,9 +391,16 @@ class ToolExecution:
         started = self._update("tool_call_started", self._typed())
         problem = self._argument_problem()
         if problem is not None:
-            done = self._finish_error(problem, now_ms)
-            self.finished_early = done
-            return [started] + ([done.completed] if done.completed is not None else [])
+            # The call cannot run: nothing goes to the client, the answer is known now.
+            tc = self._typed()
+            self._set_error_result(tc, problem)
+            self._early = Finished(
+                result=self._result((TextContent(text=problem),), True),
+                completed=self._completed(tc, now_ms),
+            )
+            self.finished_early = self._early
+            self._phase = "done"
+            return [started]
         first = self._first_exec()
         return [started, first]
 
@@ -401,6 +411,15 @@ class ToolExecution:
     ) -> Step:
         if self._phase == "done":
             return Send()
+        if self._early is not None:
+            if isinstance(message, agent_pb2.ExecClientControlMessage):
+                if message.WhichOneof("message") == "heartbeat":
+                    return Send()
+            elif message.WhichOneof("message") is None:
+                return Send()
+            self._phase = "done"
+            self.exec_ids.clear()
+            return self._early
         if isinstance(message, agent_pb2.ExecClientControlMessage):
             return self._feed_control(message, now_ms)
         exec_id = message.id
@@ -528,7 +547,7 @@ class ToolExecution:
         timeout = _int(self.args, "timeout_ms")
         if timeout is None or timeout <= 0:
             timeout = self.shell_timeout_ms
-        timeout = min(timeout, 2**31 - 1)
+        timeout = min(timeout, _INT32_MAX)
         return agent_pb2.ShellArgs(
             command=_str(self.args, "command") or "",
             working_directory=_str(self.args, "working_directory") or "",
@@ -546,9 +565,9 @@ class ToolExecution:
             offset = _int(self.args, "offset")
             limit = _int(self.args, "limit")
             if offset is not None and offset > 0:
-                ra.offset = offset
+                ra.offset = min(offset, _INT32_MAX)
             if limit is not None and limit > 0:
-                ra.limit = limit
+                ra.limit = min(limit, _INT32_MAX)
         return ra
 
     def _grep_args(self) -> agent_pb2.GrepArgs:
@@ -633,9 +652,9 @@ class ToolExecution:
                 ta.path = path
                 offset, limit = _int(self.args, "offset"), _int(self.args, "limit")
                 if offset is not None and offset > 0:
-                    ta.offset = offset
+                    ta.offset = min(offset, _INT32_MAX)
                 if limit is not None and limit > 0:
-                    ta.limit = min(limit, 2**31 - 1)
+                    ta.limit = min(limit, _INT32_MAX)
                 ta.include_line_numbers = True
             case "write":
                 tc.edit_tool_call.args.path = path

@@ -175,11 +175,17 @@ class _ToolTimeout:
 
 
 @dataclass(frozen=True, slots=True)
+class _EarlyResult:
+    operation_id: str
+    done: Finished
+
+
+@dataclass(frozen=True, slots=True)
 class _Supersede:
     reason: str
 
 
-_Work = _ClientWork | _LLMWork | _ToolTimeout | _Supersede
+_Work = _ClientWork | _LLMWork | _ToolTimeout | _EarlyResult | _Supersede
 
 
 class RunFailed(Exception):
@@ -257,6 +263,7 @@ class Run:
         self.mcp = McpIndex.empty()
         self.state = RuntimeState.new("")
         self.version = 0
+        self.stored_count = 0  # messages of this conversation already in the store
         self.conversation_id = ""
 
     # -- lifecycle -----------------------------------------------------------------------
@@ -443,6 +450,7 @@ class Run:
         if record is not None:
             self.state = RuntimeState.of(decode_state(record.state, record.messages))
             self.version = record.version
+            self.stored_count = len(record.messages)
             await self._rewind_if_behind(request)
         else:
             history = await self._client_history(request)
@@ -493,6 +501,7 @@ class Run:
         if outcome.status != "committed":
             raise RunFailed(dialect.internal_end("the conversation changed during a rewind"))
         self.version = outcome.version
+        self.stored_count = keep
         self.state = RuntimeState.of(rewound)
         await self.store.save_turn_marks(request.conversation_id, marks[: len(client_turns)])
         log.info(
@@ -598,6 +607,10 @@ class Run:
                         self.channel.send(message)
                     done = tool.timeout_result(self.services.now_ms())
                     await self._tool_finished(op_id, done, op)
+            case _EarlyResult(operation_id=op_id, done=done):
+                op = self._tool_op
+                if op is not None and op.operation_id == op_id:
+                    await self._tool_finished(op_id, done, op)
             case _Supersede(reason=reason):
                 await self.run(Cancel(reason=reason), None)
         if not self._done and self._idle():
@@ -692,9 +705,10 @@ class Run:
         t: Transition,
         prepared: PreparedRequest | None,
     ) -> CommitStatus:
-        before = self.state.committed
         after = t.state.committed
-        appended = after.messages[len(before.messages) :]
+        # A new conversation seeded from the client's history stores the seed with its first
+        # commit, so count from what the store holds, not from the previous state.
+        appended = after.messages[self.stored_count :]
         calls: list[LLMCallRecord] = []
         ops: list[ClientOperationRecord] = []
         now = self.services.now_ms()
@@ -725,13 +739,14 @@ class Run:
             expected_version=self.version,
             state=encode_state(after),
             append_messages=[canonical.encode_message(m) for m in appended],
-            expected_message_count=len(before.messages),
+            expected_message_count=self.stored_count,
             result=result,
             llm_calls=calls,
             client_operations=ops,
         )
         if outcome.status == "committed":
             self.version = outcome.version
+            self.stored_count = len(after.messages)
             self.state = t.state
             for record in calls:
                 if self.services.on_llm_call is not None and record.status != "planned":
@@ -743,6 +758,7 @@ class Run:
             raise RunFailed(dialect.internal_end("the conversation disappeared from the store"))
         self.state = RuntimeState.of(decode_state(record_now.state, record_now.messages))
         self.version = record_now.version
+        self.stored_count = len(record_now.messages)
         return outcome.status
 
     def _finished_call_record(
@@ -966,6 +982,10 @@ class Run:
         )
         for message in tool.start(self._next_exec_id, self.services.now_ms()):
             self.channel.send(message)
+        if tool.finished_early is not None:
+            # Unusable arguments: the error result is known without asking the client.
+            self.inbox.put_nowait(_EarlyResult(command.operation_id, tool.finished_early))
+            return
         if self._tool_timer is not None:
             self._tool_timer.cancel()
         self._tool_timer = asyncio.create_task(self._tool_deadline(command.operation_id))
