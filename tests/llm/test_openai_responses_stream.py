@@ -602,3 +602,38 @@ def test_in_band_error_is_redacted() -> None:
     assert isinstance(err, ErrorEvent)
     assert err.error_message == "Error Code invalid_api_key: Bad key ***"
     assert key not in repr(err)
+
+
+def test_items_without_output_index_are_matched_by_item_id() -> None:
+    """llama.cpp's /v1/responses sends no output_index; output_item.done must close the call
+    opened by output_item.added, not open a second one."""
+    item = '{"id":"fc_1","type":"function_call","call_id":"call_1","name":"get_weather"'
+    lines = [
+        ("response.created", '{"type":"response.created","response":{"id":"resp_1"}}'),
+        (
+            "response.output_item.added",
+            '{"type":"response.output_item.added","item":' + item + ',"arguments":""}}',
+        ),
+        (
+            "response.function_call_arguments.delta",
+            '{"type":"response.function_call_arguments.delta","delta":"{\\"city\\": \\"Paris\\"}",'
+            '"item_id":"fc_1"}',
+        ),
+        (
+            "response.output_item.done",
+            '{"type":"response.output_item.done","item":'
+            + item
+            + ',"arguments":"{\\"city\\": \\"Paris\\"}","status":"completed"}}',
+        ),
+        (
+            "response.completed",
+            '{"type":"response.completed","response":{"id":"resp_1","status":"completed",'
+            '"output":[]}}',
+        ),
+    ]
+    body = "".join(f"event: {e}\ndata: {d}\n\n" for e, d in lines).encode()
+    events = parse(body)
+    done = events[-1]
+    assert isinstance(done, DoneEvent) and done.reason == "toolUse"
+    (call,) = done.message.tool_calls
+    assert call.arguments == {"city": "Paris"} and call.id == "call_1|fc_1"

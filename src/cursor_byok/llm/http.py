@@ -16,7 +16,7 @@ import asyncio
 import email.utils
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from typing import Any, ClassVar, Protocol
 
 import httpx
@@ -238,11 +238,13 @@ class HttpResponseStream:
             self._put(self._assembler.start())
             decoder = adapter.new_decoder(self._assembler)
             parser = SSEParser()
-            async for chunk in response.aiter_bytes():
+            chunks = response.aiter_bytes()
+            async for chunk in chunks:
                 for sse in parser.feed(chunk):
                     for event in decoder.feed(sse):
                         self._put(event)
                     if self._queued_terminal:
+                        await _drain(chunks)  # so the connection goes back to the pool
                         return
             for sse in parser.finish():
                 for event in decoder.feed(sse):
@@ -264,6 +266,22 @@ class HttpResponseStream:
             self._put(self._fail(f"{name}: could not decode the provider stream: {exc!r}"))
         finally:
             await response.aclose()
+
+
+async def _drain(
+    chunks: AsyncIterator[bytes], limit: int = 64 * 1024, timeout: float = 1.0
+) -> None:
+    """Read what follows the terminal event (`[DONE]`, the end of the body) so httpx can reuse
+    the connection; a provider that keeps talking past that is cut off by closing it."""
+    seen = 0
+    try:
+        async with asyncio.timeout(timeout):
+            async for chunk in chunks:
+                seen += len(chunk)
+                if seen > limit:
+                    return
+    except (TimeoutError, httpx.HTTPError):
+        return
 
 
 async def _read_bounded(response: httpx.Response) -> bytes:

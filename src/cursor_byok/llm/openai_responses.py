@@ -404,7 +404,11 @@ class ResponsesDecoder:
         oi = p.get("output_index")
         item = self._by_output.get(oi) if isinstance(oi, int) else None
         if item is None:
+            # Servers that omit output_index (llama.cpp) still name the item: `item_id` on
+            # deltas, `item.id` on output_item.added/done.
             item_id = p.get("item_id")
+            if not isinstance(item_id, str):
+                item_id = _dict(p.get("item")).get("id")
             if isinstance(item_id, str):
                 item = self._by_id.get(item_id)
         return item

@@ -69,6 +69,7 @@ from ..store.api import (
     CommitStatus,
     LLMCallRecord,
     RunRecord,
+    SaveResult,
     Store,
     TurnMark,
 )
@@ -249,6 +250,7 @@ class Run:
         self._pumps: dict[str, asyncio.Task[None]] = {}
         self._streams: dict[str, ResponseStream] = {}
         self._closing: set[asyncio.Future[None]] = set()
+        self._run_saved: asyncio.Future[SaveResult] | None = None
         self._encoders: dict[str, dialect.StreamEncoder] = {}
         self._prepared: dict[str, PreparedRequest] = {}
         self._llm_records: dict[str, LLMCallRecord] = {}
@@ -287,17 +289,22 @@ class Run:
             self.model = self._resolve_model(request.model_id)
             self.summary.model = self.model.id
             self.summary.provider = self.model.provider.name
-            await self.store.save_run(
-                RunRecord(
-                    request_id=self.channel.request_id,
-                    conversation_id=conversation_id,
-                    request=first.message.SerializeToString(),
-                    created_at_ms=self.services.now_ms(),
+            # Not awaited here: queued before the first commit, the store's group commit writes
+            # both in one transaction (one fsync); awaited right after the run begins.
+            self._run_saved = asyncio.ensure_future(
+                self.store.save_run(
+                    RunRecord(
+                        request_id=self.channel.request_id,
+                        conversation_id=conversation_id,
+                        request=first.message.SerializeToString(),
+                        created_at_ms=self.services.now_ms(),
+                    )
                 )
             )
             lock = await self.runner._claim(self, conversation_id)
             async with lock:
                 await self._begin(first.input_id, request)
+                await self._run_saved
                 while not self._done:
                     await self._process(await self.inbox.get())
         except RunFailed as exc:
@@ -330,6 +337,8 @@ class Run:
         return await self.channel.receive()
 
     def close(self) -> None:
+        if self._run_saved is not None and not self._run_saved.done():
+            self._run_saved.add_done_callback(_consume_exception)
         for task in (self._reader, self._tool_timer, *self._pumps.values()):
             if task is not None and not task.done():
                 task.cancel()
@@ -918,8 +927,10 @@ class Run:
                 message_count=len(c.messages),
             )
         )
-        await self.store.save_turn_marks(self.conversation_id, marks)
+        # Published before the marks are stored: should the write be lost, the next run's turns
+        # are simply not a prefix of ours and our history stands (never a wrong rewind).
         self.channel.send(checkpoints.checkpoint([m.blob_id for m in marks]))
+        await self.store.save_turn_marks(self.conversation_id, marks)
 
     def _finish_ok(self, usage: Usage) -> None:
         self.channel.send(dialect.turn_ended(usage))
@@ -1012,6 +1023,11 @@ class Run:
         )
         await self.store.save_client_operation(completed)
         await self.run(ToolResult(message=done.result), f"{operation_id}:result")
+
+
+def _consume_exception(future: asyncio.Future[SaveResult]) -> None:
+    if not future.cancelled():
+        future.exception()
 
 
 def _turn_blob(conversation_id: str, turn: int, state: ConversationState) -> bytes:

@@ -1,0 +1,461 @@
+"""What our server adds on top of the model: prints a markdown report (docs/benchmarks-server.md).
+
+    .venv/bin/python bench/server_overhead.py [--turns 60] [--concurrent 500] [--connections 10]
+
+One run, three real processes on loopback: the scripted OpenAI-compatible upstream
+(tests/support/brain.py, in a child process), our server (`python -m cursor_byok serve`, a
+child process with its SQLite database in a temporary directory) and this client.
+
+  overhead     time to first text delta and total turn time, sequential turns, through the
+               server (HTTP/2 `Run`, our h2 client) vs the same upstream consumed directly by a
+               plain httpx streaming client; medians and the difference
+  throughput   text deltas per second through one server process (one long streamed answer)
+  concurrency  N concurrent streaming runs over a few HTTP/2 connections: server CPU % (of one
+               core, from /proc/PID/stat), server RSS (/proc/PID/status), and the delay between
+               consecutive events of a run at the client (p50 / p99 / max)
+
+It stops by itself (a hard alarm at 170 s).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+import httpx  # noqa: E402
+from tests.support import connect_client as cc  # noqa: E402
+from tests.support.live import ServerProcess, brain_config, server_process  # noqa: E402
+
+from cursor_byok.transport.proto import agent_pb2  # noqa: E402
+
+HARD_LIMIT_S = 170
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+# -- the upstream in its own process --------------------------------------------------------
+
+
+def serve_upstream() -> None:
+    """Child mode: the brain upstream on a free port; prints the port; runs until killed."""
+    from tests.support.brain import answer
+    from tests.support.upstream import FakeUpstream
+
+    async def main() -> None:
+        upstream = FakeUpstream(answer)
+        # FakeUpstream.start() listens with asyncio's default backlog (100): 500 simultaneous
+        # connects would overflow it and wait for SYN retransmits (1 s, 3 s, ...), which is a
+        # property of the fake, not of our server. Listen with a deep backlog instead.
+        server = await asyncio.start_server(upstream._handle, "127.0.0.1", 0, backlog=4096)
+        print(server.sockets[0].getsockname()[1], flush=True)
+        await asyncio.Event().wait()
+
+    asyncio.run(main())
+
+
+# -- /proc ------------------------------------------------------------------------------------
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK  # utime + stime
+
+
+def rss_mib(pid: int, key: str = "VmRSS") -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(key + ":"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def pct(values: list[float], p: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1)))]
+
+
+# -- one turn, each way ---------------------------------------------------------------------
+
+
+def run_request(text: str) -> agent_pb2.AgentClientMessage:
+    req = agent_pb2.AgentRunRequest(conversation_id=f"bench-{os.urandom(8).hex()}")
+    req.requested_model.model_id = "brain-1"
+    uma = req.action.user_message_action
+    uma.user_message.text = text
+    uma.request_context.env.os_version = "linux bench"
+    uma.request_context.env.workspace_paths.append("/tmp/bench")
+    return agent_pb2.AgentClientMessage(run_request=req)
+
+
+@dataclass
+class Turn:
+    ttft: float
+    total: float
+    deltas: int
+    text_times: list[float] = field(default_factory=list)
+    ok: bool = True
+
+
+async def server_turn(client: cc.H2Client, prompt: str) -> Turn:
+    stream = await client.open_run()
+    t0 = time.perf_counter()
+    await stream.send(run_request(prompt))
+    times: list[float] = []
+    ok = False
+    while True:
+        frame = await stream.next_frame(60)
+        now = time.perf_counter()
+        if frame is None:
+            break
+        if frame.flags & 0x02:
+            ok = json.loads(frame.payload or b"{}") == {}
+            break
+        msg = stream.result.messages[-1]
+        if msg.interaction_update.WhichOneof("message") == "text_delta":
+            times.append(now)
+        elif msg.HasField("kv_server_message"):  # a client keeps blobs: acknowledge them
+            reply = agent_pb2.AgentClientMessage()
+            reply.kv_client_message.id = msg.kv_server_message.id
+            if msg.kv_server_message.HasField("set_blob_args"):
+                reply.kv_client_message.set_blob_result.SetInParent()
+            else:
+                reply.kv_client_message.get_blob_result.SetInParent()
+            await stream.send(reply)
+    end = time.perf_counter()
+    client.streams.pop(stream.stream_id, None)
+    ttft = (times[0] - t0) if times else float("nan")
+    return Turn(ttft, end - t0, len(times), times, ok and bool(times))
+
+
+async def direct_turn(client: httpx.AsyncClient, base: str, prompt: str) -> Turn:
+    body = {
+        "model": "brain-1",
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        "messages": [
+            {"role": "system", "content": "You are a coding agent."},
+            {"role": "user", "content": prompt},
+        ],
+    }
+    t0 = time.perf_counter()
+    times: list[float] = []
+    async with client.stream("POST", f"{base}/v1/chat/completions", json=body) as response:
+        async for line in response.aiter_lines():
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            chunk = json.loads(line[6:])
+            for choice in chunk.get("choices", []):
+                if choice.get("delta", {}).get("content"):
+                    times.append(time.perf_counter())
+    end = time.perf_counter()
+    ttft = (times[0] - t0) if times else float("nan")
+    return Turn(ttft, end - t0, len(times), times, bool(times))
+
+
+# -- scenarios ------------------------------------------------------------------------------
+
+
+async def overhead_turns(
+    srv: ServerProcess, upstream_url: str, turns: int
+) -> tuple[list[Turn], list[Turn], float]:
+    h2 = await cc.H2Client.connect("127.0.0.1", srv.port)
+    direct = httpx.AsyncClient(timeout=30)
+    via: list[Turn] = []
+    plain: list[Turn] = []
+    try:
+        for i in range(5):  # warm-up: connections, imports, caches
+            await server_turn(h2, f"warm up {i}")
+            await direct_turn(direct, upstream_url, f"warm up {i}")
+        cpu = 0.0
+        for i in range(turns):  # interleaved, so drift hits both paths alike
+            prompt = f"hello number {i}, how are you"
+            cpu0 = cpu_seconds(srv.proc.pid)
+            via.append(await server_turn(h2, prompt))
+            cpu += cpu_seconds(srv.proc.pid) - cpu0
+            plain.append(await direct_turn(direct, upstream_url, prompt))
+    finally:
+        await h2.close()
+        await direct.aclose()
+    assert all(t.ok for t in via) and all(t.ok for t in plain), "a turn failed"
+    return via, plain, cpu / turns
+
+
+def overhead_rows(label: str, via: list[Turn], plain: list[Turn], cpu: float) -> list[str]:
+    rows = []
+    for metric, key in (("first text delta", "ttft"), ("whole turn", "total")):
+        s = statistics.median(getattr(t, key) for t in via) * 1000
+        d = statistics.median(getattr(t, key) for t in plain) * 1000
+        s99 = pct([getattr(t, key) for t in via], 99) * 1000
+        d99 = pct([getattr(t, key) for t in plain], 99) * 1000
+        rows.append(
+            f"| {metric}, {label} | {d:.2f} | {s:.2f} | {s - d:+.2f} | {s / d:.2f}x "
+            f"| {d99:.2f} | {s99:.2f} |"
+        )
+    rows.append(f"| server CPU per turn, {label} | | {cpu * 1000:.1f} | | | | |")
+    return rows
+
+
+async def overhead(
+    servers: list[tuple[str, ServerProcess]], upstream_url: str, turns: int
+) -> list[str]:
+    rows: list[str] = []
+    for label, srv in servers:
+        via, plain, cpu = await overhead_turns(srv, upstream_url, turns)
+        rows += overhead_rows(label, via, plain, cpu)
+    return [
+        f"## Overhead per turn ({turns} sequential turns, medians, ms)",
+        "",
+        "Via server: HTTP/2 `Run` (h2c), one connection, a new stream and a new conversation per "
+        "turn. Direct: httpx streaming POST to the same upstream, keep-alive connection, SSE "
+        "lines parsed as JSON. The server's SQLite database (synchronous=FULL) on the disk, "
+        "then on tmpfs (/dev/shm) to show what the fsyncs cost.",
+        "",
+        "| metric | direct | via server | overhead | ratio | direct p99 | via server p99 |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+        *rows,
+        "",
+    ]
+
+
+async def throughput(srv: ServerProcess, upstream_url: str, chars: int) -> list[str]:
+    prompt = "x" * chars  # the brain answers "You said: <prompt>" in 4-character deltas
+    h2 = await cc.H2Client.connect("127.0.0.1", srv.port)
+    direct = httpx.AsyncClient(timeout=60)
+    try:
+        cpu0 = cpu_seconds(srv.proc.pid)
+        via = await server_turn(h2, prompt)
+        cpu1 = cpu_seconds(srv.proc.pid)
+        plain = await direct_turn(direct, upstream_url, prompt)
+    finally:
+        await h2.close()
+        await direct.aclose()
+
+    def rate(t: Turn) -> float:
+        span = t.text_times[-1] - t.text_times[0]
+        return (t.deltas - 1) / span if span > 0 else float("nan")
+
+    span = via.text_times[-1] - via.text_times[0]
+    return [
+        "## Text deltas per second through one server process",
+        "",
+        f"One answer of {via.deltas} text deltas (4 characters each), first to last delta.",
+        "",
+        "| path | deltas | deltas/s | turn time (s) |",
+        "|---|---:|---:|---:|",
+        f"| direct from the upstream | {plain.deltas} | {rate(plain):,.0f} | {plain.total:.2f} |",
+        f"| via server (HTTP/2 Run) | {via.deltas} | {rate(via):,.0f} | {via.total:.2f} |",
+        "",
+        f"Server CPU during that turn: {(cpu1 - cpu0):.2f} s for {span:.2f} s of streaming.",
+        "",
+    ]
+
+
+def stats(results: list[Turn | BaseException]) -> dict[str, float]:
+    ok = [r for r in results if isinstance(r, Turn) and r.ok]
+    gaps = [b - a for t in ok for a, b in zip(t.text_times, t.text_times[1:], strict=False)]
+    ttfts = [t.ttft for t in ok]
+    totals = [t.total for t in ok]
+    return {
+        "ok": len(ok),
+        "gap50": pct(gaps, 50) * 1000,
+        "gap99": pct(gaps, 99) * 1000,
+        "gapmax": max(gaps) * 1000,
+        "ttft50": pct(ttfts, 50) * 1000,
+        "ttft99": pct(ttfts, 99) * 1000,
+        "total50": pct(totals, 50),
+        "total99": pct(totals, 99),
+    }
+
+
+async def concurrency(
+    srv: ServerProcess,
+    upstream_url: str,
+    upstream_pid: int,
+    runs: int,
+    connections: int,
+    slow: float,
+) -> list[str]:
+    pid = srv.proc.pid
+    clients = [await cc.H2Client.connect("127.0.0.1", srv.port) for _ in range(connections)]
+    peak = [rss_mib(pid)]
+    rss_before = peak[0]
+    stop = asyncio.Event()
+
+    async def sampler() -> None:
+        while not stop.is_set():
+            peak.append(rss_mib(pid))
+            await asyncio.sleep(0.1)
+
+    def prompt(i: int) -> str:
+        return f"[slow {slow}] concurrent {i}"
+
+    sampling = asyncio.create_task(sampler())
+    cpu0, up0, t0 = cpu_seconds(pid), cpu_seconds(upstream_pid), time.perf_counter()
+    try:
+        via: list[Turn | BaseException] = await asyncio.gather(
+            *(server_turn(clients[i % connections], prompt(i)) for i in range(runs)),
+            return_exceptions=True,
+        )
+    finally:
+        wall = time.perf_counter() - t0
+        cpu1, up1 = cpu_seconds(pid), cpu_seconds(upstream_pid)
+        stop.set()
+        await sampling
+        for client in clients:
+            await client.close()
+    # the same load straight to the upstream, for reference
+    limits = httpx.Limits(max_connections=None, max_keepalive_connections=64)
+    async with httpx.AsyncClient(timeout=60, limits=limits) as direct:
+        t1 = time.perf_counter()
+        plain: list[Turn | BaseException] = await asyncio.gather(
+            *(direct_turn(direct, upstream_url, prompt(i)) for i in range(runs)),
+            return_exceptions=True,
+        )
+        wall_direct = time.perf_counter() - t1
+    v, d = stats(via), stats(plain)
+    # the brain spreads `slow` seconds over its chunks: the pace a perfect relay would keep
+    example = f"You said: {prompt(runs // 2)}"
+    chunks = 1 + (len(example) + 3) // 4 + 4 + 1  # role, text, stop, usage, [DONE], pause
+    paced = slow / chunks * 1000
+
+    def row(label: str, key: str, unit: str, fmt: str = ".0f") -> str:
+        return f"| {label} | {v[key]:{fmt}} {unit} | {d[key]:{fmt}} {unit} |"
+
+    return [
+        f"## {runs} concurrent streaming runs ({connections} HTTP/2 connections)",
+        "",
+        f"Each run asks the brain for `[slow {slow:g}]`: its answer is paced over {slow:g} s (one "
+        f"upstream chunk every {paced:.0f} ms), so all runs overlap. The same {runs} requests "
+        "sent straight to the upstream by one httpx client are the reference column.",
+        "",
+        "| metric | via server | direct |",
+        "|---|---:|---:|",
+        f"| runs completed | {v['ok']:.0f} / {runs} | {d['ok']:.0f} / {runs} |",
+        f"| wall time | {wall:.2f} s | {wall_direct:.2f} s |",
+        f"| server CPU (% of one core, mean over the wall time) | "
+        f"{(cpu1 - cpu0) / wall * 100:.0f} % | |",
+        f"| upstream process CPU | {(up1 - up0) / wall * 100:.0f} % | |",
+        f"| server RSS before / peak | {rss_before:.0f} / {max(peak):.0f} MiB | |",
+        row("delay between consecutive text deltas of a run, p50", "gap50", "ms"),
+        row("... p99", "gap99", "ms"),
+        row("... max", "gapmax", "ms"),
+        f"| upstream pacing (a perfect relay) | {paced:.0f} ms | {paced:.0f} ms |",
+        row("time to first text delta, p50", "ttft50", "ms"),
+        row("... p99", "ttft99", "ms"),
+        row("turn time, p50", "total50", "s", ".2f"),
+        row("... p99", "total99", "s", ".2f"),
+        "",
+    ]
+
+
+# -- main -------------------------------------------------------------------------------------
+
+
+async def timed(title: str, coro: Awaitable[list[str]], out: list[str]) -> None:
+    t0 = time.perf_counter()
+    lines = await coro
+    out.extend(lines)
+    print(f"{title}: {time.perf_counter() - t0:.1f} s", file=sys.stderr)
+
+
+def machine() -> list[str]:
+    model = ""
+    with open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    return [
+        "| | |",
+        "|---|---|",
+        f"| date | {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} |",
+        f"| cores | {os.cpu_count()} ({model}) |",
+        f"| os | {platform.system()} {platform.release()} |",
+        f"| python | {platform.python_implementation()} {platform.python_version()} |",
+        "",
+    ]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--turns", type=int, default=60)
+    parser.add_argument("--chars", type=int, default=40_000)
+    parser.add_argument("--concurrent", type=int, default=500)
+    parser.add_argument("--connections", type=int, default=10)
+    parser.add_argument("--slow", type=float, default=3.0)
+    parser.add_argument("--serve-upstream", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.serve_upstream:
+        serve_upstream()
+        return 0
+
+    def give_up(signum: int, frame: object) -> None:
+        raise TimeoutError(f"benchmark still running after {HARD_LIMIT_S} s; stopped")
+
+    signal.signal(signal.SIGALRM, give_up)  # an exception, so the child processes are stopped
+    signal.alarm(HARD_LIMIT_S)  # never hang a benchmark run
+    child = subprocess.Popen(
+        [sys.executable, __file__, "--serve-upstream"],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
+    try:
+        assert child.stdout is not None
+        port = int(child.stdout.readline())
+        upstream_url = f"http://127.0.0.1:{port}"
+        shm = Path("/dev/shm") if Path("/dev/shm").is_dir() else None
+        with (
+            tempfile.TemporaryDirectory() as tmp,
+            tempfile.TemporaryDirectory(dir=shm) as tmp_shm,
+        ):
+            work, work_shm = Path(tmp), Path(tmp_shm)
+            with (
+                server_process(brain_config(upstream_url, db=work / "bench.db"), work) as srv,
+                server_process(
+                    brain_config(upstream_url, db=work_shm / "bench.db"), work_shm
+                ) as srv_shm,
+            ):
+                out = ["# Server overhead benchmark", "", *machine()]
+                servers = [("DB on disk", srv), ("DB on tmpfs", srv_shm)]
+
+                async def scenarios() -> None:
+                    await timed("overhead", overhead(servers, upstream_url, args.turns), out)
+                    await timed("throughput", throughput(srv, upstream_url, args.chars), out)
+                    await timed(
+                        "concurrency",
+                        concurrency(
+                            srv,
+                            upstream_url,
+                            child.pid,
+                            args.concurrent,
+                            args.connections,
+                            args.slow,
+                        ),
+                        out,
+                    )
+
+                asyncio.run(scenarios())
+    finally:
+        child.terminate()
+        child.wait(10)
+    print("\n".join(out))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

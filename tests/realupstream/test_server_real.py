@@ -1,0 +1,45 @@
+"""The whole chain with real parts only: the real third-party Cursor client (oh-my-pi, HTTP/2)
+-> our server (configured with the README's local-server example) -> llama-server with a real
+model. The README promises that configuration runs; this is where it does."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from tests.e2e.conftest import drive
+from tests.e2e.conftest import realclient as realclient
+from tests.realupstream.conftest import LlamaServer
+from tests.support.live import REPO, server_process
+
+README = (REPO / "README.md").read_text()
+
+
+def local_block() -> str:
+    blocks = re.findall(r"```toml\n(.*?)```", README, flags=re.S)
+    (block,) = [b for b in blocks if "127.0.0.1:8080" in b]
+    return block
+
+
+def test_readme_local_config_answers_a_real_client(
+    llama_server: LlamaServer, realclient: Path, tmp_path: Path
+) -> None:
+    block = local_block().replace("http://127.0.0.1:8080/v1", llama_server.v1_url)
+    config = f'[server]\ndatabase = "{tmp_path / "db"}"\n' + block
+    with server_process(config, tmp_path) as srv:
+        r = drive(
+            realclient,
+            srv.url,
+            "--prompt",
+            "Say hello to Bob.",
+            "--model",
+            "local",
+            "--timeout",
+            "170",
+            timeout=180,
+        )
+        log = srv.log()
+    assert r.returncode == 0, r.stdout + r.stderr + log
+    assert r.stdout.strip().endswith("DRIVE OK")
+    text = "".join(line for line in r.stdout.splitlines() if line.startswith("[event] text_delta"))
+    assert text, r.stdout
