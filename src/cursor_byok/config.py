@@ -34,6 +34,7 @@ class ServerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     private_key: str | None = None
     runsse_content_type: str = "text/event-stream"
     log_format: str = "text"
+    tool_timeout_s: float = 600.0  # a tool the client never answers becomes an error result
 
     def __repr__(self) -> str:
         token = "set" if self.auth_token else "unset"
@@ -148,6 +149,8 @@ def parse_config(
         )
     if bool(server.certificate) != bool(server.private_key):
         raise ConfigError(f"{where}server.certificate and server.private_key go together")
+    if not 0 < server.tool_timeout_s <= 86400:
+        raise ConfigError(f"{where}server.tool_timeout_s must be between 0 and 86400 seconds")
     if server.log_format not in ("text", "json"):
         raise ConfigError(f"{where}server.log_format must be 'text' or 'json'")
 

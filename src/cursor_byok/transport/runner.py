@@ -135,7 +135,12 @@ class RunnerServices:
 
     @classmethod
     def from_config(cls, config: Config, store: Store, registry: LLMRegistry) -> RunnerServices:
-        return cls(config=config, store=store, llm_for=lambda m: registry.llm(m.provider))
+        return cls(
+            config=config,
+            store=store,
+            llm_for=lambda m: registry.llm(m.provider),
+            tool_timeout_s=config.server.tool_timeout_s,
+        )
 
 
 @dataclass
