@@ -148,7 +148,10 @@ async def test_doctor_providers_against_a_fake_upstream(tmp_path: Path) -> None:
 
     assert rows["config"].status == "OK" and "6 provider(s), 6 model(s)" in rows["config"].detail
     assert rows["database"].status == "OK"
-    assert f"schema v{len(load_migrations())}" in rows["database"].detail and "integrity ok" in rows["database"].detail
+    assert (
+        f"schema v{len(load_migrations())}" in rows["database"].detail
+        and "integrity ok" in rows["database"].detail
+    )
 
     good = rows["provider good"]
     assert good.status == "OK" and "good-1" in good.detail and "9 in / 1 out" in good.detail

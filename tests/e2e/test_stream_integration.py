@@ -10,8 +10,6 @@ import sqlite3
 import time
 from pathlib import Path
 
-import pytest
-
 from cursor_byok.llm import canonical
 from cursor_byok.llm.types import AssistantMessage, ToolResultMessage, UserMessage
 from tests.e2e.test_shim import (
