@@ -488,6 +488,11 @@ class ConnectApp:
             if index < len(history):
                 chunk = b"".join(history[index:])
                 index = len(history)
+                if session.finished:
+                    # The last messages and the end-stream frame in one write (each ASGI send
+                    # costs a full trip through the server's protocol layer).
+                    await _write(send, chunk + _ending(protocol, session.ending), more=False)
+                    return
                 await _write(send, chunk)
                 last_write = time.monotonic()
                 continue
