@@ -130,3 +130,30 @@ async def test_no_secret_in_the_log_or_the_database(priced_server: ServerProcess
         data = Path(path).read_bytes()
         assert API_KEY.encode() not in data, path
         assert TOKEN.encode() not in data, path
+
+
+async def test_metrics_and_dashboard_reflect_the_runs(priced_server: ServerProcess) -> None:
+    async with http(priced_server) as client:
+        run = ShimRun(client, token=TOKEN)
+        async with run.subscribe() as reader:
+            await run.append(run_request(unique("metrics please")))
+            assert await reader.wait_end() == {}
+        assert (await client.get("/metrics")).status_code == 401
+        auth = {"authorization": f"Bearer {TOKEN}"}
+        metrics = (await client.get("/metrics", headers=auth)).text
+        summary = (await client.get("/dashboard/api/summary", headers=auth)).json()
+        page = await client.get("/dashboard")
+    ok_calls = [
+        line
+        for line in metrics.splitlines()
+        if line.startswith("cursor_byok_llm_calls_total{") and 'outcome="ok"' in line
+    ]
+    assert ok_calls and float(ok_calls[0].rsplit(" ", 1)[1]) >= 1
+    assert (
+        'cursor_byok_llm_tokens_total{kind="input",model="brain-1",provider="brain"}' in (metrics)
+        or "cursor_byok_llm_tokens_total{" in metrics
+    )
+    assert "cursor_byok_rpc_requests_total" in metrics and "cursor_byok_active_runs" in metrics
+    assert any(c.get("model") == "brain-1" for c in summary["llm_calls"])
+    assert page.status_code == 200 and b"<html" in page.content.lower()
+    assert API_KEY not in metrics and TOKEN not in json.dumps(summary)
