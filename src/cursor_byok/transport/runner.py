@@ -24,6 +24,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import msgspec
 
@@ -213,7 +214,9 @@ class Runner:
         return len(self._active)
 
     async def handle(self, channel: RunChannel, info: object = None) -> None:
-        run = Run(self, channel)
+        # Only the shim's RunSSE can be reopened under a known request_id; an HTTP/2 Run
+        # always starts with the client's own run_request.
+        run = Run(self, channel, resumable=getattr(info, "transport", "runsse") != "run")
         try:
             await run.serve()
         finally:
@@ -238,8 +241,9 @@ class Runner:
 
 
 class Run:
-    def __init__(self, runner: Runner, channel: RunChannel) -> None:
+    def __init__(self, runner: Runner, channel: RunChannel, *, resumable: bool = True) -> None:
         self.runner = runner
+        self.resumable = resumable
         self.services = runner.services
         self.channel = channel
         self.store = runner.services.store
@@ -333,13 +337,28 @@ class Run:
             self.ended.set()
 
     async def _first_message(self) -> Incoming | None:
-        """The run request: from the store when this request_id is known (a client that
-        reconnects after a restart does not send its appends again), else from the client."""
-        stored = await self.store.find_run(self.channel.request_id)
-        if stored is not None:
-            message = agent_pb2.AgentClientMessage.FromString(stored.request)
+        """The run request: from the client, or from the store when this request_id is known
+        (a client that reconnects after a restart does not send its appends again). Both are
+        asked at once; the first that has it wins (they hold the same bytes)."""
+        if not self.resumable:
+            return await self.channel.receive()
+        received = asyncio.ensure_future(self.channel.receive())
+        stored = asyncio.ensure_future(self.store.find_run(self.channel.request_id))
+        try:
+            await asyncio.wait({received, stored}, return_when=asyncio.FIRST_COMPLETED)
+            if received.done():
+                return received.result()
+            record = await stored
+            if record is None:
+                return await received
+            received.cancel()  # an inbox get: cancelling it loses nothing
+            message = agent_pb2.AgentClientMessage.FromString(record.request)
             return Incoming(f"{self.channel.request_id}:0", message)
-        return await self.channel.receive()
+        finally:
+            if not stored.done():
+                stored.add_done_callback(_consume_exception)
+            elif not received.done():
+                received.cancel()
 
     def close(self) -> None:
         if self._run_saved is not None and not self._run_saved.done():
@@ -461,6 +480,12 @@ class Run:
 
     async def _begin(self, input_id: str, request: dialect.RunRequest) -> None:
         record = await self.store.load(request.conversation_id)
+        # Input commits belong to a stored conversation: without one there is nothing to find.
+        previous = (
+            await self.store.find_input_commit(request.conversation_id, input_id)
+            if record is not None
+            else None
+        )
         if record is not None:
             self.state = RuntimeState.of(decode_state(record.state, record.messages))
             self.version = record.version
@@ -477,7 +502,6 @@ class Run:
         if request.action == "resume":
             await self._resume()
             return
-        previous = await self.store.find_input_commit(request.conversation_id, input_id)
         if previous is not None:
             await self._resume()  # the same run request again: continue, never apply twice
             return
@@ -1030,7 +1054,7 @@ class Run:
         await self.run(ToolResult(message=done.result), f"{operation_id}:result")
 
 
-def _consume_exception(future: asyncio.Future[SaveResult]) -> None:
+def _consume_exception(future: asyncio.Future[Any]) -> None:
     if not future.cancelled():
         future.exception()
 
