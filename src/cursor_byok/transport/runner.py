@@ -275,6 +275,7 @@ class Run:
         self.state = RuntimeState.new("")
         self.version = 0
         self.stored_count = 0  # messages of this conversation already in the store
+        self.turn_id = ""  # the turn this run drives, once it started or resumed one
         self.conversation_id = ""
 
     # -- lifecycle -----------------------------------------------------------------------
@@ -313,6 +314,7 @@ class Run:
             lock = await self.runner._claim(self, conversation_id)
             async with lock:
                 await self._begin(first.input_id, request)
+                self.turn_id = self.state.committed.turn_id
                 await self._run_saved
                 while not self._done:
                     await self._process(await self.inbox.get())
@@ -509,7 +511,11 @@ class Run:
             raise RunFailed(dialect.bad_request_end("the run request carries no user message"))
         if self.state.committed.status in ("WaitingLLM", "WaitingClient"):
             # A turn left unfinished by a run that is gone: close it before the new one.
-            await self.run(Cancel(reason="interrupted by a new message"), f"{input_id}:interrupt")
+            await self.run(
+                Cancel(reason="interrupted by a new message"),
+                f"{input_id}:interrupt",
+                execute=False,
+            )
         context = await self._context(request)
         await self.run(Start(user_message=request.user_message, context=context), input_id)
 
@@ -651,22 +657,29 @@ class Run:
                     await self._tool_finished(op_id, done, op)
             case _Supersede(reason=reason):
                 await self.run(Cancel(reason=reason), None)
-        if not self._done and self._idle():
-            # Nothing in flight and the turn is over: end instead of waiting forever.
+        if not self._done and not self._streams and self._tool is None:
+            # Nothing of this run is in flight: end instead of waiting forever.
             status = self.state.committed.status
-            if status == "Final":
+            if self.turn_id and self.state.committed.turn_id != self.turn_id:
+                # A lost race: another run (here or in another process) moved the
+                # conversation to a turn of its own; this run's answer was not kept.
+                self._end(
+                    dialect.canceled_end("the conversation was continued by another request"),
+                    "canceled",
+                )
+            elif status == "Final":
                 self._finish_ok(self.summary.usage)
             elif status == "Canceled":
                 self._end(dialect.canceled_end("the turn was canceled"), "canceled")
+            elif status in ("WaitingLLM", "WaitingClient"):
+                # A lost race: another run (here or in another process) moved the conversation
+                # on, and what it waits for is not ours.
+                self._end(
+                    dialect.canceled_end("the conversation was continued by another request"),
+                    "canceled",
+                )
             else:
                 self._end(dialect.internal_end(f"the turn stopped in state {status}"), "error")
-
-    def _idle(self) -> bool:
-        return (
-            not self._streams
-            and self._tool is None
-            and self.state.committed.status in ("Ready", "Final", "Failed", "Canceled")
-        )
 
     async def _on_client_event(self, input_id: str, event: dialect.ClientEvent) -> None:
         match event:
@@ -703,8 +716,9 @@ class Run:
             self.summary.usage = self.summary.usage + event.message.usage
         await self.run(LLMEvent(call_id=call_id, event=event), f"{call_id}:end")
 
-    async def run(self, input: Input, input_id: str | None) -> None:
-        """transition → commit → publish → run_command (design §6 `run`)."""
+    async def run(self, input: Input, input_id: str | None, *, execute: bool = True) -> None:
+        """transition → commit → publish → run_command (design §6 `run`). With `execute`
+        false the command is not run (closing a turn left behind by a run that is gone)."""
         for _ in range(MAX_CAS_RETRIES):
             t = transition(self.state, input)
             if t.state is self.state:
@@ -719,7 +733,8 @@ class Run:
             outcome = await self._commit(input, input_id, t, prepared)
             if outcome == "committed":
                 self._publish(t, input, before)
-                await self._run_command(t.command, prepared)
+                if execute:
+                    await self._run_command(t.command, prepared)
                 return
             if outcome == "duplicate":
                 await self._resume()  # applied before (another process): continue from there
