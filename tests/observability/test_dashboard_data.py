@@ -38,7 +38,10 @@ def test_bucket_size_follows_the_span() -> None:
 async def test_dashboard_data_from_a_real_store(tmp_path: Path) -> None:
     now = int(time.time() * 1000)
     config = planted_config()
-    async with await SQLiteStore.open(tmp_path / "db.sqlite") as store:
+    # A store clock that always moves: two commits in one millisecond would tie on
+    # updated_at_ms and make the newest-first order depend on the ids.
+    ticks = itertools.count(now)
+    async with await SQLiteStore.open(tmp_path / "db.sqlite", clock=lambda: next(ticks)) as store:
         await seed_store(store, now)
         data = await dashboard_data(store, config, limit=100)
         raw = await dashboard_json(store, config)

@@ -22,6 +22,7 @@ import contextlib
 import hashlib
 import logging
 import time
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -87,6 +88,7 @@ log = logging.getLogger("cursor_byok.runner")
 _state_encoder = msgspec.json.Encoder(order="deterministic")
 _state_decoder = msgspec.json.Decoder(ConversationState)
 _prepared_decoder = msgspec.json.Decoder(PreparedRequest)
+_prepared_msgpack = msgspec.msgpack.Decoder(PreparedRequest)
 _tool_call_encoder = msgspec.json.Encoder(order="deterministic")
 
 MAX_CAS_RETRIES = 5
@@ -106,11 +108,17 @@ def decode_state(state: bytes, messages: tuple[bytes, ...]) -> ConversationState
 
 
 def encode_prepared(prepared: PreparedRequest) -> bytes:
-    return msgspec.json.encode(prepared)
+    """The stored form of an exact request: msgpack (the body stays raw bytes, not base64),
+    zlib-compressed at level 1 (fast; prompts are text and repeat themselves, so they shrink
+    several times). Every call of a conversation stores its whole prompt, so this is what
+    keeps the database small. The body comes back byte for byte."""
+    return zlib.compress(msgspec.msgpack.encode(prepared), 1)
 
 
 def decode_prepared(data: bytes) -> PreparedRequest:
-    return _prepared_decoder.decode(data)
+    if data[:1] == b"{":  # plain JSON rows
+        return _prepared_decoder.decode(data)
+    return _prepared_msgpack.decode(zlib.decompress(data))
 
 
 def cache_key(conversation_id: str) -> str:
