@@ -35,6 +35,10 @@ class ServerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     runsse_content_type: str = "text/event-stream"
     log_format: str = "text"
     tool_timeout_s: float = 600.0  # a tool the client never answers becomes an error result
+    # true: fsync the commit before every model call too (power-loss safe; the disk's fsync
+    # time is added to every first token). false: that commit survives a crash of the server
+    # at once and a power loss from the next tool or end-of-turn commit on.
+    fsync_model_calls: bool = False
 
     def __repr__(self) -> str:
         token = "set" if self.auth_token else "unset"

@@ -99,6 +99,53 @@ async def test_stream_to_done_and_exact_bytes_sent() -> None:
         await a.aclose()
 
 
+async def test_send_opens_the_request_before_the_first_recv() -> None:
+    async with fake_upstream() as up:
+        up.push(Reply.events(["x", "END"]))
+        a = adapter(up.base_url)
+        s = a.call(REQUEST, SETTINGS)
+        for _ in range(200):  # nobody reads yet; the request still goes out
+            if up.requests:
+                break
+            await asyncio.sleep(0.01)
+        assert len(up.requests) == 1
+        events = await collect(s)
+        assert isinstance(events[-1], DoneEvent) and events[-1].message.text == "x"
+        await a.aclose()
+
+
+async def test_aclose_right_after_send_never_reaches_the_upstream() -> None:
+    async with fake_upstream() as up:
+        up.push(Reply.events(["x", "END"]))
+        a = adapter(up.base_url)
+        s = a.call(REQUEST, SETTINGS)
+        await s.aclose()
+        ev = await s.recv()
+        assert isinstance(ev, ErrorEvent) and ev.reason == "aborted"
+        await asyncio.sleep(0.1)
+        assert up.requests == []
+        await a.aclose()
+
+
+async def test_first_token_of_a_burst_is_delivered_before_the_burst_is_decoded() -> None:
+    """A provider burst (many events in one network chunk) must not hold the first token back
+    until the last event of the burst is decoded."""
+    body = b"".join(f"data: t{i}\n\n".encode() for i in range(3000)) + b"data: END\n\n"
+    async with fake_upstream() as up:
+        up.push(Reply(chunks=[body]))
+        a = adapter(up.base_url)
+        s = a.call(REQUEST, SETTINGS)
+        events = []
+        while not isinstance(ev := await s.recv(), TextDelta):
+            events.append(ev)
+        assert ev.delta == "t0"
+        assert not s._queued_terminal  # the reader is still inside the burst
+        events = [*events, ev, *await collect(s)]
+        assert isinstance(events[-1], DoneEvent)
+        assert len([e for e in events if isinstance(e, TextDelta)]) == 3000
+        await a.aclose()
+
+
 async def test_recv_after_terminal_raises() -> None:
     async with fake_upstream() as up:
         up.push(Reply.events(["END"]))

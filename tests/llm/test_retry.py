@@ -273,14 +273,16 @@ async def test_aclose_during_backoff_aborts_at_once() -> None:
         await stream.recv()
 
 
-async def test_aclose_before_the_first_recv_sends_nothing() -> None:
+async def test_the_first_attempt_starts_at_send_and_aclose_before_recv_closes_it() -> None:
     inner = ScriptedLLM(ok())
     stream = wrap(inner).call(REQUEST, SETTINGS)
+    assert len(inner.streams) == 1 and stream.attempts == 1  # sent before any recv
     await stream.aclose()
+    assert inner.streams[0].closed
     event = await stream.recv()
     assert isinstance(event, ErrorEvent) and event.reason == "aborted"
     assert event.message.model == "m"
-    assert inner.sent == [] and stream.attempts == 0
+    assert stream.attempts == 1 and len(inner.streams) == 1
 
 
 async def test_aclose_mid_stream_closes_the_inner_stream() -> None:
@@ -294,7 +296,7 @@ async def test_aclose_mid_stream_closes_the_inner_stream() -> None:
 
 
 def test_prepare_delegates() -> None:
-    inner = ScriptedLLM()
+    inner = ScriptedLLM(ok())
     llm = wrap(inner)
     assert llm.prepare(REQUEST, SETTINGS) == inner.prepare(REQUEST, SETTINGS)
     assert isinstance(llm.send(llm.prepare(REQUEST, SETTINGS)), RetryingStream)

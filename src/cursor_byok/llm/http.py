@@ -23,13 +23,26 @@ import httpx
 import msgspec
 
 from .assembler import MessageAssembler
-from .events import DoneEvent, ErrorEvent, ResponseEvent
+from .events import (
+    DoneEvent,
+    ErrorEvent,
+    ResponseEvent,
+    TextDelta,
+    ThinkingDelta,
+    ToolCallDelta,
+    ToolCallStart,
+)
 from .settings import ModelSettings, ProviderSettings
 from .sse import SSEEvent, SSEParser
 from .stream import PreparedRequest, StreamEnded
 from .types import RequestMessages
 
 MAX_ERROR_BODY = 64 * 1024
+YIELD_EVERY_S = 0.0005
+# Enough loop turns for the first token to cross every task between the socket and the
+# client (this reader, the consumer of `recv`, the run, the transport's writer).
+FIRST_CONTENT_YIELDS = 4
+CONTENT_EVENTS = (TextDelta, ThinkingDelta, ToolCallStart, ToolCallDelta)
 
 
 class StreamDecoder(Protocol):
@@ -137,7 +150,9 @@ class HttpAdapter(ABC):
     # -- LLM protocol ----------------------------------------------------------------------
 
     def send(self, prepared: PreparedRequest) -> HttpResponseStream:
-        return HttpResponseStream(self, prepared)
+        stream = HttpResponseStream(self, prepared)
+        stream.start()
+        return stream
 
     def call(self, request: RequestMessages, settings: ModelSettings) -> HttpResponseStream:
         return self.send(self.prepare(request, settings))
@@ -160,11 +175,20 @@ class HttpResponseStream:
         self._delivered_terminal = False
         self._closed = False
 
+    def start(self) -> None:
+        """Open the request now rather than at the first `recv` when a loop is running, so the
+        connection and the provider's first token overlap whatever the caller does next."""
+        if self._task is None and not self._closed:
+            try:
+                loop = asyncio.get_running_loop()
+            except RuntimeError:
+                return  # no loop yet: the first `recv` starts it
+            self._task = loop.create_task(self._pump())
+
     async def recv(self) -> ResponseEvent:
         if self._delivered_terminal:
             raise StreamEnded("the stream already ended")
-        if self._task is None and not self._closed:
-            self._task = asyncio.get_running_loop().create_task(self._pump())
+        self.start()
         event = await self._queue.get()
         if isinstance(event, DoneEvent | ErrorEvent):
             self._delivered_terminal = True
@@ -239,13 +263,28 @@ class HttpResponseStream:
             decoder = adapter.new_decoder(self._assembler)
             parser = SSEParser()
             chunks = response.aiter_bytes()
+            # A burst of buffered chunks is decoded without the socket ever making this task
+            # wait, which would hold every event back until the whole burst is decoded. Give
+            # the loop a turn at the first content event and then every YIELD_EVERY_S, so
+            # the first token goes out at once and bursts still travel in batches.
+            content_seen = False
+            turns = 0  # loop turns owed before decoding on
+            last_yield = time.monotonic()
             async for chunk in chunks:
                 for sse in parser.feed(chunk):
                     for event in decoder.feed(sse):
                         self._put(event)
+                        if not content_seen and isinstance(event, CONTENT_EVENTS):
+                            content_seen = True
+                            turns = FIRST_CONTENT_YIELDS
                     if self._queued_terminal:
                         await _drain(chunks)  # so the connection goes back to the pool
                         return
+                    if turns or time.monotonic() - last_yield >= YIELD_EVERY_S:
+                        for _ in range(max(turns, 1)):
+                            await asyncio.sleep(0)
+                        turns = 0
+                        last_yield = time.monotonic()
             for sse in parser.finish():
                 for event in decoder.feed(sse):
                     self._put(event)

@@ -116,6 +116,9 @@ class RetryingStream:
         self._sleep_task: asyncio.Future[object] | None = None
         self.attempts = 0
         self.delays: list[float] = []
+        # The first attempt goes out now (see HttpResponseStream.start), not at the first recv.
+        self._current = owner.inner.send(prepared)
+        self.attempts = 1
 
     async def recv(self) -> ResponseEvent:
         if self._delivered_terminal:
@@ -150,8 +153,9 @@ class RetryingStream:
         started = owner._clock()
         previous = policy.base_delay_s
         while True:
-            self.attempts += 1
-            self._current = owner.inner.send(self._prepared)
+            if self._current is None:
+                self.attempts += 1
+                self._current = owner.inner.send(self._prepared)
             event = await self._current.recv()
             if self._closed:
                 self._first_done = True
@@ -161,6 +165,7 @@ class RetryingStream:
                 return event
             self._last_error = event
             await self._current.aclose()  # finished already; frees whatever it still holds
+            self._current = None
             delay = self._next_delay(event, previous, owner._clock() - started)
             if delay is None:
                 self._first_done = True

@@ -177,6 +177,7 @@ class Store(Protocol):
         result: bytes,
         llm_calls: Sequence[LLMCallRecord] = (),
         client_operations: Sequence[ClientOperationRecord] = (),
+        durable: bool = True,
     ) -> CommitResult:
         """One transaction: dedupe on (conversation_id, input_id), CAS on version (a missing
         conversation is created when expected_version == 0), append messages at
@@ -184,6 +185,11 @@ class Store(Protocol):
 
         Raises StoreIntegrityError (nothing changed) if the version matches but the stored
         message count differs from expected_message_count, or a record breaks a constraint.
+
+        `durable=False` lets a backend return once the commit survives a crash of this process,
+        before it would survive a power loss (SQLite: no fsync of its own; the next durable
+        commit syncs it with everything before it). A power loss may then undo it, and only it
+        and later commits, never a part of it.
         """
         ...
 
@@ -208,7 +214,8 @@ class Store(Protocol):
     async def get_client_operation(self, operation_id: str) -> ClientOperationRecord | None: ...
 
     async def save_run(self, record: RunRecord) -> SaveResult:
-        """Insert once; the same request_id again is `unchanged` (same bytes) or `ignored`."""
+        """Insert once; the same request_id again is `unchanged` (same bytes) or `ignored`.
+        Not durable on its own (see `commit_input`): the next durable commit syncs it."""
         ...
 
     async def find_run(self, request_id: str) -> RunRecord | None: ...

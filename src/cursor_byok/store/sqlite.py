@@ -7,8 +7,16 @@ is not a failure, a broken constraint is - is rolled back to its savepoint alone
 and only then resolves the callers' asyncio futures. A storage error (disk full, locked, corrupt,
 I/O) rolls back the whole batch and every job in it gets the error; the thread carries on.
 
-Reads: a small pool of reader threads, each with its own connection (`query_only`), so a read
-never waits for the writer and never blocks the event loop; WAL gives each read a snapshot.
+Durability: with `synchronous="FULL"` a batch is fsynced when any of its jobs asked for a
+durable commit; a batch of only non-durable jobs (`durable=False`, `save_run`) runs with
+`synchronous=NORMAL`: it survives a crash of the process at once and a power loss from the
+next durable batch on (the WAL is synced as a whole).
+
+Reads: point reads (a run, an input, turn marks, a conversation of at most INLINE_MESSAGES
+messages) run on the calling thread with their own connection that never waits for a lock:
+in WAL mode they take microseconds, less than a hop to another thread. Anything larger, or a
+point read that met a lock, goes to a small pool of reader threads, each with its own
+connection (`query_only`), so it never blocks the event loop; WAL gives each read a snapshot.
 
 Across processes: `BEGIN IMMEDIATE` takes SQLite's write lock and `busy_timeout` waits for it, and
 the version compare-and-swap decides, so two servers on one file never both append.
@@ -56,6 +64,16 @@ from .migrate import load_migrations, migrate
 
 T = TypeVar("T")
 Synchronous = Literal["FULL", "NORMAL"]
+INLINE_MESSAGES = 256  # a conversation up to this size loads on the caller's thread
+
+
+class _TooLarge(Exception):
+    """An inline read found more than it should read on the caller's thread."""
+
+
+class _Deferred(Exception):
+    """An inline read cannot run here (another thread, or a lock): use a reader thread."""
+
 
 # Primary SQLite result codes (the low byte of the extended code).
 _BUSY, _LOCKED, _NOMEM, _READONLY, _IOERR, _CORRUPT = 5, 6, 7, 8, 10, 11
@@ -113,10 +131,11 @@ class WriterStats(msgspec.Struct, frozen=True, kw_only=True):
     jobs: int
     max_batch: int
     failed_batches: int
+    synced_batches: int  # committed with synchronous=FULL (an fsync); the rest skipped it
 
 
 class _Job:
-    __slots__ = ("fn", "future", "loop", "what")
+    __slots__ = ("durable", "fn", "future", "loop", "what")
 
     def __init__(
         self,
@@ -124,11 +143,13 @@ class _Job:
         what: str,
         loop: asyncio.AbstractEventLoop,
         future: asyncio.Future[Any],
+        durable: bool = True,
     ) -> None:
         self.fn = fn
         self.what = what
         self.loop = loop
         self.future = future
+        self.durable = durable
 
 
 class _BatchAbort(Exception):
@@ -184,6 +205,8 @@ class SQLiteStore:
             max_workers=max(1, readers), thread_name_prefix="store-reader"
         )
         self._local = threading.local()
+        self._inline: tuple[int, sqlite3.Connection] | None = None  # (thread id, connection)
+        self._writer_sync: str = synchronous
         self._reader_conns: list[sqlite3.Connection] = []
         self._reader_lock = threading.Lock()
         self._default_max_pages = 0
@@ -192,6 +215,7 @@ class SQLiteStore:
         self._jobs = 0
         self._largest_batch = 0
         self._failed_batches = 0
+        self._synced_batches = 0
 
     # ------------------------------------------------------------------ life cycle
 
@@ -248,6 +272,9 @@ class SQLiteStore:
         await asyncio.to_thread(self._readers.shutdown, True)
         with self._reader_lock:
             conns, self._reader_conns = self._reader_conns, []
+        if self._inline is not None:
+            conns.append(self._inline[1])
+            self._inline = None
         for conn in conns:
             with contextlib.suppress(sqlite3.Error):
                 conn.close()
@@ -265,12 +292,13 @@ class SQLiteStore:
             jobs=self._jobs,
             max_batch=self._largest_batch,
             failed_batches=self._failed_batches,
+            synced_batches=self._synced_batches,
         )
 
     # ------------------------------------------------------------------ reads
 
     async def load(self, conversation_id: str) -> ConversationRecord | None:
-        def read(conn: sqlite3.Connection) -> ConversationRecord | None:
+        def read(conn: sqlite3.Connection, limit: int | None) -> ConversationRecord | None:
             row = conn.execute(
                 "SELECT version, state, message_count, created_at_ms, updated_at_ms "
                 "FROM conversations WHERE conversation_id = ?",
@@ -278,6 +306,8 @@ class SQLiteStore:
             ).fetchone()
             if row is None:
                 return None
+            if limit is not None and row[2] > limit:
+                raise _TooLarge()
             bodies = conn.execute(
                 "SELECT body FROM messages WHERE conversation_id = ? ORDER BY seq",
                 (conversation_id,),
@@ -298,13 +328,18 @@ class SQLiteStore:
                 updated_at_ms=row[4],
             )
 
-        return await self._read(read, f"loading conversation {conversation_id!r}", snapshot=True)
+        what = f"loading conversation {conversation_id!r}"
+        self._check_open()
+        try:
+            return self._read_inline(lambda conn: read(conn, INLINE_MESSAGES), what, snapshot=True)
+        except (_TooLarge, _Deferred):
+            return await self._read(lambda conn: read(conn, None), what, snapshot=True)
 
     async def find_input_commit(self, conversation_id: str, input_id: str) -> InputCommit | None:
         def read(conn: sqlite3.Connection) -> InputCommit | None:
             return _find_input(conn, conversation_id, input_id)
 
-        return await self._read(read, f"reading input {input_id!r}")
+        return await self._read(read, f"reading input {input_id!r}", inline=True)
 
     async def get_llm_call(self, call_id: str) -> LLMCallRecord | None:
         def read(conn: sqlite3.Connection) -> LLMCallRecord | None:
@@ -374,6 +409,7 @@ class SQLiteStore:
         result: bytes,
         llm_calls: Sequence[LLMCallRecord] = (),
         client_operations: Sequence[ClientOperationRecord] = (),
+        durable: bool = True,
     ) -> CommitResult:
         if expected_version < 0 or expected_message_count < 0:
             raise ValueError("expected_version and expected_message_count must be >= 0")
@@ -456,7 +492,9 @@ class SQLiteStore:
                     ignored.append(op.operation_id)
             return CommitResult(status="committed", version=version, ignored=tuple(ignored))
 
-        return await self._write(job, f"committing input {input_id!r} to {conversation_id!r}")
+        return await self._write(
+            job, f"committing input {input_id!r} to {conversation_id!r}", durable=durable
+        )
 
     async def truncate_messages(
         self,
@@ -524,7 +562,7 @@ class SQLiteStore:
             )
             return SaveResult(outcome="inserted")
 
-        return await self._write(job, f"saving run {record.request_id!r}")
+        return await self._write(job, f"saving run {record.request_id!r}", durable=False)
 
     async def find_run(self, request_id: str) -> RunRecord | None:
         def read(conn: sqlite3.Connection) -> RunRecord | None:
@@ -542,7 +580,7 @@ class SQLiteStore:
                 created_at_ms=row[3],
             )
 
-        return await self._read(read, f"reading run {request_id!r}")
+        return await self._read(read, f"reading run {request_id!r}", inline=True)
 
     async def save_turn_marks(self, conversation_id: str, marks: Sequence[TurnMark]) -> None:
         clock = self._clock
@@ -574,7 +612,7 @@ class SQLiteStore:
                 for r in rows
             )
 
-        return await self._read(read, f"reading turn marks of {conversation_id!r}")
+        return await self._read(read, f"reading turn marks of {conversation_id!r}", inline=True)
 
     async def save_llm_call(self, record: LLMCallRecord) -> SaveResult:
         path = self.path
@@ -625,29 +663,78 @@ class SQLiteStore:
             state = "closed" if self._closed else "not started (use SQLiteStore.open)"
             raise StoreClosedError(self.path, f"store is {state}")
 
-    async def _write(self, fn: Callable[[sqlite3.Connection], T], what: str) -> T:
-        self._check_open()
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[T] = loop.create_future()
-        self._queue.put(_Job(fn, what, loop, future))
-        return await future
-
-    async def _read(
-        self, fn: Callable[[sqlite3.Connection], T], what: str, *, snapshot: bool = False
+    async def _write(
+        self, fn: Callable[[sqlite3.Connection], T], what: str, *, durable: bool = True
     ) -> T:
         self._check_open()
         loop = asyncio.get_running_loop()
+        future: asyncio.Future[T] = loop.create_future()
+        self._queue.put(_Job(fn, what, loop, future, durable))
+        return await future
+
+    async def _read(
+        self,
+        fn: Callable[[sqlite3.Connection], T],
+        what: str,
+        *,
+        snapshot: bool = False,
+        inline: bool = False,
+    ) -> T:
+        self._check_open()
+        if inline:
+            try:
+                return self._read_inline(fn, what, snapshot=snapshot)
+            except _Deferred:
+                pass
+        loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._readers, self._read_sync, fn, what, snapshot)
+
+    def _read_inline(
+        self, fn: Callable[[sqlite3.Connection], T], what: str, *, snapshot: bool
+    ) -> T:
+        """Run a small read on the calling thread; raises _Deferred when it must not."""
+        conn = self._inline_conn(what)
+        try:
+            return self._run_read(conn, fn, snapshot)
+        except sqlite3.Error as exc:
+            self._rollback_quietly(conn)
+            if _primary(exc) in (_BUSY, _LOCKED):
+                raise _Deferred() from exc  # a reader thread may wait for it; this one may not
+            raise self._map_error(exc, what) from exc
+        except BaseException:
+            self._rollback_quietly(conn)
+            raise
+
+    def _inline_conn(self, what: str) -> sqlite3.Connection:
+        me = threading.get_ident()
+        if self._inline is None:
+            try:
+                conn = sqlite3.connect(
+                    self.path, timeout=0, isolation_level=None, check_same_thread=False
+                )
+                conn.execute("PRAGMA query_only = ON")
+            except sqlite3.Error as exc:
+                raise self._map_error(exc, what) from exc
+            self._inline = (me, conn)
+        owner, conn = self._inline
+        if owner != me:
+            raise _Deferred()
+        return conn
+
+    @staticmethod
+    def _run_read(
+        conn: sqlite3.Connection, fn: Callable[[sqlite3.Connection], T], snapshot: bool
+    ) -> T:
+        if not snapshot:
+            return fn(conn)
+        conn.execute("BEGIN")
+        value = fn(conn)
+        conn.execute("COMMIT")
+        return value
 
     def _read_sync(self, fn: Callable[[sqlite3.Connection], T], what: str, snapshot: bool) -> T:
         try:
-            conn = self._reader()
-            if not snapshot:
-                return fn(conn)
-            conn.execute("BEGIN")
-            value = fn(conn)
-            conn.execute("COMMIT")
-            return value
+            return self._run_read(self._reader(), fn, snapshot)
         except sqlite3.Error as exc:
             self._rollback_quietly(getattr(self._local, "conn", None))
             raise self._map_error(exc, what) from exc
@@ -706,7 +793,11 @@ class SQLiteStore:
     # ---- writer thread
 
     def _open_writer(self) -> sqlite3.Connection:
-        conn = sqlite3.connect(self.path, timeout=self.busy_timeout_ms / 1000, isolation_level=None)
+        conn = sqlite3.connect(
+            self.path,
+            timeout=self.busy_timeout_ms / 1000,
+            isolation_level=None,
+        )
         try:
             mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
             if str(mode).lower() != "wal":
@@ -777,6 +868,11 @@ class SQLiteStore:
         outcomes: list[_Outcome] = []
         what = jobs[0].what if len(jobs) == 1 else f"committing {len(jobs)} writes"
         try:
+            if self.synchronous == "FULL":
+                wanted = "FULL" if any(job.durable for job in jobs) else "NORMAL"
+                if wanted != self._writer_sync:
+                    conn.execute(f"PRAGMA synchronous = {wanted}")
+                    self._writer_sync = wanted
             conn.execute("BEGIN IMMEDIATE")
             for job in jobs:
                 conn.execute("SAVEPOINT job")
@@ -794,6 +890,8 @@ class SQLiteStore:
                     conn.execute("RELEASE job")
                     outcomes.append((job, value, None))
             conn.execute("COMMIT")
+            if self._writer_sync == "FULL":
+                self._synced_batches += 1
         except (sqlite3.Error, _BatchAbort) as exc:
             cause = exc.cause if isinstance(exc, _BatchAbort) else exc
             self._rollback_quietly(conn)

@@ -23,7 +23,7 @@ import hashlib
 import logging
 import time
 import zlib
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -121,6 +121,21 @@ def decode_prepared(data: bytes) -> PreparedRequest:
     return _prepared_msgpack.decode(zlib.decompress(data))
 
 
+def command_record(command: Command) -> bytes:
+    """What an input commit records as its result: the command, except that a model call is
+    named by its call id and messages hash (its request is in its own call record already;
+    repeating it in every input would be most of the bytes written before the call)."""
+    match command:
+        case ContinueLLM():
+            return b""
+        case CallLLM(call_id=call_id, messages_hash=messages_hash):
+            return msgspec.json.encode(
+                {"command": "call_llm", "call_id": call_id, "messages_hash": messages_hash}
+            )
+        case _:
+            return msgspec.json.encode(command)
+
+
 def cache_key(conversation_id: str) -> str:
     """A stable, non-identifying per-conversation key for provider prompt caches."""
     return "cbk-" + hashlib.sha256(conversation_id.encode()).hexdigest()[:32]
@@ -139,6 +154,7 @@ class RunnerServices:
     tool_timeout_s: float = 600.0
     context_timeout_s: float = 30.0
     supersede_timeout_s: float = 15.0
+    fsync_model_calls: bool = False
     on_llm_call: Callable[[LLMCallRecord], None] | None = None  # observability hook
     on_run_end: Callable[[RunSummary], None] | None = None
 
@@ -149,6 +165,7 @@ class RunnerServices:
             store=store,
             llm_for=lambda m: registry.llm(m.provider),
             tool_timeout_s=config.server.tool_timeout_s,
+            fsync_model_calls=config.server.fsync_model_calls,
         )
 
 
@@ -369,6 +386,19 @@ class Run:
                 stored.add_done_callback(_consume_exception)
             elif not received.done():
                 received.cancel()
+
+    def _background(self, work: Awaitable[None], what: str) -> None:
+        """A write nobody waits for; its failure is logged, never lost silently."""
+        task = asyncio.ensure_future(work)
+        self._closing.add(task)
+        request_id = self.channel.request_id
+
+        def done(future: asyncio.Future[None]) -> None:
+            self._closing.discard(future)
+            if not future.cancelled() and (exc := future.exception()) is not None:
+                log.error("run %s: saving %s failed: %s", request_id, what, exc)
+
+        task.add_done_callback(done)
 
     def close(self) -> None:
         if self._run_saved is not None and not self._run_saved.done():
@@ -793,7 +823,7 @@ class Run:
             calls.append(record)
         if isinstance(t.command, CallClient):
             ops.append(self._operation_record(t.command, after, now))
-        result = msgspec.json.encode(t.command) if not isinstance(t.command, ContinueLLM) else b""
+        result = command_record(t.command)
         outcome = await self.store.commit_input(
             self.conversation_id,
             input_id=input_id or f"{after.last_commit_id}",
@@ -804,6 +834,9 @@ class Run:
             result=result,
             llm_calls=calls,
             client_operations=ops,
+            # Losing a commit whose command is a model call costs at most that call again (same
+            # bytes); every commit that sends a tool or ends a turn is fsynced, with all before.
+            durable=self.services.fsync_model_calls or not isinstance(t.command, CallLLM),
         )
         if outcome.status == "committed":
             self.version = outcome.version
@@ -979,10 +1012,11 @@ class Run:
                 message_count=len(c.messages),
             )
         )
-        # Published before the marks are stored: should the write be lost, the next run's turns
-        # are simply not a prefix of ours and our history stands (never a wrong rewind).
+        # Published before the marks are stored, and the turn ends without waiting for them:
+        # should the write be lost, the next run's turns are simply not a prefix of ours and
+        # our history stands (never a wrong rewind).
         self.channel.send(checkpoints.checkpoint([m.blob_id for m in marks]))
-        await self.store.save_turn_marks(self.conversation_id, marks)
+        self._background(self.store.save_turn_marks(self.conversation_id, marks), "turn marks")
 
     def _finish_ok(self, usage: Usage) -> None:
         self.channel.send(dialect.turn_ended(usage))

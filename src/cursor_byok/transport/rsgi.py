@@ -1,0 +1,141 @@
+"""Serve the ASGI-shaped `ConnectApp` through granian's RSGI interface.
+
+Why: on HTTP/2 streams granian's ASGI `send` cost a mean of 37-59 µs of CPU per body chunk on
+the event loop's thread, with spikes past 300 µs, while its RSGI `send_bytes` cost about 2 µs
+(measured in docs/benchmarks-server.md). A turn writes several chunks, so that was milliseconds
+per turn on the thread that runs every conversation.
+
+`ConnectApp` keeps its plain ASGI shape (a standard interface its tests drive directly); this
+bridge maps the handful of ASGI messages it uses onto RSGI calls: the request body as
+`http.request` messages, then `http.disconnect` once the client is gone; the response start is
+held until the first body chunk, and a response with a single chunk is sent in one piece.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
+from typing import Any, Protocol
+
+AsgiMessage = MutableMapping[str, Any]
+AsgiApp = Callable[
+    [
+        MutableMapping[str, Any],
+        Callable[[], Awaitable[AsgiMessage]],
+        Callable[[AsgiMessage], Awaitable[None]],
+    ],
+    Awaitable[None],
+]
+
+
+class _StreamTransport(Protocol):
+    async def send_bytes(self, data: bytes) -> None: ...
+
+
+class _HttpProto(Protocol):
+    def __aiter__(self) -> AsyncIterator[bytes]: ...
+
+    async def client_disconnect(self) -> None: ...
+
+    def response_bytes(self, status: int, headers: list[tuple[str, str]], body: bytes) -> None: ...
+
+    def response_stream(self, status: int, headers: list[tuple[str, str]]) -> _StreamTransport: ...
+
+
+class _Receive:
+    __slots__ = ("_body", "_done", "_proto")
+
+    def __init__(self, proto: _HttpProto) -> None:
+        self._proto = proto
+        self._body: AsyncIterator[bytes] | None = None
+        self._done = False
+
+    async def __call__(self) -> AsgiMessage:
+        if not self._done:
+            if self._body is None:
+                self._body = aiter(self._proto)
+            try:
+                chunk = await anext(self._body)
+            except StopAsyncIteration:
+                self._done = True
+                return {"type": "http.request", "body": b"", "more_body": False}
+            except Exception:  # the connection broke while the body was still coming
+                self._done = True
+                return {"type": "http.disconnect"}
+            return {"type": "http.request", "body": bytes(chunk), "more_body": True}
+        await self._proto.client_disconnect()
+        return {"type": "http.disconnect"}
+
+
+class _Send:
+    __slots__ = ("_headers", "_proto", "_status", "_stream")
+
+    def __init__(self, proto: _HttpProto) -> None:
+        self._proto = proto
+        self._status = 200
+        self._headers: list[tuple[str, str]] = []
+        self._stream: _StreamTransport | None = None
+
+    async def __call__(self, message: AsgiMessage) -> None:
+        kind = message["type"]
+        if kind == "http.response.start":
+            self._status = int(message["status"])
+            self._headers = [
+                (k.decode("latin-1"), v.decode("latin-1")) for k, v in message.get("headers", ())
+            ]
+            return
+        if kind != "http.response.body":
+            raise RuntimeError(f"unexpected ASGI message {kind!r}")
+        body = bytes(message.get("body", b""))
+        if self._stream is None:
+            if not message.get("more_body", False):
+                self._proto.response_bytes(self._status, self._headers, body)
+                return
+            self._stream = self._proto.response_stream(self._status, self._headers)
+        if body:
+            await self._stream.send_bytes(body)
+
+    def close(self) -> None:
+        """Let go of the response stream. granian ends it when its transport is freed, not
+        when the handler returns: a traceback kept by a failed future (a reference cycle)
+        would otherwise hold an HTTP/2 stream open until the next garbage collection."""
+        self._stream = None
+
+
+class RsgiBridge:
+    """The RSGI application granian runs; `app` is the ASGI application it serves."""
+
+    def __init__(
+        self,
+        app: AsgiApp,
+        on_start: Callable[[], None] | None = None,
+    ) -> None:
+        self.app = app
+        self._on_start = on_start
+
+    def __rsgi_init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        if self._on_start is not None:
+            self._on_start()
+
+    def __rsgi_del__(self, loop: asyncio.AbstractEventLoop) -> None:
+        pass  # the owner shuts the application down after the server stopped
+
+    async def __rsgi__(self, scope: Any, proto: Any) -> None:
+        if scope.proto != "http":
+            return  # no websockets here; granian closes the connection
+        asgi_scope: dict[str, Any] = {
+            "type": "http",
+            "http_version": scope.http_version,
+            "scheme": scope.scheme,
+            "method": scope.method,
+            "path": scope.path,
+            "query_string": scope.query_string.encode("latin-1"),
+            "headers": [
+                (k.encode("latin-1"), v.encode("latin-1")) for k, v in scope.headers.items()
+            ],
+        }
+        send = _Send(proto)
+        try:
+            await self.app(asgi_scope, _Receive(proto), send)
+        finally:
+            send.close()
