@@ -8,7 +8,9 @@ child process with its SQLite database in a temporary directory) and this client
 
   overhead     time to first text delta and total turn time, sequential turns, through the
                server (HTTP/2 `Run`, our h2 client) vs the same upstream consumed directly by a
-               plain httpx streaming client; medians and the difference
+               plain httpx streaming client; medians and the difference. Also the transport
+               floor: the same client against a server whose run handler echoes at once (no
+               store, no model): what HTTP/2, granian and this Python client cost by themselves
   throughput   text deltas per second through one server process (one long streamed answer)
   concurrency  N concurrent streaming runs over a few HTTP/2 connections: server CPU % (of one
                core, from /proc/PID/stat), server RSS (/proc/PID/status), and the delay between
@@ -42,6 +44,9 @@ from tests.support import connect_client as cc  # noqa: E402
 from tests.support.live import ServerProcess, brain_config, server_process  # noqa: E402
 
 from cursor_byok.transport.proto import agent_pb2  # noqa: E402
+from cursor_byok.transport.server import (  # noqa: E402
+    server_process as transport_server_process,
+)
 
 HARD_LIMIT_S = 170
 CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -193,6 +198,17 @@ async def overhead_turns(
     return via, plain, cpu / turns
 
 
+async def floor_turns(port: int, turns: int) -> list[float]:
+    """First-delta times against the echo handler (transport only)."""
+    h2 = await cc.H2Client.connect("127.0.0.1", port)
+    try:
+        for i in range(5):
+            await server_turn(h2, f"warm up {i}")
+        return [(await server_turn(h2, f"hello number {i}")).ttft for i in range(turns)]
+    finally:
+        await h2.close()
+
+
 def overhead_rows(label: str, via: list[Turn], plain: list[Turn], cpu: float) -> list[str]:
     rows = []
     for metric, key in (("first text delta", "ttft"), ("whole turn", "total")):
@@ -209,19 +225,26 @@ def overhead_rows(label: str, via: list[Turn], plain: list[Turn], cpu: float) ->
 
 
 async def overhead(
-    servers: list[tuple[str, ServerProcess]], upstream_url: str, turns: int
+    servers: list[tuple[str, ServerProcess]], upstream_url: str, turns: int, echo_port: int
 ) -> list[str]:
     rows: list[str] = []
     for label, srv in servers:
         via, plain, cpu = await overhead_turns(srv, upstream_url, turns)
         rows += overhead_rows(label, via, plain, cpu)
+    floor = await floor_turns(echo_port, turns)
+    rows.append(
+        f"| first text delta, transport floor (echo handler: no store, no model) | | "
+        f"{statistics.median(floor) * 1000:.2f} | | | | {pct(floor, 99) * 1000:.2f} |"
+    )
     return [
         f"## Overhead per turn ({turns} sequential turns, medians, ms)",
         "",
         "Via server: HTTP/2 `Run` (h2c), one connection, a new stream and a new conversation per "
         "turn. Direct: httpx streaming POST to the same upstream, keep-alive connection, SSE "
         "lines parsed as JSON. The server's SQLite database (synchronous=FULL) on the disk, "
-        "then on tmpfs (/dev/shm) to show what the fsyncs cost.",
+        "then on tmpfs (/dev/shm) to show what the fsyncs cost. The transport floor is the "
+        "same client against a server process whose run handler answers at once with no store "
+        "and no model: what HTTP/2, granian and this Python h2 client cost by themselves.",
         "",
         "| metric | direct | via server | overhead | ratio | direct p99 | via server p99 |",
         "|---|---:|---:|---:|---:|---:|---:|",
@@ -424,17 +447,26 @@ def main(argv: list[str] | None = None) -> int:
             tempfile.TemporaryDirectory(dir=shm) as tmp_shm,
         ):
             work, work_shm = Path(tmp), Path(tmp_shm)
+            echo_config = work / "echo.toml"
+            echo_config.write_text(brain_config(upstream_url, db=work / "echo.db"))
             with (
                 server_process(brain_config(upstream_url, db=work / "bench.db"), work) as srv,
                 server_process(
                     brain_config(upstream_url, db=work_shm / "bench.db"), work_shm
                 ) as srv_shm,
+                transport_server_process(
+                    echo_config,
+                    handler="tests.support.connect_client:echo_handler",
+                    env={"PYTHONPATH": str(REPO)},
+                ) as echo,
             ):
                 out = ["# Server overhead benchmark", "", *machine()]
                 servers = [("DB on disk", srv), ("DB on tmpfs", srv_shm)]
 
                 async def scenarios() -> None:
-                    await timed("overhead", overhead(servers, upstream_url, args.turns), out)
+                    await timed(
+                        "overhead", overhead(servers, upstream_url, args.turns, echo.port), out
+                    )
                     await timed("throughput", throughput(srv, upstream_url, args.chars), out)
                     await timed(
                         "concurrency",
