@@ -114,7 +114,6 @@ class RetryingStream:
         self._closed = False
         self._last_error: ErrorEvent | None = None
         self._sleep_task: asyncio.Future[object] | None = None
-        self.attempts = 0
         self.delays: list[float] = []
         # The first attempt goes out now (see HttpResponseStream.start), not at the first recv.
         self._current = owner.inner.send(prepared)

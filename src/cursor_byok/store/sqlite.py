@@ -206,7 +206,7 @@ class SQLiteStore:
         )
         self._local = threading.local()
         self._inline: tuple[int, sqlite3.Connection] | None = None  # (thread id, connection)
-        self._writer_sync: str = synchronous
+        self._writer_sync: Synchronous = synchronous
         self._reader_conns: list[sqlite3.Connection] = []
         self._reader_lock = threading.Lock()
         self._default_max_pages = 0
@@ -328,18 +328,18 @@ class SQLiteStore:
                 updated_at_ms=row[4],
             )
 
-        what = f"loading conversation {conversation_id!r}"
-        self._check_open()
-        try:
-            return self._read_inline(lambda conn: read(conn, INLINE_MESSAGES), what, snapshot=True)
-        except (_TooLarge, _Deferred):
-            return await self._read(lambda conn: read(conn, None), what, snapshot=True)
+        return await self._read(
+            lambda conn: read(conn, None),
+            f"loading conversation {conversation_id!r}",
+            snapshot=True,
+            inline=lambda conn: read(conn, INLINE_MESSAGES),
+        )
 
     async def find_input_commit(self, conversation_id: str, input_id: str) -> InputCommit | None:
         def read(conn: sqlite3.Connection) -> InputCommit | None:
             return _find_input(conn, conversation_id, input_id)
 
-        return await self._read(read, f"reading input {input_id!r}", inline=True)
+        return await self._read(read, f"reading input {input_id!r}", inline=read)
 
     async def get_llm_call(self, call_id: str) -> LLMCallRecord | None:
         def read(conn: sqlite3.Connection) -> LLMCallRecord | None:
@@ -580,7 +580,7 @@ class SQLiteStore:
                 created_at_ms=row[3],
             )
 
-        return await self._read(read, f"reading run {request_id!r}", inline=True)
+        return await self._read(read, f"reading run {request_id!r}", inline=read)
 
     async def save_turn_marks(self, conversation_id: str, marks: Sequence[TurnMark]) -> None:
         clock = self._clock
@@ -612,7 +612,7 @@ class SQLiteStore:
                 for r in rows
             )
 
-        return await self._read(read, f"reading turn marks of {conversation_id!r}", inline=True)
+        return await self._read(read, f"reading turn marks of {conversation_id!r}", inline=read)
 
     async def save_llm_call(self, record: LLMCallRecord) -> SaveResult:
         path = self.path
@@ -678,13 +678,15 @@ class SQLiteStore:
         what: str,
         *,
         snapshot: bool = False,
-        inline: bool = False,
+        inline: Callable[[sqlite3.Connection], T] | None = None,
     ) -> T:
+        """`inline`: the read to try first on the calling thread (it may raise _TooLarge);
+        `fn` runs on a reader thread when there is none or it cannot run here."""
         self._check_open()
-        if inline:
+        if inline is not None:
             try:
-                return self._read_inline(fn, what, snapshot=snapshot)
-            except _Deferred:
+                return self._read_inline(inline, what, snapshot=snapshot)
+            except (_Deferred, _TooLarge):
                 pass
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._readers, self._read_sync, fn, what, snapshot)
@@ -869,7 +871,7 @@ class SQLiteStore:
         what = jobs[0].what if len(jobs) == 1 else f"committing {len(jobs)} writes"
         try:
             if self.synchronous == "FULL":
-                wanted = "FULL" if any(job.durable for job in jobs) else "NORMAL"
+                wanted: Synchronous = "FULL" if any(job.durable for job in jobs) else "NORMAL"
                 if wanted != self._writer_sync:
                     conn.execute(f"PRAGMA synchronous = {wanted}")
                     self._writer_sync = wanted
