@@ -16,7 +16,7 @@ import asyncio
 import email.utils
 import time
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any, ClassVar, Protocol
 
 import httpx
@@ -36,6 +36,7 @@ from .settings import ModelSettings, ProviderSettings
 from .sse import SSEEvent, SSEParser
 from .stream import PreparedRequest, StreamEnded
 from .types import RequestMessages
+from .wire import WireClient, WireError, WireTimeout, proxy_configured
 
 MAX_ERROR_BODY = 64 * 1024
 YIELD_EVERY_S = 0.0005
@@ -63,7 +64,7 @@ def redact(text: str, secrets: Sequence[str | None]) -> str:
     return text
 
 
-def parse_retry_after(headers: httpx.Headers, now: float | None = None) -> int | None:
+def parse_retry_after(headers: Mapping[str, str], now: float | None = None) -> int | None:
     """Milliseconds the provider asked us to wait (`retry-after-ms`, then `retry-after`)."""
     ms = headers.get("retry-after-ms")
     if ms:
@@ -107,13 +108,27 @@ def error_text_from_body(body: bytes) -> str:
 
 
 class HttpAdapter(ABC):
-    """Base of the provider adapters: implements the `LLM` protocol over httpx."""
+    """Base of the provider adapters: implements the `LLM` protocol over HTTP (wire.py, or
+    httpx with a proxy or an injected client)."""
 
     api: ClassVar[str]
 
     def __init__(self, provider: ProviderSettings, client: httpx.AsyncClient | None = None):
         self.provider = provider
         self._client = client
+        self._wire: WireClient | None = None
+        # Model calls go through the lean client (wire.py) unless the caller brought its own
+        # httpx client or a proxy is configured, which only httpx handles.
+        self.via_httpx = client is not None or proxy_configured()
+
+    @property
+    def wire(self) -> WireClient:
+        if self._wire is None:
+            self._wire = WireClient(
+                connect_timeout=self.provider.connect_timeout_s,
+                read_timeout=self.provider.read_timeout_s,
+            )
+        return self._wire
 
     @property
     def client(self) -> httpx.AsyncClient:
@@ -132,6 +147,18 @@ class HttpAdapter(ABC):
     async def aclose(self) -> None:
         if self._client is not None:
             await self._client.aclose()
+        if self._wire is not None:
+            await self._wire.aclose()
+
+    async def open_exchange(self, prepared: PreparedRequest) -> Exchange:
+        """Send the prepared request (with the key added now); return at the response head."""
+        headers = [*prepared.headers, *self.auth_headers()]
+        if not self.via_httpx:
+            return await self.wire.request(prepared.method, prepared.url, headers, prepared.body)
+        request = self.client.build_request(
+            prepared.method, prepared.url, content=prepared.body, headers=headers
+        )
+        return _HttpxExchange(await self.client.send(request, stream=True))
 
     # -- what each adapter provides ------------------------------------------------------------
 
@@ -162,6 +189,37 @@ class HttpAdapter(ABC):
 
     def redact(self, text: str) -> str:
         return redact(text, [self.provider.api_key])
+
+
+class Exchange(Protocol):
+    """A response being received, from either HTTP client."""
+
+    @property
+    def status(self) -> int: ...
+
+    @property
+    def fields(self) -> Mapping[str, str]: ...
+
+    def chunks(self) -> AsyncIterator[bytes]: ...
+
+    async def aclose(self) -> None: ...
+
+
+class _HttpxExchange:
+    def __init__(self, response: httpx.Response) -> None:
+        self._response = response
+        self.status = response.status_code
+        self.fields: Mapping[str, str] = response.headers
+
+    def chunks(self) -> AsyncIterator[bytes]:
+        return self._response.aiter_bytes()
+
+    async def aclose(self) -> None:
+        await self._response.aclose()
+
+
+_TIMEOUTS = (httpx.TimeoutException, WireTimeout)
+_HTTP_ERRORS = (httpx.HTTPError, WireError)
 
 
 class HttpResponseStream:
@@ -233,36 +291,32 @@ class HttpResponseStream:
         return asm.fail(text, **kwargs)
 
     async def _pump(self) -> None:
-        adapter, prepared = self._adapter, self._prepared
+        adapter = self._adapter
         name = adapter.provider.name
-        headers = [*prepared.headers, *adapter.auth_headers()]
         try:
-            request = adapter.client.build_request(
-                prepared.method, prepared.url, content=prepared.body, headers=headers
-            )
-            response = await adapter.client.send(request, stream=True)
-        except httpx.TimeoutException as exc:
+            response = await adapter.open_exchange(self._prepared)
+        except _TIMEOUTS as exc:
             self._put(self._fail(f"{name}: timed out connecting: {exc!r}", transient=True))
             return
-        except httpx.HTTPError as exc:
+        except _HTTP_ERRORS as exc:
             self._put(self._fail(f"{name}: could not connect: {exc}", transient=True))
             return
         try:
-            if response.status_code >= 400:
+            if response.status >= 400:
                 body = await _read_bounded(response)
-                detail = adapter.error_message(response.status_code, body)
+                detail = adapter.error_message(response.status, body)
                 self._put(
                     self._fail(
-                        f"{name} HTTP {response.status_code}: {detail}",
-                        http_status=response.status_code,
-                        retry_after_ms=parse_retry_after(response.headers),
+                        f"{name} HTTP {response.status}: {detail}",
+                        http_status=response.status,
+                        retry_after_ms=parse_retry_after(response.fields),
                     )
                 )
                 return
             self._put(self._assembler.start())
             decoder = adapter.new_decoder(self._assembler)
             parser = SSEParser()
-            chunks = response.aiter_bytes()
+            chunks = response.chunks()
             # A burst of buffered chunks is decoded without the socket ever making this task
             # wait, which would hold every event back until the whole burst is decoded. Give
             # the loop a turn at the first content event and then every YIELD_EVERY_S, so
@@ -293,11 +347,11 @@ class HttpResponseStream:
                     self._put(event)
             if not self._queued_terminal:
                 self._put(self._fail(f"{name}: the stream ended without a final event"))
-        except httpx.TimeoutException:
+        except _TIMEOUTS:
             self._put(
                 self._fail(f"{name}: no data for {adapter.provider.read_timeout_s:g} s; gave up")
             )
-        except httpx.HTTPError as exc:
+        except _HTTP_ERRORS as exc:
             self._put(self._fail(f"{name}: connection lost mid-stream: {exc}"))
         except asyncio.CancelledError:
             raise
@@ -319,13 +373,13 @@ async def _drain(
                 seen += len(chunk)
                 if seen > limit:
                     return
-    except (TimeoutError, httpx.HTTPError):
+    except (TimeoutError, *_HTTP_ERRORS):
         return
 
 
-async def _read_bounded(response: httpx.Response) -> bytes:
+async def _read_bounded(response: Exchange) -> bytes:
     out = bytearray()
-    async for chunk in response.aiter_bytes():
+    async for chunk in response.chunks():
         out += chunk
         if len(out) >= MAX_ERROR_BODY:
             break
