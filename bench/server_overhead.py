@@ -414,7 +414,7 @@ def machine() -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--turns", type=int, default=60)
+    parser.add_argument("--turns", type=int, default=200)
     parser.add_argument("--chars", type=int, default=40_000)
     parser.add_argument("--concurrent", type=int, default=500)
     parser.add_argument("--connections", type=int, default=10)

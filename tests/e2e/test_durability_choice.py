@@ -3,8 +3,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import sqlite3
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -90,3 +92,69 @@ async def test_fsync_model_calls_makes_every_commit_durable(
 ) -> None:
     flags = await durable_flags(upstream, tmp_path, "fsync_model_calls = true")
     assert flags == [True, True]
+
+
+async def test_the_checkpoint_blob_travels_while_the_last_commit_is_written(
+    upstream: FakeUpstream, tmp_path: Path
+) -> None:
+    """set_blob goes out before the turn's last commit returns; the checkpoint and turn_ended
+    only after it (the client's round trip and the fsync overlap, the order holds)."""
+    config = parse_config(brain_config(upstream.base_url, db=tmp_path / "db"))
+    app = await App.open(config)
+    commit = app.store.commit_input
+    times: dict[str, float] = {}
+
+    async def slow_last_commit(*args: Any, **kwargs: Any) -> Any:
+        if kwargs["durable"]:  # the commit that ends the turn
+            await asyncio.sleep(0.3)
+            result = await commit(*args, **kwargs)
+            times["committed"] = time.monotonic()
+            return result
+        return await commit(*args, **kwargs)
+
+    app.store.commit_input = slow_last_commit  # type: ignore[method-assign]
+    client = None
+    try:
+        async with running_server(config, app.runner.handle) as srv:
+            client = await cc.H2Client.connect("127.0.0.1", srv.port)
+            stream = await client.open_run()
+            request = cc.run_request("overlap please")
+            request.run_request.requested_model.model_id = "brain-1"
+            request.run_request.conversation_id = "overlap"
+            context = request.run_request.action.user_message_action.request_context
+            context.env.workspace_paths.append("/tmp/overlap")
+            await stream.send(request)
+            while (frame := await stream.next_frame(10)) is not None and not frame.flags & 0x02:
+                msg = stream.result.messages[-1]
+                if msg.HasField("kv_server_message"):
+                    times["set_blob"] = time.monotonic()
+                    reply = agent_pb2.AgentClientMessage()
+                    reply.kv_client_message.id = msg.kv_server_message.id
+                    reply.kv_client_message.set_blob_result.SetInParent()
+                    await stream.send(reply)
+                elif msg.HasField("conversation_checkpoint_update"):
+                    times["checkpoint"] = time.monotonic()
+                elif msg.interaction_update.HasField("turn_ended"):
+                    times["turn_ended"] = time.monotonic()
+            assert stream.result.end == {}
+            await client.close()  # before the server stops, which waits for open connections
+            client = None
+    finally:
+        if client is not None:
+            await client.close()
+        await app.close()
+    assert times["set_blob"] < times["committed"] - 0.1  # sent while the commit was pending
+    assert times["committed"] <= times["checkpoint"] <= times["turn_ended"]
+
+
+async def test_only_a_reopenable_run_keeps_its_run_request(
+    upstream: FakeUpstream, tmp_path: Path
+) -> None:
+    """An HTTP/2 Run is never reopened by request_id, so its run request is not stored."""
+    await durable_flags(upstream, tmp_path, "")  # one HTTP/2 turn
+    conn = sqlite3.connect(tmp_path / "db")
+    try:
+        assert conn.execute("SELECT count(*) FROM runs").fetchone()[0] == 0
+        assert conn.execute("SELECT count(*) FROM conversations").fetchone()[0] == 1
+    finally:
+        conn.close()

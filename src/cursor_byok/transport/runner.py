@@ -294,6 +294,7 @@ class Run:
         self._tool_owner: dict[str, tuple[ToolCall, str]] = {}  # tool call id -> (call, LLM call)
         self._tool_op: ClientOperationRecord | None = None
         self._tool_timer: asyncio.Task[None] | None = None
+        self._checkpoint_blob: asyncio.Future[tuple[list[TurnMark], bytes] | None] | None = None
         self._done = False
         self.model: Model | None = None
         self.mcp = McpIndex.empty()
@@ -324,23 +325,26 @@ class Run:
             self.model = self._resolve_model(request.model_id)
             self.summary.model = self.model.id
             self.summary.provider = self.model.provider.name
-            # Not awaited here: queued before the first commit, the store's group commit writes
-            # both in one transaction (one fsync); awaited right after the run begins.
-            self._run_saved = asyncio.ensure_future(
-                self.store.save_run(
-                    RunRecord(
-                        request_id=self.channel.request_id,
-                        conversation_id=conversation_id,
-                        request=first.message.SerializeToString(),
-                        created_at_ms=self.services.now_ms(),
+            if self.resumable:
+                # Only a RunSSE can be reopened by request_id after a restart (`_first_message`),
+                # so only its run request is kept. Not awaited here: queued before the first
+                # commit, it usually shares its transaction; awaited once the run has begun.
+                self._run_saved = asyncio.ensure_future(
+                    self.store.save_run(
+                        RunRecord(
+                            request_id=self.channel.request_id,
+                            conversation_id=conversation_id,
+                            request=first.message.SerializeToString(),
+                            created_at_ms=self.services.now_ms(),
+                        )
                     )
                 )
-            )
             lock = await self.runner._claim(self, conversation_id)
             async with lock:
                 await self._begin(first.input_id, request)
                 self.turn_id = self.state.committed.turn_id
-                await self._run_saved
+                if self._run_saved is not None:
+                    await self._run_saved
                 while not self._done:
                     await self._process(await self.inbox.get())
         except RunFailed as exc:
@@ -406,6 +410,7 @@ class Run:
         for task in (self._reader, self._tool_timer, *self._pumps.values()):
             if task is not None and not task.done():
                 task.cancel()
+        self._drop_checkpoint_blob()
         self._close_streams()
 
     def _close_streams(self) -> None:
@@ -429,7 +434,8 @@ class Run:
         self.summary.duration_ms = int((time.monotonic() - self._t0) * 1000)
         self.channel.finish(error)
         if self.services.on_run_end is not None:
-            self.services.on_run_end(self.summary)
+            # After the transport has written the end: logs and metrics are not on its path.
+            asyncio.get_running_loop().call_soon(self.services.on_run_end, self.summary)
 
     def _resolve_model(self, model_id: str | None) -> Model:
         config = self.services.config
@@ -768,7 +774,11 @@ class Run:
                 await self._run_command(t.command)
                 return
             prepared = self._prepare(t.command)
+            if execute and isinstance(t.command, Final):
+                self._start_checkpoint_blob(t.state.committed)
             outcome = await self._commit(input, input_id, t, prepared)
+            if outcome != "committed":
+                self._drop_checkpoint_blob()
             if outcome == "committed":
                 self._publish(t, input, before)
                 if execute:
@@ -983,11 +993,22 @@ class Run:
                 self._stop_everything()
                 self._end(dialect.canceled_end(reason), "canceled")
 
-    async def _publish_checkpoint(self) -> None:
-        """Tell the client where the conversation stands: one blob per completed turn, each
-        stored on the client (set_blob answered) before a checkpoint references it. A later run
-        that sends back a prefix of these turns was rewound (see `_rewind_if_behind`)."""
-        c = self.state.committed
+    def _start_checkpoint_blob(self, state: ConversationState) -> None:
+        """Send the turn's checkpoint blob now, while the commit that ends the turn is still
+        being written: the client's round trip and the fsync overlap. The checkpoint itself
+        is published only once both are done (`_publish_checkpoint`)."""
+        self._checkpoint_blob = asyncio.ensure_future(self._store_checkpoint_blob(state))
+
+    def _drop_checkpoint_blob(self) -> None:
+        if self._checkpoint_blob is not None:
+            self._checkpoint_blob.cancel()
+            self._checkpoint_blob = None
+
+    async def _store_checkpoint_blob(
+        self, c: ConversationState
+    ) -> tuple[list[TurnMark], bytes] | None:
+        """The turn marks so far and this turn's blob, once the client stored it (None when
+        the client keeps no blobs)."""
         marks = list(await self.store.list_turn_marks(self.conversation_id))
         marks = [m for m in marks if m.message_count <= len(c.messages)]
         blob = _turn_blob(self.conversation_id, len(marks) + 1, c)
@@ -1001,9 +1022,19 @@ class Run:
                 timeout=CHECKPOINT_BLOB_TIMEOUT_S,
             )
         except RunFailed:
-            return  # a client that keeps no blobs: no checkpoint, the turn still ends well
-        if not checkpoints.set_blob_ok(reply):
+            return None  # a client that keeps no blobs: no checkpoint, the turn still ends well
+        return (marks, blob) if checkpoints.set_blob_ok(reply) else None
+
+    async def _publish_checkpoint(self) -> None:
+        """Tell the client where the conversation stands: one blob per completed turn, each
+        stored on the client (set_blob answered) before a checkpoint references it. A later run
+        that sends back a prefix of these turns was rewound (see `_rewind_if_behind`)."""
+        c = self.state.committed
+        pending, self._checkpoint_blob = self._checkpoint_blob, None
+        stored = await (pending if pending is not None else self._store_checkpoint_blob(c))
+        if stored is None:
             return
+        marks, blob = stored
         marks.append(
             TurnMark(
                 conversation_id=self.conversation_id,

@@ -382,6 +382,9 @@ class ConnectApp:
         reader = loop.create_task(self._read_run(receive, headers, encoding, ready, gone))
         session: Session | None = None
         try:
+            # The reader first: when the first message came with the headers, the run starts
+            # before the opening heartbeat is written, and the write overlaps its work.
+            await asyncio.sleep(0)
             await _write(send, HEARTBEAT_FRAME)
             session = await self._await_session(send, ready, gone)
             if session is None:
