@@ -108,10 +108,11 @@ def run_request(text: str) -> agent_pb2.AgentClientMessage:
 @dataclass
 class Turn:
     ttft: float
-    total: float
+    total: float  # to the end of the stream
     deltas: int
     text_times: list[float] = field(default_factory=list)
     ok: bool = True
+    ended: float = float("nan")  # to turn_ended (direct: the end of the stream)
 
 
 async def server_turn(client: cc.H2Client, prompt: str) -> Turn:
@@ -119,6 +120,7 @@ async def server_turn(client: cc.H2Client, prompt: str) -> Turn:
     t0 = time.perf_counter()
     await stream.send(run_request(prompt))
     times: list[float] = []
+    ended = float("nan")
     ok = False
     while True:
         frame = await stream.next_frame(60)
@@ -129,8 +131,11 @@ async def server_turn(client: cc.H2Client, prompt: str) -> Turn:
             ok = json.loads(frame.payload or b"{}") == {}
             break
         msg = stream.result.messages[-1]
-        if msg.interaction_update.WhichOneof("message") == "text_delta":
+        kind = msg.interaction_update.WhichOneof("message")
+        if kind == "text_delta":
             times.append(now)
+        elif kind == "turn_ended":
+            ended = now - t0
         elif msg.HasField("kv_server_message"):  # a client keeps blobs: acknowledge them
             reply = agent_pb2.AgentClientMessage()
             reply.kv_client_message.id = msg.kv_server_message.id
@@ -142,7 +147,7 @@ async def server_turn(client: cc.H2Client, prompt: str) -> Turn:
     end = time.perf_counter()
     client.streams.pop(stream.stream_id, None)
     ttft = (times[0] - t0) if times else float("nan")
-    return Turn(ttft, end - t0, len(times), times, ok and bool(times))
+    return Turn(ttft, end - t0, len(times), times, ok and bool(times), ended)
 
 
 async def direct_turn(client: httpx.AsyncClient, base: str, prompt: str) -> Turn:
@@ -167,7 +172,7 @@ async def direct_turn(client: httpx.AsyncClient, base: str, prompt: str) -> Turn
                     times.append(time.perf_counter())
     end = time.perf_counter()
     ttft = (times[0] - t0) if times else float("nan")
-    return Turn(ttft, end - t0, len(times), times, bool(times))
+    return Turn(ttft, end - t0, len(times), times, bool(times), end - t0)
 
 
 # -- scenarios ------------------------------------------------------------------------------
@@ -211,7 +216,11 @@ async def floor_turns(port: int, turns: int) -> list[float]:
 
 def overhead_rows(label: str, via: list[Turn], plain: list[Turn], cpu: float) -> list[str]:
     rows = []
-    for metric, key in (("first text delta", "ttft"), ("whole turn", "total")):
+    for metric, key in (
+        ("first text delta", "ttft"),
+        ("turn ended", "ended"),
+        ("whole turn", "total"),
+    ):
         s = statistics.median(getattr(t, key) for t in via) * 1000
         d = statistics.median(getattr(t, key) for t in plain) * 1000
         s99 = pct([getattr(t, key) for t in via], 99) * 1000
@@ -244,7 +253,10 @@ async def overhead(
         "lines parsed as JSON. The server's SQLite database (synchronous=FULL) on the disk, "
         "then on tmpfs (/dev/shm) to show what the fsyncs cost. The transport floor is the "
         "same client against a server process whose run handler answers at once with no store "
-        "and no model: what HTTP/2, granian and this Python h2 client cost by themselves.",
+        "and no model: what HTTP/2, granian and this Python h2 client cost by themselves. "
+        "Turn ended: `turn_ended` reached the client (it stops showing the turn as generating; "
+        "the protocol's final checkpoint and the end of the stream follow); direct: the end of "
+        "the response. Whole turn: the end of the stream, both ways.",
         "",
         "| metric | direct | via server | overhead | ratio | direct p99 | via server p99 |",
         "|---|---:|---:|---:|---:|---:|---:|",

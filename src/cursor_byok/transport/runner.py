@@ -983,8 +983,11 @@ class Run:
             case CallClient():
                 self._start_tool(command)
             case Final():
+                # The protocol's order: turn_ended (the client stops showing "generating"),
+                # then the final checkpoint, then the end of the stream.
+                self.channel.send(dialect.turn_ended(self.summary.usage))
                 await self._publish_checkpoint()
-                self._finish_ok(self.summary.usage)
+                self._end(None, "ok")
             case Failed(message=message):
                 text = message.error_message or "the model call failed"
                 self._stop_everything()
