@@ -220,6 +220,16 @@ class _Supersede:
 _Work = _ClientWork | _LLMWork | _ToolTimeout | _EarlyResult | _Supersede
 
 
+@dataclass(frozen=True, slots=True)
+class _PendingBlob:
+    """A checkpoint blob sent to the client, its acknowledgement still to come."""
+
+    marks: list[TurnMark]
+    blob: bytes
+    kv_id: int
+    reply: asyncio.Future[dialect.ClientEvent]
+
+
 class RunFailed(Exception):
     def __init__(self, end: EndError) -> None:
         super().__init__(end.message)
@@ -294,7 +304,7 @@ class Run:
         self._tool_owner: dict[str, tuple[ToolCall, str]] = {}  # tool call id -> (call, LLM call)
         self._tool_op: ClientOperationRecord | None = None
         self._tool_timer: asyncio.Task[None] | None = None
-        self._checkpoint_blob: asyncio.Future[tuple[list[TurnMark], bytes] | None] | None = None
+        self._checkpoint_blob: _PendingBlob | None = None
         self._done = False
         self.model: Model | None = None
         self.mcp = McpIndex.empty()
@@ -775,7 +785,7 @@ class Run:
                 return
             prepared = self._prepare(t.command)
             if execute and isinstance(t.command, Final):
-                self._start_checkpoint_blob(t.state.committed)
+                self._checkpoint_blob = await self._send_checkpoint_blob(t.state.committed)
             outcome = await self._commit(input, input_id, t, prepared)
             if outcome != "committed":
                 self._drop_checkpoint_blob()
@@ -996,37 +1006,24 @@ class Run:
                 self._stop_everything()
                 self._end(dialect.canceled_end(reason), "canceled")
 
-    def _start_checkpoint_blob(self, state: ConversationState) -> None:
-        """Send the turn's checkpoint blob now, while the commit that ends the turn is still
-        being written: the client's round trip and the fsync overlap. The checkpoint itself
-        is published only once both are done (`_publish_checkpoint`)."""
-        self._checkpoint_blob = asyncio.ensure_future(self._store_checkpoint_blob(state))
-
-    def _drop_checkpoint_blob(self) -> None:
-        if self._checkpoint_blob is not None:
-            self._checkpoint_blob.cancel()
-            self._checkpoint_blob = None
-
-    async def _store_checkpoint_blob(
-        self, c: ConversationState
-    ) -> tuple[list[TurnMark], bytes] | None:
-        """The turn marks so far and this turn's blob, once the client stored it (None when
-        the client keeps no blobs)."""
+    async def _send_checkpoint_blob(self, c: ConversationState) -> _PendingBlob:
+        """Send this turn's checkpoint blob; its acknowledgement is awaited later
+        (`_publish_checkpoint`). Called before the turn's last commit is queued, so the client's
+        round trip overlaps the commit and this work does not compete with it."""
         marks = list(await self.store.list_turn_marks(self.conversation_id))
         marks = [m for m in marks if m.message_count <= len(c.messages)]
         blob = _turn_blob(self.conversation_id, len(marks) + 1, c)
         kv_id = self._next_kv_id()
-        try:
-            reply = await self._ask(
-                self._kv_waiters,
-                kv_id,
-                dialect.set_blob(kv_id, blob),
-                "a checkpoint blob",
-                timeout=CHECKPOINT_BLOB_TIMEOUT_S,
-            )
-        except RunFailed:
-            return None  # a client that keeps no blobs: no checkpoint, the turn still ends well
-        return (marks, blob) if checkpoints.set_blob_ok(reply) else None
+        reply: asyncio.Future[dialect.ClientEvent] = asyncio.get_running_loop().create_future()
+        self._kv_waiters[kv_id] = reply
+        self.channel.send(dialect.set_blob(kv_id, blob))
+        return _PendingBlob(marks, blob, kv_id, reply)
+
+    def _drop_checkpoint_blob(self) -> None:
+        pending, self._checkpoint_blob = self._checkpoint_blob, None
+        if pending is not None:
+            self._kv_waiters.pop(pending.kv_id, None)
+            pending.reply.cancel()
 
     async def _publish_checkpoint(self) -> None:
         """Tell the client where the conversation stands: one blob per completed turn, each
@@ -1034,10 +1031,17 @@ class Run:
         that sends back a prefix of these turns was rewound (see `_rewind_if_behind`)."""
         c = self.state.committed
         pending, self._checkpoint_blob = self._checkpoint_blob, None
-        stored = await (pending if pending is not None else self._store_checkpoint_blob(c))
-        if stored is None:
+        if pending is None:
+            pending = await self._send_checkpoint_blob(c)
+        try:
+            reply = await asyncio.wait_for(pending.reply, CHECKPOINT_BLOB_TIMEOUT_S)
+        except TimeoutError:
+            return  # a client that keeps no blobs: no checkpoint, the turn still ends well
+        finally:
+            self._kv_waiters.pop(pending.kv_id, None)
+        if not checkpoints.set_blob_ok(reply):
             return
-        marks, blob = stored
+        marks, blob = pending.marks, pending.blob
         marks.append(
             TurnMark(
                 conversation_id=self.conversation_id,
