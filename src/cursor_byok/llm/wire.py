@@ -6,7 +6,8 @@ event objects cost about 1 ms of CPU on the event loop's thread (py-spy, see
 docs/benchmarks-server.md), on the path to every first token. A provider call needs none of
 that: a request whose bytes are already made, and a body read as it comes.
 
-What it does: `http` and `https` (TLS with certifi's CA bundle, or `SSL_CERT_FILE`); the
+What it does: `http` and `https` (TLS with certifi's CA bundle, or `SSL_CERT_FILE` /
+`SSL_CERT_DIR`); the
 request written in one `write`; response bodies framed by `Transfer-Encoding: chunked`,
 `Content-Length` or the end of the connection; `gzip`/`deflate` content decoded; keep-alive
 connections pooled per origin and reused only after a body was read to its end; a pooled
@@ -59,15 +60,18 @@ def proxy_configured(environ: os._Environ[str] | dict[str, str] | None = None) -
 
 
 def _tls_context() -> ssl.SSLContext:
-    cafile = os.environ.get("SSL_CERT_FILE")
-    if not cafile:
+    """Verify providers against `SSL_CERT_FILE` / `SSL_CERT_DIR` when set (as httpx does),
+    else certifi's bundle."""
+    cafile = os.environ.get("SSL_CERT_FILE") or None
+    capath = os.environ.get("SSL_CERT_DIR") or None
+    if not cafile and not capath:
         try:
             import certifi
 
             cafile = certifi.where()
         except ImportError:  # pragma: no cover - httpx depends on certifi
-            cafile = None
-    context = ssl.create_default_context(cafile=cafile)
+            pass
+    context = ssl.create_default_context(cafile=cafile, capath=capath)
     context.set_alpn_protocols(["http/1.1"])
     return context
 
