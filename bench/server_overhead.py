@@ -233,6 +233,46 @@ def overhead_rows(label: str, via: list[Turn], plain: list[Turn], cpu: float) ->
     return rows
 
 
+NODE_CLIENT = Path(__file__).with_name("node_client.mjs")
+
+
+def node_turns(port: int, upstream_url: str | None, turns: int) -> tuple[list[Turn], list[Turn]]:
+    """`turns` interleaved turns by bench/node_client.mjs (after 5 warm-up turns)."""
+    prompts = [f"hello number {i}, how are you" for i in range(turns + 5)]
+    requests = []
+    for prompt in prompts:
+        payload = run_request(prompt).SerializeToString()
+        requests.append((b"\0" + len(payload).to_bytes(4, "big") + payload).hex())
+    plan = {"port": port, "upstream": upstream_url, "warmup": 5}
+    with tempfile.NamedTemporaryFile("w", suffix=".json") as f:
+        json.dump({**plan, "prompts": prompts, "requests": requests}, f)
+        f.flush()
+        done = subprocess.run(
+            ["node", str(NODE_CLIENT), f.name], capture_output=True, text=True, timeout=120
+        )
+    if done.returncode != 0:
+        raise RuntimeError(f"node client failed: {done.stderr.strip()[-2000:]}")
+    out = json.loads(done.stdout)
+
+    def turn(t: dict[str, float]) -> Turn:
+        ended = t["ended"] if t["ended"] is not None else float("nan")
+        return Turn(
+            t["first"] / 1000, t["total"] / 1000, int(t["deltas"]), [], bool(t["ok"]), ended / 1000
+        )
+
+    via = [turn(t) for t in out["via"]]
+    direct = [turn(t) for t in out["direct"]]
+    assert via and all(t.ok for t in via + direct), "a turn failed (node client)"
+    return via, direct
+
+
+def node_available() -> bool:
+    try:
+        return subprocess.run(["node", "--version"], capture_output=True).returncode == 0
+    except OSError:
+        return False
+
+
 async def overhead(
     servers: list[tuple[str, ServerProcess]], upstream_url: str, turns: int, echo_port: int
 ) -> list[str]:
@@ -245,6 +285,21 @@ async def overhead(
         f"| first text delta, transport floor (echo handler: no store, no model) | | "
         f"{statistics.median(floor) * 1000:.2f} | | | | {pct(floor, 99) * 1000:.2f} |"
     )
+    node_rows: list[str] = []
+    if node_available():
+        for label, srv in servers:
+            cpu0 = cpu_seconds(srv.proc.pid)
+            via, plain = await asyncio.to_thread(node_turns, srv.port, upstream_url, turns)
+            cpu = (cpu_seconds(srv.proc.pid) - cpu0) / (turns + 5)
+            node_rows += overhead_rows(label, via, plain, cpu)
+        echo_via, _ = await asyncio.to_thread(node_turns, echo_port, None, turns)
+        floor = [t.ttft for t in echo_via]
+        node_rows.append(
+            f"| first text delta, transport floor (echo handler: no store, no model) | | "
+            f"{statistics.median(floor) * 1000:.2f} | | | | {pct(floor, 99) * 1000:.2f} |"
+        )
+    else:
+        node_rows.append("| (node is not installed: no Node client rows) | | | | | | |")
     return [
         f"## Overhead per turn ({turns} sequential turns, medians, ms)",
         "",
@@ -261,6 +316,16 @@ async def overhead(
         "| metric | direct | via server | overhead | ratio | direct p99 | via server p99 |",
         "|---|---:|---:|---:|---:|---:|---:|",
         *rows,
+        "",
+        "The same turns with the Node client (bench/node_client.mjs): Node's HTTP/2 (nghttp2) "
+        "through the server and Node's HTTP/1.1 straight to the upstream. Real clients are "
+        "Node (the IDE) or Bun (../shared/realclient), and both paths use one runtime, so "
+        "this is the fairer measure of what the server adds; the Python client above costs "
+        "more per request on both paths (httpx especially), which hides part of it.",
+        "",
+        "| metric | direct | via server | overhead | ratio | direct p99 | via server p99 |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+        *node_rows,
         "",
     ]
 

@@ -169,9 +169,14 @@ def _extras(record: logging.LogRecord) -> dict[str, Any]:
     return {k: v for k, v in vars(record).items() if k not in _STANDARD_ATTRS}
 
 
+_NEEDS_QUOTES = re.compile(r'[\s"=]')
+
+
 def _kv(value: object) -> str:
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return json.dumps(value) if isinstance(value, float) else str(value)
     text = value if isinstance(value, str) else json.dumps(value, default=str)
-    if text == "" or any(c.isspace() or c in '"=' for c in text):
+    if text == "" or _NEEDS_QUOTES.search(text):
         return json.dumps(text)
     return text
 

@@ -221,7 +221,9 @@ class Store(Protocol):
     async def find_run(self, request_id: str) -> RunRecord | None: ...
 
     async def save_turn_marks(self, conversation_id: str, marks: Sequence[TurnMark]) -> None:
-        """Replace the conversation's turn marks with `marks` (after a rewind, later ones go)."""
+        """Replace the conversation's turn marks with `marks` (after a rewind, later ones go).
+        Not durable on its own, like `save_run`: marks only tell a rewind from a new turn, and
+        losing the last ones makes the next run keep our history (never a wrong rewind)."""
         ...
 
     async def list_turn_marks(self, conversation_id: str) -> tuple[TurnMark, ...]: ...

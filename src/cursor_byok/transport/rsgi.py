@@ -18,6 +18,9 @@ from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
 from typing import Any, Protocol
 
 AsgiMessage = MutableMapping[str, Any]
+
+# ASGI scope extension: `write_nowait(body: bytes, more: bool = True) -> bool`.
+WRITE_NOWAIT = "cursor_byok.write_nowait"
 AsgiApp = Callable[
     [
         MutableMapping[str, Any],
@@ -68,13 +71,14 @@ class _Receive:
 
 
 class _Send:
-    __slots__ = ("_headers", "_proto", "_status", "_stream")
+    __slots__ = ("_ended", "_headers", "_proto", "_status", "_stream")
 
     def __init__(self, proto: _HttpProto) -> None:
         self._proto = proto
         self._status = 200
         self._headers: list[tuple[str, str]] = []
         self._stream: _StreamTransport | None = None
+        self._ended = False
 
     async def __call__(self, message: AsgiMessage) -> None:
         kind = message["type"]
@@ -86,6 +90,8 @@ class _Send:
             return
         if kind != "http.response.body":
             raise RuntimeError(f"unexpected ASGI message {kind!r}")
+        if self._ended:
+            raise RuntimeError("the response has ended")
         body = bytes(message.get("body", b""))
         if self._stream is None:
             if not message.get("more_body", False):
@@ -95,11 +101,42 @@ class _Send:
         if body:
             await self._stream.send_bytes(body)
 
+    def write_nowait(self, body: bytes, more: bool = True) -> bool:
+        """Write a body chunk of a streamed response now, from synchronous code; False once the
+        client is gone. granian's `send_bytes` hands the bytes to its writer synchronously and
+        returns an awaitable that is already finished (or already failed), so driving that
+        awaitable one step tells the outcome without a trip through the event loop. With
+        `more` false the response ends: the transport is let go, which is what ends the stream
+        in granian (see `close`)."""
+        if self._ended:
+            return False
+        if self._stream is None:
+            self._stream = self._proto.response_stream(self._status, self._headers)
+        ok = _finished_ok(self._stream.send_bytes(body)) if body else True
+        if not more or not ok:
+            self._ended = True
+            self._stream = None
+        return ok
+
     def close(self) -> None:
         """Let go of the response stream. granian ends it when its transport is freed, not
         when the handler returns: a traceback kept by a failed future (a reference cycle)
         would otherwise hold an HTTP/2 stream open until the next garbage collection."""
         self._stream = None
+        self._ended = True
+
+
+def _finished_ok(awaitable: Awaitable[None]) -> bool:
+    """True when a finished awaitable succeeded, False when it failed. granian's sends are
+    always finished when returned (the bytes were handed over during the call); one that is
+    not would be counted as sent, and the client's departure is then noticed by the reader."""
+    try:
+        next(awaitable.__await__())  # granian's awaitables are iterators, not generators
+    except StopIteration:
+        return True
+    except Exception:
+        return False
+    return True
 
 
 class RsgiBridge:
@@ -135,6 +172,8 @@ class RsgiBridge:
             ],
         }
         send = _Send(proto)
+        # Synchronous writes for callers that can use them (ConnectApp's Run streams).
+        asgi_scope["extensions"] = {WRITE_NOWAIT: send.write_nowait}
         try:
             await self.app(asgi_scope, _Receive(proto), send)
         finally:

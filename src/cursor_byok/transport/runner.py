@@ -305,6 +305,9 @@ class Run:
         self._tool_op: ClientOperationRecord | None = None
         self._tool_timer: asyncio.Task[None] | None = None
         self._checkpoint_blob: _PendingBlob | None = None
+        # This conversation's turn marks as this run knows them (None: not read yet). The run
+        # holds the conversation, and marks are only written by the run that holds it.
+        self._marks: list[TurnMark] | None = None
         self._done = False
         self.model: Model | None = None
         self.mcp = McpIndex.empty()
@@ -548,6 +551,7 @@ class Run:
             self.stored_count = len(record.messages)
             await self._rewind_if_behind(request)
         else:
+            self._marks = []  # a conversation new to this server has no turns published yet
             history = await self._client_history(request)
             committed = msgspec.structs.replace(
                 ConversationState.new(request.conversation_id), messages=tuple(history)
@@ -579,7 +583,8 @@ class Run:
         client_turns = request.history.turn_blob_ids
         if not client_turns:
             return
-        marks = await self.store.list_turn_marks(request.conversation_id)
+        marks = list(await self.store.list_turn_marks(request.conversation_id))
+        self._marks = marks
         ours = [m.blob_id for m in marks]
         if len(client_turns) >= len(ours) or list(client_turns) != ours[: len(client_turns)]:
             return
@@ -601,7 +606,8 @@ class Run:
         self.version = outcome.version
         self.stored_count = keep
         self.state = RuntimeState.of(rewound)
-        await self.store.save_turn_marks(request.conversation_id, marks[: len(client_turns)])
+        self._marks = marks[: len(client_turns)]
+        await self.store.save_turn_marks(request.conversation_id, self._marks)
         log.info(
             "conversation %s rewound by the client to turn %d (%d messages)",
             request.conversation_id,
@@ -862,9 +868,13 @@ class Run:
             self.version = outcome.version
             self.stored_count = len(after.messages)
             self.state = t.state
-            for record in calls:
-                if self.services.on_llm_call is not None and record.status != "planned":
-                    self.services.on_llm_call(record)
+            on_llm_call = self.services.on_llm_call
+            if on_llm_call is not None:
+                # Metrics after what the client waits for (turn_ended, the next call).
+                loop = asyncio.get_running_loop()
+                for record in calls:
+                    if record.status != "planned":
+                        loop.call_soon(on_llm_call, record)
             return "committed"
         # Another writer moved the conversation (or this input was already applied): reload.
         record_now = await self.store.load(self.conversation_id)
@@ -1010,8 +1020,9 @@ class Run:
         """Send this turn's checkpoint blob; its acknowledgement is awaited later
         (`_publish_checkpoint`). Called before the turn's last commit is queued, so the client's
         round trip overlaps the commit and this work does not compete with it."""
-        marks = list(await self.store.list_turn_marks(self.conversation_id))
-        marks = [m for m in marks if m.message_count <= len(c.messages)]
+        if self._marks is None:
+            self._marks = list(await self.store.list_turn_marks(self.conversation_id))
+        marks = [m for m in self._marks if m.message_count <= len(c.messages)]
         blob = _turn_blob(self.conversation_id, len(marks) + 1, c)
         kv_id = self._next_kv_id()
         reply: asyncio.Future[dialect.ClientEvent] = asyncio.get_running_loop().create_future()
@@ -1034,7 +1045,12 @@ class Run:
         if pending is None:
             pending = await self._send_checkpoint_blob(c)
         try:
-            reply = await asyncio.wait_for(pending.reply, CHECKPOINT_BLOB_TIMEOUT_S)
+            # Usually answered while the turn's last commit was written: no wait then.
+            reply = (
+                pending.reply.result()
+                if pending.reply.done()
+                else await asyncio.wait_for(pending.reply, CHECKPOINT_BLOB_TIMEOUT_S)
+            )
         except TimeoutError:
             return  # a client that keeps no blobs: no checkpoint, the turn still ends well
         finally:
@@ -1054,6 +1070,7 @@ class Run:
         # should the write be lost, the next run's turns are simply not a prefix of ours and
         # our history stands (never a wrong rewind).
         self.channel.send(checkpoints.checkpoint([m.blob_id for m in marks]))
+        self._marks = list(marks)
         self._background(self.store.save_turn_marks(self.conversation_id, marks), "turn marks")
 
     def _finish_ok(self, usage: Usage) -> None:

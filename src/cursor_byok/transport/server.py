@@ -53,7 +53,7 @@ from .connect import (
 )
 from .proto import agent_pb2, aiserver_pb2
 from .rpc import UNARY_METHODS, UnaryContext
-from .rsgi import RsgiBridge
+from .rsgi import WRITE_NOWAIT, RsgiBridge
 from .sessions import RunHandler, Session, SessionRegistry, TransportLimits
 
 log = logging.getLogger(__name__)
@@ -185,7 +185,9 @@ class ConnectApp:
             elif method != "POST":
                 await _plain(send, 404 if method in ("GET", "HEAD") else 405, b"not found\n")
             elif path == RUN_PATH:
-                await self._run(receive, send, headers)
+                await self._run(
+                    receive, send, headers, scope.get("extensions", {}).get(WRITE_NOWAIT)
+                )
             elif path == RUNSSE_PATH:
                 await self._runsse(receive, send, headers)
             else:
@@ -361,7 +363,13 @@ class ConnectApp:
 
     # -- Run ----------------------------------------------------------------------------------
 
-    async def _run(self, receive: Receive, send: Send, headers: dict[str, str]) -> None:
+    async def _run(
+        self,
+        receive: Receive,
+        send: Send,
+        headers: dict[str, str],
+        write_nowait: WriteNowait | None = None,
+    ) -> None:
         if _base_type(headers) != CONNECT_PROTO:
             await _unsupported_media(send, headers, CONNECT_PROTO)
             return
@@ -379,7 +387,8 @@ class ConnectApp:
         gone = asyncio.Event()
         loop = asyncio.get_running_loop()
         ready: asyncio.Future[Session] = loop.create_future()
-        reader = loop.create_task(self._read_run(receive, headers, encoding, ready, gone))
+        direct = _DirectRun(write_nowait, gone) if write_nowait is not None else None
+        reader = loop.create_task(self._read_run(receive, headers, encoding, ready, gone, direct))
         session: Session | None = None
         try:
             # The reader first: when the first message came with the headers, the run starts
@@ -388,6 +397,12 @@ class ConnectApp:
             await _write(send, HEARTBEAT_FRAME)
             session = await self._await_session(send, ready, gone)
             if session is None:
+                return
+            if direct is not None:
+                try:
+                    await self._direct_heartbeats(session, direct, gone)
+                finally:
+                    session.detach_direct()
                 return
             session.attach()
             try:
@@ -432,6 +447,7 @@ class ConnectApp:
         encoding: str,
         ready: asyncio.Future[Session],
         gone: asyncio.Event,
+        direct: _DirectRun | None = None,
     ) -> None:
         reader = EnvelopeReader(self.limits.max_frame_size, encoding)
         session: Session | None = None
@@ -451,6 +467,10 @@ class ConnectApp:
                         ) from None
                     if session is None:
                         session = self._create_run_session(msg, headers)
+                        if direct is not None:
+                            # Written from the run's own task as it sends: no hop through
+                            # this stream's task for any message.
+                            session.attach_direct(direct)
                         ready.set_result(session)
                     session.push(msg)
                 if not message.get("more_body", False):
@@ -487,6 +507,22 @@ class ConnectApp:
 
     # -- output -------------------------------------------------------------------------------
 
+    async def _direct_heartbeats(
+        self, session: Session, out: _DirectRun, gone: asyncio.Event
+    ) -> None:
+        """A `Run` whose messages are written as they are sent: only heartbeats are left to
+        this task, and waiting for the end."""
+        interval = self.limits.heartbeat_interval
+        while not gone.is_set() and not out.closed:
+            if session.finished:
+                out.write_pending(session)  # the end, unless it went out already
+                return
+            idle = time.monotonic() - out.last_write
+            if idle >= interval:
+                out.heartbeat()
+                continue
+            await session.wait(len(session.history), interval - idle)
+
     async def _pump(
         self, send: Send, session: Session, protocol: StreamProtocol, gone: asyncio.Event
     ) -> None:
@@ -516,6 +552,68 @@ class ConnectApp:
                 last_write = time.monotonic()
                 continue
             await session.wait(index, interval - idle)
+
+
+class WriteNowait(Protocol):
+    def __call__(self, body: bytes, more: bool = True) -> bool: ...
+
+
+class _DirectRun:
+    """The output of one HTTP/2 `Run`, written synchronously by whoever sends (see
+    `Session.attach_direct`): a message sent after a quiet spell leaves in the call that sends
+    it; what the same task sends right after (a burst of deltas) leaves together at the loop's
+    next turn, in one write. The run's end goes out the same way, with the end-stream frame,
+    and ends the HTTP/2 stream."""
+
+    __slots__ = ("_gone", "_scheduled", "_write", "closed", "index", "last_write")
+
+    def __init__(self, write: WriteNowait, gone: asyncio.Event) -> None:
+        self._write = write
+        self._gone = gone
+        self._scheduled = False
+        self.index = 0  # messages of the session's history written so far
+        self.last_write = time.monotonic()
+        self.closed = False
+
+    def flush(self, session: Session) -> None:
+        if self.closed or self._scheduled:
+            return
+        if self.write_pending(session) and not self.closed:
+            self._scheduled = True
+            asyncio.get_running_loop().call_soon(self._flush_later, session)
+
+    def _flush_later(self, session: Session) -> None:
+        self._scheduled = False
+        if not self.closed:
+            self.write_pending(session)
+
+    def write_pending(self, session: Session) -> bool:
+        """Write what the client has not had yet; False when there was nothing."""
+        history = session.history
+        end = session.finished
+        if self.index == len(history) and not end:
+            return False
+        chunk = b"".join(history[self.index :])
+        self.index = len(history)
+        if end:
+            chunk += end_stream_frame(session.ending)
+        if not self._send(chunk, more=not end):
+            session.wake()  # the stream's task is waiting on the session: let it see `gone`
+        if end:
+            self.closed = True
+        return True
+
+    def heartbeat(self) -> None:
+        if not self.closed:
+            self._send(HEARTBEAT_FRAME, more=True)
+
+    def _send(self, data: bytes, *, more: bool) -> bool:
+        self.last_write = time.monotonic()
+        if self._write(data, more):
+            return True
+        self.closed = True
+        self._gone.set()
+        return False
 
 
 def _ending(protocol: StreamProtocol, error: ConnectError | None) -> bytes:

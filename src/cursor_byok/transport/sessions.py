@@ -20,7 +20,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, Protocol
 
 from .channel import EndError, Incoming, RunChannel
 from .connect import DEFAULT_MAX_FRAME, ERROR_DETAILS_TYPE, ConnectError, ErrorDetail
@@ -71,6 +71,13 @@ class TransportLimits:
     first_message_timeout: float = 60.0  # a run without its first client message is dropped
 
 
+class DirectOutput(Protocol):
+    """A subscriber that writes synchronously: the session hands it every message the moment
+    it is sent (and the ending the moment the run finishes), with no task in between."""
+
+    def flush(self, session: Session) -> None: ...
+
+
 def end_error_to_connect(error: EndError) -> ConnectError:
     details = [ErrorDetail(ERROR_DETAILS_TYPE, error.details)] if error.details else []
     return ConnectError(error.code, error.message, details)
@@ -106,6 +113,7 @@ class Session:
         self.detached_at = self.created_at
         self.task: asyncio.Task[None] | None = None
         self.duplicates = 0
+        self._direct: DirectOutput | None = None
 
     # -- RunChannel ---------------------------------------------------------------------------
 
@@ -126,6 +134,9 @@ class Session:
         frame = _envelope(message.SerializeToString())
         self.history.append(frame)
         self.history_bytes += len(frame)
+        if self._direct is not None:
+            self._direct.flush(self)  # written already: no subscriber needs waking
+            return
         self._wake()
 
     def finish(self, error: EndError | None = None) -> None:
@@ -144,6 +155,8 @@ class Session:
         self.ending = error
         self.finished_at = self._clock()
         self.close_input()
+        if self._direct is not None:
+            self._direct.flush(self)
         self._wake()
 
     def fail(self, error: ConnectError) -> None:
@@ -222,6 +235,18 @@ class Session:
 
     def attach(self) -> None:
         self.subscribers += 1
+
+    def attach_direct(self, output: DirectOutput) -> None:
+        """The only subscriber of this session (an HTTP/2 `Run`) writes synchronously; what
+        was sent before it came is written now."""
+        self.attach()
+        self._direct = output
+        output.flush(self)
+
+    def detach_direct(self) -> None:
+        if self._direct is not None:
+            self._direct = None
+            self.detach()
 
     def detach(self) -> None:
         self.subscribers -= 1
