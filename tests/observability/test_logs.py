@@ -6,9 +6,15 @@ import logging
 from collections.abc import Iterator
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from cursor_byok.llm.types import Usage
 from cursor_byok.observability.logs import (
+    _BARE_BEARER,
+    _HEADER_VALUE,
+    _URL_KEY,
+    MASK,
     RedactingFilter,
     install_redaction,
     log_run,
@@ -221,3 +227,38 @@ def test_reinstall_after_a_library_adds_handlers(restore_logging: None) -> None:
         assert OPENAI_KEY not in stream.getvalue() and "***" in stream.getvalue()
     finally:
         late.removeHandler(handler)
+
+
+_FRAGMENTS = [
+    "Authorization: Bearer sk-live-123456789",
+    "'authorization': 'Basic dXNlcjpwYXNz'",
+    '("x-api-key", "abc123456789")',
+    '"x-goog-api-key":"AIzaSy0123456789"',
+    "proxy-authorization=token abcdef123",
+    "bearer abcdefgh12345678",
+    "https://h/v1?key=AIza999&alt=sse",
+    "&access_token=tok_1234",
+    "?api_key=zzz",
+    "API-KEY: k-9",
+    "run request_id=r-1 outcome=ok",
+    " ",
+    "key",
+    "=",
+    "Bearer",
+    "\n",
+]
+
+
+@given(st.lists(st.sampled_from(_FRAGMENTS), max_size=6), st.text(max_size=20))
+def test_the_quick_check_never_skips_a_credential(parts: list[str], noise: str) -> None:
+    """`redact_text` skips its three substitutions when one search finds nothing they could
+    change: the result must be what the substitutions alone give, for any text."""
+    text = noise.join(parts)
+    full = _URL_KEY.sub(
+        lambda m: f"{m.group(1)}{MASK}",
+        _BARE_BEARER.sub(
+            lambda m: f"{m.group(1)}{MASK}",
+            _HEADER_VALUE.sub(lambda m: f"{m.group(1)}{m.group(2)}{m.group(3) or ''}{MASK}", text),
+        ),
+    )
+    assert redact_text(text) == full

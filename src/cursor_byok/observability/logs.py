@@ -71,10 +71,17 @@ def secrets_of(config: Config) -> tuple[str, ...]:
     return tuple(sorted((s for s in found if len(s) >= MIN_SECRET_LEN), key=len, reverse=True))
 
 
+# Every text the three patterns above can change contains one of these: one search decides
+# whether the three substitutions are needed (most log lines need none).
+_MAY_HOLD_CREDENTIAL = re.compile(r"(?i)authorization|api-key|bearer|key=|access_token=")
+
+
 def redact_text(text: str, secrets: Iterable[str] = ()) -> str:
     for secret in secrets:
         if secret and len(secret) >= MIN_SECRET_LEN and secret in text:
             text = text.replace(secret, MASK)
+    if not _MAY_HOLD_CREDENTIAL.search(text):
+        return text
     text = _HEADER_VALUE.sub(lambda m: f"{m.group(1)}{m.group(2)}{m.group(3) or ''}{MASK}", text)
     text = _BARE_BEARER.sub(lambda m: f"{m.group(1)}{MASK}", text)
     return _URL_KEY.sub(lambda m: f"{m.group(1)}{MASK}", text)
