@@ -107,18 +107,27 @@ def decode_state(state: bytes, messages: tuple[bytes, ...]) -> ConversationState
     )
 
 
+# Requests from this size on are compressed in the store. Below it the few kilobytes saved
+# are not worth the time: zlib at level 1 took 70-90 µs for a 6 KB first request on the
+# benchmark machine, spent on the event loop before every such model call.
+COMPRESS_FROM = 32 * 1024
+
+
 def encode_prepared(prepared: PreparedRequest) -> bytes:
     """The stored form of an exact request: msgpack (the body stays raw bytes, not base64),
-    zlib-compressed at level 1 (fast; prompts are text and repeat themselves, so they shrink
-    several times). Every call of a conversation stores its whole prompt, so this is what
-    keeps the database small. The body comes back byte for byte."""
-    return zlib.compress(msgspec.msgpack.encode(prepared), 1)
+    zlib-compressed at level 1 from COMPRESS_FROM bytes on (prompts are text and repeat
+    themselves, so they shrink several times). Every call of a conversation stores its whole
+    prompt, so this is what keeps the database small. The body comes back byte for byte."""
+    packed = msgspec.msgpack.encode(prepared)
+    return packed if len(packed) < COMPRESS_FROM else zlib.compress(packed, 1)
 
 
 def decode_prepared(data: bytes) -> PreparedRequest:
     if data[:1] == b"{":  # plain JSON rows
         return _prepared_decoder.decode(data)
-    return _prepared_msgpack.decode(zlib.decompress(data))
+    if data[:1] == b"\x78":  # a zlib stream (a msgpack map never starts with this byte)
+        data = zlib.decompress(data)
+    return _prepared_msgpack.decode(data)
 
 
 def command_record(command: Command) -> bytes:
