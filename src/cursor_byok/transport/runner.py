@@ -329,6 +329,7 @@ class Run:
         self._tool_op: ClientOperationRecord | None = None
         self._tool_timer: asyncio.Task[None] | None = None
         self._checkpoint_blob: _PendingBlob | None = None
+        self._unreported: list[LLMCallRecord] = []  # finished calls not yet given to metrics
         # This conversation's turn marks as this run knows them (None: not read yet). The run
         # holds the conversation, and marks are only written by the run that holds it.
         self._marks: list[TurnMark] | None = None
@@ -445,6 +446,7 @@ class Run:
         task.add_done_callback(done)
 
     def close(self) -> None:
+        self._report_calls()
         if self._run_saved is not None and not self._run_saved.done():
             self._run_saved.add_done_callback(_consume_exception)
         for task in (self._reader, self._tool_timer, *self._pumps.values()):
@@ -474,6 +476,7 @@ class Run:
         self.summary.duration_ms = int((time.monotonic() - self._t0) * 1000)
         self.channel.finish(error)
         self.inbox.put_nowait(_Wake())  # the run's task may be waiting for an input
+        self._report_calls()
         if self.services.on_run_end is not None:
             # After the transport has written the end: logs and metrics are not on its path.
             asyncio.get_running_loop().call_soon(self.services.on_run_end, self.summary)
@@ -900,13 +903,12 @@ class Run:
             self.version = outcome.version
             self.stored_count = len(after.messages)
             self.state = t.state
-            on_llm_call = self.services.on_llm_call
-            if on_llm_call is not None:
-                # Metrics after what the client waits for (turn_ended, the next call).
-                loop = asyncio.get_running_loop()
-                for record in calls:
-                    if record.status != "planned":
-                        loop.call_soon(on_llm_call, record)
+            if self.services.on_llm_call is not None:
+                # Metrics after what the client waits for: the next call, or for the call that
+                # ends the turn, the end of the stream.
+                self._unreported.extend(r for r in calls if r.status != "planned")
+                if not isinstance(t.command, Final):
+                    self._report_calls()
             return "committed"
         # Another writer moved the conversation (or this input was already applied): reload.
         record_now = await self.store.load(self.conversation_id)
@@ -916,6 +918,14 @@ class Run:
         self.version = record_now.version
         self.stored_count = len(record_now.messages)
         return outcome.status
+
+    def _report_calls(self) -> None:
+        on_llm_call = self.services.on_llm_call
+        if on_llm_call is not None and self._unreported:
+            loop = asyncio.get_running_loop()
+            for record in self._unreported:
+                loop.call_soon(on_llm_call, record)
+        self._unreported.clear()
 
     def _finished_call_record(
         self, call_id: str, event: ResponseEvent, command: Command, now: int
