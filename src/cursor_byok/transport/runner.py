@@ -550,7 +550,8 @@ class Run:
         self.channel.send(message)
         limit = self.services.context_timeout_s if timeout is None else timeout
         try:
-            return await asyncio.wait_for(future, limit)
+            async with asyncio.timeout(limit):  # one loop turn less than wait_for
+                return await future
         except TimeoutError:
             raise RunFailed(
                 dialect.bad_request_end(f"the client did not answer {what} within {limit:g} s")
@@ -1087,12 +1088,9 @@ class Run:
         if pending is None:
             pending = await self._send_checkpoint_blob(c)
         try:
-            # Usually answered while the turn's last commit was written: no wait then.
-            reply = (
-                pending.reply.result()
-                if pending.reply.done()
-                else await asyncio.wait_for(pending.reply, CHECKPOINT_BLOB_TIMEOUT_S)
-            )
+            # Usually answered while the turn's last commit was written.
+            async with asyncio.timeout(CHECKPOINT_BLOB_TIMEOUT_S):
+                reply = await pending.reply
         except TimeoutError:
             return  # a client that keeps no blobs: no checkpoint, the turn still ends well
         finally:
