@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from cursor_byok.store import SQLiteStore
-from cursor_byok.store.errors import StoreFullError, StoreIntegrityError, StoreIOError
+from cursor_byok.store.errors import StoreFullError, StoreIntegrityError
 
 from .conftest import write_lock
 
@@ -49,64 +49,12 @@ async def test_an_idle_writer_lets_a_non_durable_write_run_in_place(store: SQLit
     assert record is not None and record.messages == (b"m",) and record.version == 1
 
 
-async def test_a_durable_write_in_place_returns_after_the_wal_is_fsynced(
-    store: SQLiteStore, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    synced: list[int] = []
-    real = os.fdatasync
-
-    def fdatasync(fd: int) -> None:
-        real(fd)
-        synced.append(fd)
-
-    monkeypatch.setattr(os, "fdatasync", fdatasync)
+async def test_durable_writes_always_go_to_the_writer_thread(store: SQLiteStore) -> None:
     before = store.stats()
     assert await _commit(store, "safe", durable=True) == "committed"
     after = store.stats()
-    assert len(synced) == 1  # before the call returned
-    assert os.path.realpath(f"/proc/self/fd/{synced[0]}") == store.path + "-wal"
-    assert after.inline_jobs == before.inline_jobs + 1 and after.batches == before.batches
-    assert after.synced_batches == before.synced_batches + 1
-    assert await _commit(store, "quick", durable=False) == "committed"
-    assert len(synced) == 1  # a non-durable one is not synced
-
-
-async def test_a_failed_fsync_is_a_clear_error(
-    store: SQLiteStore, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    def broken(fd: int) -> None:
-        raise OSError(5, "Input/output error")
-
-    monkeypatch.setattr(os, "fdatasync", broken)
-    with pytest.raises(StoreIOError) as err:
-        await _commit(store, "c", durable=True)
-    assert "write-ahead log" in str(err.value) and store.path in str(err.value)
-    monkeypatch.undo()
-    assert await _commit(store, "d", durable=True) == "committed"  # the store carries on
-
-
-async def test_a_normal_store_writes_durable_commits_in_place_without_fsync(
-    db_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    synced: list[int] = []
-    monkeypatch.setattr(os, "fdatasync", synced.append)
-    store = await SQLiteStore.open(db_path, synchronous="NORMAL")
-    try:
-        assert await _commit(store, "c", durable=True) == "committed"
-        assert synced == [] and store.stats().synced_batches == 0
-        assert store.stats().inline_jobs == 1
-    finally:
-        await store.close()
-
-
-async def test_concurrent_durable_writes_share_fsyncs(store: SQLiteStore) -> None:
-    before = store.stats()
-    results = await asyncio.gather(*(_commit(store, f"g{i}", durable=True) for i in range(20)))
-    assert results == ["committed"] * 20
-    after = store.stats()
-    commits = (after.inline_jobs - before.inline_jobs) + (after.jobs - before.jobs)
-    assert commits == 20
-    assert after.synced_batches - before.synced_batches < 20  # some fsyncs served several
+    assert after.inline_jobs == before.inline_jobs
+    assert after.batches == before.batches + 1 and after.synced_batches == before.synced_batches + 1
 
 
 async def test_a_busy_writer_queues_the_write_behind_it(db_path: Path) -> None:
@@ -118,7 +66,7 @@ async def test_a_busy_writer_queues_the_write_behind_it(db_path: Path) -> None:
             started.set()
             release.wait(5)
 
-        slow_write = asyncio.ensure_future(store._write(slow, "a slow write", in_place=False))
+        slow_write = asyncio.ensure_future(store._write(slow, "a slow write"))
         assert await asyncio.to_thread(started.wait, 5)
         before = store.stats()
         quick = asyncio.ensure_future(_commit(store, "queued", durable=False))

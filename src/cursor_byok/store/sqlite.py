@@ -13,17 +13,14 @@ durable commit; a batch of only non-durable jobs (`durable=False`, `save_run`) r
 `synchronous=NORMAL`: it survives a crash of the process at once and a power loss from the
 next durable batch on (the WAL is synced as a whole).
 
-Writes in place: a write made on the event loop's thread while the writer is idle (nothing
-queued, the write lock free) runs right there, in its own transaction on a second write
-connection (`synchronous=NORMAL`, no automatic checkpoints: those stay with the writer thread,
-so the loop never copies the WAL back). A durable one then asks the writer thread to fsync the
-WAL file - what `synchronous=FULL` does at each commit - and returns once that is done; fsync
-requests waiting together share one fsync. A lock shared with the writer thread keeps one
-write transaction at a time, so the two connections never wait on SQLite's lock. Why: the hop
-to the writer thread and back cost more than a commit itself (measured: 540 µs through the
-thread, 290 µs in place, on tmpfs), and on the thread the commit's Python code competes with
-the loop for the GIL. When the writer is busy, or SQLite's lock is taken by another process,
-the write is queued as before and joins the next batch.
+Non-durable writes skip the thread when they can: a write with `durable=False` made on the
+event loop's thread while the writer is idle runs right there, in its own transaction on a
+second write connection (`synchronous=NORMAL`, no automatic checkpoints: those stay with the
+writer thread, so the loop never copies the WAL back). A lock shared with the writer thread
+keeps one write transaction at a time, so the two connections never wait on SQLite's lock.
+The hop to the writer thread and back costs more than such a commit itself (measured: 540 µs
+through the thread, 290 µs in place, on tmpfs); when the writer is busy, or SQLite's lock is
+taken by another process, the write is queued as before and joins the next batch.
 
 Reads: point reads (a run, an input, turn marks, a conversation of at most INLINE_MESSAGES
 messages) run on the calling thread with their own connection that never waits for a lock:
@@ -91,11 +88,6 @@ class _Deferred(Exception):
 
 # Primary SQLite result codes (the low byte of the extended code).
 log = logging.getLogger(__name__)
-
-
-def _sync_wal_marker(conn: sqlite3.Connection) -> None:
-    """Marks a writer job that only makes earlier commits durable (see `_fsync_wal`)."""
-    raise AssertionError("the sync marker is never run as a job")
 
 
 class _Queued:
@@ -253,7 +245,6 @@ class SQLiteStore:
         self._inline_writer_pages = 0  # the page cap applied to it
         self._max_pages = 0  # the writer connection's page cap (PRAGMA max_page_count)
         self._inline_jobs = 0
-        self._wal_fd: int | None = None  # the writer thread's handle on the WAL, for fsync
 
     # ------------------------------------------------------------------ life cycle
 
@@ -698,9 +689,7 @@ class SQLiteStore:
         below the current size. Returns the effective limit in bytes.
         """
         return await self._write(
-            lambda conn: self._apply_size_limit(conn, max_bytes),
-            "setting the size limit",
-            in_place=False,  # a setting of the writer's own connection
+            lambda conn: self._apply_size_limit(conn, max_bytes), "setting the size limit"
         )
 
     # ------------------------------------------------------------------ machinery
@@ -711,37 +700,22 @@ class SQLiteStore:
             raise StoreClosedError(self.path, f"store is {state}")
 
     async def _write(
-        self,
-        fn: Callable[[sqlite3.Connection], T],
-        what: str,
-        *,
-        durable: bool = True,
-        in_place: bool = True,
+        self, fn: Callable[[sqlite3.Connection], T], what: str, *, durable: bool = True
     ) -> T:
         self._check_open()
-        if in_place and self._inline_writes:
+        if not durable and self._inline_writes:
             value = self._write_in_place(fn, what)
             if not isinstance(value, _Queued):
-                if durable and self.synchronous == "FULL":
-                    await self._sync_wal(what)
                 return value
         loop = asyncio.get_running_loop()
         future: asyncio.Future[T] = loop.create_future()
         self._queue.put(_Job(fn, what, loop, future, durable))
         return await future
 
-    async def _sync_wal(self, what: str) -> None:
-        """Make everything committed so far durable: the writer thread fsyncs the WAL (one
-        fsync for every request waiting, like a group commit)."""
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[None] = loop.create_future()
-        self._queue.put(_Job(_sync_wal_marker, what, loop, future, True))
-        await future
-
     def _write_in_place(self, fn: Callable[[sqlite3.Connection], T], what: str) -> T | _Queued:
-        """A write on the calling thread, committed without an fsync: its value when it was
-        committed here, _QUEUE when it must go to the writer thread (busy, locked, another
-        thread). Errors of the write itself are raised, as the writer thread would."""
+        """A non-durable write on the calling thread: its value when it was committed here,
+        _QUEUE when it must go to the writer thread (busy, locked, another thread). Errors of
+        the write itself are raised, as the writer thread would."""
         if not self._queue.empty() or not self._write_lock.acquire(blocking=False):
             return _QUEUE  # the writer is at work: join its next batch, in order
         try:
@@ -974,24 +948,15 @@ class SQLiteStore:
                         break
                     batch.append(item)
                 jobs = [j for j in batch if isinstance(j, _Job)]
-                syncs = [j for j in jobs if j.fn is _sync_wal_marker]
-                writes = [j for j in jobs if j.fn is not _sync_wal_marker] if syncs else jobs
                 try:
                     with self._write_lock:
-                        if writes:
-                            self._run_batch(conn, writes)
-                        if syncs:
-                            self._fsync_wal(syncs)
+                        self._run_batch(conn, jobs)
                 except BaseException as exc:  # pragma: no cover - last line of defence
                     self._rollback_quietly(conn)
                     self._fail(jobs, exc)
         finally:
             with contextlib.suppress(sqlite3.Error):
                 conn.close()
-            if self._wal_fd is not None:
-                with contextlib.suppress(OSError):
-                    os.close(self._wal_fd)
-                self._wal_fd = None
             self._closed = True
             while True:  # writes that raced with close()
                 try:
@@ -1000,21 +965,6 @@ class SQLiteStore:
                     break
                 if isinstance(item, _Job):
                     self._fail([item], StoreClosedError(self.path, "store is closed"))
-
-    def _fsync_wal(self, requests: list[_Job]) -> None:
-        """The durability of commits made in place (`synchronous=NORMAL`): fsync the WAL file,
-        which is what `synchronous=FULL` does at each commit. One fsync answers every request
-        waiting; each of them asked after its own commit was written."""
-        try:
-            if self._wal_fd is None:
-                self._wal_fd = os.open(self.path + "-wal", os.O_RDONLY)
-            (os.fdatasync if hasattr(os, "fdatasync") else os.fsync)(self._wal_fd)
-        except OSError as exc:
-            error = StoreIOError(self.path, "could not sync the write-ahead log", str(exc))
-            self._fail(requests, error)
-            return
-        self._synced_batches += 1
-        self._resolve([(job, None, None) for job in requests])
 
     def _run_batch(self, conn: sqlite3.Connection, jobs: list[_Job]) -> None:
         self._batches += 1
