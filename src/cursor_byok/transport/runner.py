@@ -226,19 +226,7 @@ class _Supersede:
     reason: str
 
 
-@dataclass(frozen=True, slots=True)
-class _Raise:
-    """An error met while a model stream's reader stepped an input: the run ends with it."""
-
-    error: Exception
-
-
-@dataclass(frozen=True, slots=True)
-class _Wake:
-    """Nothing to do: lets the run's task see that the run ended elsewhere."""
-
-
-_Work = _ClientWork | _LLMWork | _ToolTimeout | _EarlyResult | _Supersede | _Raise | _Wake
+_Work = _ClientWork | _LLMWork | _ToolTimeout | _EarlyResult | _Supersede
 
 
 @dataclass(frozen=True, slots=True)
@@ -304,9 +292,6 @@ class Run:
         self.channel = channel
         self.store = runner.services.store
         self.inbox: asyncio.Queue[_Work] = asyncio.Queue()
-        # One input through `transition` at a time: the run's task takes inputs from the inbox;
-        # a model stream's reader steps its own event when the run is idle (see `_read_llm`).
-        self._stepping = asyncio.Lock()
         self.ended = asyncio.Event()
         self.summary = RunSummary(request_id=channel.request_id)
         self._t0 = time.monotonic()
@@ -379,15 +364,12 @@ class Run:
                 )
             lock = await self.runner._claim(self, conversation_id)
             async with lock:
-                async with self._stepping:
-                    await self._begin(first.input_id, request)
-                    self.turn_id = self.state.committed.turn_id
-                    if self._run_saved is not None:
-                        await self._run_saved
+                await self._begin(first.input_id, request)
+                self.turn_id = self.state.committed.turn_id
+                if self._run_saved is not None:
+                    await self._run_saved
                 while not self._done:
-                    work = await self.inbox.get()
-                    async with self._stepping:
-                        await self._process(work)
+                    await self._process(await self.inbox.get())
         except RunFailed as exc:
             self._end(exc.end, outcome="failed")
         except StoreError as exc:
@@ -475,7 +457,6 @@ class Run:
             self.summary.error = error.message
         self.summary.duration_ms = int((time.monotonic() - self._t0) * 1000)
         self.channel.finish(error)
-        self.inbox.put_nowait(_Wake())  # the run's task may be waiting for an input
         self._report_calls()
         if self.services.on_run_end is not None:
             # After the transport has written the end: logs and metrics are not on its path.
@@ -749,10 +730,6 @@ class Run:
                     await self._tool_finished(op_id, done, op)
             case _Supersede(reason=reason):
                 await self.run(Cancel(reason=reason), None)
-            case _Raise(error=error):
-                raise error
-            case _Wake():
-                pass
         if not self._done and not self._streams and self._tool is None:
             # Nothing of this run is in flight: end instead of waiting forever.
             status = self.state.committed.status
@@ -1142,23 +1119,11 @@ class Run:
         self._pumps[call_id] = asyncio.create_task(self._read_llm(call_id, stream))
 
     async def _read_llm(self, call_id: str, stream: ResponseStream) -> None:
-        """Design §7.2 `readLLM`: each upstream event becomes an input of this run. When the run
-        is idle (no input waiting, none being stepped) the event is stepped right here, which
-        saves it a trip through the inbox and the run's task; otherwise it queues behind the
-        others. Either way inputs enter `transition` one at a time, in arrival order."""
+        """Design §7.2 `readLLM`: each upstream event becomes an input of this run."""
         try:
             while True:
                 event = await stream.recv()
-                work = _LLMWork(call_id, event)
-                if self._done or not self.inbox.empty() or self._stepping.locked():
-                    self.inbox.put_nowait(work)
-                else:
-                    async with self._stepping:
-                        try:
-                            await self._process(work)
-                        except Exception as exc:  # the run's task ends the run with it
-                            self.inbox.put_nowait(_Raise(exc))
-                            return
+                self.inbox.put_nowait(_LLMWork(call_id, event))
                 if isinstance(event, DoneEvent | ErrorEvent):
                     return
         except StreamEnded:
