@@ -1,26 +1,16 @@
 """SQLite backend of the Store: stdlib sqlite3, WAL, one writer thread with group commit.
 
 Writes: every write call becomes a job on a queue owned by one dedicated thread, which holds the
-main write connection (non-durable writes may run in place instead: see below). The thread takes
-every job waiting (up to `max_batch`), opens one `BEGIN IMMEDIATE` transaction, runs each job
-inside its own SAVEPOINT (a job that fails - conflict is not a failure, a broken constraint is -
-is rolled back to its savepoint alone), COMMITs once, and only then resolves the callers'
-asyncio futures. A storage error (disk full, locked, corrupt,
+only write connection. The thread takes every job waiting (up to `max_batch`), opens one
+`BEGIN IMMEDIATE` transaction, runs each job inside its own SAVEPOINT (a job that fails - conflict
+is not a failure, a broken constraint is - is rolled back to its savepoint alone), COMMITs once,
+and only then resolves the callers' asyncio futures. A storage error (disk full, locked, corrupt,
 I/O) rolls back the whole batch and every job in it gets the error; the thread carries on.
 
 Durability: with `synchronous="FULL"` a batch is fsynced when any of its jobs asked for a
-durable commit; a batch of only non-durable jobs (`durable=False`, `save_run`) runs with
-`synchronous=NORMAL`: it survives a crash of the process at once and a power loss from the
-next durable batch on (the WAL is synced as a whole).
-
-Non-durable writes skip the thread when they can: a write with `durable=False` made on the
-event loop's thread while the writer is idle runs right there, in its own transaction on a
-second write connection (`synchronous=NORMAL`, no automatic checkpoints: those stay with the
-writer thread, so the loop never copies the WAL back). A lock shared with the writer thread
-keeps one write transaction at a time, so the two connections never wait on SQLite's lock.
-The hop to the writer thread and back costs more than such a commit itself (measured: 540 µs
-through the thread, 290 µs in place, on tmpfs); when the writer is busy, or SQLite's lock is
-taken by another process, the write is queued as before and joins the next batch.
+durable commit; a batch of only non-durable jobs (`durable=False`, `save_run`,
+`save_turn_marks`) runs with `synchronous=NORMAL`: it survives a crash of the process at once
+and a power loss from the next durable batch on (the WAL is synced as a whole).
 
 Reads: point reads (a run, an input, turn marks, a conversation of at most INLINE_MESSAGES
 messages) run on the calling thread with their own connection that never waits for a lock:
@@ -36,7 +26,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 import os
 import queue
 import sqlite3
@@ -87,15 +76,6 @@ class _Deferred(Exception):
 
 
 # Primary SQLite result codes (the low byte of the extended code).
-log = logging.getLogger(__name__)
-
-
-class _Queued:
-    """`_write_in_place`'s answer when the write must go to the writer thread."""
-
-
-_QUEUE = _Queued()
-
 _BUSY, _LOCKED, _NOMEM, _READONLY, _IOERR, _CORRUPT = 5, 6, 7, 8, 10, 11
 _FULL, _CANTOPEN, _PROTOCOL, _CONSTRAINT, _NOTADB = 13, 14, 15, 19, 26
 # Errors after which SQLite may have rolled the transaction back on its own: the batch fails.
@@ -152,7 +132,6 @@ class WriterStats(msgspec.Struct, frozen=True, kw_only=True):
     max_batch: int
     failed_batches: int
     synced_batches: int  # committed with synchronous=FULL (an fsync); the rest skipped it
-    inline_jobs: int = 0  # non-durable writes committed on the caller's thread (not counted above)
 
 
 class _Job:
@@ -206,7 +185,6 @@ class SQLiteStore:
         max_batch: int = 512,
         max_size_bytes: int | None = None,
         clock: Callable[[], int] | None = None,
-        inline_writes: bool = True,
     ) -> None:
         """Prefer `await SQLiteStore.open(...)`: the constructor does no I/O; `start()` does."""
         if synchronous not in ("FULL", "NORMAL"):
@@ -238,13 +216,6 @@ class SQLiteStore:
         self._largest_batch = 0
         self._failed_batches = 0
         self._synced_batches = 0
-        # Writes in place (see the module docstring): one write transaction at a time.
-        self._inline_writes = inline_writes
-        self._write_lock = threading.Lock()
-        self._inline_writer: tuple[int, sqlite3.Connection] | None = None
-        self._inline_writer_pages = 0  # the page cap applied to it
-        self._max_pages = 0  # the writer connection's page cap (PRAGMA max_page_count)
-        self._inline_jobs = 0
 
     # ------------------------------------------------------------------ life cycle
 
@@ -259,7 +230,6 @@ class SQLiteStore:
         max_batch: int = 512,
         max_size_bytes: int | None = None,
         clock: Callable[[], int] | None = None,
-        inline_writes: bool = True,
     ) -> SQLiteStore:
         """Open (creating if needed) and migrate the database, start the writer thread.
 
@@ -274,7 +244,6 @@ class SQLiteStore:
             max_batch=max_batch,
             max_size_bytes=max_size_bytes,
             clock=clock,
-            inline_writes=inline_writes,
         )
         await store.start()
         return store
@@ -306,10 +275,6 @@ class SQLiteStore:
         if self._inline is not None:
             conns.append(self._inline[1])
             self._inline = None
-        with self._write_lock:
-            if self._inline_writer is not None:
-                conns.append(self._inline_writer[1])
-                self._inline_writer = None
         for conn in conns:
             with contextlib.suppress(sqlite3.Error):
                 conn.close()
@@ -328,7 +293,6 @@ class SQLiteStore:
             max_batch=self._largest_batch,
             failed_batches=self._failed_batches,
             synced_batches=self._synced_batches,
-            inline_jobs=self._inline_jobs,
         )
 
     # ------------------------------------------------------------------ reads
@@ -703,73 +667,10 @@ class SQLiteStore:
         self, fn: Callable[[sqlite3.Connection], T], what: str, *, durable: bool = True
     ) -> T:
         self._check_open()
-        if not durable and self._inline_writes:
-            value = self._write_in_place(fn, what)
-            if not isinstance(value, _Queued):
-                return value
         loop = asyncio.get_running_loop()
         future: asyncio.Future[T] = loop.create_future()
         self._queue.put(_Job(fn, what, loop, future, durable))
         return await future
-
-    def _write_in_place(self, fn: Callable[[sqlite3.Connection], T], what: str) -> T | _Queued:
-        """A non-durable write on the calling thread: its value when it was committed here,
-        _QUEUE when it must go to the writer thread (busy, locked, another thread). Errors of
-        the write itself are raised, as the writer thread would."""
-        if not self._queue.empty() or not self._write_lock.acquire(blocking=False):
-            return _QUEUE  # the writer is at work: join its next batch, in order
-        try:
-            conn = self._in_place_connection()
-            if conn is None:
-                return _QUEUE
-            try:
-                conn.execute("BEGIN IMMEDIATE")
-            except sqlite3.Error as exc:
-                if _primary(exc) in (_BUSY, _LOCKED):
-                    return _QUEUE  # another process writes: the writer thread may wait
-                raise self._map_error(exc, what) from exc
-            try:
-                value = fn(conn)
-                conn.execute("COMMIT")
-            except BaseException as exc:
-                self._rollback_quietly(conn)
-                if isinstance(exc, sqlite3.Error):
-                    if _primary(exc) in (_BUSY, _LOCKED):
-                        return _QUEUE  # rolled back: the writer thread runs it again
-                    raise self._map_error(exc, what, batch=1) from exc
-                raise
-            self._inline_jobs += 1
-            return value
-        finally:
-            self._write_lock.release()
-
-    def _in_place_connection(self) -> sqlite3.Connection | None:
-        """The second write connection, owned by the first thread that writes in place (the
-        event loop's); None for any other thread, or before the writer has set up the file.
-        Called with `_write_lock` held."""
-        if self._max_pages == 0:
-            return None  # the writer thread has not opened (and migrated) the database yet
-        me = threading.get_ident()
-        if self._inline_writer is None:
-            try:
-                conn = sqlite3.connect(
-                    self.path, timeout=0, isolation_level=None, check_same_thread=False
-                )
-                conn.execute("PRAGMA synchronous = NORMAL")
-                conn.execute("PRAGMA wal_autocheckpoint = 0")
-                conn.execute("PRAGMA foreign_keys = ON")
-            except sqlite3.Error as exc:
-                log.warning("writing in place is off: %s", exc)
-                self._inline_writes = False
-                return None
-            self._inline_writer = (me, conn)
-        owner, conn = self._inline_writer
-        if owner != me:
-            return None
-        if self._inline_writer_pages != self._max_pages:
-            conn.execute(f"PRAGMA max_page_count = {self._max_pages}")
-            self._inline_writer_pages = self._max_pages
-        return conn
 
     async def _read(
         self,
@@ -911,8 +812,6 @@ class SQLiteStore:
             self._default_max_pages = int(conn.execute("PRAGMA max_page_count").fetchone()[0])
             if self._initial_max_size is not None:
                 self._apply_size_limit(conn, self._initial_max_size)
-            else:
-                self._max_pages = self._default_max_pages
         except BaseException as exc:
             conn.close()
             raise self._map_error(exc, "opening the database") from exc
@@ -921,7 +820,6 @@ class SQLiteStore:
     def _apply_size_limit(self, conn: sqlite3.Connection, max_bytes: int | None) -> int:
         pages = self._default_max_pages if max_bytes is None else -(-max_bytes // self._page_size)
         got = int(conn.execute(f"PRAGMA max_page_count = {int(pages)}").fetchone()[0])
-        self._max_pages = got
         return got * self._page_size
 
     def _writer_main(self) -> None:
@@ -949,8 +847,7 @@ class SQLiteStore:
                     batch.append(item)
                 jobs = [j for j in batch if isinstance(j, _Job)]
                 try:
-                    with self._write_lock:
-                        self._run_batch(conn, jobs)
+                    self._run_batch(conn, jobs)
                 except BaseException as exc:  # pragma: no cover - last line of defence
                     self._rollback_quietly(conn)
                     self._fail(jobs, exc)
