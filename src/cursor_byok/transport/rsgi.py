@@ -46,19 +46,34 @@ class _HttpProto(Protocol):
 
 
 class _Receive:
-    __slots__ = ("_body", "_done", "_proto")
+    __slots__ = ("_body", "_done", "_next", "_proto")
 
     def __init__(self, proto: _HttpProto) -> None:
         self._proto = proto
         self._body: AsyncIterator[bytes] | None = None
+        self._next: Awaitable[bytes] | None = None
         self._done = False
+
+    def prefetch(self) -> None:
+        """Ask granian for the first body chunk now: its reader hands it over from another
+        thread, and that wait overlaps the application's own setup instead of following it."""
+        if self._body is None:
+            self._body = aiter(self._proto)
+            self._next = anext(self._body)
+
+    def close(self) -> None:
+        pending, self._next = self._next, None
+        cancel = getattr(pending, "cancel", None)
+        if cancel is not None:
+            cancel()  # a body the application never asked for
 
     async def __call__(self) -> AsgiMessage:
         if not self._done:
             if self._body is None:
                 self._body = aiter(self._proto)
+            pending, self._next = self._next, None
             try:
-                chunk = await anext(self._body)
+                chunk = await (pending if pending is not None else anext(self._body))
             except StopAsyncIteration:
                 self._done = True
                 return {"type": "http.request", "body": b"", "more_body": False}
@@ -160,6 +175,9 @@ class RsgiBridge:
     async def __rsgi__(self, scope: Any, proto: Any) -> None:
         if scope.proto != "http":
             return  # no websockets here; granian closes the connection
+        receive = _Receive(proto)
+        if scope.method == "POST":
+            receive.prefetch()
         asgi_scope: dict[str, Any] = {
             "type": "http",
             "http_version": scope.http_version,
@@ -175,6 +193,7 @@ class RsgiBridge:
         # Synchronous writes for callers that can use them (ConnectApp's Run streams).
         asgi_scope["extensions"] = {WRITE_NOWAIT: send.write_nowait}
         try:
-            await self.app(asgi_scope, _Receive(proto), send)
+            await self.app(asgi_scope, receive, send)
         finally:
+            receive.close()
             send.close()
