@@ -10,7 +10,10 @@ child process with its SQLite database in a temporary directory) and this client
                server (HTTP/2 `Run`, our h2 client) vs the same upstream consumed directly by a
                plain httpx streaming client; medians and the difference. Also the transport
                floor: the same client against a server whose run handler echoes at once (no
-               store, no model): what HTTP/2, granian and this Python client cost by themselves
+               store, no model): what HTTP/2, granian and the client cost by themselves. Then
+               the same with bench/node_client.mjs (Node's http2 and http on both paths) when
+               `node` is installed: the fairer measure, since httpx costs more per request
+               than our h2 client and so hides part of the server's overhead
   throughput   text deltas per second through one server process (one long streamed answer)
   concurrency  N concurrent streaming runs over a few HTTP/2 connections: server CPU % (of one
                core, from /proc/PID/stat), server RSS (/proc/PID/status), and the delay between
