@@ -235,3 +235,46 @@ async def test_run_without_first_message_is_dropped() -> None:
         not started.finished or started.ending is None or started.ending.code != "deadline_exceeded"
     )
     await reg.close()
+
+
+async def test_route_hands_messages_over_in_order_then_stops() -> None:
+    session = Session("r", "runsse")
+    session.append(0, run_request())
+    session.append(2, cancel())  # held until 1 arrives
+    seen: list[str] = []
+
+    def handler(item: object) -> None:
+        seen.append(f"{item.input_id} {item.message.WhichOneof('message')}")  # type: ignore[attr-defined]
+
+    session.route(handler)  # what was queued goes first
+    assert seen == ["r:0 run_request"]
+    session.append(1, heartbeat())  # fills the gap: 1 then the held 2, in order
+    assert seen == ["r:0 run_request", "r:1 client_heartbeat", "r:2 conversation_action"]
+    assert session._inbox.empty()
+    session.route(None)
+    session.append(3, heartbeat())
+    assert len(seen) == 3 and kinds(await drain(session)) == ["r:3 client_heartbeat"]
+
+
+async def test_a_failing_route_handler_never_stops_delivery() -> None:
+    session = Session("r", "run")
+    calls: list[str] = []
+
+    def handler(item: object) -> None:
+        calls.append(item.input_id)  # type: ignore[attr-defined]
+        raise RuntimeError("boom")
+
+    session.route(handler)
+    session.push(run_request())
+    session.push(heartbeat())
+    assert calls == ["r:0", "r:1"] and session.next_seqno == 2
+
+
+async def test_route_keeps_the_end_of_input_for_receive() -> None:
+    session = Session("r", "run")
+    session.push(run_request())
+    session.close_input()
+    seen: list[object] = []
+    session.route(seen.append)
+    assert len(seen) == 1
+    assert await session.receive() is None and await session.receive() is None

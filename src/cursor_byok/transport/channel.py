@@ -8,6 +8,7 @@ server messages leave through one ordered queue. The transport owns framing, ord
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -39,6 +40,12 @@ class RunChannel(Protocol):
 
     async def receive(self) -> Incoming | None:
         """The next client message; None once the client has finished sending or went away."""
+        ...
+
+    def route(self, handler: Callable[[Incoming], None] | None) -> None:
+        """From now on hand each client message to `handler` as it arrives, in order, instead
+        of queueing it for `receive()` (messages already queued go first). It runs inside the
+        transport's own reading, so it must be quick and must not raise. None stops routing."""
         ...
 
     def send(self, message: agent_pb2.AgentServerMessage) -> None:

@@ -299,7 +299,6 @@ class Run:
         self._kv_ids = 0
         self._exec_waiters: dict[int, asyncio.Future[dialect.ClientEvent]] = {}
         self._kv_waiters: dict[int, asyncio.Future[dialect.ClientEvent]] = {}
-        self._reader: asyncio.Task[None] | None = None
         self._pumps: dict[str, asyncio.Task[None]] = {}
         self._streams: dict[str, ResponseStream] = {}
         self._closing: set[asyncio.Future[None]] = set()
@@ -335,7 +334,9 @@ class Run:
             first = await self._first_message()
             if first is None:
                 return
-            self._reader = asyncio.create_task(self._read_client())
+            # Replies to what the run asked resolve their waiters the moment they arrive (no
+            # task in between); every other client message joins the inbox, in order.
+            self.channel.route(self._on_client_message)
             event = self._decode(first)
             if not isinstance(event, dialect.RunRequestEvent):
                 raise RunFailed(
@@ -429,9 +430,10 @@ class Run:
 
     def close(self) -> None:
         self._report_calls()
+        self.channel.route(None)
         if self._run_saved is not None and not self._run_saved.done():
             self._run_saved.add_done_callback(_consume_exception)
-        for task in (self._reader, self._tool_timer, *self._pumps.values()):
+        for task in (self._tool_timer, *self._pumps.values()):
             if task is not None and not task.done():
                 task.cancel()
         self._drop_checkpoint_blob()
@@ -480,34 +482,30 @@ class Run:
     def _decode(self, incoming: Incoming) -> dialect.ClientEvent:
         return dialect.decode_client_message(incoming.message)
 
-    async def _read_client(self) -> None:
-        """Route client messages: replies to waiters, the rest into the inbox in order."""
-        while True:
-            incoming = await self.channel.receive()
-            if incoming is None:
-                return
-            try:
-                event = self._decode(incoming)
-            except dialect.DialectError as exc:
-                log.warning("run %s: ignored a client message: %s", self.channel.request_id, exc)
-                continue
-            match event:
-                case dialect.KvReply(id=kv_id) if kv_id in self._kv_waiters:
-                    waiter = self._kv_waiters.pop(kv_id)
-                    if not waiter.done():
-                        waiter.set_result(event)
-                case dialect.ExecReply(id=exec_id) | dialect.ExecControl(id=exec_id) if (
-                    exec_id in self._exec_waiters
-                ):
-                    if isinstance(event, dialect.ExecControl) and event.kind != "throw":
-                        continue  # stream_close / heartbeat after the reply we waited for
-                    waiter = self._exec_waiters.pop(exec_id)
-                    if not waiter.done():
-                        waiter.set_result(event)
-                case dialect.ClientHeartbeatEvent():
-                    pass
-                case _:
-                    self.inbox.put_nowait(_ClientWork(incoming.input_id, event))
+    def _on_client_message(self, incoming: Incoming) -> None:
+        """Route a client message: replies to waiters, the rest into the inbox in order."""
+        try:
+            event = self._decode(incoming)
+        except dialect.DialectError as exc:
+            log.warning("run %s: ignored a client message: %s", self.channel.request_id, exc)
+            return
+        match event:
+            case dialect.KvReply(id=kv_id) if kv_id in self._kv_waiters:
+                waiter = self._kv_waiters.pop(kv_id)
+                if not waiter.done():
+                    waiter.set_result(event)
+            case dialect.ExecReply(id=exec_id) | dialect.ExecControl(id=exec_id) if (
+                exec_id in self._exec_waiters
+            ):
+                if isinstance(event, dialect.ExecControl) and event.kind != "throw":
+                    return  # stream_close / heartbeat after the reply we waited for
+                waiter = self._exec_waiters.pop(exec_id)
+                if not waiter.done():
+                    waiter.set_result(event)
+            case dialect.ClientHeartbeatEvent():
+                pass
+            case _:
+                self.inbox.put_nowait(_ClientWork(incoming.input_id, event))
 
     def _next_exec_id(self) -> int:
         self._exec_ids += 1

@@ -114,6 +114,7 @@ class Session:
         self.task: asyncio.Task[None] | None = None
         self.duplicates = 0
         self._direct: DirectOutput | None = None
+        self._router: Callable[[Incoming], None] | None = None
 
     # -- RunChannel ---------------------------------------------------------------------------
 
@@ -126,6 +127,23 @@ class Session:
         if item is None:
             self._inbox.put_nowait(None)  # every later receive() also ends
         return item
+
+    def route(self, handler: Callable[[Incoming], None] | None) -> None:
+        self._router = handler
+        if handler is None:
+            return
+        while not self._inbox.empty():
+            item = self._inbox.get_nowait()
+            if item is None:  # input ended: receive() keeps saying so
+                self._inbox.put_nowait(None)
+                return
+            self._hand_over(handler, item)
+
+    def _hand_over(self, handler: Callable[[Incoming], None], item: Incoming) -> None:
+        try:
+            handler(item)
+        except Exception:  # the transport's reading must go on
+            log.exception("run %s: routing a client message failed", self._request_id)
 
     def send(self, message: agent_pb2.AgentServerMessage) -> None:
         if self._finished:
@@ -204,8 +222,12 @@ class Session:
         return True
 
     def _deliver(self, message: agent_pb2.AgentClientMessage) -> None:
-        self._inbox.put_nowait(Incoming(f"{self._request_id}:{self._next_seqno}", message))
+        incoming = Incoming(f"{self._request_id}:{self._next_seqno}", message)
         self._next_seqno += 1
+        if self._router is not None:
+            self._hand_over(self._router, incoming)
+        else:
+            self._inbox.put_nowait(incoming)
 
     @property
     def next_seqno(self) -> int:
