@@ -1,0 +1,139 @@
+"""The synchronous output of an HTTP/2 `Run` (server._DirectRun, Session.attach_direct)."""
+
+from __future__ import annotations
+
+import asyncio
+
+from cursor_byok.transport.channel import EndError
+from cursor_byok.transport.connect import encode_envelope, end_stream_frame
+from cursor_byok.transport.rsgi import _Send
+from cursor_byok.transport.server import HEARTBEAT_FRAME, _DirectRun
+from cursor_byok.transport.sessions import Session, end_error_to_connect
+from tests.support.connect_client import text_delta
+
+
+class Transport:
+    def __init__(self, ok: bool = True) -> None:
+        self.writes: list[tuple[bytes, bool]] = []
+        self.ok = ok
+
+    def __call__(self, body: bytes, more: bool = True) -> bool:
+        self.writes.append((body, more))
+        return self.ok
+
+
+def frame(text: str) -> bytes:
+    return encode_envelope(text_delta(text).SerializeToString())
+
+
+async def test_a_message_after_a_quiet_spell_leaves_inside_send() -> None:
+    transport, gone = Transport(), asyncio.Event()
+    session = Session("r", "run")
+    session.send(text_delta("before"))  # sent before the stream attached: written on attach
+    session.attach_direct(_DirectRun(transport, gone))
+    assert transport.writes == [(frame("before"), True)]
+    await asyncio.sleep(0)  # the loop turns: nothing more to write
+    session.send(text_delta("a"))
+    assert transport.writes[-1] == (frame("a"), True)  # no loop turn needed
+
+
+async def test_a_burst_goes_out_in_one_write_at_the_next_loop_turn() -> None:
+    transport, gone = Transport(), asyncio.Event()
+    session = Session("r", "run")
+    session.attach_direct(_DirectRun(transport, gone))
+    for text in ("a", "b", "c"):
+        session.send(text_delta(text))
+    assert transport.writes == [(frame("a"), True)]
+    await asyncio.sleep(0)
+    assert transport.writes == [(frame("a"), True), (frame("b") + frame("c"), True)]
+
+
+async def test_finish_writes_the_end_with_the_rest_and_ends_the_stream() -> None:
+    transport, gone = Transport(), asyncio.Event()
+    session = Session("r", "run")
+    out = _DirectRun(transport, gone)
+    session.attach_direct(out)
+    session.send(text_delta("a"))
+    session.send(text_delta("b"))
+    session.finish(EndError("unavailable", "provider down"))
+    await asyncio.sleep(0)
+    ending = end_stream_frame(end_error_to_connect(EndError("unavailable", "provider down")))
+    assert transport.writes == [(frame("a"), True), (frame("b") + ending, False)]
+    assert out.closed
+    session.send(text_delta("late"))  # dropped: the run finished
+    out.heartbeat()
+    await asyncio.sleep(0)
+    assert len(transport.writes) == 2
+
+
+async def test_a_failed_write_marks_the_client_gone_and_wakes_the_stream() -> None:
+    transport, gone = Transport(ok=False), asyncio.Event()
+    session = Session("r", "run")
+    out = _DirectRun(transport, gone)
+    session.attach_direct(out)
+    waiter = asyncio.ensure_future(session.wait(0, 5))
+    await asyncio.sleep(0)
+    session.send(text_delta("a"))
+    await asyncio.wait_for(waiter, 1)  # woken, not left to its timeout
+    assert gone.is_set() and out.closed
+    session.send(text_delta("b"))
+    assert len(transport.writes) == 1  # nothing more is tried
+
+
+async def test_heartbeats_only_while_open() -> None:
+    transport, gone = Transport(), asyncio.Event()
+    out = _DirectRun(transport, gone)
+    out.heartbeat()
+    assert transport.writes == [(HEARTBEAT_FRAME, True)]
+
+
+class _Done:
+    """An awaitable like granian's: finished when returned (an iterator, not a generator)."""
+
+    def __init__(self, error: Exception | None = None) -> None:
+        self.error = error
+
+    def __await__(self) -> _Done:
+        return self
+
+    def __iter__(self) -> _Done:
+        return self
+
+    def __next__(self) -> None:
+        if self.error is not None:
+            raise self.error
+        raise StopIteration
+
+
+class _Stream:
+    def __init__(self, fail: bool) -> None:
+        self.sent: list[bytes] = []
+        self.fail = fail
+
+    def send_bytes(self, data: bytes) -> _Done:
+        self.sent.append(data)
+        return _Done(RuntimeError("stream closed") if self.fail else None)
+
+
+class _Proto:
+    def __init__(self, fail: bool = False) -> None:
+        self.streams: list[_Stream] = []
+        self.fail = fail
+
+    def response_stream(self, status: int, headers: list[tuple[str, str]]) -> _Stream:
+        self.streams.append(_Stream(self.fail))
+        return self.streams[-1]
+
+
+def test_bridge_write_nowait_reads_granians_finished_awaitables() -> None:
+    proto = _Proto()
+    send = _Send(proto)  # type: ignore[arg-type]
+    assert send.write_nowait(b"one") and send.write_nowait(b"two", more=False)
+    assert len(proto.streams) == 1 and proto.streams[0].sent == [b"one", b"two"]
+    assert not send.write_nowait(b"after the end")  # ended: nothing is written
+    assert proto.streams[0].sent == [b"one", b"two"]
+
+    broken = _Proto(fail=True)
+    send = _Send(broken)  # type: ignore[arg-type]
+    assert not send.write_nowait(b"x")  # the client is gone
+    assert not send.write_nowait(b"y") and broken.streams[0].sent == [b"x"]
