@@ -1,0 +1,143 @@
+"""Interleaved A/B of the per-turn overhead of two versions of the server.
+
+    .venv/bin/python bench/_ab.py BASE [OTHER] [--rounds 8] [--turns 100] [--db DIR]
+
+BASE and OTHER are git commits (checked out into temporary worktrees) or paths to a `src`
+directory; OTHER defaults to this working tree's `src`. Both servers run at once against one
+scripted upstream; the Node client (bench/node_client.mjs) alternates between them, `--rounds`
+times `--turns` turns, swapping the order every round, so the drift of a shared machine hits
+both alike. Prints, per version, the median over the rounds of each round's median overhead
+(ms over the upstream consumed directly) and every round's value.
+
+Why it exists: on the 2-core VM these figures were taken on, absolute times drift by 30-50 %
+from hour to hour, so two benchmark runs made one after the other cannot show a 0.2 ms change.
+It is not run by `bench/run` (its name starts with `_`): it needs two versions to compare.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "bench"))
+
+from tests.support.live import brain_config, free_port, probe_health_blocking  # noqa: E402
+
+import server_overhead as so  # noqa: E402
+
+LAUNCH = "import sys; sys.path.insert(0, sys.argv.pop(1)); from cursor_byok.cli import main; sys.exit(main(sys.argv[1:]))"  # noqa: E501
+METRICS = (("first text delta", "ttft"), ("turn ended", "ended"), ("whole turn", "total"))
+
+
+@contextlib.contextmanager
+def source(ref: str) -> Iterator[Path]:
+    """The `src` directory of a commit or a path."""
+    path = Path(ref)
+    if path.is_dir():
+        yield path.resolve()
+        return
+    tree = Path(tempfile.mkdtemp(prefix="ab-"))
+    subprocess.run(
+        ["git", "-C", str(REPO), "worktree", "add", "-q", "--detach", str(tree), ref], check=True
+    )
+    try:
+        yield tree / "src"
+    finally:
+        subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(tree)])
+
+
+@contextlib.contextmanager
+def server(src: Path, upstream_url: str, db_dir: Path) -> Iterator[int]:
+    work = Path(tempfile.mkdtemp(dir=db_dir))
+    config = work / "cursor-byok.toml"
+    config.write_text(brain_config(upstream_url, db=work / "db"))
+    port = free_port()
+    cmd = [sys.executable, "-c", LAUNCH, str(src), "serve", "--config", str(config)]
+    proc = subprocess.Popen(
+        [*cmd, "--port", str(port)],
+        cwd=work,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        t0 = time.monotonic()
+        while not probe_health_blocking("127.0.0.1", port):
+            if proc.poll() is not None or time.monotonic() - t0 > 30:
+                raise RuntimeError(f"the server from {src} did not start")
+            time.sleep(0.05)
+        yield port
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("base")
+    parser.add_argument("other", nargs="?", default=str(REPO / "src"))
+    parser.add_argument("--rounds", type=int, default=8)
+    parser.add_argument("--turns", type=int, default=100)
+    parser.add_argument("--db", type=Path, default=Path("/dev/shm"), help="where the databases go")
+    args = parser.parse_args(argv)
+    if not so.node_available():
+        print("bench/_ab.py needs node (bench/node_client.mjs)", file=sys.stderr)
+        return 2
+    upstream = subprocess.Popen(
+        [sys.executable, str(REPO / "bench" / "server_overhead.py"), "--serve-upstream"],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
+    try:
+        assert upstream.stdout is not None
+        upstream_url = f"http://127.0.0.1:{int(upstream.stdout.readline())}"
+        with (
+            source(args.base) as base_src,
+            source(args.other) as other_src,
+            server(base_src, upstream_url, args.db) as base_port,
+            server(other_src, upstream_url, args.db) as other_port,
+        ):
+            names = {args.base: base_port, args.other: other_port}
+            rounds: dict[str, dict[str, list[float]]] = {n: {} for n in names}
+            for r in range(args.rounds):
+                order = list(names.items()) if r % 2 == 0 else list(reversed(names.items()))
+                for name, port in order:
+                    via, direct = so.node_turns(port, upstream_url, args.turns)
+                    for _, key in METRICS:
+                        over = statistics.median(getattr(t, key) for t in via) - statistics.median(
+                            getattr(t, key) for t in direct
+                        )
+                        rounds[name].setdefault(key, []).append(over * 1000)
+                print(f"round {r + 1}/{args.rounds} done", file=sys.stderr)
+    finally:
+        upstream.terminate()
+        upstream.wait(10)
+    print(f"## A/B: {args.base} vs {args.other}")
+    print()
+    print(
+        f"{args.rounds} rounds of {args.turns} turns, Node client, DB in {args.db}; ms over direct."
+    )
+    print()
+    print("| overhead | version | median of rounds | rounds |")
+    print("|---|---|---:|---|")
+    for label, key in METRICS:
+        for name in names:
+            values = rounds[name][key]
+            each = " ".join(f"{v:+.2f}" for v in values)
+            print(f"| {label} | {name} | {statistics.median(values):+.2f} | {each} |")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
