@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import os
 import statistics
 import subprocess
 import sys
@@ -92,37 +91,25 @@ def main(argv: list[str] | None = None) -> int:
     if not so.node_available():
         print("bench/_ab.py needs node (bench/node_client.mjs)", file=sys.stderr)
         return 2
-    upstream = subprocess.Popen(
-        [sys.executable, str(REPO / "bench" / "server_overhead.py"), "--serve-upstream"],
-        stdout=subprocess.PIPE,
-        text=True,
-        cwd=REPO,
-        env={**os.environ, "PYTHONPATH": str(REPO)},
-    )
-    try:
-        assert upstream.stdout is not None
-        upstream_url = f"http://127.0.0.1:{int(upstream.stdout.readline())}"
-        with (
-            source(args.base) as base_src,
-            source(args.other) as other_src,
-            server(base_src, upstream_url, args.db) as base_port,
-            server(other_src, upstream_url, args.db) as other_port,
-        ):
-            names = {args.base: base_port, args.other: other_port}
-            rounds: dict[str, dict[str, list[float]]] = {n: {} for n in names}
-            for r in range(args.rounds):
-                order = list(names.items()) if r % 2 == 0 else list(reversed(names.items()))
-                for name, port in order:
-                    via, direct = so.node_turns(port, upstream_url, args.turns)
-                    for _, key in METRICS:
-                        over = statistics.median(getattr(t, key) for t in via) - statistics.median(
-                            getattr(t, key) for t in direct
-                        )
-                        rounds[name].setdefault(key, []).append(over * 1000)
-                print(f"round {r + 1}/{args.rounds} done", file=sys.stderr)
-    finally:
-        upstream.terminate()
-        upstream.wait(10)
+    with (
+        so.upstream_process() as (upstream_url, _),
+        source(args.base) as base_src,
+        source(args.other) as other_src,
+        server(base_src, upstream_url, args.db) as base_port,
+        server(other_src, upstream_url, args.db) as other_port,
+    ):
+        names = {args.base: base_port, args.other: other_port}
+        rounds: dict[str, dict[str, list[float]]] = {n: {} for n in names}
+        for r in range(args.rounds):
+            order = list(names.items()) if r % 2 == 0 else list(reversed(names.items()))
+            for name, port in order:
+                via, direct = so.node_turns(port, upstream_url, args.turns)
+                for _, key in METRICS:
+                    over = statistics.median(getattr(t, key) for t in via) - statistics.median(
+                        getattr(t, key) for t in direct
+                    )
+                    rounds[name].setdefault(key, []).append(over * 1000)
+            print(f"round {r + 1}/{args.rounds} done", file=sys.stderr)
     print(f"## A/B: {args.base} vs {args.other}")
     print()
     print(

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import platform
@@ -35,7 +36,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -76,6 +77,24 @@ def serve_upstream() -> None:
 
 
 # -- /proc ------------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def upstream_process() -> Iterator[tuple[str, subprocess.Popen[str]]]:
+    """The scripted upstream in a child process: (its base URL, the process); stopped after."""
+    child = subprocess.Popen(
+        [sys.executable, str(Path(__file__).resolve()), "--serve-upstream"],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
+    try:
+        assert child.stdout is not None
+        yield f"http://127.0.0.1:{int(child.stdout.readline())}", child
+    finally:
+        child.terminate()
+        child.wait(10)
 
 
 def cpu_seconds(pid: int) -> float:
@@ -510,17 +529,7 @@ def main(argv: list[str] | None = None) -> int:
 
     signal.signal(signal.SIGALRM, give_up)  # an exception, so the child processes are stopped
     signal.alarm(HARD_LIMIT_S)  # never hang a benchmark run
-    child = subprocess.Popen(
-        [sys.executable, __file__, "--serve-upstream"],
-        stdout=subprocess.PIPE,
-        text=True,
-        cwd=REPO,
-        env={**os.environ, "PYTHONPATH": str(REPO)},
-    )
-    try:
-        assert child.stdout is not None
-        port = int(child.stdout.readline())
-        upstream_url = f"http://127.0.0.1:{port}"
+    with upstream_process() as (upstream_url, child):
         shm = Path("/dev/shm") if Path("/dev/shm").is_dir() else None
         with (
             tempfile.TemporaryDirectory() as tmp,
@@ -562,9 +571,6 @@ def main(argv: list[str] | None = None) -> int:
                     )
 
                 asyncio.run(scenarios())
-    finally:
-        child.terminate()
-        child.wait(10)
     print("\n".join(out))
     return 0
 

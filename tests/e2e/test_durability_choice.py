@@ -28,15 +28,21 @@ def upstream() -> Iterator[FakeUpstream]:
         yield up
 
 
+def brain_request(text: str, conversation_id: str) -> agent_pb2.AgentClientMessage:
+    """A run request for the scripted brain, with inline context (no context exec needed)."""
+    request = cc.run_request(text)
+    request.run_request.requested_model.model_id = "brain-1"
+    request.run_request.conversation_id = conversation_id
+    context = request.run_request.action.user_message_action.request_context
+    context.env.workspace_paths.append(f"/tmp/{conversation_id}")
+    return request
+
+
 async def one_turn(port: int, text: str) -> cc.StreamResult:
     client = await cc.H2Client.connect("127.0.0.1", port)
     try:
         stream = await client.open_run()
-        request = cc.run_request(text)
-        request.run_request.requested_model.model_id = "brain-1"
-        request.run_request.conversation_id = "durability"
-        context = request.run_request.action.user_message_action.request_context
-        context.env.workspace_paths.append("/tmp/durability")
+        request = brain_request(text, "durability")
         await stream.send(request)
         while (frame := await stream.next_frame(10)) is not None and not frame.flags & 0x02:
             msg = stream.result.messages[-1]
@@ -119,11 +125,7 @@ async def test_the_checkpoint_blob_travels_while_the_last_commit_is_written(
         async with running_server(config, app.runner.handle) as srv:
             client = await cc.H2Client.connect("127.0.0.1", srv.port)
             stream = await client.open_run()
-            request = cc.run_request("overlap please")
-            request.run_request.requested_model.model_id = "brain-1"
-            request.run_request.conversation_id = "overlap"
-            context = request.run_request.action.user_message_action.request_context
-            context.env.workspace_paths.append("/tmp/overlap")
+            request = brain_request("overlap please", "overlap")
             await stream.send(request)
             while (frame := await stream.next_frame(10)) is not None and not frame.flags & 0x02:
                 msg = stream.result.messages[-1]
