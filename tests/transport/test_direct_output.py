@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
 
 from cursor_byok.transport.channel import EndError
 from cursor_byok.transport.connect import encode_envelope, end_stream_frame
-from cursor_byok.transport.rsgi import _Send
+from cursor_byok.transport.rsgi import RsgiBridge, _Send
 from cursor_byok.transport.server import HEARTBEAT_FRAME, _DirectRun
 from cursor_byok.transport.sessions import Session, end_error_to_connect
 from tests.support.connect_client import text_delta
@@ -137,3 +138,52 @@ def test_bridge_write_nowait_reads_granians_finished_awaitables() -> None:
     send = _Send(broken)  # type: ignore[arg-type]
     assert not send.write_nowait(b"x")  # the client is gone
     assert not send.write_nowait(b"y") and broken.streams[0].sent == [b"x"]
+
+
+class _Scope:
+    proto = "http"
+    http_version = "2"
+    scheme = "http"
+    query_string = ""
+
+    def __init__(self, method: str, headers: dict[str, str]) -> None:
+        self.method = method
+        self.path = "/agent.v1.AgentService/Run"
+        self.headers = headers
+
+
+class _BodyProto(_Proto):
+    """Records when the application (or the bridge) first asks for the request body."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.body_asked = 0
+
+    def __aiter__(self) -> _BodyProto:
+        self.body_asked += 1
+        return self
+
+    def __anext__(self) -> _Done:
+        return _Done()
+
+    def response_bytes(self, status: int, headers: list[tuple[str, str]], body: bytes) -> None:
+        pass
+
+
+async def test_the_bridge_never_asks_for_an_unauthenticated_body() -> None:
+    asked_when_app_ran: list[int] = []
+
+    async def app(scope: object, receive: object, send: object) -> None:
+        asked_when_app_ran.append(proto.body_asked)
+
+    def may_read(headers: Mapping[str, str]) -> bool:
+        return headers.get("authorization") == "Bearer right"
+
+    bridge = RsgiBridge(app, may_read_body=may_read)
+    proto = _BodyProto()
+    await bridge.__rsgi__(_Scope("POST", {"authorization": "Bearer wrong"}), proto)
+    proto_ok = proto
+    proto = _BodyProto()
+    await bridge.__rsgi__(_Scope("POST", {"authorization": "Bearer right"}), proto)
+    assert asked_when_app_ran == [0, 1]  # prefetched only with the right credentials
+    assert proto_ok.body_asked == 0

@@ -14,7 +14,7 @@ held until the first body chunk, and a response with a single chunk is sent in o
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, MutableMapping
 from typing import Any, Protocol
 
 AsgiMessage = MutableMapping[str, Any]
@@ -161,9 +161,13 @@ class RsgiBridge:
         self,
         app: AsgiApp,
         on_start: Callable[[], None] | None = None,
+        may_read_body: Callable[[Mapping[str, str]], bool] | None = None,
     ) -> None:
+        """`may_read_body(headers)`: whether a POST's body may be asked for before the
+        application runs (e.g. only once its credentials are right); None: always."""
         self.app = app
         self._on_start = on_start
+        self._may_read_body = may_read_body
 
     def __rsgi_init__(self, loop: asyncio.AbstractEventLoop) -> None:
         if self._on_start is not None:
@@ -176,7 +180,9 @@ class RsgiBridge:
         if scope.proto != "http":
             return  # no websockets here; granian closes the connection
         receive = _Receive(proto)
-        if scope.method == "POST":
+        if scope.method == "POST" and (
+            self._may_read_body is None or self._may_read_body(scope.headers)
+        ):
             receive.prefetch()
         asgi_scope: dict[str, Any] = {
             "type": "http",

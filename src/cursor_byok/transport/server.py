@@ -28,7 +28,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, MutableMapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, MutableMapping
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -217,7 +217,7 @@ class ConnectApp:
 
     async def _extra(self, path: str, scope: Scope, send: Send, headers: dict[str, str]) -> None:
         assert self.routes is not None
-        if not (self.routes.is_public(path) or self._authorized(headers)):
+        if not (self.routes.is_public(path) or self.authorized(headers)):
             await _plain(send, 401, b"missing or wrong bearer token\n")
             return
         query = scope.get("query_string", b"").decode("latin-1")
@@ -242,7 +242,8 @@ class ConnectApp:
         else:
             await _plain(send, 503, b"starting\n")
 
-    def _authorized(self, headers: dict[str, str]) -> bool:
+    def authorized(self, headers: Mapping[str, str]) -> bool:
+        """Whether the request's headers carry the configured bearer token (if any)."""
         if self._token is None:
             return True
         scheme, _, credentials = headers.get("authorization", "").partition(" ")
@@ -256,7 +257,7 @@ class ConnectApp:
     ) -> None:
         codec = _UNARY_CODECS.get(_base_type(headers))
         known = path == BIDI_APPEND_PATH or path in UNARY_METHODS
-        if not self._authorized(headers):
+        if not self.authorized(headers):
             err = ConnectError("unauthenticated", "missing or wrong bearer token")
             await _unary_error(send, codec or "proto", err)
             self._observe(path, err.code)
@@ -321,7 +322,7 @@ class ConnectApp:
             return
         ctype = GRPC_WEB_PROTO.encode() if protocol == "grpc-web" else self._runsse_type
         start = _stream_start(ctype, runsse=True)
-        if not self._authorized(headers):
+        if not self.authorized(headers):
             err = ConnectError("unauthenticated", "missing or wrong bearer token")
             await _stream_error(send, start, protocol, err)
             return
@@ -374,7 +375,7 @@ class ConnectApp:
             await _unsupported_media(send, headers, CONNECT_PROTO)
             return
         start = _stream_start(CONNECT_PROTO.encode())
-        if not self._authorized(headers):
+        if not self.authorized(headers):
             err = ConnectError("unauthenticated", "missing or wrong bearer token")
             await _stream_error(send, start, "connect", err)
             return
@@ -781,7 +782,8 @@ def _granian_server(app: ConnectApp, host: str, port: int, *, quiet: bool) -> An
     # RSGI, not ASGI: granian's ASGI send costs tens to hundreds of microseconds per chunk on
     # the loop's thread, its RSGI send about 2 µs (see rsgi.py).
     server = Server(
-        RsgiBridge(app, on_start=app.start),
+        # The body of an unauthenticated request is never read (not even its first chunk).
+        RsgiBridge(app, on_start=app.start, may_read_body=app.authorized),
         address=host,
         port=port,
         interface=Interfaces.RSGI,
