@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import _thread
+import asyncio
 import shutil
 import ssl
 import subprocess
 import sys
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
@@ -17,10 +21,12 @@ from cursor_byok.transport.proto import agent_pb2
 from cursor_byok.transport.server import (
     check_bind,
     main,
+    native_threads_not_started_by_python,
     probe_health_blocking,
     running_server,
     serve,
     server_process,
+    wait_for_native_threads,
 )
 from cursor_byok.transport.sessions import TransportLimits
 from tests.support import connect_client as cc
@@ -67,12 +73,56 @@ def test_server_in_child_process(tmp_path: Path) -> None:
             finally:
                 await client.close()
 
-        import asyncio
-
         result = asyncio.run(turn())
         assert result.texts == ["echo[run]: ", "child"] and result.end == {}
     assert not probe_health_blocking(srv.host, srv.port)  # stopped by SIGTERM
     assert srv.process is not None and srv.process.returncode == 0  # ... cleanly
+
+
+def one_run_then_sigterm(config: Path) -> int | None:
+    env = {"PYTHONPATH": str(REPO)}
+    handler = "tests.support.connect_client:echo_handler"
+    with server_process(config, handler=handler, env=env) as srv:
+
+        async def turn() -> cc.StreamResult:
+            client = await cc.H2Client.connect(srv.host, srv.port)
+            try:
+                stream = await client.open_run()
+                await stream.send(cc.run_request("bye"))
+                return await stream.read_all()
+            finally:
+                await client.close()
+
+        assert asyncio.run(turn()).end == {}
+    assert srv.process is not None
+    return srv.process.returncode
+
+
+def test_sigterm_right_after_runs_exits_cleanly(tmp_path: Path) -> None:
+    """granian's runtime threads outlive its future by a few milliseconds; a process that
+    finalized Python before they exited died of SIGABRT on about one SIGTERM in ten under load
+    (a Rust panic). Several servers at once make that load."""
+    config = write_config(tmp_path, 'host = "127.0.0.1"')
+    with ThreadPoolExecutor(6) as pool:
+        codes = list(pool.map(one_run_then_sigterm, [config] * 12))
+    assert codes == [0] * 12
+
+
+def test_wait_for_native_threads() -> None:
+    """The wait covers threads Python did not start (as granian's are) and gives up in time."""
+    before = native_threads_not_started_by_python()
+    release = threading.Event()
+    _thread.start_new_thread(release.wait, (5.0,))  # not registered with `threading`
+    deadline = time.monotonic() + 5
+    while not native_threads_not_started_by_python() - before and time.monotonic() < deadline:
+        time.sleep(0.001)
+    assert native_threads_not_started_by_python() - before  # seen as foreign
+    assert asyncio.run(wait_for_native_threads(before, timeout=0.05)) is False
+    threading.Timer(0.1, release.set).start()
+    t0 = time.monotonic()
+    assert asyncio.run(wait_for_native_threads(before, timeout=5.0)) is True
+    assert time.monotonic() - t0 >= 0.05  # it did wait for the thread to go
+    assert not native_threads_not_started_by_python() - before
 
 
 def test_entry_refuses_non_loopback_without_token(tmp_path: Path) -> None:
@@ -184,7 +234,6 @@ async def test_realclient_turn_against_echo_handler() -> None:
     bun = REALCLIENT / "node_modules" / ".bin" / "bun"
     if not bun.exists() or not (REALCLIENT / "drive.ts").exists():
         pytest.skip("real client not installed (../shared/realclient/setup.sh)")
-    import asyncio
 
     config = parse_config(f'[server]\nhost = "127.0.0.1"\n{MODELS}')
     async with running_server(config, cc.echo_handler) as srv:

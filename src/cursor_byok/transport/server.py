@@ -26,6 +26,7 @@ import socket
 import ssl
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, MutableMapping
@@ -797,6 +798,34 @@ def _granian_server(app: ConnectApp, host: str, port: int, *, quiet: bool) -> An
     return server
 
 
+def native_threads_not_started_by_python() -> frozenset[int]:
+    """Ids of this process's threads that Python did not start: granian's Rust runtime. Empty
+    where /proc is missing (then there is nothing to wait for)."""
+    try:
+        tids = {int(tid) for tid in os.listdir("/proc/self/task")}
+    except OSError:
+        return frozenset()
+    return frozenset(tids - {t.native_id for t in threading.enumerate()})
+
+
+async def wait_for_native_threads(before: frozenset[int], timeout: float = 5.0) -> bool:
+    """Wait until the threads granian started have exited; True when they have.
+
+    Why: granian's future resolves while its runtime threads are still dropping the last
+    connections' Python objects. A thread that asks for the GIL once the interpreter is
+    finalizing is ended with a forced unwind, which aborts the process (SIGABRT, "panic in a
+    function that cannot unwind") instead of a clean exit on SIGTERM."""
+    deadline = time.monotonic() + timeout
+    while native_threads_not_started_by_python() - before:
+        if time.monotonic() > deadline:
+            logging.getLogger(__name__).warning(
+                "granian's threads had not exited %.1f s after the server stopped", timeout
+            )
+            return False
+        await asyncio.sleep(0.005)
+    return True
+
+
 def _drop_embed_warning(record: logging.LogRecord) -> bool:
     # granian's embedded mode warns that it is experimental on every start; we chose it knowingly
     # (docs/transport.md) and the warning would only alarm users.
@@ -821,6 +850,7 @@ async def serve_async(
     port = config.server.port if port is None else port
     check_bind(config, host)
     app = ConnectApp(config, handler, limits, routes)
+    threads_before = native_threads_not_started_by_python()
     server = _granian_server(app, host, port, quiet=quiet)
     if on_server_created is not None:
         on_server_created()  # e.g. re-install log redaction on handlers granian just added
@@ -844,6 +874,7 @@ async def serve_async(
         if install_signals:
             for sig in (signal.SIGINT, signal.SIGTERM):
                 loop.remove_signal_handler(sig)
+        await wait_for_native_threads(threads_before)
 
 
 def serve(
