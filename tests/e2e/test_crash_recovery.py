@@ -578,6 +578,47 @@ async def test_kill9_during_llm_stream_resends_the_same_request(
     assert db_messages(crashable.db, conversation) == expected
 
 
+async def test_kill9_during_a_later_call_rebuilds_its_stored_delta(
+    crashable: Crashable, upstream: FakeUpstream
+) -> None:
+    """The second call of a conversation is stored as a delta on the first
+    (transport/stored_request.py). After kill -9 a new process, which has no base in memory,
+    rebuilds it from the database and resends exactly the bytes sent before."""
+    conversation = "conv-delta-crash"
+    crashable.start()
+    first = await complete_turn_logged(
+        crashable, "req-delta-1", user_run_request(conversation, "delta crash: turn one")
+    )
+    assert first.text == "You said: delta crash: turn one"
+    prompt = "delta crash: turn two"
+    upstream.push(partial_then_hang("HALF " * 5))
+    async with shim_http(crashable.url) as http:
+        run = ShimRun(http, "req-delta-2", ScriptedClient())
+        try:
+            await run.open(user_run_request(conversation, prompt))
+            await run.wait_for(lambda: len(run.result.texts) >= 2, "text deltas")
+            crashable.kill9()
+            await run.finish()
+        finally:
+            await run.close()
+    with db_reader(crashable.db) as conn:
+        stored = conn.execute(
+            "SELECT request FROM llm_calls WHERE conversation_id = ? "
+            "ORDER BY created_at_ms, call_id",
+            (conversation,),
+        ).fetchall()
+    assert len(stored) == 2
+    assert bytes(stored[0][0])[:1] != b"\x00" and bytes(stored[1][0])[:1] == b"\x00"
+    assert len(stored[1][0]) < len(stored[0][0]) // 2  # the delta holds what turn two added
+
+    crashable.start()
+    again = await complete_turn_logged(crashable, "req-delta-3", resume_run_request(conversation))
+    assert again.text == f"You said: {prompt}", again.describe()
+    sent = requests_with(upstream, prompt)
+    assert len(sent) == 2 and sent[1].body == sent[0].body, "the resent request differs"
+    assert [c[2] for c in db_calls(crashable.db, conversation)] == ["committed", "committed"]
+
+
 # ---------------------------------------------------------------------------------------------
 # kill -9 during a tool wait
 # ---------------------------------------------------------------------------------------------

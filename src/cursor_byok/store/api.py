@@ -75,7 +75,10 @@ class CommitResult(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class LLMCallRecord(msgspec.Struct, frozen=True, kw_only=True):
-    """One upstream call. `request` holds the exact bytes sent (and resent on retry).
+    """One upstream call. `request` is the stored form of the exact request sent (and resent
+    on retry), opaque to the store: whole, or a delta on an earlier call of the same
+    conversation, which is why no call record is ever deleted (transport/stored_request.py).
+    `request_hash` is the sha256 of the body sent.
 
     Never changes once saved: conversation_id, turn_id, request, request_hash, messages_hash
     (created_at_ms keeps its first value). Once status is "committed" the record is final.

@@ -22,7 +22,7 @@ import contextlib
 import hashlib
 import logging
 import time
-import zlib
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -82,17 +82,19 @@ from .channel import EndError, Incoming, RunChannel
 from .context import McpIndex
 from .exec_mapping import Finished, Send, ToolExecution
 from .proto import agent_pb2
+from .stored_request import RequestBase, StoredRequestError, encode_request, load_request
 
 log = logging.getLogger("cursor_byok.runner")
 
 _state_encoder = msgspec.json.Encoder(order="deterministic")
 _state_decoder = msgspec.json.Decoder(ConversationState)
-_prepared_decoder = msgspec.json.Decoder(PreparedRequest)
-_prepared_msgpack = msgspec.msgpack.Decoder(PreparedRequest)
 _tool_call_encoder = msgspec.json.Encoder(order="deterministic")
 
 MAX_CAS_RETRIES = 5
 CHECKPOINT_BLOB_TIMEOUT_S = 5.0
+# Memory for the request bases of recent conversations (one body each); a conversation whose
+# base was dropped stores its next request whole.
+REQUEST_BASES_MAX_BYTES = 64 * 1024 * 1024
 
 
 def encode_state(state: ConversationState) -> bytes:
@@ -105,29 +107,6 @@ def decode_state(state: bytes, messages: tuple[bytes, ...]) -> ConversationState
     return msgspec.structs.replace(
         base, messages=tuple(canonical.decode_message(m) for m in messages)
     )
-
-
-# Requests from this size on are compressed in the store. Below it the few kilobytes saved
-# are not worth the time: zlib at level 1 took 70-90 µs for a 6 KB first request on the
-# benchmark machine, spent on the event loop before every such model call.
-COMPRESS_FROM = 32 * 1024
-
-
-def encode_prepared(prepared: PreparedRequest) -> bytes:
-    """The stored form of an exact request: msgpack (the body stays raw bytes, not base64),
-    zlib-compressed at level 1 from COMPRESS_FROM bytes on (prompts are text and repeat
-    themselves, so they shrink several times). Every call of a conversation stores its whole
-    prompt, so this is what keeps the database small. The body comes back byte for byte."""
-    packed = msgspec.msgpack.encode(prepared)
-    return packed if len(packed) < COMPRESS_FROM else zlib.compress(packed, 1)
-
-
-def decode_prepared(data: bytes) -> PreparedRequest:
-    if data[:1] == b"{":  # plain JSON rows
-        return _prepared_decoder.decode(data)
-    if data[:1] == b"\x78":  # a zlib stream (a msgpack map never starts with this byte)
-        data = zlib.decompress(data)
-    return _prepared_msgpack.decode(data)
 
 
 def command_record(command: Command) -> bytes:
@@ -252,6 +231,27 @@ class Runner:
         self.services = services
         self._active: dict[str, Run] = {}
         self._locks: dict[str, asyncio.Lock] = {}
+        # Per conversation, the last committed call's request body: the base of the next
+        # call's stored delta (stored_request.py). Least recently used first; bounded in bytes.
+        self._request_bases: OrderedDict[str, RequestBase] = OrderedDict()
+        self._request_base_bytes = 0
+
+    def request_base(self, conversation_id: str) -> RequestBase | None:
+        base = self._request_bases.get(conversation_id)
+        if base is not None:
+            self._request_bases.move_to_end(conversation_id)
+        return base
+
+    def remember_request(self, conversation_id: str, base: RequestBase) -> None:
+        """Keep `base` (a committed call's request) for the conversation's next call."""
+        old = self._request_bases.pop(conversation_id, None)
+        if old is not None:
+            self._request_base_bytes -= len(old.body)
+        self._request_bases[conversation_id] = base
+        self._request_base_bytes += len(base.body)
+        while self._request_base_bytes > REQUEST_BASES_MAX_BYTES and len(self._request_bases) > 1:
+            _, dropped = self._request_bases.popitem(last=False)
+            self._request_base_bytes -= len(dropped.body)
 
     @property
     def active_runs(self) -> int:
@@ -667,7 +667,15 @@ class Run:
             if llm_record is None:
                 raise RunFailed(dialect.internal_end("the interrupted model call was not recorded"))
             self._llm_records[waiting.call_id] = llm_record
-            await self._open_llm(waiting.call_id, decode_prepared(llm_record.request))
+            try:
+                prepared = await load_request(
+                    llm_record.request, llm_record.request_hash, self._stored_request
+                )
+            except StoredRequestError as exc:
+                raise RunFailed(
+                    dialect.internal_end(f"the interrupted model call cannot be resent: {exc}")
+                ) from None
+            await self._open_llm(waiting.call_id, prepared)
         elif c.status == "WaitingClient" and isinstance(waiting, AwaitClient):
             await self._resume_tool(waiting)
         elif c.status == "Final":
@@ -683,6 +691,10 @@ class Run:
             self._end(dialect.canceled_end("the turn was canceled"), "canceled")
         else:
             self._end(dialect.bad_request_end("there is nothing to resume"), "failed")
+
+    async def _stored_request(self, call_id: str) -> bytes | None:
+        record = await self.store.get_llm_call(call_id)
+        return record.request if record is not None else None
 
     async def _resume_tool(self, waiting: AwaitClient) -> None:
         op = await self.store.get_client_operation(waiting.operation_id)
@@ -842,12 +854,16 @@ class Run:
         now = self.services.now_ms()
         if isinstance(input, LLMEvent) and input.call_id in self._llm_records:
             calls.append(self._finished_call_record(input.call_id, input.event, t.command, now))
+        next_base: RequestBase | None = None
         if isinstance(t.command, CallLLM) and prepared is not None:
+            stored, next_base = encode_request(
+                prepared, self.runner.request_base(self.conversation_id), t.command.call_id
+            )
             record = LLMCallRecord(
                 call_id=t.command.call_id,
                 conversation_id=self.conversation_id,
                 turn_id=after.turn_id,
-                request=encode_prepared(prepared),
+                request=stored,
                 request_hash=hashlib.sha256(prepared.body).hexdigest(),
                 messages_hash=t.command.messages_hash,
                 status="planned",
@@ -879,6 +895,8 @@ class Run:
             self.version = outcome.version
             self.stored_count = len(after.messages)
             self.state = t.state
+            if next_base is not None:
+                self.runner.remember_request(self.conversation_id, next_base)
             if self.services.on_llm_call is not None:
                 # Metrics after what the client waits for: the next call, or for the call that
                 # ends the turn, the end of the stream.
