@@ -14,7 +14,7 @@ from .observability.routes import Observability
 from .store.errors import StoreError
 from .store.sqlite import SQLiteStore
 from .transport.runner import Runner, RunnerServices
-from .transport.server import check_bind, serve_async
+from .transport.server import ListenError, check_bind, serve_async
 
 log = logging.getLogger("cursor_byok")
 
@@ -50,6 +50,11 @@ async def _serve(config: Config, host: str, port: int, database: str | None) -> 
     except StoreError as exc:
         log.error("cannot open the database: %s", exc)
         return 2
+    scheme = "https" if config.server.certificate else "http"
+
+    def listening() -> None:
+        log.info("serving %d models on %s://%s:%d", len(config.models), scheme, host, port)
+
     try:
         await serve_async(
             config,
@@ -58,7 +63,11 @@ async def _serve(config: Config, host: str, port: int, database: str | None) -> 
             port=port,
             routes=app.observability,
             on_server_created=install_redaction,
+            on_listening=listening,
         )
+    except ListenError as exc:
+        log.error("%s", exc)
+        return 2
     finally:
         await app.close()
     return 0
@@ -75,8 +84,6 @@ def serve(
     except ValueError as exc:
         log.error("%s", exc)
         return 2
-    scheme = "https" if config.server.certificate else "http"
-    log.info("serving %d models on %s://%s:%d", len(config.models), scheme, host, port)
     try:
         return asyncio.run(_serve(config, host, port, database))
     except KeyboardInterrupt:

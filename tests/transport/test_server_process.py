@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import _thread
 import asyncio
+import errno
+import os
 import shutil
+import socket
 import ssl
 import subprocess
 import sys
@@ -20,6 +23,7 @@ from cursor_byok.config import ConfigError, parse_config
 from cursor_byok.transport.proto import agent_pb2
 from cursor_byok.transport.server import (
     check_bind,
+    listen_error,
     main,
     native_threads_not_started_by_python,
     probe_health_blocking,
@@ -154,6 +158,42 @@ def test_entry_refuses_non_loopback_without_token(tmp_path: Path) -> None:
     assert proc.returncode == 2 and "auth_token" in proc.stderr
     # with a token it is allowed
     check_bind(parse_config(f'[server]\nhost = "0.0.0.0"\nauth_token = "t"\n{MODELS}'), "0.0.0.0")
+
+
+@pytest.mark.parametrize("entry", ["cursor-byok serve", "transport server"])
+def test_a_port_in_use_is_one_clear_line(tmp_path: Path, entry: str) -> None:
+    """granian reports it as a RuntimeError carrying a Rust backtrace when RUST_BACKTRACE is
+    set; the user gets one line naming the address and what to do, and exit status 2."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        config = write_config(tmp_path, f'host = "127.0.0.1"\nport = {port}')
+        if entry == "cursor-byok serve":
+            cmd = [sys.executable, "-m", "cursor_byok", "serve", "--config", str(config)]
+            cmd += ["--db", str(tmp_path / "db")]
+        else:
+            cmd = [sys.executable, "-m", "cursor_byok.transport.server", "--config", str(config)]
+            cmd += ["--handler", "tests.support.connect_client:echo_handler"]
+        env = {**os.environ, "RUST_BACKTRACE": "1", "PYTHONPATH": str(REPO)}
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=60, env=env)
+    assert done.returncode == 2, done.stderr
+    assert f"cannot listen on 127.0.0.1:{port}: Address already in use" in done.stderr
+    assert "choose another port" in done.stderr
+    for noise in ("Traceback", "panicked", "os error", "serving"):
+        assert noise not in done.stderr, done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+
+
+def test_listen_errors_name_the_cause() -> None:
+    in_use = listen_error(RuntimeError("Address already in use (os error 98)\n  0: ..."), "h", 1)
+    assert in_use is not None and str(in_use).startswith("cannot listen on h:1: Address already")
+    no_such = listen_error(OSError(errno.EADDRNOTAVAIL, "x"), "10.9.9.9", 8700)
+    assert no_such is not None and "server.host" in str(no_such)
+    denied = listen_error(RuntimeError("Permission denied (os error 13)"), "0.0.0.0", 80)
+    assert denied is not None and "1024" in str(denied)
+    assert listen_error(RuntimeError("something else broke"), "h", 1) is None
+    assert listen_error(ValueError("(os error 98)"), "h", 1) is None
 
 
 def make_ca_and_leaf(tmp: Path) -> tuple[Path, Path, Path]:

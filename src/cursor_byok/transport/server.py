@@ -16,11 +16,13 @@ import argparse
 import asyncio
 import binascii
 import contextlib
+import errno
 import hmac
 import importlib
 import ipaddress
 import logging
 import os
+import re
 import signal
 import socket
 import ssl
@@ -767,7 +769,39 @@ def check_bind(config: Config, host: str) -> None:
         )
 
 
-def _granian_server(app: ConnectApp, host: str, port: int, *, quiet: bool) -> Any:
+class ListenError(Exception):
+    """The server could not listen on its address (port in use, no permission, bad address)."""
+
+
+_OS_ERROR = re.compile(r"\(os error (\d+)\)")
+_LISTEN_HINTS = {
+    errno.EADDRINUSE: "another process is listening there; stop it, or choose another port "
+    "(--port or server.port)",
+    errno.EACCES: "ports below 1024 need privileges; choose a port from 1024 up",
+    errno.EADDRNOTAVAIL: "the address is not one of this machine's (server.host)",
+}
+
+
+def listen_error(exc: BaseException, host: str, port: int) -> ListenError | None:
+    """granian reports a socket it could not open as RuntimeError("... (os error N)"), with a
+    Rust backtrace when RUST_BACKTRACE is set: turn that into one readable line."""
+    found = _OS_ERROR.search(str(exc)) if isinstance(exc, RuntimeError | OSError) else None
+    code = int(found.group(1)) if found else getattr(exc, "errno", None)
+    if not isinstance(code, int):
+        return None
+    hint = _LISTEN_HINTS.get(code)
+    reason = os.strerror(code) + (f": {hint}" if hint else "")
+    return ListenError(f"cannot listen on {host}:{port}: {reason}")
+
+
+def _granian_server(
+    app: ConnectApp,
+    host: str,
+    port: int,
+    *,
+    quiet: bool,
+    on_listening: Callable[[], None] | None = None,
+) -> Any:
     from granian.constants import HTTPModes, Interfaces, SSLProtocols
     from granian.log import LogLevels
     from granian.server.embed import Server
@@ -784,7 +818,7 @@ def _granian_server(app: ConnectApp, host: str, port: int, *, quiet: bool) -> An
     # the loop's thread, its RSGI send about 2 µs (see rsgi.py).
     server = Server(
         # The body of an unauthenticated request is never read (not even its first chunk).
-        RsgiBridge(app, on_start=app.start, may_read_body=app.authorized),
+        RsgiBridge(app, on_start=_then(app.start, on_listening), may_read_body=app.authorized),
         address=host,
         port=port,
         interface=Interfaces.RSGI,
@@ -826,6 +860,17 @@ async def wait_for_native_threads(before: frozenset[int], timeout: float = 5.0) 
     return True
 
 
+def _then(first: Callable[[], None], then: Callable[[], None] | None) -> Callable[[], None]:
+    if then is None:
+        return first
+
+    def both() -> None:
+        first()
+        then()
+
+    return both
+
+
 def _drop_embed_warning(record: logging.LogRecord) -> bool:
     # granian's embedded mode warns that it is experimental on every start; we chose it knowingly
     # (docs/transport.md) and the warning would only alarm users.
@@ -844,14 +889,16 @@ async def serve_async(
     quiet: bool = False,
     routes: ExtraRoutes | None = None,
     on_server_created: Callable[[], None] | None = None,
+    on_listening: Callable[[], None] | None = None,
 ) -> None:
-    """Serve until SIGINT/SIGTERM (or until `stop` is set), in the running event loop."""
+    """Serve until SIGINT/SIGTERM (or until `stop` is set), in the running event loop.
+    `on_listening` runs once the socket is open. Raises ListenError when it cannot be."""
     host = host or config.server.host
     port = config.server.port if port is None else port
     check_bind(config, host)
     app = ConnectApp(config, handler, limits, routes)
     threads_before = native_threads_not_started_by_python()
-    server = _granian_server(app, host, port, quiet=quiet)
+    server = _granian_server(app, host, port, quiet=quiet, on_listening=on_listening)
     if on_server_created is not None:
         on_server_created()  # e.g. re-install log redaction on handlers granian just added
     loop = asyncio.get_running_loop()
@@ -867,7 +914,12 @@ async def serve_async(
 
     stopper = loop.create_task(_stopper())
     try:
-        await task
+        try:
+            await task
+        except (RuntimeError, OSError) as exc:
+            if app.ready or (error := listen_error(exc, host, port)) is None:
+                raise
+            raise error from None
     finally:
         stopper.cancel()
         await app.shutdown()
@@ -888,12 +940,20 @@ def serve(
     """Blocking entry for app.py: serve until interrupted. Returns an exit status."""
     check_bind(config, host or config.server.host)
     scheme = "https" if config.server.certificate else "http"
-    print(
-        f"cursor-byok: serving on {scheme}://{host or config.server.host}:"
-        f"{config.server.port if port is None else port}",
-        file=sys.stderr,
-    )
-    asyncio.run(serve_async(config, handler, limits=limits, host=host, port=port))
+    url = f"{scheme}://{host or config.server.host}:{config.server.port if port is None else port}"
+
+    def listening() -> None:
+        print(f"cursor-byok: serving on {url}", file=sys.stderr)
+
+    try:
+        asyncio.run(
+            serve_async(
+                config, handler, limits=limits, host=host, port=port, on_listening=listening
+            )
+        )
+    except ListenError as exc:
+        print(f"cursor-byok: {exc}", file=sys.stderr)
+        return 2
     return 0
 
 
