@@ -179,3 +179,25 @@ def test_no_command_prints_help(capsys: pytest.CaptureFixture[str]) -> None:
     out = capsys.readouterr().out
     for command in ("serve", "init", "models", "doctor"):
         assert command in out
+
+
+def test_serve_with_a_database_that_cannot_be_opened_is_one_clear_line(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    config = tmp_path / "cursor-byok.toml"
+    config.write_text(
+        '[server]\nhost = "127.0.0.1"\nport = 1\n'
+        f'database = "{tmp_path}/no/such/dir/byok.db"\n'
+        '[providers.local]\napi = "openai-chat"\nbase_url = "http://127.0.0.1:9/v1"\n'
+        '[models.alpha]\nprovider = "local"\n'
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "cursor_byok", "serve", "--config", str(config)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2, done.stderr
+    assert f"the directory '{tmp_path}/no/such/dir' does not exist" in done.stderr
+    assert "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) == 1

@@ -14,6 +14,7 @@ from cursor_byok.store import (
     SQLiteStore,
     StoreCorruptError,
     StoreFullError,
+    StoreIOError,
     StoreLockedError,
 )
 
@@ -79,6 +80,24 @@ async def test_garbage_file_is_refused_at_open(db_path: Path) -> None:
         await SQLiteStore.open(db_path)
     text = str(err.value)
     assert str(db_path) in text and "not a database" in text
+
+
+@pytest.mark.parametrize(
+    ("where", "reason"),
+    [
+        ("missing/dir/byok.db", "the directory '{root}/missing/dir' does not exist"),
+        ("", "the path is a directory"),
+        ("a-file/byok.db", "'{root}/a-file' is not a directory"),
+    ],
+)
+async def test_a_path_that_cannot_be_opened_says_why(
+    tmp_path: Path, where: str, reason: str
+) -> None:
+    (tmp_path / "a-file").write_text("x")
+    path = tmp_path / where if where else tmp_path
+    with pytest.raises(StoreIOError) as err:
+        await SQLiteStore.open(path)
+    assert str(err.value).startswith(f"{path}: {reason.format(root=tmp_path)}")
 
 
 async def test_garbage_in_a_page_is_an_error_on_read_not_a_crash(db_path: Path) -> None:

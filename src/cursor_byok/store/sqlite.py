@@ -34,6 +34,7 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future as ThreadFuture
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import msgspec
@@ -795,11 +796,14 @@ class SQLiteStore:
     # ---- writer thread
 
     def _open_writer(self) -> sqlite3.Connection:
-        conn = sqlite3.connect(
-            self.path,
-            timeout=self.busy_timeout_ms / 1000,
-            isolation_level=None,
-        )
+        try:
+            conn = sqlite3.connect(
+                self.path,
+                timeout=self.busy_timeout_ms / 1000,
+                isolation_level=None,
+            )
+        except sqlite3.Error as exc:
+            raise StoreIOError(self.path, _why_not_openable(self.path), str(exc)) from None
         try:
             mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
             if str(mode).lower() != "wal":
@@ -918,6 +922,23 @@ class SQLiteStore:
             # RuntimeError: the caller's loop is closed; nobody is waiting any more.
             with contextlib.suppress(RuntimeError):
                 loop.call_soon_threadsafe(_settle, items)
+
+
+def _why_not_openable(path: str) -> str:
+    """What is wrong with a database path SQLite could not open, in words a user can act on."""
+    target = Path(path)
+    parent = target.parent
+    if target.is_dir():
+        return "the path is a directory; name a file (server.database or --db)"
+    if not parent.exists():
+        return f"the directory {str(parent)!r} does not exist"
+    if not parent.is_dir():
+        return f"{str(parent)!r} is not a directory"
+    if not target.exists() and not os.access(parent, os.W_OK | os.X_OK):
+        return f"no permission to create a file in {str(parent)!r}"
+    if target.exists() and not os.access(target, os.R_OK | os.W_OK):
+        return "no permission to read and write the file"
+    return "the operating system refused it"
 
 
 # ---------------------------------------------------------------------- row helpers
