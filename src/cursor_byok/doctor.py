@@ -126,6 +126,13 @@ async def check_database(path: str) -> Check:
     p = Path(path)
     if not p.exists():
         parent = p.resolve().parent
+        if parent.exists() and not parent.is_dir():
+            return Check(
+                name,
+                "FAIL",
+                f"{path}: {parent} is a file, not a folder",
+                "point server.database (or --db) at a file in a folder",
+            )
         if not parent.is_dir():
             return Check(
                 name,

@@ -246,6 +246,12 @@ async def test_doctor_database_override_and_missing_folder(tmp_path: Path) -> No
     )
     assert rows["database"].status == "FAIL" and "does not exist" in rows["database"].detail
     assert "create" in rows["database"].next_step
+    (tmp_path / "a-file").write_text("x")  # a parent that is a file is not "missing"
+    rows = rows_by_name(
+        await run_checks(str(cfg), database=str(tmp_path / "a-file" / "x.db"), env={})
+    )
+    assert rows["database"].status == "FAIL"
+    assert "is a file, not a folder" in rows["database"].detail
 
 
 async def test_doctor_config_errors_are_clear(
