@@ -40,6 +40,8 @@ class ThreadedUpstream:
         asyncio.run_coroutine_threadsafe(self.upstream.stop(), self._loop).result(10)
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(5)
+        if not self._thread.is_alive():
+            self._loop.close()
 
 
 def brain_config(upstream_url: str, *, db: Path, extra: str = "") -> str:

@@ -78,6 +78,7 @@ class FakeUpstream:
         self._server: asyncio.Server | None = None
         self.port = 0
         self.connections = 0
+        self._handlers: set[asyncio.Task[None]] = set()
 
     @property
     def base_url(self) -> str:
@@ -94,11 +95,21 @@ class FakeUpstream:
     async def stop(self) -> None:
         if self._server is not None:
             self._server.close()
+            # Connections still open (a reply that hangs, a client that never hung up) are
+            # ended here, not when their loop is gone: that left coroutines to be closed by
+            # the garbage collector on a closed loop ("Event loop is closed" warnings).
+            for task in list(self._handlers):
+                task.cancel()
+            await asyncio.gather(*self._handlers, return_exceptions=True)
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self._server.wait_closed(), 2)
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.connections += 1
+        task = asyncio.current_task()
+        if task is not None:
+            self._handlers.add(task)
+            task.add_done_callback(self._handlers.discard)
         try:
             while True:
                 received = await _read_request(reader)
