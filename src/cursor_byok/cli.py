@@ -24,9 +24,9 @@ def _parser() -> argparse.ArgumentParser:
 
     serve = sub.add_parser("serve", help="run the server")
     serve.add_argument("--config", help=CONFIG_HELP)
-    serve.add_argument("--host")
-    serve.add_argument("--port", type=int)
-    serve.add_argument("--db", help="SQLite database file")
+    serve.add_argument("--host", help="address to listen on (default: server.host)")
+    serve.add_argument("--port", type=int, help="port to listen on (default: server.port)")
+    serve.add_argument("--db", help="SQLite database file (default: server.database)")
 
     init = sub.add_parser("init", help="write a commented starter configuration")
     init.add_argument("path", nargs="?", default=None, help="where to write (cursor-byok.toml)")
