@@ -14,7 +14,7 @@ from .observability.routes import Observability
 from .store.errors import StoreError
 from .store.sqlite import SQLiteStore
 from .transport.runner import Runner, RunnerServices
-from .transport.server import ListenError, check_bind, serve_async
+from .transport.server import ListenError, check_bind, serve_async, url_of
 
 log = logging.getLogger("cursor_byok")
 
@@ -53,7 +53,7 @@ async def _serve(config: Config, host: str, port: int, database: str | None) -> 
     scheme = "https" if config.server.certificate else "http"
 
     def listening() -> None:
-        log.info("serving %d models on %s://%s:%d", len(config.models), scheme, host, port)
+        log.info("serving %d models on %s", len(config.models), url_of(scheme, host, port))
 
     try:
         await serve_async(

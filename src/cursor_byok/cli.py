@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from . import __version__
-from .config import Config, ConfigError, load_config
+from .config import Config, ConfigError, load_config, port_number
 
 CONFIG_HELP = "TOML configuration file (env CURSOR_BYOK_CONFIG)"
 
@@ -25,7 +25,7 @@ def _parser() -> argparse.ArgumentParser:
     serve = sub.add_parser("serve", help="run the server")
     serve.add_argument("--config", help=CONFIG_HELP)
     serve.add_argument("--host", help="address to listen on (default: server.host)")
-    serve.add_argument("--port", type=int, help="port to listen on (default: server.port)")
+    serve.add_argument("--port", type=port_number, help="port to listen on (default: server.port)")
     serve.add_argument("--db", help="SQLite database file (default: server.database)")
 
     init = sub.add_parser("init", help="write a commented starter configuration")

@@ -6,6 +6,7 @@ provider settings only, and never printed: `repr` of every config object leaves 
 
 from __future__ import annotations
 
+import argparse
 import ipaddress
 import os
 from pathlib import Path
@@ -229,3 +230,14 @@ def load_config(path: str | Path | None = None, *, env: dict[str, str] | None = 
     except OSError as exc:
         raise ConfigError(f"cannot read configuration {p}: {exc.strerror}") from None
     return parse_config(text, env=env, path=str(p))
+
+
+def port_number(text: str) -> int:
+    """argparse type for a TCP port: a clear error instead of a traceback from the socket."""
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a port number: {text!r}") from None
+    if not 0 < port < 65536:
+        raise argparse.ArgumentTypeError(f"a port is 1-65535, got {port}")
+    return port

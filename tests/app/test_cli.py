@@ -201,3 +201,14 @@ def test_serve_with_a_database_that_cannot_be_opened_is_one_clear_line(tmp_path:
     assert done.returncode == 2, done.stderr
     assert f"the directory '{tmp_path}/no/such/dir' does not exist" in done.stderr
     assert "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize(("value", "said"), [("99999", "1-65535, got 99999"), ("x", "'x'")])
+def test_serve_rejects_a_bad_port_argument(
+    value: str, said: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["serve", "--port", value])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert "argument --port: " in err and said in err

@@ -22,6 +22,8 @@ import pytest
 from cursor_byok.config import ConfigError, parse_config
 from cursor_byok.transport.proto import agent_pb2
 from cursor_byok.transport.server import (
+    ListenError,
+    bind_address,
     check_bind,
     listen_error,
     main,
@@ -30,6 +32,7 @@ from cursor_byok.transport.server import (
     running_server,
     serve,
     server_process,
+    url_of,
     wait_for_native_threads,
 )
 from cursor_byok.transport.sessions import TransportLimits
@@ -194,6 +197,43 @@ def test_listen_errors_name_the_cause() -> None:
     assert denied is not None and "1024" in str(denied)
     assert listen_error(RuntimeError("something else broke"), "h", 1) is None
     assert listen_error(ValueError("(os error 98)"), "h", 1) is None
+
+
+def test_bind_address_and_urls() -> None:
+    assert bind_address("localhost", 8700) == "127.0.0.1"
+    assert bind_address("127.0.0.1", 8700) == "127.0.0.1"
+    assert bind_address("[::1]", 8700) == bind_address("::1", 8700) == "::1"
+    assert bind_address("0.0.0.0", 8700) == "0.0.0.0"
+    with pytest.raises(ListenError, match=r"cannot listen on no such host\.invalid:8700: not an"):
+        bind_address("no such host.invalid", 8700)
+    assert url_of("http", "::1", 8700) == url_of("http", "[::1]", 8700) == "http://[::1]:8700"
+    assert url_of("https", "localhost", 1) == "https://localhost:1"
+
+
+async def test_a_server_on_localhost(tmp_path: Path) -> None:
+    """granian binds IP literals only; "localhost" used to stop start-up with a traceback."""
+    config = parse_config(f'[server]\nhost = "localhost"\n{MODELS}')
+    async with running_server(config, cc.echo_handler) as srv:
+        assert srv.base_url == f"http://localhost:{srv.port}"
+        async with httpx.AsyncClient() as client:
+            response = await client.get(f"http://127.0.0.1:{srv.port}/healthz")
+        assert response.status_code == 200
+
+
+def test_an_unknown_host_is_one_clear_line(tmp_path: Path) -> None:
+    config = write_config(tmp_path, 'host = "no such host.invalid"\nauth_token = "t0ken-for-test"')
+    done = subprocess.run(
+        [sys.executable, "-m", "cursor_byok", "serve", "--config", str(config)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 2, done.stderr
+    assert "cannot listen on no such host.invalid:8700: not an address of this machine" in (
+        done.stderr
+    )
+    assert "Traceback" not in done.stderr and "t0ken-for-test" not in done.stderr
 
 
 def make_ca_and_leaf(tmp: Path) -> tuple[Path, Path, Path]:

@@ -43,7 +43,7 @@ from google.protobuf.message import (  # type: ignore[import-untyped,unused-igno
     Message,
 )
 
-from ..config import Config, ConfigError, load_config
+from ..config import Config, ConfigError, load_config, port_number
 from .connect import (
     FLAG_END_STREAM,
     ConnectError,
@@ -794,6 +794,35 @@ def listen_error(exc: BaseException, host: str, port: int) -> ListenError | None
     return ListenError(f"cannot listen on {host}:{port}: {reason}")
 
 
+def bind_address(host: str, port: int) -> str:
+    """The IP address to listen on for `host`: granian takes IP literals only (a name such as
+    "localhost" made it raise "invalid IP address syntax"). Names resolve like a listening
+    socket's (IPv4 first); a name that does not resolve is a ListenError."""
+    literal = host.strip("[]")
+    try:
+        return str(ipaddress.ip_address(literal))
+    except ValueError:
+        pass
+    if host.lower() in ("localhost", "localhost.localdomain"):
+        return "127.0.0.1"
+    try:
+        found = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except (socket.gaierror, UnicodeError) as exc:
+        reason = getattr(exc, "strerror", None) or str(exc)
+        raise ListenError(
+            f"cannot listen on {host}:{port}: not an address of this machine ({reason}); "
+            "set server.host to an IP address such as 127.0.0.1"
+        ) from None
+    ipv4 = [info for info in found if info[0] == socket.AF_INET]
+    return str((ipv4 or found)[0][4][0])
+
+
+def url_of(scheme: str, host: str, port: int) -> str:
+    """A URL for a host and port (IPv6 literals in brackets)."""
+    bare = host.strip("[]")
+    return f"{scheme}://[{bare}]:{port}" if ":" in bare else f"{scheme}://{host}:{port}"
+
+
 def _granian_server(
     app: ConnectApp,
     host: str,
@@ -819,7 +848,7 @@ def _granian_server(
     server = Server(
         # The body of an unauthenticated request is never read (not even its first chunk).
         RsgiBridge(app, on_start=_then(app.start, on_listening), may_read_body=app.authorized),
-        address=host,
+        address=bind_address(host, port),
         port=port,
         interface=Interfaces.RSGI,
         http=HTTPModes.auto,
@@ -940,7 +969,7 @@ def serve(
     """Blocking entry for app.py: serve until interrupted. Returns an exit status."""
     check_bind(config, host or config.server.host)
     scheme = "https" if config.server.certificate else "http"
-    url = f"{scheme}://{host or config.server.host}:{config.server.port if port is None else port}"
+    url = url_of(scheme, host or config.server.host, config.server.port if port is None else port)
 
     def listening() -> None:
         print(f"cursor-byok: serving on {url}", file=sys.stderr)
@@ -1048,7 +1077,7 @@ async def running_server(
     server = _granian_server(app, host, port, quiet=True)
     task = asyncio.get_running_loop().create_task(server.serve())
     scheme = "https" if config.server.certificate else "http"
-    url = f"{scheme}://{host}:{port}"
+    url = url_of(scheme, host, port)
     try:
         await _wait_healthy(host, port, scheme == "https", timeout, task)
         yield RunningServer(url, host, port, app, time.monotonic() - t0)
@@ -1082,7 +1111,7 @@ def server_process(
     if orphan_timeout is not None:
         cmd += ["--orphan-timeout", str(orphan_timeout)]
     scheme = "https" if config.server.certificate else "http"
-    url = f"{scheme}://{'127.0.0.1' if host == 'localhost' else host}:{port}"
+    url = url_of(scheme, "127.0.0.1" if host == "localhost" else host, port)
     t0 = time.monotonic()
     proc = subprocess.Popen(cmd, env={**os.environ, **(env or {})})
     try:
@@ -1116,7 +1145,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--config", required=True)
     parser.add_argument("--handler", required=True, help="module:attribute of a RunHandler")
     parser.add_argument("--host")
-    parser.add_argument("--port", type=int)
+    parser.add_argument("--port", type=port_number)
     parser.add_argument("--heartbeat", type=float, help="server heartbeat interval, seconds")
     parser.add_argument("--orphan-timeout", type=float)
     args = parser.parse_args(argv)
