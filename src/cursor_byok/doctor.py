@@ -294,6 +294,41 @@ async def check_provider(
     return Check(name, "FAIL", detail, redact_text(step, secrets))
 
 
+# -- the address ---------------------------------------------------------------------------
+
+
+def check_listen(host: str, port: int) -> Check:
+    """Whether `serve` could listen on server.host:server.port right now."""
+    import errno
+    import socket
+
+    from .transport.server import ListenError, bind_address
+
+    name = "address"
+    try:
+        address = bind_address(host, port)
+    except ListenError as exc:
+        return Check(name, "FAIL", str(exc), "set server.host to an IP address such as 127.0.0.1")
+    family = socket.AF_INET6 if ":" in address else socket.AF_INET
+    try:
+        with socket.socket(family, socket.SOCK_STREAM) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            probe.bind((address, port))
+    except OSError as exc:
+        where = f"{host}:{port}"
+        if exc.errno == errno.EADDRINUSE:
+            return Check(
+                name,
+                "WARN",
+                f"{where} is in use (a cursor-byok server already running?)",
+                "stop what listens there, or choose another server.port (or --port)",
+            )
+        if exc.errno == errno.EACCES:
+            return Check(name, "FAIL", f"{where}: permission denied", "choose a port from 1024 up")
+        return Check(name, "FAIL", f"{where}: {exc.strerror}", "check server.host and server.port")
+    return Check(name, "OK", f"{host}:{port} is free")
+
+
 # -- the command ---------------------------------------------------------------------------
 
 
@@ -307,10 +342,12 @@ async def run_checks(
     env = dict(os.environ) if env is None else env
     config, rows = check_config(config_path, env)
     if config is None:
+        rows.append(Check("address", "SKIP", "needs a valid config"))
         rows.append(Check("database", "SKIP", "needs a valid config"))
         rows.append(Check("providers", "SKIP", "needs a valid config"))
         return rows
     secrets = secrets_of(config)
+    rows.append(check_listen(config.server.host, config.server.port))
     rows.append(await check_database(database or config.server.database))
     key_envs = _api_key_envs(config)
     firsts = _first_model_per_provider(config)

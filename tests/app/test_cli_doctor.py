@@ -275,3 +275,21 @@ async def test_doctor_config_errors_are_clear(
     status = await asyncio.to_thread(cli.main, ["doctor", "--config", str(cfg)])
     assert status == 1
     assert "not valid TOML" in capsys.readouterr().out
+
+
+def test_doctor_address_free_in_use_and_unknown() -> None:
+    import socket
+
+    from cursor_byok.doctor import check_listen
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        port = taken.getsockname()[1]
+        taken.listen()
+        busy = check_listen("127.0.0.1", port)
+        assert busy.status == "WARN" and f"127.0.0.1:{port} is in use" in busy.detail
+        assert "server.port" in busy.next_step
+    free = check_listen("localhost", port)  # released: free again
+    assert free.status == "OK" and free.detail == f"localhost:{port} is free"
+    unknown = check_listen("no such host.invalid", 8700)
+    assert unknown.status == "FAIL" and "not an address of this machine" in unknown.detail
