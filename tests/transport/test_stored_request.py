@@ -133,14 +133,21 @@ def test_a_missing_base_or_changed_bytes_are_clear_errors() -> None:
         rows.load(b"\x00\xff\xfe", second)
 
 
+def test_a_call_is_never_stored_as_a_delta_on_itself() -> None:
+    first = prepared(["x " * 300])
+    _, base = encode_request(first, None, "a")
+    stored, _ = encode_request(prepared(["x " * 300, "y"]), base, "a")
+    assert not is_delta(stored)
+
+
 def test_a_cycle_of_deltas_is_refused() -> None:
     rows = Rows()
     first = prepared(["x " * 300])
     _, base = encode_request(first, None, "a")
-    stored, _ = encode_request(prepared(["x " * 300, "y"]), base, "a")  # a delta on itself
-    rows.rows["a"] = stored
+    delta_on_a, _ = encode_request(prepared(["x " * 300, "y"]), base, "b")
+    rows.rows["a"] = delta_on_a  # a corrupted row: call "a" stored as a delta on "a"
     with pytest.raises(StoredRequestError, match="too long"):
-        rows.load(stored, first)
+        rows.load(delta_on_a, first)
 
 
 @settings(max_examples=300, deadline=None)

@@ -84,7 +84,7 @@ def encode_request(
     """The stored form of `prepared` (a delta on `base` when that pays), and the base the
     conversation's next call can use once this one is committed."""
     body = prepared.body
-    if base is not None and base.depth < MAX_CHAIN:
+    if base is not None and base.depth < MAX_CHAIN and base.call_id != call_id:
         head = common_prefix(base.body, body)
         tail = common_suffix(base.body, body, min(len(base.body), len(body)) - head)
         middle = body[head : len(body) - tail]
