@@ -22,7 +22,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -30,7 +29,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
-from tests.support.live import brain_config, free_port, probe_health_blocking  # noqa: E402
+from tests.support.live import brain_config  # noqa: E402
 
 import server_overhead as so  # noqa: E402
 
@@ -60,24 +59,9 @@ def server(src: Path, upstream_url: str, db_dir: Path) -> Iterator[int]:
     work = Path(tempfile.mkdtemp(dir=db_dir))
     config = work / "cursor-byok.toml"
     config.write_text(brain_config(upstream_url, db=work / "db"))
-    port = free_port()
     cmd = [sys.executable, "-c", LAUNCH, str(src), "serve", "--config", str(config)]
-    proc = subprocess.Popen(
-        [*cmd, "--port", str(port)],
-        cwd=work,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        t0 = time.monotonic()
-        while not probe_health_blocking("127.0.0.1", port):
-            if proc.poll() is not None or time.monotonic() - t0 > 30:
-                raise RuntimeError(f"the server from {src} did not start")
-            time.sleep(0.05)
+    with so.launched(cmd, work, f"the server from {src}") as port:
         yield port
-    finally:
-        proc.terminate()
-        proc.wait(10)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -99,17 +83,8 @@ def main(argv: list[str] | None = None) -> int:
         server(other_src, upstream_url, args.db) as other_port,
     ):
         names = {args.base: base_port, args.other: other_port}
-        rounds: dict[str, dict[str, list[float]]] = {n: {} for n in names}
-        for r in range(args.rounds):
-            order = list(names.items()) if r % 2 == 0 else list(reversed(names.items()))
-            for name, port in order:
-                via, direct = so.node_turns(port, upstream_url, args.turns)
-                for _, key in METRICS:
-                    over = statistics.median(getattr(t, key) for t in via) - statistics.median(
-                        getattr(t, key) for t in direct
-                    )
-                    rounds[name].setdefault(key, []).append(over * 1000)
-            print(f"round {r + 1}/{args.rounds} done", file=sys.stderr)
+        keys = tuple(key for _, key in METRICS)
+        rounds = so.interleaved_overheads(names, upstream_url, args.rounds, args.turns, keys)
     print(f"## A/B: {args.base} vs {args.other}")
     print()
     print(

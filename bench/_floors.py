@@ -25,10 +25,8 @@ import argparse
 import contextlib
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -37,7 +35,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
-from tests.support.live import brain_config, free_port, probe_health_blocking  # noqa: E402
+from tests.support.live import brain_config  # noqa: E402
 
 import server_overhead as so  # noqa: E402
 
@@ -97,7 +95,6 @@ def server(kind: str, upstream_url: str, db_dir: Path) -> Iterator[int]:
     work = Path(tempfile.mkdtemp(dir=db_dir))
     config = work / "cursor-byok.toml"
     config.write_text(brain_config(upstream_url, db=work / "db"))
-    port = free_port()
     transport = [sys.executable, "-m", "cursor_byok.transport.server", "--config", str(config)]
     cmd = {
         "server": [sys.executable, "-m", "cursor_byok", "serve", "--config", str(config)],
@@ -110,23 +107,8 @@ def server(kind: str, upstream_url: str, db_dir: Path) -> Iterator[int]:
         "FLOORS_UPSTREAM": upstream_url,
         "PYTHONPATH": os.pathsep.join([str(REPO / "bench"), str(REPO)]),
     }
-    proc = subprocess.Popen(
-        [*cmd, "--port", str(port)],
-        cwd=work,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        t0 = time.monotonic()
-        while not probe_health_blocking("127.0.0.1", port):
-            if proc.poll() is not None or time.monotonic() - t0 > 30:
-                raise RuntimeError(f"the {kind!r} server did not start")
-            time.sleep(0.05)
+    with so.launched(cmd, work, f"the {kind!r} server", env) as port:
         yield port
-    finally:
-        proc.terminate()
-        proc.wait(10)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -142,16 +124,8 @@ def main(argv: list[str] | None = None) -> int:
     with contextlib.ExitStack() as stack:
         upstream_url, _ = stack.enter_context(so.upstream_process())
         ports = {k: stack.enter_context(server(k, upstream_url, args.db)) for k in kinds}
-        rounds: dict[str, dict[str, list[float]]] = {k: {} for k in kinds}
-        for r in range(args.rounds):
-            for kind in kinds if r % 2 == 0 else reversed(kinds):
-                via, direct = so.node_turns(ports[kind], upstream_url, args.turns)
-                for _, key in METRICS:
-                    over = statistics.median(getattr(t, key) for t in via) - statistics.median(
-                        getattr(t, key) for t in direct
-                    )
-                    rounds[kind].setdefault(key, []).append(over * 1000)
-            print(f"round {r + 1}/{args.rounds} done", file=sys.stderr)
+        keys = tuple(key for _, key in METRICS)
+        rounds = so.interleaved_overheads(ports, upstream_url, args.rounds, args.turns, keys)
     print("## Where the overhead comes from")
     print()
     print(f"{args.rounds} rounds of {args.turns} turns, Node client, DB in {args.db}; ms over")

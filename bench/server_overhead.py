@@ -76,6 +76,57 @@ def serve_upstream() -> None:
     asyncio.run(main())
 
 
+# -- interleaved comparisons (bench/_ab.py, bench/_floors.py) -------------------------------
+
+
+@contextlib.contextmanager
+def launched(
+    cmd: list[str], work: Path, what: str, env: dict[str, str] | None = None
+) -> Iterator[int]:
+    """A server started as `cmd --port PORT` on a free port, healthy when entered, stopped
+    after; `what` names it when it does not start."""
+    from tests.support.live import free_port, probe_health_blocking
+
+    port = free_port()
+    proc = subprocess.Popen(
+        [*cmd, "--port", str(port)],
+        cwd=work,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        t0 = time.monotonic()
+        while not probe_health_blocking("127.0.0.1", port):
+            if proc.poll() is not None or time.monotonic() - t0 > 30:
+                raise RuntimeError(f"{what} did not start")
+            time.sleep(0.05)
+        yield port
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def interleaved_overheads(
+    ports: dict[str, int], upstream_url: str, rounds: int, turns: int, keys: tuple[str, ...]
+) -> dict[str, dict[str, list[float]]]:
+    """Per server and per Turn attribute in `keys`, each round's median overhead over direct
+    (ms): the Node client runs `turns` turns against each server in turn, the order reversed
+    every round, so the drift of a shared machine hits all alike."""
+    out: dict[str, dict[str, list[float]]] = {name: {key: [] for key in keys} for name in ports}
+    names = list(ports)
+    for r in range(rounds):
+        for name in names if r % 2 == 0 else reversed(names):
+            via, direct = node_turns(ports[name], upstream_url, turns)
+            for key in keys:
+                over = statistics.median(getattr(t, key) for t in via) - statistics.median(
+                    getattr(t, key) for t in direct
+                )
+                out[name][key].append(over * 1000)
+        print(f"round {r + 1}/{rounds} done", file=sys.stderr)
+    return out
+
+
 # -- /proc ------------------------------------------------------------------------------------
 
 

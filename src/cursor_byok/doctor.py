@@ -8,7 +8,9 @@ timeout. Nothing printed ever contains a key: details pass through the log redac
 from __future__ import annotations
 
 import asyncio
+import errno
 import os
+import socket
 import sqlite3
 import sys
 import time
@@ -299,9 +301,6 @@ async def check_provider(
 
 def check_listen(host: str, port: int) -> Check:
     """Whether `serve` could listen on server.host:server.port right now."""
-    import errno
-    import socket
-
     from .transport.server import ListenError, bind_address
 
     name = "address"

@@ -55,6 +55,21 @@ def write_config(tmp_path: Path, server: str) -> Path:
     return path
 
 
+def echo_turn(host: str, port: int, text: str) -> cc.StreamResult:
+    """One HTTP/2 Run against the echo handler, from a fresh event loop."""
+
+    async def turn() -> cc.StreamResult:
+        client = await cc.H2Client.connect(host, port)
+        try:
+            stream = await client.open_run()
+            await stream.send(cc.run_request(text))
+            return await stream.read_all()
+        finally:
+            await client.close()
+
+    return asyncio.run(turn())
+
+
 def test_server_in_child_process(tmp_path: Path) -> None:
     config = write_config(tmp_path, 'host = "127.0.0.1"')
     env = {"PYTHONPATH": str(REPO)}
@@ -70,17 +85,7 @@ def test_server_in_child_process(tmp_path: Path) -> None:
         assert agent_pb2.GetUsableModelsResponse.FromString(resp.content).models[0].model_id == (
             "alpha"
         )
-
-        async def turn() -> cc.StreamResult:
-            client = await cc.H2Client.connect(srv.host, srv.port)
-            try:
-                stream = await client.open_run()
-                await stream.send(cc.run_request("child"))
-                return await stream.read_all()
-            finally:
-                await client.close()
-
-        result = asyncio.run(turn())
+        result = echo_turn(srv.host, srv.port, "child")
         assert result.texts == ["echo[run]: ", "child"] and result.end == {}
     assert not probe_health_blocking(srv.host, srv.port)  # stopped by SIGTERM
     assert srv.process is not None and srv.process.returncode == 0  # ... cleanly
@@ -90,17 +95,7 @@ def one_run_then_sigterm(config: Path) -> int | None:
     env = {"PYTHONPATH": str(REPO)}
     handler = "tests.support.connect_client:echo_handler"
     with server_process(config, handler=handler, env=env) as srv:
-
-        async def turn() -> cc.StreamResult:
-            client = await cc.H2Client.connect(srv.host, srv.port)
-            try:
-                stream = await client.open_run()
-                await stream.send(cc.run_request("bye"))
-                return await stream.read_all()
-            finally:
-                await client.close()
-
-        assert asyncio.run(turn()).end == {}
+        assert echo_turn(srv.host, srv.port, "bye").end == {}
     assert srv.process is not None
     return srv.process.returncode
 
