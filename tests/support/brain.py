@@ -10,6 +10,7 @@ prompt it types into a real client:
 - `[script write-read PATH TEXT]` Write(PATH, TEXT), then Read(PATH), then an answer quoting it
 - `[script write-shell PATH TEXT]` Write(PATH, TEXT), then Shell("cat PATH"), then an answer
 - `[slow SECONDS]`               a pause before the answer (heartbeat tests)
+- `[brief]`                      a short answer however long the message (benchmarks)
 - `[fail]`                       HTTP 500 with a provider error body
 - otherwise                      "You said: <text>"
 
@@ -139,6 +140,8 @@ def answer(received: Received) -> Reply:
     delay = float(m.group(1)) if (m := _SLOW.search(prompt)) else 0.0
     if "[think]" in prompt:
         return text_reply("I thought about it.", thinking="Let me reason step by step.")
+    if "[brief]" in prompt:
+        return text_reply(f"Noted: {prompt[:40]}")
     if delay:
         reply = text_reply(f"You said: {prompt}")
         reply.chunks.insert(1, b"")

@@ -44,15 +44,17 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+import httpx
 import msgspec
 
 from .assembler import MessageAssembler
 from .events import ErrorEvent, ResponseEvent
 from .http import HttpAdapter, error_text_from_body
-from .settings import ModelSettings
+from .prefix_memo import PrefixMemo
+from .settings import ModelSettings, ProviderSettings
 from .sse import SSEEvent
 from .stream import PreparedRequest
-from .transforms import Target, sanitize_id, strip_surrogates, transform_messages
+from .transforms import HistoryTransform, Target, sanitize_id, strip_surrogates
 from .types import (
     AssistantMessage,
     DoneReason,
@@ -257,33 +259,85 @@ def provider_messages(messages: Sequence[Message]) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     group: list[ToolResultMessage] = []
     for message in messages:
-        if isinstance(message, ToolResultMessage):
-            group.append(message)
-            continue
-        if group:
-            out.append(tool_results_message(group))
-            group = []
-        converted = (
-            user_message(message)
-            if isinstance(message, UserMessage)
-            else assistant_message(message)
-        )
-        if converted is not None:
-            out.append(converted)
+        _append_provider(message, out, group)
     if group:
         out.append(tool_results_message(group))
     return out
 
 
+def _append_provider(
+    message: Message, out: list[dict[str, Any]], group: list[ToolResultMessage]
+) -> None:
+    if isinstance(message, ToolResultMessage):
+        group.append(message)
+        return
+    if group:
+        out.append(tool_results_message(group))
+        group.clear()
+    converted = (
+        user_message(message) if isinstance(message, UserMessage) else assistant_message(message)
+    )
+    if converted is not None:
+        out.append(converted)
+
+
+class AnthropicHistory:
+    """`transform_messages` then `provider_messages`, one native message at a time: the fold
+    a longer history of the same conversation resumes from (prefix_memo.py). The dicts it
+    built are shared by later requests: `mark_last_block` copies what it marks."""
+
+    __slots__ = ("group", "messages", "transform")
+
+    def __init__(self, target: Target) -> None:
+        self.transform = HistoryTransform(target, normalize_tool_id)
+        self.messages: list[dict[str, Any]] = []
+        self.group: list[ToolResultMessage] = []  # tool results waiting for the group's end
+
+    def copy(self) -> AnthropicHistory:
+        other = AnthropicHistory.__new__(AnthropicHistory)
+        other.transform = self.transform.copy()
+        other.messages = list(self.messages)
+        other.group = list(self.group)
+        return other
+
+    def feed(self, message: Message) -> None:
+        for m in self.transform.feed(message):
+            _append_provider(m, self.messages, self.group)
+
+    def finish(self) -> list[dict[str, Any]]:
+        """What the end of the history adds (the state stays as it is)."""
+        group = [*self.group, *self.transform.finish()]  # results only: they join the group
+        return [tool_results_message(group)] if group else []
+
+    def converted(self) -> list[dict[str, Any]]:
+        """The whole history as provider messages (no breakpoint): what was built, then what
+        the end adds."""
+        return [*self.messages, *self.finish()]
+
+
+def anthropic_history(
+    messages: tuple[Message, ...], target: Target, memo: PrefixMemo[AnthropicHistory] | None
+) -> AnthropicHistory:
+    resumed = memo.resume(messages, target) if memo is not None else None
+    history, start = resumed if resumed is not None else (AnthropicHistory(target), 0)
+    for message in messages[start:]:
+        history.feed(message)
+    if memo is not None and start < len(messages):
+        memo.keep(messages, target, history, extended_from=start)
+    return history
+
+
 def mark_last_block(messages: list[dict[str, Any]]) -> None:
     """Breakpoint 3: the last cacheable block of the last message. Thinking blocks cannot carry
-    `cache_control`, so a trailing one is passed over. The block dict is replaced, not edited."""
+    `cache_control`, so a trailing one is passed over. The message, its content list and the
+    block are replaced, not edited: the unmarked ones may be shared with other requests."""
     if not messages:
         return
-    content: list[dict[str, Any]] = messages[-1]["content"]
+    content: list[dict[str, Any]] = list(messages[-1]["content"])
     for i in range(len(content) - 1, -1, -1):
         if content[i]["type"] not in ("thinking", "redacted_thinking"):
             content[i] = {**content[i], "cache_control": _cache_control()}
+            messages[-1] = {**messages[-1], "content": content}
             return
 
 
@@ -305,6 +359,13 @@ def build_body(
     request: RequestMessages, settings: ModelSettings, messages: Sequence[Message]
 ) -> dict[str, Any]:
     """The request body in a fixed key order; `messages` is the transformed history."""
+    return body_of(request, settings, provider_messages(messages))
+
+
+def body_of(
+    request: RequestMessages, settings: ModelSettings, converted: list[dict[str, Any]]
+) -> dict[str, Any]:
+    """The request body in a fixed key order around the provider messages."""
     thinking = thinking_enabled(settings)
     max_tokens = settings.max_output_tokens or DEFAULT_MAX_TOKENS
     budget = thinking_budget(settings) if thinking else 0
@@ -314,7 +375,6 @@ def build_body(
     system = system_blocks(request.system_prompt)
     if system is not None:
         body["system"] = system
-    converted = provider_messages(messages)
     mark_last_block(converted)
     body["messages"] = converted
     tools = tool_definitions(request.tools)
@@ -622,10 +682,14 @@ class AnthropicAdapter(HttpAdapter):
 
     api: ClassVar[str] = API
 
+    def __init__(self, provider: ProviderSettings, client: httpx.AsyncClient | None = None):
+        super().__init__(provider, client)
+        self.histories: PrefixMemo[AnthropicHistory] = PrefixMemo()
+
     def prepare(self, request: RequestMessages, settings: ModelSettings) -> PreparedRequest:
         target = Target(api=self.api, provider=self.provider.name, model=settings.model)
-        history = transform_messages(request.messages, target, normalize_tool_id)
-        body = build_body(request, settings, history)
+        history = anthropic_history(request.messages, target, self.histories)
+        body = body_of(request, settings, history.converted())
         return PreparedRequest(
             url=messages_url(self.provider.base_url),
             body=_encoder.encode(body),

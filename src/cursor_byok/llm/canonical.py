@@ -10,11 +10,15 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
+from .prefix_memo import PrefixMemo
 from .types import Message, RequestMessages
+
+if TYPE_CHECKING:
+    from hashlib import _Hash
 
 _encoder = msgspec.json.Encoder(order="deterministic")
 _message_decoder = msgspec.json.Decoder(Message)
@@ -47,12 +51,26 @@ def encode_messages(messages: Iterable[Message]) -> bytes:
 
 
 def messages_hash(messages: Iterable[Message]) -> str:
-    """SHA-256 (hex) over the ordered canonical encodings."""
-    h = hashlib.sha256()
-    for m in messages:
+    """SHA-256 (hex) over the ordered canonical encodings.
+
+    A conversation hashes its history before every model call and at the end of every turn,
+    and the history only grows: the hash of a longer tuple continues from the kept hash state
+    of the longest earlier tuple it starts with (prefix_memo.py), so each call costs what was
+    appended, not the whole history.
+    """
+    seq = messages if isinstance(messages, tuple) else tuple(messages)
+    resumed = _prefix_hashes.resume(seq, None)
+    h, start = resumed if resumed is not None else (hashlib.sha256(), 0)
+    for m in seq[start:]:
         h.update(encode_message(m))
         h.update(_SEPARATOR)
+    if start < len(seq):
+        _prefix_hashes.keep(seq, None, h.copy(), extended_from=start)
     return h.hexdigest()
+
+
+PREFIX_HASHES_MAX = 64
+_prefix_hashes: PrefixMemo[_Hash] = PrefixMemo(PREFIX_HASHES_MAX)
 
 
 def last_message_hash(messages: Sequence[Message]) -> str | None:

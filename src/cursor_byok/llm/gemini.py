@@ -24,16 +24,18 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, TypeAlias
 from urllib.parse import quote
 
+import httpx
 import msgspec
 
 from .assembler import MessageAssembler
 from .canonical import sorted_value
 from .events import ResponseEvent
 from .http import HttpAdapter, error_text_from_body
-from .settings import ModelSettings
+from .prefix_memo import PrefixMemo
+from .settings import ModelSettings, ProviderSettings
 from .sse import SSEEvent
 from .stream import PreparedRequest
-from .transforms import Target, sanitize_id, strip_surrogates, transform_messages
+from .transforms import HistoryTransform, Target, sanitize_id, strip_surrogates
 from .types import (
     AssistantMessage,
     ImageContent,
@@ -230,27 +232,87 @@ def build_contents(messages: Sequence[Message], target: Target) -> list[Json]:
     out: list[Json] = []
     results: list[ToolResultMessage] = []
     for message in messages:
-        if isinstance(message, ToolResultMessage):
-            results.append(message)
-            continue
-        if results:
-            out.extend(tool_results_contents(results, gemini3=gemini3, echoed_ids=echoed))
-            results = []
-        item: Json | None
-        if isinstance(message, UserMessage):
-            item = user_content(message)
-        else:
-            item = model_content(
-                message,
-                same_model=target.produced(message),
-                gemini3=gemini3,
-                echoed_ids=echoed,
-            )
-        if item is not None:
-            out.append(item)
+        _append_content(message, target, gemini3, out, results, echoed)
     if results:
         out.extend(tool_results_contents(results, gemini3=gemini3, echoed_ids=echoed))
     return out
+
+
+def _append_content(
+    message: Message,
+    target: Target,
+    gemini3: bool,
+    out: list[Json],
+    results: list[ToolResultMessage],
+    echoed: set[str],
+) -> None:
+    if isinstance(message, ToolResultMessage):
+        results.append(message)
+        return
+    if results:
+        out.extend(tool_results_contents(results, gemini3=gemini3, echoed_ids=echoed))
+        results.clear()
+    item: Json | None
+    if isinstance(message, UserMessage):
+        item = user_content(message)
+    else:
+        item = model_content(
+            message, same_model=target.produced(message), gemini3=gemini3, echoed_ids=echoed
+        )
+    if item is not None:
+        out.append(item)
+
+
+class GeminiHistory:
+    """`transform_messages` then `build_contents`, one native message at a time: the fold a
+    longer history of the same conversation resumes from (prefix_memo.py). The contents it
+    built are shared by later requests and never changed."""
+
+    __slots__ = ("contents", "echoed", "gemini3", "results", "transform")
+
+    def __init__(self, target: Target) -> None:
+        self.transform = HistoryTransform(target, normalize_tool_call_id)
+        self.gemini3 = (gemini_major_version(target.model) or 0) >= 3
+        self.contents: list[Json] = []
+        self.results: list[ToolResultMessage] = []  # waiting for the end of their run
+        self.echoed: set[str] = set()  # call ids sent to the model, so their results too
+
+    def copy(self) -> GeminiHistory:
+        other = GeminiHistory.__new__(GeminiHistory)
+        other.transform = self.transform.copy()
+        other.gemini3 = self.gemini3
+        other.contents = list(self.contents)
+        other.results = list(self.results)
+        other.echoed = set(self.echoed)
+        return other
+
+    def feed(self, message: Message) -> None:
+        target = self.transform.target
+        for m in self.transform.feed(message):
+            _append_content(m, target, self.gemini3, self.contents, self.results, self.echoed)
+
+    def finish(self) -> list[Json]:
+        """What the end of the history adds (the state stays as it is)."""
+        results = [*self.results, *self.transform.finish()]
+        if not results:
+            return []
+        return tool_results_contents(results, gemini3=self.gemini3, echoed_ids=self.echoed)
+
+    def converted(self) -> list[Json]:
+        """The whole history as `contents`: what was built, then what the end adds."""
+        return [*self.contents, *self.finish()]
+
+
+def gemini_history(
+    messages: tuple[Message, ...], target: Target, memo: PrefixMemo[GeminiHistory] | None
+) -> GeminiHistory:
+    resumed = memo.resume(messages, target) if memo is not None else None
+    history, start = resumed if resumed is not None else (GeminiHistory(target), 0)
+    for message in messages[start:]:
+        history.feed(message)
+    if memo is not None and start < len(messages):
+        memo.keep(messages, target, history, extended_from=start)
+    return history
 
 
 def tool_declaration(tool: ToolDefinition) -> Json:
@@ -286,16 +348,22 @@ def generation_config(settings: ModelSettings) -> Json:
     return config
 
 
-def build_body(request: RequestMessages, settings: ModelSettings, provider: str) -> Json:
-    """The request body in a fixed key order; `extra_body` keys last, sorted."""
+def build_body(
+    request: RequestMessages,
+    settings: ModelSettings,
+    provider: str,
+    memo: PrefixMemo[GeminiHistory] | None = None,
+) -> Json:
+    """The request body in a fixed key order; `extra_body` keys last, sorted. With `memo`,
+    the history's conversion continues from the conversation's previous call."""
     target = Target(api=API, provider=provider, model=settings.model)
-    messages = transform_messages(request.messages, target, normalize_tool_call_id)
+    history = gemini_history(request.messages, target, memo)
     body: Json = {}
     if request.system_prompt:
         body["systemInstruction"] = {"parts": [{"text": _text(request.system_prompt)}]}
     if request.tools:
         body["tools"] = [{"functionDeclarations": [tool_declaration(t) for t in request.tools]}]
-    body["contents"] = build_contents(messages, target)
+    body["contents"] = history.converted()
     config = generation_config(settings)
     if config:
         body["generationConfig"] = config
@@ -852,8 +920,12 @@ class GeminiAdapter(HttpAdapter):
 
     api = API
 
+    def __init__(self, provider: ProviderSettings, client: httpx.AsyncClient | None = None):
+        super().__init__(provider, client)
+        self.histories: PrefixMemo[GeminiHistory] = PrefixMemo()
+
     def prepare(self, request: RequestMessages, settings: ModelSettings) -> PreparedRequest:
-        body = build_body(request, settings, self.provider.name)
+        body = build_body(request, settings, self.provider.name, self.histories)
         headers = [("content-type", "application/json"), ("accept", "text/event-stream")]
         headers.extend(settings.extra_headers.items())
         return PreparedRequest(

@@ -47,10 +47,11 @@ import msgspec
 from .assembler import MessageAssembler
 from .events import ResponseEvent
 from .http import HttpAdapter, error_text_from_body
+from .prefix_memo import PrefixMemo
 from .settings import ModelSettings, ProviderSettings
 from .sse import SSEEvent
 from .stream import PreparedRequest
-from .transforms import Target, sanitize_id, strip_surrogates, transform_messages
+from .transforms import HistoryTransform, Target, sanitize_id, strip_surrogates
 from .types import (
     AssistantMessage,
     DoneReason,
@@ -288,28 +289,95 @@ def convert_messages(
     out: list[dict[str, Any]] = []
     images: list[ImageContent] = []
     for message in messages:
-        if not isinstance(message, ToolResultMessage) and images:
-            out.append(tool_images_message(images))
-            images = []
-        if isinstance(message, UserMessage):
-            out.append(user_message(message))
-        elif isinstance(message, AssistantMessage):
-            converted = assistant_message(message, compat.empty_reasoning_field)
-            if converted is not None:
-                out.append(converted)
-        else:
-            out.append(tool_result_message(message))
-            images.extend(p for p in message.content if isinstance(p, ImageContent))
+        _append_chat(message, out, images, compat)
     if images:
         out.append(tool_images_message(images))
     return out
 
 
-def _has_tool_history(messages: Sequence[Message]) -> bool:
-    return any(
-        isinstance(m, ToolResultMessage) or (isinstance(m, AssistantMessage) and m.tool_calls)
-        for m in messages
-    )
+def _append_chat(
+    message: Message, out: list[dict[str, Any]], images: list[ImageContent], compat: ChatCompat
+) -> None:
+    if not isinstance(message, ToolResultMessage) and images:
+        out.append(tool_images_message(images))
+        images.clear()
+    if isinstance(message, UserMessage):
+        out.append(user_message(message))
+    elif isinstance(message, AssistantMessage):
+        converted = assistant_message(message, compat.empty_reasoning_field)
+        if converted is not None:
+            out.append(converted)
+    else:
+        out.append(tool_result_message(message))
+        images.extend(p for p in message.content if isinstance(p, ImageContent))
+
+
+class ChatHistory:
+    """`transform_messages` then `convert_messages`, one native message at a time: the fold
+    a longer history of the same conversation resumes from (prefix_memo.py), so a call
+    converts only the messages appended since the last one. The dicts it built are shared
+    by later requests and never changed."""
+
+    __slots__ = ("compat", "images", "messages", "tool_history", "transform")
+
+    def __init__(self, target: Target, compat: ChatCompat) -> None:
+        self.transform = HistoryTransform(target, normalize_tool_call_id)
+        self.compat = compat
+        self.messages: list[dict[str, Any]] = []
+        self.images: list[ImageContent] = []
+        self.tool_history = False  # a tool call or result was sent (`tools: []` needs it)
+
+    def copy(self) -> ChatHistory:
+        other = ChatHistory.__new__(ChatHistory)
+        other.transform = self.transform.copy()
+        other.compat = self.compat
+        other.messages = list(self.messages)
+        other.images = list(self.images)
+        other.tool_history = self.tool_history
+        return other
+
+    def feed(self, message: Message) -> None:
+        for m in self.transform.feed(message):
+            self._note(m)
+            _append_chat(m, self.messages, self.images, self.compat)
+
+    def finish(self) -> list[dict[str, Any]]:
+        """What the end of the history adds: results for calls left unanswered, images
+        still waiting for the end of their run of tool results. The state stays as it is."""
+        out: list[dict[str, Any]] = []
+        images = list(self.images)
+        for m in self.transform.finish():
+            _append_chat(m, out, images, self.compat)
+        if images:
+            out.append(tool_images_message(images))
+        return out
+
+    def converted(self) -> list[dict[str, Any]]:
+        """The whole history as Chat messages: what was built, then what the end adds."""
+        return [*self.messages, *self.finish()]
+
+    def _note(self, message: Message) -> None:
+        if isinstance(message, ToolResultMessage) or (
+            isinstance(message, AssistantMessage) and message.tool_calls
+        ):
+            self.tool_history = True
+
+
+def chat_history(
+    messages: tuple[Message, ...],
+    target: Target,
+    compat: ChatCompat,
+    memo: PrefixMemo[ChatHistory] | None = None,
+) -> ChatHistory:
+    """The fold of `messages`, resumed from `memo` when it holds one of a prefix."""
+    key = (target, compat)
+    resumed = memo.resume(messages, key) if memo is not None else None
+    history, start = resumed if resumed is not None else (ChatHistory(target, compat), 0)
+    for message in messages[start:]:
+        history.feed(message)
+    if memo is not None and start < len(messages):
+        memo.keep(messages, key, history, extended_from=start)
+    return history
 
 
 def _reasoning_params(settings: ModelSettings, compat: ChatCompat) -> dict[str, Any]:
@@ -335,15 +403,17 @@ def build_body(
     settings: ModelSettings,
     provider_name: str,
     compat: ChatCompat,
+    memo: PrefixMemo[ChatHistory] | None = None,
 ) -> dict[str, Any]:
-    """The request body as a dict in a fixed key order (insertion order is the wire order)."""
+    """The request body as a dict in a fixed key order (insertion order is the wire order).
+    With `memo`, the history's conversion continues from the conversation's previous call."""
     target = Target(api=API, provider=provider_name, model=settings.model)
-    history = transform_messages(request.messages, target, normalize_tool_call_id)
+    history = chat_history(request.messages, target, compat, memo)
     messages: list[dict[str, Any]] = []
     if request.system_prompt:
         role = "developer" if compat.developer_role and settings.reasoning else "system"
         messages.append(system_message(request.system_prompt, role))
-    messages.extend(convert_messages(history, compat))
+    messages.extend(history.converted())
     body: dict[str, Any] = {
         "model": settings.model,
         "messages": messages,
@@ -357,7 +427,7 @@ def build_body(
     body.update(_reasoning_params(settings, compat))
     if request.tools:
         body["tools"] = [tool_definition(t) for t in request.tools]
-    elif compat.empty_tools_for_tool_history and _has_tool_history(history):
+    elif compat.empty_tools_for_tool_history and history.tool_history:
         body["tools"] = []
     if settings.cache_key and compat.send_prompt_cache_key:
         body["prompt_cache_key"] = settings.cache_key
@@ -620,9 +690,10 @@ class OpenAIChatAdapter(HttpAdapter):
     ) -> None:
         super().__init__(provider, client)
         self.compat = compat if compat is not None else detect_compat(provider)
+        self.histories: PrefixMemo[ChatHistory] = PrefixMemo()
 
     def prepare(self, request: RequestMessages, settings: ModelSettings) -> PreparedRequest:
-        body = build_body(request, settings, self.provider.name, self.compat)
+        body = build_body(request, settings, self.provider.name, self.compat, self.histories)
         headers = [("content-type", "application/json"), ("accept", "text/event-stream")]
         headers += [(k, settings.extra_headers[k]) for k in sorted(settings.extra_headers)]
         return PreparedRequest(

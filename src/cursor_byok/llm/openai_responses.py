@@ -42,15 +42,17 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
+import httpx
 import msgspec
 
 from .assembler import MessageAssembler
 from .events import ResponseEvent
 from .http import HttpAdapter
-from .settings import ModelSettings
+from .prefix_memo import PrefixMemo
+from .settings import ModelSettings, ProviderSettings
 from .sse import SSEEvent
 from .stream import PreparedRequest
-from .transforms import Target, sanitize_id, strip_surrogates, transform_messages
+from .transforms import HistoryTransform, Target, sanitize_id, strip_surrogates
 from .types import (
     AssistantMessage,
     ImageContent,
@@ -265,15 +267,63 @@ def tool_item(tool: ToolDefinition) -> dict[str, Any]:
     }
 
 
-def build_body(request: RequestMessages, settings: ModelSettings, provider: str) -> dict[str, Any]:
+class ResponsesHistory:
+    """`transform_messages` then `message_items`, one native message at a time: the fold a
+    longer history of the same conversation resumes from (prefix_memo.py). The items it
+    built are shared by later requests and never changed."""
+
+    __slots__ = ("items", "transform")
+
+    def __init__(self, target: Target) -> None:
+        self.transform = HistoryTransform(target, normalize_tool_call_id)
+        self.items: list[Any] = []
+
+    def copy(self) -> ResponsesHistory:
+        other = ResponsesHistory.__new__(ResponsesHistory)
+        other.transform = self.transform.copy()
+        other.items = list(self.items)
+        return other
+
+    def feed(self, message: Message) -> None:
+        for m in self.transform.feed(message):
+            self.items.extend(message_items(m, self.transform.target))
+
+    def finish(self) -> list[Any]:
+        target = self.transform.target
+        return [item for m in self.transform.finish() for item in message_items(m, target)]
+
+    def converted(self) -> list[Any]:
+        """The whole history as input items: what was built, then what the end adds."""
+        return [*self.items, *self.finish()]
+
+
+def responses_history(
+    messages: tuple[Message, ...], target: Target, memo: PrefixMemo[ResponsesHistory] | None
+) -> ResponsesHistory:
+    resumed = memo.resume(messages, target) if memo is not None else None
+    history, start = resumed if resumed is not None else (ResponsesHistory(target), 0)
+    for message in messages[start:]:
+        history.feed(message)
+    if memo is not None and start < len(messages):
+        memo.keep(messages, target, history, extended_from=start)
+    return history
+
+
+def build_body(
+    request: RequestMessages,
+    settings: ModelSettings,
+    provider: str,
+    memo: PrefixMemo[ResponsesHistory] | None = None,
+) -> dict[str, Any]:
     """The request body in its fixed key order; `extra_body` keys go last, sorted, and replace
-    (not deep-merge) a key of the same name."""
+    (not deep-merge) a key of the same name. With `memo`, the history's conversion continues
+    from the conversation's previous call."""
     target = Target(api=API, provider=provider, model=settings.model)
     items: list[Any] = []
     if request.system_prompt:
         items.append(system_item(request.system_prompt, settings.reasoning))
-    for message in transform_messages(request.messages, target, normalize_tool_call_id):
-        items.extend(message_items(message, target))
+    history = responses_history(request.messages, target, memo)
+    items.extend(history.converted())
     body: dict[str, Any] = {"model": settings.model, "input": items, "stream": True, "store": False}
     if settings.cache_key:
         body["prompt_cache_key"] = settings.cache_key
@@ -676,8 +726,12 @@ class OpenAIResponsesAdapter(HttpAdapter):
 
     api = API
 
+    def __init__(self, provider: ProviderSettings, client: httpx.AsyncClient | None = None):
+        super().__init__(provider, client)
+        self.histories: PrefixMemo[ResponsesHistory] = PrefixMemo()
+
     def prepare(self, request: RequestMessages, settings: ModelSettings) -> PreparedRequest:
-        body = build_body(request, settings, self.provider.name)
+        body = build_body(request, settings, self.provider.name, self.histories)
         headers: list[tuple[str, str]] = [
             ("content-type", "application/json"),
             ("accept", "text/event-stream"),

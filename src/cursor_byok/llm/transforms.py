@@ -104,6 +104,74 @@ def _transform_assistant(
     return msgspec.structs.replace(message, content=new_content)
 
 
+class HistoryTransform:
+    """`transform_messages` one message at a time, so a longer history can continue from a
+    copy of the state a shorter one left (prefix_memo.py).
+
+    `feed` returns what a message turns into once the messages before it were fed (the
+    synthetic results of calls left unanswered come out when the next assistant or user
+    message arrives); `finish` what the end of the history adds, without changing the state.
+    """
+
+    __slots__ = ("answered", "id_map", "normalize_id", "pending", "target")
+
+    def __init__(self, target: Target, normalize_id: IdNormalizer) -> None:
+        self.target = target
+        self.normalize_id = normalize_id
+        self.id_map: dict[str, str] = {}
+        self.pending: list[ToolCall] = []
+        self.answered: set[str] = set()
+
+    def copy(self) -> HistoryTransform:
+        other = HistoryTransform(self.target, self.normalize_id)
+        other.id_map = dict(self.id_map)
+        other.pending = list(self.pending)
+        other.answered = set(self.answered)
+        return other
+
+    def feed(self, message: Message) -> list[Message]:
+        if isinstance(message, AssistantMessage):
+            out = self._flush_missing()
+            if message.stop_reason in ("error", "aborted"):
+                return out
+            converted = _transform_assistant(message, self.target, self.normalize_id, self.id_map)
+            self.pending.extend(converted.tool_calls)
+            out.append(converted)
+            return out
+        if isinstance(message, ToolResultMessage):
+            new_id = self.id_map.get(message.tool_call_id, message.tool_call_id)
+            if new_id != message.tool_call_id:
+                message = msgspec.structs.replace(message, tool_call_id=new_id)
+            self.answered.add(new_id)
+            return [message]
+        assert isinstance(message, UserMessage)
+        out = self._flush_missing()
+        out.append(message)
+        return out
+
+    def finish(self) -> list[ToolResultMessage]:
+        return self._missing()
+
+    def _missing(self) -> list[ToolResultMessage]:
+        return [
+            ToolResultMessage(
+                tool_call_id=call.id,
+                tool_name=call.name,
+                content=(TextContent(text=MISSING_RESULT_TEXT),),
+                is_error=True,
+            )
+            for call in self.pending
+            if call.id not in self.answered
+        ]
+
+    def _flush_missing(self) -> list[Message]:
+        out: list[Message] = []
+        out.extend(self._missing())
+        self.pending.clear()
+        self.answered.clear()
+        return out
+
+
 def transform_messages(
     messages: Sequence[Message], target: Target, normalize_id: IdNormalizer
 ) -> list[Message]:
@@ -114,42 +182,9 @@ def transform_messages(
     assistant or user message gets a synthetic error result, so the provider sees a valid
     call/result pairing.
     """
-    id_map: dict[str, str] = {}
+    transform = HistoryTransform(target, normalize_id)
     out: list[Message] = []
-    pending: list[ToolCall] = []
-    answered: set[str] = set()
-
-    def flush_missing() -> None:
-        for call in pending:
-            if call.id not in answered:
-                out.append(
-                    ToolResultMessage(
-                        tool_call_id=call.id,
-                        tool_name=call.name,
-                        content=(TextContent(text=MISSING_RESULT_TEXT),),
-                        is_error=True,
-                    )
-                )
-        pending.clear()
-        answered.clear()
-
     for message in messages:
-        if isinstance(message, AssistantMessage):
-            flush_missing()
-            if message.stop_reason in ("error", "aborted"):
-                continue
-            converted = _transform_assistant(message, target, normalize_id, id_map)
-            pending.extend(converted.tool_calls)
-            out.append(converted)
-        elif isinstance(message, ToolResultMessage):
-            new_id = id_map.get(message.tool_call_id, message.tool_call_id)
-            if new_id != message.tool_call_id:
-                message = msgspec.structs.replace(message, tool_call_id=new_id)
-            answered.add(new_id)
-            out.append(message)
-        else:
-            assert isinstance(message, UserMessage)
-            flush_missing()
-            out.append(message)
-    flush_missing()
+        out.extend(transform.feed(message))
+    out.extend(transform.finish())
     return out

@@ -164,6 +164,11 @@ class Store(Protocol):
 
     async def load(self, conversation_id: str) -> ConversationRecord | None: ...
 
+    async def head(self, conversation_id: str) -> ConversationSummary | None:
+        """The conversation's version and size without its state or messages: enough to tell
+        whether a copy kept in memory is still the committed one."""
+        ...
+
     async def find_input_commit(
         self, conversation_id: str, input_id: str
     ) -> InputCommit | None: ...

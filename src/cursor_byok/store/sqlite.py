@@ -336,6 +336,25 @@ class SQLiteStore:
             inline=lambda conn: read(conn, INLINE_MESSAGES),
         )
 
+    async def head(self, conversation_id: str) -> ConversationSummary | None:
+        def read(conn: sqlite3.Connection) -> ConversationSummary | None:
+            row = conn.execute(
+                "SELECT version, message_count, created_at_ms, updated_at_ms "
+                "FROM conversations WHERE conversation_id = ?",
+                (conversation_id,),
+            ).fetchone()
+            if row is None:
+                return None
+            return ConversationSummary(
+                conversation_id=conversation_id,
+                version=row[0],
+                message_count=row[1],
+                created_at_ms=row[2],
+                updated_at_ms=row[3],
+            )
+
+        return await self._read(read, f"reading conversation {conversation_id!r}", inline=read)
+
     async def find_input_commit(self, conversation_id: str, input_id: str) -> InputCommit | None:
         def read(conn: sqlite3.Connection) -> InputCommit | None:
             return _find_input(conn, conversation_id, input_id)

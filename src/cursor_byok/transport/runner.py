@@ -69,6 +69,7 @@ from ..store.api import (
     CallStatus,
     ClientOperationRecord,
     CommitStatus,
+    ConversationRecord,
     LLMCallRecord,
     RunRecord,
     SaveResult,
@@ -79,6 +80,7 @@ from ..store.errors import StoreError
 from . import checkpoint as checkpoints
 from . import dialect
 from .channel import EndError, Incoming, RunChannel
+from .committed_states import CommittedStates
 from .context import McpIndex
 from .exec_mapping import Finished, Send, ToolExecution
 from .proto import agent_pb2
@@ -235,6 +237,10 @@ class Runner:
         # call's stored delta (stored_request.py). Least recently used first; bounded in bytes.
         self._request_bases: OrderedDict[str, RequestBase] = OrderedDict()
         self._request_base_bytes = 0
+        # Per conversation, the state of its last commit by this process: the next turn takes
+        # it instead of loading and decoding the whole history when the store's version
+        # still matches (committed_states.py).
+        self.committed_states = CommittedStates()
 
     def request_base(self, conversation_id: str) -> RequestBase | None:
         base = self._request_bases.get(conversation_id)
@@ -549,17 +555,17 @@ class Run:
     # -- the start of a run -----------------------------------------------------------------
 
     async def _begin(self, input_id: str, request: dialect.RunRequest) -> None:
-        record = await self.store.load(request.conversation_id)
+        stored = await self._load_committed(request.conversation_id)
         # Input commits belong to a stored conversation: without one there is nothing to find.
         previous = (
             await self.store.find_input_commit(request.conversation_id, input_id)
-            if record is not None
+            if stored is not None
             else None
         )
-        if record is not None:
-            self.state = RuntimeState.of(decode_state(record.state, record.messages))
-            self.version = record.version
-            self.stored_count = len(record.messages)
+        if stored is not None:
+            state, self.version = stored
+            self.state = RuntimeState.of(state)
+            self.stored_count = len(state.messages)
             await self._rewind_if_behind(request)
         else:
             self._marks = []  # a conversation new to this server has no turns published yet
@@ -569,6 +575,8 @@ class Run:
             )
             self.state = RuntimeState.of(committed)
             self.version = 0
+            # What the first commit adds is counted by `advance`.
+            self.runner.committed_states.remember(request.conversation_id, 0, committed, 0)
 
         if request.action == "resume":
             await self._resume()
@@ -587,6 +595,28 @@ class Run:
             )
         context = await self._context(request)
         await self.run(Start(user_message=request.user_message, context=context), input_id)
+
+    async def _load_committed(self, conversation_id: str) -> tuple[ConversationState, int] | None:
+        """The conversation's committed state and version: kept from this process's last
+        commit when the store still holds exactly that version, else loaded and decoded."""
+        states = self.runner.committed_states
+        head = await self.store.head(conversation_id)
+        if head is None:
+            states.forget(conversation_id)
+            return None
+        kept = states.get(conversation_id, head)
+        if kept is not None:
+            return kept
+        record = await self.store.load(conversation_id)
+        if record is None:
+            return None
+        return self._remember_record(record), record.version
+
+    def _remember_record(self, record: ConversationRecord) -> ConversationState:
+        state = decode_state(record.state, record.messages)
+        size = len(record.state) + sum(len(m) for m in record.messages)
+        self.runner.committed_states.remember(record.conversation_id, record.version, state, size)
+        return state
 
     async def _rewind_if_behind(self, request: dialect.RunRequest) -> None:
         """The client wins when its checkpoint is behind ours: a checkpoint listing a strict
@@ -612,6 +642,7 @@ class Run:
             expected_version=self.version,
             state=encode_state(rewound),
         )
+        self.runner.committed_states.forget(request.conversation_id)
         if outcome.status != "committed":
             raise RunFailed(dialect.internal_end("the conversation changed during a rewind"))
         self.version = outcome.version
@@ -877,12 +908,13 @@ class Run:
         if isinstance(t.command, CallClient):
             ops.append(self._operation_record(t.command, after, now))
         result = command_record(t.command)
+        appended_bytes = [canonical.encode_message(m) for m in appended]
         outcome = await self.store.commit_input(
             self.conversation_id,
             input_id=input_id or f"{after.last_commit_id}",
             expected_version=self.version,
             state=encode_state(after),
-            append_messages=[canonical.encode_message(m) for m in appended],
+            append_messages=appended_bytes,
             expected_message_count=self.stored_count,
             result=result,
             llm_calls=calls,
@@ -892,6 +924,13 @@ class Run:
             durable=self.services.fsync_model_calls or not isinstance(t.command, CallLLM),
         )
         if outcome.status == "committed":
+            self.runner.committed_states.advance(
+                self.conversation_id,
+                self.version,
+                outcome.version,
+                after,
+                sum(len(m) for m in appended_bytes),
+            )
             self.version = outcome.version
             self.stored_count = len(after.messages)
             self.state = t.state
@@ -908,7 +947,14 @@ class Run:
         record_now = await self.store.load(self.conversation_id)
         if record_now is None:
             raise RunFailed(dialect.internal_end("the conversation disappeared from the store"))
-        self.state = RuntimeState.of(decode_state(record_now.state, record_now.messages))
+        log.info(
+            "conversation %s changed under this run (%s at version %d); reloaded at version %d",
+            self.conversation_id,
+            outcome.status,
+            self.version,
+            record_now.version,
+        )
+        self.state = RuntimeState.of(self._remember_record(record_now))
         self.version = record_now.version
         self.stored_count = len(record_now.messages)
         return outcome.status

@@ -1,0 +1,91 @@
+"""Work over a growing message history, resumed from where it last stopped.
+
+A conversation's history only grows (messages are appended, never changed), and every model
+call walks all of it: hashing it, converting each message for the provider. A fold is that
+walk's running state (a hash object, a converter holding what it built so far); kept after
+a history was folded, it lets the next, longer history fold only what was appended.
+
+A kept fold is found by the identity of the last message it folded and used only when every
+earlier message is the very same object as well: never by equality, since equal values can
+still serialize differently (1 and 1.0). The memo holds the messages of each entry, so no
+other object can take their ids while it is kept. Bounded by count, least recently used
+first; past that, a walk starts from the beginning, as without the memo.
+"""
+
+from __future__ import annotations
+
+import operator
+import threading
+from collections import OrderedDict
+from collections.abc import Hashable
+from typing import Generic, Protocol, TypeVar
+
+from .types import Message
+
+# Conversations whose converted history an adapter keeps for their next call.
+HISTORY_MEMO_MAX = 64
+
+
+class Fold(Protocol):
+    def copy(self) -> Fold: ...
+
+
+F = TypeVar("F", bound=Fold)
+
+
+class _Entry(Generic[F]):
+    __slots__ = ("fold", "key", "messages")
+
+    def __init__(self, messages: tuple[Message, ...], key: Hashable, fold: F) -> None:
+        self.messages = messages
+        self.key = key
+        self.fold = fold
+
+
+class PrefixMemo(Generic[F]):
+    def __init__(self, max_entries: int = HISTORY_MEMO_MAX) -> None:
+        self.max_entries = max_entries
+        self._entries: OrderedDict[int, _Entry[F]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def resume(self, messages: tuple[Message, ...], key: Hashable) -> tuple[F, int] | None:
+        """A copy of the fold kept for the longest prefix of `messages` folded under `key`,
+        and that prefix's length; None when there is none."""
+        with self._lock:
+            for k in range(len(messages), 0, -1):
+                slot = id(messages[k - 1])
+                entry = self._entries.get(slot)
+                if (
+                    entry is not None
+                    and len(entry.messages) == k
+                    and entry.key == key
+                    and all(map(operator.is_, entry.messages, messages))
+                ):
+                    self._entries.move_to_end(slot)
+                    fold: F = entry.fold.copy()  # type: ignore[assignment]
+                    return fold, k
+        return None
+
+    def keep(
+        self, messages: tuple[Message, ...], key: Hashable, fold: F, extended_from: int
+    ) -> None:
+        """Keep `fold` (it must not be changed afterwards) as the fold of `messages`. The
+        entry it was resumed from (`extended_from` messages) is dropped: the usual next
+        history extends this longer one."""
+        if not messages:
+            return
+        with self._lock:
+            if 0 < extended_from < len(messages):
+                self._entries.pop(id(messages[extended_from - 1]), None)
+            slot = id(messages[-1])
+            self._entries[slot] = _Entry(messages, key, fold)
+            self._entries.move_to_end(slot)
+            while len(self._entries) > self.max_entries:
+                self._entries.popitem(last=False)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()
