@@ -127,6 +127,27 @@ def test_wait_for_native_threads() -> None:
     assert not native_threads_not_started_by_python() - before
 
 
+def test_a_foreign_thread_known_to_threading_is_still_waited_for() -> None:
+    """A thread Python did not start becomes a dummy `threading` thread once code on it asks
+    for `threading.current_thread()` (granian's threads run our code): still foreign."""
+    before = native_threads_not_started_by_python()
+    release = threading.Event()
+    asked = threading.Event()
+
+    def foreign() -> None:
+        threading.current_thread()  # registers a _DummyThread for this native thread
+        asked.set()
+        release.wait(5.0)
+
+    _thread.start_new_thread(foreign, ())
+    assert asked.wait(5.0)
+    assert any(isinstance(t, threading._DummyThread) for t in threading.enumerate())  # type: ignore[attr-defined]
+    assert native_threads_not_started_by_python() - before
+    assert asyncio.run(wait_for_native_threads(before, timeout=0.05)) is False
+    release.set()
+    assert asyncio.run(wait_for_native_threads(before, timeout=5.0)) is True
+
+
 def test_entry_refuses_non_loopback_without_token(tmp_path: Path) -> None:
     config = parse_config(f'[server]\nhost = "127.0.0.1"\n{MODELS}')
     with pytest.raises(ConfigError, match="auth_token"):

@@ -863,12 +863,14 @@ def _granian_server(
 
 def native_threads_not_started_by_python() -> frozenset[int]:
     """Ids of this process's threads that Python did not start: granian's Rust runtime. Empty
-    where /proc is missing (then there is nothing to wait for)."""
+    where /proc is missing (then there is nothing to wait for). A foreign thread that asked
+    `threading` who it is shows up there as a dummy thread: it still counts as foreign."""
     try:
         tids = {int(tid) for tid in os.listdir("/proc/self/task")}
     except OSError:
         return frozenset()
-    return frozenset(tids - {t.native_id for t in threading.enumerate()})
+    ours = {t.native_id for t in threading.enumerate() if not isinstance(t, threading._DummyThread)}
+    return frozenset(tids - ours)
 
 
 async def wait_for_native_threads(before: frozenset[int], timeout: float = 5.0) -> bool:
