@@ -4,6 +4,7 @@ history holds exactly one answer, never two appends for one turn."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import sqlite3
 import uuid
@@ -80,6 +81,7 @@ async def test_turns_alternating_between_processes_see_each_others_history(
     work_b.mkdir()
     conversation = str(uuid.uuid4())
     prompts = [unique(f"alternating turn {i}") for i in range(5)]
+    checkpoints: list[list[bytes]] = []
     with (
         server_process(brain_config(upstream.base_url, db=db), work_a) as a,
         server_process(brain_config(upstream.base_url, db=db), work_b) as b,
@@ -91,6 +93,14 @@ async def test_turns_alternating_between_processes_see_each_others_history(
                     await run.append(run_request(prompt, conversation))
                     end = await reader.wait_end(20)
                 assert end == {} and reader.turn_ended, (i, end)
+                # the checkpoint lists every turn so far, the other process's included
+                published = [
+                    list(m.conversation_checkpoint_update.turns)
+                    for _, m in reader.events
+                    if m.HasField("conversation_checkpoint_update")
+                ]
+                assert len(published) == 1 and len(published[0]) == i + 1, (i, published)
+                checkpoints.append(published[0])
         logs = a.log() + b.log()
     assert "changed under this run" not in logs, logs
 
@@ -104,8 +114,18 @@ async def test_turns_alternating_between_processes_see_each_others_history(
     said = [m["content"] for m in last["messages"] if m["role"] == "user"]
     assert said == prompts
 
+    for earlier, later in itertools.pairwise(checkpoints):
+        assert later[: len(earlier)] == earlier  # each extends the one before
     conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
     try:
+        marks = conn.execute(
+            "SELECT turn, blob_id, message_count FROM turn_marks WHERE conversation_id = ? "
+            "ORDER BY turn",
+            (conversation,),
+        ).fetchall()
+        assert [(t, bytes(b), n) for t, b, n in marks] == [
+            (i + 1, blob, 2 * (i + 1)) for i, blob in enumerate(checkpoints[-1])
+        ]
         calls = conn.execute(
             "SELECT call_id, request, request_hash FROM llm_calls WHERE conversation_id = ? "
             "ORDER BY created_at_ms, call_id",

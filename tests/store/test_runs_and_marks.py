@@ -30,3 +30,32 @@ async def test_turn_marks_are_replaced_whole(store: SQLiteStore) -> None:
     await store.save_turn_marks("c1", marks[:1])  # a rewind to turn 1
     assert await store.list_turn_marks("c1") == (marks[0],)
     assert await store.list_turn_marks("c2") == ()
+
+
+async def test_unchanged_turn_marks_are_not_written_again(store: SQLiteStore) -> None:
+    """A new turn writes its own mark only; if an earlier write was lost, all are written."""
+    marks = [
+        TurnMark(conversation_id="c1", turn=i, blob_id=bytes([i]) * 32, message_count=2 * i)
+        for i in range(1, 6)
+    ]
+    await store.save_turn_marks("c1", marks[:3])
+    await store.save_turn_marks("c1", marks[:4], unchanged=3)
+    assert await store.list_turn_marks("c1") == tuple(marks[:4])
+    # what `unchanged` covers is not written again (a caller that lied is believed) ...
+    changed = [
+        *marks[:2],
+        TurnMark(conversation_id="c1", turn=3, blob_id=b"x" * 32, message_count=6),
+        marks[3],
+        marks[4],
+    ]
+    await store.save_turn_marks("c1", changed, unchanged=4)
+    assert await store.list_turn_marks("c1") == (*marks[:4], marks[4])
+    # ... unless the store does not hold that many: then every mark is written
+    await store.save_turn_marks("c1", marks[:2])  # the store now holds 2
+    await store.save_turn_marks("c1", changed, unchanged=4)
+    assert await store.list_turn_marks("c1") == tuple(changed)
+    # a rewind keeps a prefix and drops the rest
+    await store.save_turn_marks("c1", changed[:2], unchanged=2)
+    assert await store.list_turn_marks("c1") == tuple(changed[:2])
+    await store.save_turn_marks("c1", [], unchanged=3)
+    assert await store.list_turn_marks("c1") == ()

@@ -7,7 +7,7 @@ import msgspec
 
 from cursor_byok.llm.types import UserMessage
 from cursor_byok.loop.state import ConversationState
-from cursor_byok.store.api import ConversationSummary
+from cursor_byok.store.api import ConversationSummary, TurnMark
 from cursor_byok.transport.committed_states import CommittedStates
 
 
@@ -71,3 +71,20 @@ def test_bounded_in_bytes_least_recently_used_first() -> None:
     assert len(states) == 1 and states.get("e", head("e", 1, 1)) is not None
     states.forget("e")
     assert len(states) == 0 and states.size == 0
+
+
+def test_turn_marks_ride_along_at_their_version() -> None:
+    states = CommittedStates()
+    mark = TurnMark(conversation_id="c", turn=1, blob_id=b"b" * 32, message_count=2)
+    assert states.turn_marks("c", 1) is None  # nothing kept
+    states.remember("c", 1, state("c", 2), 10)
+    assert states.turn_marks("c", 1) is None  # kept state, marks not known yet
+    states.set_turn_marks("c", 1, [mark])
+    assert states.turn_marks("c", 1) == [mark]
+    assert states.turn_marks("c", 2) is None  # another version: not these
+    states.set_turn_marks("c", 5, [])  # for a version not kept: ignored
+    assert states.turn_marks("c", 1) == [mark]
+    states.advance("c", 1, 2, state("c", 4), 10)  # a commit of this process keeps them
+    assert states.turn_marks("c", 2) == [mark]
+    states.remember("c", 3, state("c", 6), 30)  # loaded again: not known until read
+    assert states.turn_marks("c", 3) is None

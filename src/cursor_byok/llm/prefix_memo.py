@@ -10,12 +10,16 @@ earlier message is the very same object as well: never by equality, since equal 
 still serialize differently (1 and 1.0). The memo holds the messages of each entry, so no
 other object can take their ids while it is kept. Bounded by count, least recently used
 first; past that, a walk starts from the beginning, as without the memo.
+
+No lock (the loop imports this through `canonical`, and its contract keeps `threading` out):
+each step is one call on an OrderedDict, atomic under the GIL, and a kept fold is never
+changed, so threads racing on one memo can only lose an entry, never get a wrong fold.
 """
 
 from __future__ import annotations
 
+import contextlib
 import operator
-import threading
 from collections import OrderedDict
 from collections.abc import Hashable
 from typing import Generic, Protocol, TypeVar
@@ -46,7 +50,6 @@ class PrefixMemo(Generic[F]):
     def __init__(self, max_entries: int = HISTORY_MEMO_MAX) -> None:
         self.max_entries = max_entries
         self._entries: OrderedDict[int, _Entry[F]] = OrderedDict()
-        self._lock = threading.Lock()
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -54,19 +57,20 @@ class PrefixMemo(Generic[F]):
     def resume(self, messages: tuple[Message, ...], key: Hashable) -> tuple[F, int] | None:
         """A copy of the fold kept for the longest prefix of `messages` folded under `key`,
         and that prefix's length; None when there is none."""
-        with self._lock:
-            for k in range(len(messages), 0, -1):
-                slot = id(messages[k - 1])
-                entry = self._entries.get(slot)
-                if (
-                    entry is not None
-                    and len(entry.messages) == k
-                    and entry.key == key
-                    and all(map(operator.is_, entry.messages, messages))
-                ):
-                    self._entries.move_to_end(slot)
-                    fold: F = entry.fold.copy()  # type: ignore[assignment]
-                    return fold, k
+        entries = self._entries
+        for k in range(len(messages), 0, -1):
+            slot = id(messages[k - 1])
+            entry = entries.get(slot)
+            if (
+                entry is not None
+                and len(entry.messages) == k
+                and entry.key == key
+                and all(map(operator.is_, entry.messages, messages))
+            ):
+                with contextlib.suppress(KeyError):  # dropped meanwhile by another thread
+                    entries.move_to_end(slot)
+                fold: F = entry.fold.copy()  # type: ignore[assignment]
+                return fold, k
         return None
 
     def keep(
@@ -77,15 +81,18 @@ class PrefixMemo(Generic[F]):
         history extends this longer one."""
         if not messages:
             return
-        with self._lock:
-            if 0 < extended_from < len(messages):
-                self._entries.pop(id(messages[extended_from - 1]), None)
-            slot = id(messages[-1])
-            self._entries[slot] = _Entry(messages, key, fold)
-            self._entries.move_to_end(slot)
-            while len(self._entries) > self.max_entries:
-                self._entries.popitem(last=False)
+        entries = self._entries
+        if 0 < extended_from < len(messages):
+            entries.pop(id(messages[extended_from - 1]), None)
+        slot = id(messages[-1])
+        entries[slot] = _Entry(messages, key, fold)
+        with contextlib.suppress(KeyError):
+            entries.move_to_end(slot)
+        while len(entries) > self.max_entries:
+            try:
+                entries.popitem(last=False)
+            except KeyError:  # emptied meanwhile by another thread
+                break
 
     def clear(self) -> None:
-        with self._lock:
-            self._entries.clear()
+        self._entries.clear()

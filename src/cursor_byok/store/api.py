@@ -228,10 +228,15 @@ class Store(Protocol):
 
     async def find_run(self, request_id: str) -> RunRecord | None: ...
 
-    async def save_turn_marks(self, conversation_id: str, marks: Sequence[TurnMark]) -> None:
+    async def save_turn_marks(
+        self, conversation_id: str, marks: Sequence[TurnMark], *, unchanged: int = 0
+    ) -> None:
         """Replace the conversation's turn marks with `marks` (after a rewind, later ones go).
-        Not durable on its own, like `save_run`: marks only tell a rewind from a new turn, and
-        losing the last ones makes the next run keep our history (never a wrong rewind)."""
+        `unchanged`: the first marks are stored as they are already (the caller read or wrote
+        them), so only the others are written; if the store does not hold exactly that many
+        (a write was lost), all are written. Not durable on its own, like `save_run`: marks
+        only tell a rewind from a new turn, and losing the last ones makes the next run keep
+        our history (never a wrong rewind)."""
         ...
 
     async def list_turn_marks(self, conversation_id: str) -> tuple[TurnMark, ...]: ...

@@ -602,15 +602,38 @@ class SQLiteStore:
 
         return await self._read(read, f"reading run {request_id!r}", inline=read)
 
-    async def save_turn_marks(self, conversation_id: str, marks: Sequence[TurnMark]) -> None:
+    async def save_turn_marks(
+        self, conversation_id: str, marks: Sequence[TurnMark], *, unchanged: int = 0
+    ) -> None:
         clock = self._clock
+        marks = tuple(marks)
+        keep = min(max(unchanged, 0), len(marks))
 
         def job(conn: sqlite3.Connection) -> None:
-            conn.execute("DELETE FROM turn_marks WHERE conversation_id = ?", (conversation_id,))
+            first = 0
+            if keep:
+                # The caller's marks number their turns from 1: holding exactly `keep` rows up
+                # to the last unchanged turn means none of them was lost.
+                held = conn.execute(
+                    "SELECT count(*) FROM turn_marks WHERE conversation_id = ? AND turn <= ?",
+                    (conversation_id, marks[keep - 1].turn),
+                ).fetchone()[0]
+                if held == keep:
+                    first = keep
+            if first:
+                conn.execute(
+                    "DELETE FROM turn_marks WHERE conversation_id = ? AND turn > ?",
+                    (conversation_id, marks[first - 1].turn),
+                )
+            else:
+                conn.execute("DELETE FROM turn_marks WHERE conversation_id = ?", (conversation_id,))
             conn.executemany(
                 "INSERT INTO turn_marks (conversation_id, turn, blob_id, message_count, "
                 "created_at_ms) VALUES (?, ?, ?, ?, ?)",
-                [(conversation_id, m.turn, m.blob_id, m.message_count, clock()) for m in marks],
+                [
+                    (conversation_id, m.turn, m.blob_id, m.message_count, clock())
+                    for m in marks[first:]
+                ],
             )
 
         await self._write(job, f"saving turn marks of {conversation_id!r}", durable=False)

@@ -8,6 +8,11 @@ holds exactly that version. Any other writer (another process on the same databa
 moves the version, and the turn loads from the store as before: the store stays the source of
 truth, this is only a copy known to equal it.
 
+The conversation's turn marks (the turns published in client checkpoints) ride along: they
+are read at the start and at the end of every turn, and a conversation of a few hundred turns
+has as many. A process publishes marks only for a turn it committed, so marks kept with the
+state of a version are still the stored ones while the store is at that version.
+
 Bounded by the stored size of what it holds (the canonical bytes of the messages and the
 state), least recently used first.
 """
@@ -19,7 +24,7 @@ from collections import OrderedDict
 import msgspec
 
 from cursor_byok.loop.state import ConversationState
-from cursor_byok.store.api import ConversationSummary
+from cursor_byok.store.api import ConversationSummary, TurnMark
 
 MAX_BYTES = 64 * 1024 * 1024
 
@@ -28,6 +33,7 @@ class _Entry(msgspec.Struct):
     version: int
     state: ConversationState
     size: int
+    marks: tuple[TurnMark, ...] | None = None  # None: not known here
 
 
 class CommittedStates:
@@ -84,6 +90,22 @@ class CommittedStates:
             self.forget(conversation_id)
             return
         self.remember(conversation_id, to_version, state, entry.size + added)
+        self._entries[conversation_id].marks = entry.marks
+
+    def turn_marks(self, conversation_id: str, version: int) -> list[TurnMark] | None:
+        """The turn marks kept for the conversation at `version`, if known."""
+        entry = self._entries.get(conversation_id)
+        if entry is None or entry.version != version or entry.marks is None:
+            return None
+        return list(entry.marks)
+
+    def set_turn_marks(
+        self, conversation_id: str, version: int, marks: list[TurnMark] | tuple[TurnMark, ...]
+    ) -> None:
+        """`marks` are the conversation's stored (or being stored) marks at `version`."""
+        entry = self._entries.get(conversation_id)
+        if entry is not None and entry.version == version:
+            entry.marks = tuple(marks)
 
     def forget(self, conversation_id: str) -> None:
         entry = self._entries.pop(conversation_id, None)

@@ -624,8 +624,7 @@ class Run:
         client_turns = request.history.turn_blob_ids
         if not client_turns:
             return
-        marks = list(await self.store.list_turn_marks(request.conversation_id))
-        self._marks = marks
+        marks = await self._turn_marks(request.conversation_id)
         ours = [m.blob_id for m in marks]
         if len(client_turns) >= len(ours) or list(client_turns) != ours[: len(client_turns)]:
             return
@@ -649,13 +648,27 @@ class Run:
         self.stored_count = keep
         self.state = RuntimeState.of(rewound)
         self._marks = marks[: len(client_turns)]
-        await self.store.save_turn_marks(request.conversation_id, self._marks)
+        await self.store.save_turn_marks(
+            request.conversation_id, self._marks, unchanged=len(self._marks)
+        )
         log.info(
             "conversation %s rewound by the client to turn %d (%d messages)",
             request.conversation_id,
             len(client_turns),
             keep,
         )
+
+    async def _turn_marks(self, conversation_id: str) -> list[TurnMark]:
+        """This conversation's published turns: kept with its committed state while that is
+        current, else read from the store (and kept from then on)."""
+        if self._marks is None:
+            states = self.runner.committed_states
+            marks = states.turn_marks(conversation_id, self.version)
+            if marks is None:
+                marks = list(await self.store.list_turn_marks(conversation_id))
+                states.set_turn_marks(conversation_id, self.version, marks)
+            self._marks = marks
+        return list(self._marks)
 
     async def _client_history(self, request: dialect.RunRequest) -> list[Message]:
         """History the client holds for a conversation this server has never seen."""
@@ -1102,9 +1115,11 @@ class Run:
         """Send this turn's checkpoint blob; its acknowledgement is awaited later
         (`_publish_checkpoint`). Called before the turn's last commit is queued, so the client's
         round trip overlaps the commit and this work does not compete with it."""
-        if self._marks is None:
-            self._marks = list(await self.store.list_turn_marks(self.conversation_id))
-        marks = [m for m in self._marks if m.message_count <= len(c.messages)]
+        marks = [
+            m
+            for m in await self._turn_marks(self.conversation_id)
+            if m.message_count <= len(c.messages)
+        ]
         blob = _turn_blob(self.conversation_id, len(marks) + 1, c)
         kv_id = self._next_kv_id()
         reply: asyncio.Future[dialect.ClientEvent] = asyncio.get_running_loop().create_future()
@@ -1150,7 +1165,13 @@ class Run:
         # our history stands (never a wrong rewind).
         self.channel.send(checkpoints.checkpoint([m.blob_id for m in marks]))
         self._marks = list(marks)
-        self._background(self.store.save_turn_marks(self.conversation_id, marks), "turn marks")
+        self.runner.committed_states.set_turn_marks(self.conversation_id, self.version, marks)
+        # The marks before this turn's are what the store holds (read from it, or written by
+        # an earlier turn: a lost write makes the store rewrite them all).
+        self._background(
+            self.store.save_turn_marks(self.conversation_id, marks, unchanged=len(marks) - 1),
+            "turn marks",
+        )
 
     def _finish_ok(self, usage: Usage) -> None:
         self.channel.send(dialect.turn_ended(usage))
