@@ -25,7 +25,7 @@ from cursor_byok.llm.openai_chat import (
     normalize_tool_call_id,
 )
 from cursor_byok.llm.openai_responses import OpenAIResponsesAdapter
-from cursor_byok.llm.prefix_memo import PrefixMemo
+from cursor_byok.llm.prefix_memo import PrefixMemo, fold_history
 from cursor_byok.llm.settings import ModelSettings, ProviderSettings
 from cursor_byok.llm.transforms import Target, transform_messages
 from cursor_byok.llm.types import (
@@ -199,7 +199,7 @@ def test_folds_resumed_from_one_kept_fold_are_independent() -> None:
         AssistantMessage(content=(call,), api="openai-chat", provider="x", model="y"),
         ToolResultMessage(tool_call_id="c1", tool_name="Read", content=(image,)),
     )
-    openai_chat.chat_history(base, target, ChatCompat(), memo)
+    fold_history(base, (target, ChatCompat()), lambda: ChatHistory(target, ChatCompat()), memo)
     left = memo.resume((*base, UserMessage.of_text("left")), (target, ChatCompat()))
     right = memo.resume((*base, UserMessage.of_text("right")), (target, ChatCompat()))
     assert left is not None and right is not None and left[1] == right[1] == len(base)

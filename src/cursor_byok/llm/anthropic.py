@@ -50,7 +50,7 @@ import msgspec
 from .assembler import MessageAssembler
 from .events import ErrorEvent, ResponseEvent
 from .http import HttpAdapter, error_text_from_body
-from .prefix_memo import PrefixMemo
+from .prefix_memo import PrefixMemo, fold_history
 from .settings import ModelSettings, ProviderSettings
 from .sse import SSEEvent
 from .stream import PreparedRequest
@@ -313,18 +313,6 @@ class AnthropicHistory:
         """The whole history as provider messages (no breakpoint): what was built, then what
         the end adds."""
         return [*self.messages, *self.finish()]
-
-
-def anthropic_history(
-    messages: tuple[Message, ...], target: Target, memo: PrefixMemo[AnthropicHistory] | None
-) -> AnthropicHistory:
-    resumed = memo.resume(messages, target) if memo is not None else None
-    history, start = resumed if resumed is not None else (AnthropicHistory(target), 0)
-    for message in messages[start:]:
-        history.feed(message)
-    if memo is not None and start < len(messages):
-        memo.keep(messages, target, history, extended_from=start)
-    return history
 
 
 def mark_last_block(messages: list[dict[str, Any]]) -> None:
@@ -688,7 +676,9 @@ class AnthropicAdapter(HttpAdapter):
 
     def prepare(self, request: RequestMessages, settings: ModelSettings) -> PreparedRequest:
         target = Target(api=self.api, provider=self.provider.name, model=settings.model)
-        history = anthropic_history(request.messages, target, self.histories)
+        history = fold_history(
+            request.messages, target, lambda: AnthropicHistory(target), self.histories
+        )
         body = body_of(request, settings, history.converted())
         return PreparedRequest(
             url=messages_url(self.provider.base_url),

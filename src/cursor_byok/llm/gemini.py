@@ -31,7 +31,7 @@ from .assembler import MessageAssembler
 from .canonical import sorted_value
 from .events import ResponseEvent
 from .http import HttpAdapter, error_text_from_body
-from .prefix_memo import PrefixMemo
+from .prefix_memo import PrefixMemo, fold_history
 from .settings import ModelSettings, ProviderSettings
 from .sse import SSEEvent
 from .stream import PreparedRequest
@@ -303,18 +303,6 @@ class GeminiHistory:
         return [*self.contents, *self.finish()]
 
 
-def gemini_history(
-    messages: tuple[Message, ...], target: Target, memo: PrefixMemo[GeminiHistory] | None
-) -> GeminiHistory:
-    resumed = memo.resume(messages, target) if memo is not None else None
-    history, start = resumed if resumed is not None else (GeminiHistory(target), 0)
-    for message in messages[start:]:
-        history.feed(message)
-    if memo is not None and start < len(messages):
-        memo.keep(messages, target, history, extended_from=start)
-    return history
-
-
 def tool_declaration(tool: ToolDefinition) -> Json:
     # Keys sorted like the canonical store sorts them: a request rebuilt from stored history
     # must give the same bytes as the in-memory one (schemas and arguments alike).
@@ -357,7 +345,7 @@ def build_body(
     """The request body in a fixed key order; `extra_body` keys last, sorted. With `memo`,
     the history's conversion continues from the conversation's previous call."""
     target = Target(api=API, provider=provider, model=settings.model)
-    history = gemini_history(request.messages, target, memo)
+    history = fold_history(request.messages, target, lambda: GeminiHistory(target), memo)
     body: Json = {}
     if request.system_prompt:
         body["systemInstruction"] = {"parts": [{"text": _text(request.system_prompt)}]}

@@ -47,7 +47,7 @@ import msgspec
 from .assembler import MessageAssembler
 from .events import ResponseEvent
 from .http import HttpAdapter, error_text_from_body
-from .prefix_memo import PrefixMemo
+from .prefix_memo import PrefixMemo, fold_history
 from .settings import ModelSettings, ProviderSettings
 from .sse import SSEEvent
 from .stream import PreparedRequest
@@ -363,23 +363,6 @@ class ChatHistory:
             self.tool_history = True
 
 
-def chat_history(
-    messages: tuple[Message, ...],
-    target: Target,
-    compat: ChatCompat,
-    memo: PrefixMemo[ChatHistory] | None = None,
-) -> ChatHistory:
-    """The fold of `messages`, resumed from `memo` when it holds one of a prefix."""
-    key = (target, compat)
-    resumed = memo.resume(messages, key) if memo is not None else None
-    history, start = resumed if resumed is not None else (ChatHistory(target, compat), 0)
-    for message in messages[start:]:
-        history.feed(message)
-    if memo is not None and start < len(messages):
-        memo.keep(messages, key, history, extended_from=start)
-    return history
-
-
 def _reasoning_params(settings: ModelSettings, compat: ChatCompat) -> dict[str, Any]:
     effort = settings.reasoning_effort
     if compat.reasoning_format == "openrouter":
@@ -408,7 +391,9 @@ def build_body(
     """The request body as a dict in a fixed key order (insertion order is the wire order).
     With `memo`, the history's conversion continues from the conversation's previous call."""
     target = Target(api=API, provider=provider_name, model=settings.model)
-    history = chat_history(request.messages, target, compat, memo)
+    history = fold_history(
+        request.messages, (target, compat), lambda: ChatHistory(target, compat), memo
+    )
     messages: list[dict[str, Any]] = []
     if request.system_prompt:
         role = "developer" if compat.developer_role and settings.reasoning else "system"

@@ -48,7 +48,7 @@ import msgspec
 from .assembler import MessageAssembler
 from .events import ResponseEvent
 from .http import HttpAdapter
-from .prefix_memo import PrefixMemo
+from .prefix_memo import PrefixMemo, fold_history
 from .settings import ModelSettings, ProviderSettings
 from .sse import SSEEvent
 from .stream import PreparedRequest
@@ -297,18 +297,6 @@ class ResponsesHistory:
         return [*self.items, *self.finish()]
 
 
-def responses_history(
-    messages: tuple[Message, ...], target: Target, memo: PrefixMemo[ResponsesHistory] | None
-) -> ResponsesHistory:
-    resumed = memo.resume(messages, target) if memo is not None else None
-    history, start = resumed if resumed is not None else (ResponsesHistory(target), 0)
-    for message in messages[start:]:
-        history.feed(message)
-    if memo is not None and start < len(messages):
-        memo.keep(messages, target, history, extended_from=start)
-    return history
-
-
 def build_body(
     request: RequestMessages,
     settings: ModelSettings,
@@ -322,7 +310,7 @@ def build_body(
     items: list[Any] = []
     if request.system_prompt:
         items.append(system_item(request.system_prompt, settings.reasoning))
-    history = responses_history(request.messages, target, memo)
+    history = fold_history(request.messages, target, lambda: ResponsesHistory(target), memo)
     items.extend(history.converted())
     body: dict[str, Any] = {"model": settings.model, "input": items, "stream": True, "store": False}
     if settings.cache_key:

@@ -21,7 +21,7 @@ from __future__ import annotations
 import contextlib
 import operator
 from collections import OrderedDict
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from typing import Generic, Protocol, TypeVar
 
 from .types import Message
@@ -34,7 +34,12 @@ class Fold(Protocol):
     def copy(self) -> Fold: ...
 
 
+class HistoryFold(Fold, Protocol):
+    def feed(self, message: Message) -> None: ...
+
+
 F = TypeVar("F", bound=Fold)
+H = TypeVar("H", bound=HistoryFold)
 
 
 class _Entry(Generic[F]):
@@ -96,3 +101,17 @@ class PrefixMemo(Generic[F]):
 
     def clear(self) -> None:
         self._entries.clear()
+
+
+def fold_history(
+    messages: tuple[Message, ...], key: Hashable, new: Callable[[], H], memo: PrefixMemo[H] | None
+) -> H:
+    """The fold of `messages`: resumed from `memo` when it holds one of a prefix under `key`
+    (else `new()`), fed the rest, and kept for the next, longer history."""
+    resumed = memo.resume(messages, key) if memo is not None else None
+    fold, start = resumed if resumed is not None else (new(), 0)
+    for message in messages[start:]:
+        fold.feed(message)
+    if memo is not None and start < len(messages):
+        memo.keep(messages, key, fold, extended_from=start)
+    return fold
