@@ -23,7 +23,7 @@ import hashlib
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -80,6 +80,7 @@ from ..store.errors import StoreError
 from . import checkpoint as checkpoints
 from . import dialect
 from .channel import EndError, Incoming, RunChannel
+from .client_blobs import ClientBlobs
 from .committed_states import CommittedStates
 from .context import McpIndex
 from .exec_mapping import Finished, Send, ToolExecution
@@ -241,6 +242,8 @@ class Runner:
         # it instead of loading and decoding the whole history when the store's version
         # still matches (committed_states.py).
         self.committed_states = CommittedStates()
+        # Context blobs the clients sent, by their content hash (client_blobs.py).
+        self.client_blobs = ClientBlobs()
 
     def request_base(self, conversation_id: str) -> RequestBase | None:
         base = self._request_bases.get(conversation_id)
@@ -552,6 +555,21 @@ class Run:
         assert isinstance(reply, dialect.KvReply)
         return dialect.blob_data(reply)
 
+    async def _get_blobs(self, blob_ids: Sequence[bytes]) -> list[bytes | None]:
+        """The client's blobs (None: it has no such blob): those already fetched by any run
+        from the server's cache, the others asked for all at once (one round trip, not one
+        per blob)."""
+        cache = self.runner.client_blobs
+        found = [cache.get(blob_id) for blob_id in blob_ids]
+        missing = [i for i, data in enumerate(found) if data is None]
+        if missing:
+            fetched = await asyncio.gather(*(self._get_blob(blob_ids[i]) for i in missing))
+            for i, data in zip(missing, fetched, strict=True):
+                found[i] = data
+                if data is not None:
+                    cache.put(blob_ids[i], data)
+        return found
+
     # -- the start of a run -----------------------------------------------------------------
 
     async def _begin(self, input_id: str, request: dialect.RunRequest) -> None:
@@ -674,17 +692,14 @@ class Run:
         """History the client holds for a conversation this server has never seen."""
         if request.inline_history:
             return list(request.inline_history)
-        blobs: list[bytes] = []
-        for blob_id in request.history.root_prompt_blob_ids:
-            data = await self._get_blob(blob_id)
-            if data is not None:
-                blobs.append(data)
+        fetched = await self._get_blobs(request.history.root_prompt_blob_ids)
+        blobs = [data for data in fetched if data is not None]
         return list(dialect.history_from_root_prompt_blobs(blobs))
 
     async def _context(self, request: dialect.RunRequest) -> TurnContext:
         parts: list[dialect.ContextPart] = []
-        for ref in request.context_refs:
-            data = await self._get_blob(ref.blob_id)
+        fetched = await self._get_blobs([ref.blob_id for ref in request.context_refs])
+        for ref, data in zip(request.context_refs, fetched, strict=True):
             if data is not None:
                 parts.append(dialect.decode_request_context_part(ref.kind, data))
         inline = request.inline_context
