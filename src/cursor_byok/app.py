@@ -37,6 +37,7 @@ class App:
         services.on_run_end = obs.on_run_end
         runner = Runner(services)
         obs.metrics.bind_active_runs(lambda: runner.active_runs)
+        obs.metrics.bind_caches(runner.cache_stats)
         return cls(config, store, registry, runner, obs)
 
     async def close(self) -> None:

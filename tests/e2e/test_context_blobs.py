@@ -8,6 +8,8 @@ import hashlib
 import json
 import uuid
 
+from prometheus_client.parser import text_string_to_metric_families
+
 from cursor_byok.transport.proto import agent_pb2 as a
 from tests.e2e.test_shim import ShimRun, content_text, http
 from tests.support.live import ServerProcess
@@ -89,6 +91,21 @@ async def test_context_blobs_are_fetched_at_once_then_kept(
             end = await reader.wait_end(20)
         assert end == {} and reader.turn_ended, end
         assert asked(reader.messages) == [b"\x07" * 32]
+
+        # /metrics shows the caches at work: turn 2 took the kept state and both blobs
+        text = (await client.get("/metrics")).text
+        samples = {
+            (s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in text_string_to_metric_families(text)
+            for s in family.samples
+        }
+
+        def lookups(cache: str, result: str) -> float:
+            key = ("cursor_byok_server_cache_lookups_total", (("cache", cache), ("result", result)))
+            return samples.get(key, 0.0)
+
+        assert lookups("client_blobs", "hit") >= 2
+        assert lookups("committed_states", "hit") >= 1
 
     # both turns' model calls carried the rules from the blob
     bodies = [json.loads(r.body) for r in list(upstream.requests)]

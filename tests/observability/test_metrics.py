@@ -174,3 +174,18 @@ def test_every_documented_metric_is_exposed() -> None:
         "cursor_byok_llm_cost_usd_total",
     ):
         assert family in names, family
+
+
+def test_server_caches_are_read_at_scrape_time() -> None:
+    from cursor_byok.transport.runner import CacheStats
+
+    m = Metrics()
+    stats = [CacheStats("committed_states", 3, 4096, 5, 2)]
+    m.bind_caches(lambda: stats)
+    assert value(m, "cursor_byok_server_cache_entries", cache="committed_states") == 3
+    assert value(m, "cursor_byok_server_cache_bytes", cache="committed_states") == 4096
+    lookups = "cursor_byok_server_cache_lookups_total"
+    assert value(m, lookups, cache="committed_states", result="hit") == 5
+    assert value(m, lookups, cache="committed_states", result="miss") == 2
+    stats[0] = CacheStats("committed_states", 4, 5000, 6, 2)  # read again at the next scrape
+    assert value(m, lookups, cache="committed_states", result="hit") == 6

@@ -19,14 +19,14 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.registry import Collector
 
 from ..store.api import LLMCallRecord
 
 if TYPE_CHECKING:
-    from ..transport.runner import RunSummary
+    from ..transport.runner import CacheStats, RunSummary
 
 PREFIX = "cursor_byok"
 
@@ -72,6 +72,40 @@ class _CacheRatioCollector(Collector):
             if ratio is not None:
                 family.add_metric([provider, model], ratio)
         yield family
+
+    def describe(self) -> Iterable[Metric]:
+        return []
+
+
+class _ServerCacheCollector(Collector):
+    """The runner's in-memory caches (kept states, client blobs, request bases), read from a
+    callback at scrape time: how full they are and how often a lookup found what it wanted."""
+
+    def __init__(self, stats: Callable[[], Iterable[CacheStats]]) -> None:
+        self._stats = stats
+
+    def collect(self) -> Iterable[Metric]:
+        entries = GaugeMetricFamily(
+            f"{PREFIX}_server_cache_entries", "Entries held by a server cache", labels=["cache"]
+        )
+        size = GaugeMetricFamily(
+            f"{PREFIX}_server_cache_bytes",
+            "Bytes held by a server cache (stored form of what it keeps)",
+            labels=["cache"],
+        )
+        lookups = CounterMetricFamily(
+            f"{PREFIX}_server_cache_lookups",
+            "Lookups in a server cache by result (hit, miss)",
+            labels=["cache", "result"],
+        )
+        for cache in self._stats():
+            entries.add_metric([cache.name], cache.entries)
+            size.add_metric([cache.name], cache.bytes)
+            lookups.add_metric([cache.name, "hit"], cache.hits)
+            lookups.add_metric([cache.name, "miss"], cache.misses)
+        yield entries
+        yield size
+        yield lookups
 
     def describe(self) -> Iterable[Metric]:
         return []
@@ -148,6 +182,10 @@ class Metrics:
     def bind_active_runs(self, active_runs: Callable[[], float]) -> None:
         """Read the active-runs gauge from a callback from now on (e.g. the runner's count)."""
         self.active_runs.set_function(active_runs)
+
+    def bind_caches(self, stats: Callable[[], Iterable[CacheStats]]) -> None:
+        """Export the runner's caches (`runner.cache_stats`), read at scrape time."""
+        self.registry.register(_ServerCacheCollector(stats))
 
     # -- feeding -------------------------------------------------------------------------
 

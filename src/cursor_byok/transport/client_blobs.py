@@ -25,14 +25,23 @@ class ClientBlobs:
         self.max_bytes = max_bytes
         self._blobs: OrderedDict[bytes, bytes] = OrderedDict()
         self._bytes = 0
+        self.hits = 0
+        self.misses = 0
 
     def __len__(self) -> int:
         return len(self._blobs)
 
+    @property
+    def size(self) -> int:
+        return self._bytes
+
     def get(self, blob_id: bytes) -> bytes | None:
         data = self._blobs.get(blob_id)
-        if data is not None:
+        if data is None:
+            self.misses += 1
+        else:
             self._blobs.move_to_end(blob_id)
+            self.hits += 1
         return data
 
     def put(self, blob_id: bytes, data: bytes) -> bool:

@@ -41,6 +41,8 @@ class CommittedStates:
         self.max_bytes = max_bytes
         self._entries: OrderedDict[str, _Entry] = OrderedDict()
         self._bytes = 0
+        self.hits = 0  # turns that took a kept state
+        self.misses = 0  # turns of a stored conversation that had to load it
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -56,11 +58,14 @@ class CommittedStates:
         committed one."""
         entry = self._entries.get(conversation_id)
         if entry is None:
+            self.misses += 1
             return None
         if entry.version != head.version or len(entry.state.messages) != head.message_count:
             self.forget(conversation_id)
+            self.misses += 1
             return None
         self._entries.move_to_end(conversation_id)
+        self.hits += 1
         return entry.state, entry.version
 
     def remember(

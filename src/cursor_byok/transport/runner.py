@@ -227,6 +227,17 @@ class RunFailed(Exception):
         self.end = end
 
 
+@dataclass(frozen=True, slots=True)
+class CacheStats:
+    """One of the runner's in-memory caches, for /metrics."""
+
+    name: str
+    entries: int
+    bytes: int
+    hits: int
+    misses: int
+
+
 class Runner:
     """Handles runs; keeps at most one active run per conversation."""
 
@@ -238,6 +249,8 @@ class Runner:
         # call's stored delta (stored_request.py). Least recently used first; bounded in bytes.
         self._request_bases: OrderedDict[str, RequestBase] = OrderedDict()
         self._request_base_bytes = 0
+        self._request_base_hits = 0
+        self._request_base_misses = 0
         # Per conversation, the state of its last commit by this process: the next turn takes
         # it instead of loading and decoding the whole history when the store's version
         # still matches (committed_states.py).
@@ -247,9 +260,26 @@ class Runner:
 
     def request_base(self, conversation_id: str) -> RequestBase | None:
         base = self._request_bases.get(conversation_id)
-        if base is not None:
+        if base is None:
+            self._request_base_misses += 1
+        else:
             self._request_bases.move_to_end(conversation_id)
+            self._request_base_hits += 1
         return base
+
+    def cache_stats(self) -> list[CacheStats]:
+        states, blobs = self.committed_states, self.client_blobs
+        return [
+            CacheStats("committed_states", len(states), states.size, states.hits, states.misses),
+            CacheStats("client_blobs", len(blobs), blobs.size, blobs.hits, blobs.misses),
+            CacheStats(
+                "request_bases",
+                len(self._request_bases),
+                self._request_base_bytes,
+                self._request_base_hits,
+                self._request_base_misses,
+            ),
+        ]
 
     def remember_request(self, conversation_id: str, base: RequestBase) -> None:
         """Keep `base` (a committed call's request) for the conversation's next call."""
