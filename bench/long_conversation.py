@@ -32,7 +32,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -40,29 +39,14 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
-from tests.support.live import brain_config, free_port, probe_health_blocking  # noqa: E402
+from tests.support.live import brain_config  # noqa: E402
 
+import _ab as ab  # noqa: E402
 import server_overhead as so  # noqa: E402
 from cursor_byok.transport.proto import agent_pb2  # noqa: E402
 
 WINDOW = 20
-LAUNCH = "import sys; sys.path.insert(0, sys.argv.pop(1)); from cursor_byok.cli import main; sys.exit(main(sys.argv[1:]))"  # noqa: E501
 CODE_LINE = "    result = compute(items[index], options.get('mode', 'fast'))  # keep order\n"
-
-
-@contextlib.contextmanager
-def source(ref: str | None) -> Iterator[Path]:
-    if ref is None:
-        yield REPO / "src"
-        return
-    tree = Path(tempfile.mkdtemp(prefix="longconv-"))
-    subprocess.run(
-        ["git", "-C", str(REPO), "worktree", "add", "-q", "--detach", str(tree), ref], check=True
-    )
-    try:
-        yield tree / "src"
-    finally:
-        subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(tree)])
 
 
 @contextlib.contextmanager
@@ -71,24 +55,9 @@ def server(src: Path, upstream_url: str, db_dir: Path) -> Iterator[tuple[int, in
     work = Path(tempfile.mkdtemp(dir=db_dir))
     config = work / "cursor-byok.toml"
     config.write_text(brain_config(upstream_url, db=work / "byok.db"))
-    port = free_port()
-    cmd = [sys.executable, "-c", LAUNCH, str(src), "serve", "--config", str(config)]
-    proc = subprocess.Popen(
-        [*cmd, "--port", str(port)],
-        cwd=work,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        t0 = time.monotonic()
-        while not probe_health_blocking("127.0.0.1", port):
-            if proc.poll() is not None or time.monotonic() - t0 > 30:
-                raise RuntimeError(f"the server from {src} did not start")
-            time.sleep(0.05)
-        yield port, proc.pid
-    finally:
-        proc.terminate()
-        proc.wait(10)
+    cmd = [sys.executable, "-c", ab.LAUNCH, str(src), "serve", "--config", str(config)]
+    with so.launched_process(cmd, work, f"the server from {src}") as server:
+        yield server
 
 
 def envelope_hex(conversation_id: str, text: str) -> str:
@@ -149,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
         upstream_url, _ = stack.enter_context(so.upstream_process())
         servers = {}
         for name, ref in versions.items():
-            src = stack.enter_context(source(ref))
+            src = stack.enter_context(ab.source(ref or str(REPO / "src")))
             servers[name] = stack.enter_context(server(src, upstream_url, db_dir))
         conversations = {name: f"long-{os.urandom(6).hex()}" for name in versions}
         names = list(versions)

@@ -85,6 +85,15 @@ def launched(
 ) -> Iterator[int]:
     """A server started as `cmd --port PORT` on a free port, healthy when entered, stopped
     after; `what` names it when it does not start."""
+    with launched_process(cmd, work, what, env) as (port, _):
+        yield port
+
+
+@contextlib.contextmanager
+def launched_process(
+    cmd: list[str], work: Path, what: str, env: dict[str, str] | None = None
+) -> Iterator[tuple[int, int]]:
+    """`launched`, yielding (port, pid): for benchmarks that read the server's CPU time."""
     from tests.support.live import free_port, probe_health_blocking
 
     port = free_port()
@@ -101,7 +110,7 @@ def launched(
             if proc.poll() is not None or time.monotonic() - t0 > 30:
                 raise RuntimeError(f"{what} did not start")
             time.sleep(0.05)
-        yield port
+        yield port, proc.pid
     finally:
         proc.terminate()
         proc.wait(10)
