@@ -21,7 +21,7 @@ from cursor_byok.llm.openai_responses import OpenAIResponsesAdapter
 from cursor_byok.llm.settings import ProviderSettings
 from cursor_byok.llm.sse import SSEParser
 
-FIXTURES = Path(__file__).resolve().parents[1].parent / "shared" / "fixtures" / "providers"
+FIXTURES = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "providers"
 ADAPTERS: list[tuple[str, type[HttpAdapter], str]] = [
     ("openai-chat", OpenAIChatAdapter, "openai-chat"),
     ("openai-responses", OpenAIResponsesAdapter, "openai-responses"),

@@ -1,7 +1,7 @@
 // The benchmark's second client, in Node: HTTP/2 Connect `Run` through our server (Node's
 // http2, nghttp2 underneath) and the same upstream consumed directly over HTTP/1.1 (Node's
 // http, keep-alive). The Cursor IDE is an Electron (Node) app and the third-party client in
-// ../shared/realclient runs on Bun, so this is closer to what real clients cost than a
+// tests/realclient runs on Bun, so this is closer to what real clients cost than a
 // pure-Python HTTP/2 client; both paths use the same runtime, so the difference is the
 // server's.
 //

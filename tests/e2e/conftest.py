@@ -10,9 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.live import ServerProcess, ThreadedUpstream, brain_config, server_process
-from tests.support.upstream import SHARED, FakeUpstream
-
-SETUP = SHARED / "realclient" / "setup.sh"
+from tests.support.upstream import FakeUpstream
 
 
 @pytest.fixture(scope="module")
@@ -28,21 +26,6 @@ def server(
     work = tmp_path_factory.mktemp("server")
     with server_process(brain_config(upstream.base_url, db=work / "byok.db"), work) as srv:
         yield srv
-
-
-@pytest.fixture(scope="session")
-def realclient() -> Path:
-    """The oh-my-pi client installed by ../shared/realclient/setup.sh (cached per machine)."""
-    if not SETUP.is_file():
-        pytest.fail(f"{SETUP} is missing: the shared folder must sit beside the repository")
-    proc = subprocess.run(
-        ["bash", str(SETUP)], capture_output=True, text=True, timeout=600, check=False
-    )
-    if proc.returncode != 0:
-        pytest.fail(f"realclient setup failed:\n{proc.stderr[-3000:]}", pytrace=False)
-    folder = Path(proc.stdout.strip().splitlines()[-1])
-    assert (folder / "drive.ts").is_file(), folder
-    return folder
 
 
 def bun(folder: Path) -> str:

@@ -1,4 +1,4 @@
-"""Real Cursor IDE run_request captures (../shared/fixtures/cursor/*.jsonl), replayed byte for
+"""Real Cursor IDE run_request captures (tests/fixtures/cursor/*.jsonl), replayed byte for
 byte as BidiAppend #0 over the shim against the REAL server process and runner.
 
 (a) With the default brain config (grok-4.6 is not configured): the run ends with an error
@@ -22,11 +22,12 @@ import pytest
 
 from cursor_byok.transport.proto import agent_pb2, aiserver_pb2
 from tests.e2e.test_shim import ShimRun, content_text, http
+from tests.paths import CURSOR_FIXTURES
 from tests.support import connect_client as cc
 from tests.support.live import ServerProcess, brain_config, server_process
-from tests.support.upstream import SHARED, FakeUpstream
+from tests.support.upstream import FakeUpstream
 
-FIXTURES = SHARED / "fixtures" / "cursor"
+FIXTURES = CURSOR_FIXTURES
 CAPTURES = sorted(p.stem.removeprefix("ide-run-request-") for p in FIXTURES.glob("*.jsonl"))
 CAPTURE_WORKSPACE = "/Users/leokun/Documents/cursor-byok"
 RULE_MARKER = "RULE-E2E-MARKER: answer in plain words"
@@ -215,5 +216,5 @@ def test_configured_model_completes_the_turn(
     assert messages[-1]["role"] == "user" and capture.text in content_text(messages[-1]["content"])
 
 
-def test_fixture_dir_is_shared() -> None:
+def test_fixture_dir_is_in_the_repository() -> None:
     assert Path(FIXTURES).is_dir()

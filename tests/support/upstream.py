@@ -13,14 +13,12 @@ import contextlib
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass, field
-from pathlib import Path
 
-SHARED = Path(__file__).resolve().parents[2].parent / "shared"
-PROVIDER_FIXTURES = SHARED / "fixtures" / "providers"
+from tests.paths import PROVIDER_FIXTURES
 
 
 def fixture_bytes(api_dir: str, name: str) -> bytes:
-    """A recorded provider stream from ../shared/fixtures/providers/<api_dir>/<name>."""
+    """A recorded provider stream from tests/fixtures/providers/<api_dir>/<name>."""
     return (PROVIDER_FIXTURES / api_dir / name).read_bytes()
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import re
-from pathlib import Path
 
 import msgspec
 import pytest
@@ -15,8 +14,9 @@ from cursor_byok.llm import canonical
 from cursor_byok.loop.tools import NATIVE_TOOL_NAMES
 from cursor_byok.transport import context as cx
 from cursor_byok.transport.proto import agent_pb2 as a
+from tests.paths import CURSOR_FIXTURES
 
-FIXTURES = Path(__file__).resolve().parents[2].parent / "shared" / "fixtures" / "cursor"
+FIXTURES = CURSOR_FIXTURES
 NAME_RE = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-from pathlib import Path
 
 import pytest
 
@@ -27,8 +26,9 @@ from cursor_byok.llm.types import AssistantMessage, ImageContent, TextContent, T
 from cursor_byok.transport import dialect as d
 from cursor_byok.transport.proto import agent_pb2 as a
 from cursor_byok.transport.proto import aiserver_pb2 as ai
+from tests.paths import CURSOR_FIXTURES
 
-FIXTURES = Path(__file__).resolve().parents[2].parent / "shared" / "fixtures" / "cursor"
+FIXTURES = CURSOR_FIXTURES
 CONVERSATION = "7d302826-58c8-44df-bd26-9471bea65c4e"
 WORKSPACE = "/Users/leokun/Documents/cursor-byok"
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,9 +16,9 @@ from google.protobuf.message import Message
 from google.protobuf.unknown_fields import UnknownFieldSet
 
 from cursor_byok.transport.proto import agent_pb2 as a
+from tests.paths import CURSOR_FIXTURES
 
-# shared/ is a sibling of the repo root, in this checkout and in any fresh clone.
-FIXTURES = Path(__file__).resolve().parents[2].parent / "shared" / "fixtures" / "cursor"
+FIXTURES = CURSOR_FIXTURES
 WORKSPACE = "/Users/leokun/Documents/cursor-byok"
 PROJECT = "/Users/leokun/.cursor/projects/Users-leokun-Documents-cursor-byok"
 

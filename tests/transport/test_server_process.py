@@ -321,15 +321,11 @@ async def test_in_process_startup_time() -> None:
     assert sorted(times)[1] < 2.0
 
 
-REALCLIENT = Path.home() / ".cache" / "cursor-realclient"
-
-
 @pytest.mark.realclient
-async def test_realclient_turn_against_echo_handler() -> None:
+async def test_realclient_turn_against_echo_handler(realclient: Path) -> None:
     """oh-my-pi's Cursor provider (a client we did not write) completes a turn over h2c."""
+    REALCLIENT = realclient
     bun = REALCLIENT / "node_modules" / ".bin" / "bun"
-    if not bun.exists() or not (REALCLIENT / "drive.ts").exists():
-        pytest.skip("real client not installed (../shared/realclient/setup.sh)")
 
     config = parse_config(f'[server]\nhost = "127.0.0.1"\n{MODELS}')
     async with running_server(config, cc.echo_handler) as srv:
