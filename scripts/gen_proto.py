@@ -1,35 +1,23 @@
-"""Regenerate the protobuf and Connect modules in src/cursor_byok/transport/proto/.
+"""Regenerate the protobuf modules in src/cursor_byok/transport/cursor/proto/.
 
 Run `python scripts/gen_proto.py` after editing a .proto file and commit the output. Only PyPI
-tools run here (grpcio-tools' protoc and protoc-gen-connectrpc), so generation needs no network.
+tools run here (grpcio-tools' protoc), so generation needs no network.
 The .proto files sit at their package path under src/ and protoc runs with `-I src`, which makes
-the generated imports read `from cursor_byok.transport.proto import agent_pb2`.
+the generated imports read `from cursor_byok.transport.cursor.proto import agent_pb2`.
 """
 
 from __future__ import annotations
 
 import argparse
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 SRC = REPO / "src"
-PROTO_PKG = Path("cursor_byok/transport/proto")
+PROTO_PKG = Path("cursor_byok/transport/cursor/proto")
 PROTO_FILES = ("agent.proto", "aiserver.proto")
-GENERATED_SUFFIXES = ("_pb2.py", "_pb2.pyi", "_connect.py")
-
-
-def _plugin_path() -> str:
-    """Prefer the plugin installed beside this interpreter, so the venv's version is used."""
-    local = Path(sys.executable).parent / "protoc-gen-connectrpc"
-    if local.exists():
-        return str(local)
-    found = shutil.which("protoc-gen-connectrpc")
-    if found is None:
-        raise SystemExit("protoc-gen-connectrpc not found; pip install protoc-gen-connectrpc")
-    return found
+GENERATED_SUFFIXES = ("_pb2.py", "_pb2.pyi")
 
 
 def _well_known_include() -> str:
@@ -40,7 +28,7 @@ def _well_known_include() -> str:
 
 
 def generate(out_root: Path) -> list[Path]:
-    """Write generated modules under out_root/cursor_byok/transport/proto; return their paths."""
+    """Write generated modules under out_root/cursor_byok/transport/cursor/proto; return their paths."""
     out_root.mkdir(parents=True, exist_ok=True)
     args = [
         sys.executable,
@@ -50,9 +38,6 @@ def generate(out_root: Path) -> list[Path]:
         f"-I{_well_known_include()}",
         f"--python_out={out_root}",
         f"--pyi_out={out_root}",
-        f"--plugin=protoc-gen-connectrpc={_plugin_path()}",
-        f"--connectrpc_out={out_root}",
-        "--connectrpc_opt=protobuf=google",
         *(str(PROTO_PKG / name) for name in PROTO_FILES),
     ]
     subprocess.run(args, check=True, cwd=REPO)

@@ -9,7 +9,7 @@ import httpx
 import pytest
 
 from cursor_byok.config import parse_config
-from cursor_byok.transport.proto import agent_pb2
+from cursor_byok.transport.cursor.proto import agent_pb2
 from tests.support.connect_client import unary
 from tests.support.live import REPO, server_process
 

@@ -10,7 +10,7 @@ import uuid
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from cursor_byok.transport.proto import agent_pb2 as a
+from cursor_byok.transport.cursor.proto import agent_pb2 as a
 from tests.e2e.test_shim import ShimRun, content_text, http
 from tests.support.live import ServerProcess
 from tests.support.upstream import FakeUpstream

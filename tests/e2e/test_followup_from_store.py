@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from cursor_byok.llm.types import AssistantMessage, UserMessage
-from cursor_byok.transport.proto import agent_pb2 as a
+from cursor_byok.transport.cursor.proto import agent_pb2 as a
 from tests.e2e.test_crash_recovery import (
     ScriptedClient,
     ShimRun,

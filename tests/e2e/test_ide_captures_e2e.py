@@ -20,7 +20,7 @@ from typing import Any
 import httpx
 import pytest
 
-from cursor_byok.transport.proto import agent_pb2, aiserver_pb2
+from cursor_byok.transport.cursor.proto import agent_pb2, aiserver_pb2
 from tests.e2e.test_shim import ShimRun, content_text, http
 from tests.paths import CURSOR_FIXTURES
 from tests.support import connect_client as cc

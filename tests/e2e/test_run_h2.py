@@ -8,7 +8,7 @@ import contextlib
 import struct
 from collections.abc import AsyncIterator
 
-from cursor_byok.transport.proto import agent_pb2, aiserver_pb2
+from cursor_byok.transport.cursor.proto import agent_pb2, aiserver_pb2
 from tests.e2e.test_shim import (
     Reader,
     cancel,

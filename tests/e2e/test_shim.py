@@ -21,7 +21,7 @@ from typing import Any, Protocol
 import httpx
 import pytest
 
-from cursor_byok.transport.proto import agent_pb2, aiserver_pb2
+from cursor_byok.transport.cursor.proto import agent_pb2, aiserver_pb2
 from tests.support import connect_client as cc
 from tests.support.brain import answer, text_reply
 from tests.support.live import ServerProcess, brain_config, server_process

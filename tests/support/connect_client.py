@@ -32,7 +32,7 @@ import h2.settings
 import httpx
 
 from cursor_byok.transport.channel import EndError, RunChannel
-from cursor_byok.transport.proto import agent_pb2, aiserver_pb2
+from cursor_byok.transport.cursor.proto import agent_pb2, aiserver_pb2
 from cursor_byok.transport.sessions import RunStartInfo
 
 RUN = "/agent.v1.AgentService/Run"

@@ -13,7 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from cursor_byok.transport import connect as c
-from cursor_byok.transport.proto import aiserver_pb2
+from cursor_byok.transport.cursor.proto import aiserver_pb2
 
 
 def test_envelope_layout() -> None:

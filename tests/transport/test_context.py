@@ -13,7 +13,7 @@ from google.protobuf import json_format, struct_pb2
 from cursor_byok.llm import canonical
 from cursor_byok.loop.tools import NATIVE_TOOL_NAMES
 from cursor_byok.transport import context as cx
-from cursor_byok.transport.proto import agent_pb2 as a
+from cursor_byok.transport.cursor.proto import agent_pb2 as a
 from tests.paths import CURSOR_FIXTURES
 
 FIXTURES = CURSOR_FIXTURES

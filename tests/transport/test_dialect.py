@@ -24,8 +24,8 @@ from cursor_byok.llm.events import (
 )
 from cursor_byok.llm.types import AssistantMessage, ImageContent, TextContent, ToolCall, Usage
 from cursor_byok.transport import dialect as d
-from cursor_byok.transport.proto import agent_pb2 as a
-from cursor_byok.transport.proto import aiserver_pb2 as ai
+from cursor_byok.transport.cursor.proto import agent_pb2 as a
+from cursor_byok.transport.cursor.proto import aiserver_pb2 as ai
 from tests.paths import CURSOR_FIXTURES
 
 FIXTURES = CURSOR_FIXTURES

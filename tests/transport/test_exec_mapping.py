@@ -21,7 +21,7 @@ from cursor_byok.transport.exec_mapping import (
     format_read,
     sanitize_tool_call_id,
 )
-from cursor_byok.transport.proto import agent_pb2 as a
+from cursor_byok.transport.cursor.proto import agent_pb2 as a
 
 T0 = 1_700_000_000_000
 

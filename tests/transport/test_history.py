@@ -24,7 +24,7 @@ from cursor_byok.llm.types import (
 )
 from cursor_byok.transport import dialect as d
 from cursor_byok.transport import history as h
-from cursor_byok.transport.proto import agent_pb2 as a
+from cursor_byok.transport.cursor.proto import agent_pb2 as a
 
 PNG = "iVBORw0KGgo="
 

@@ -15,7 +15,7 @@ from google.protobuf.json_format import MessageToDict
 from google.protobuf.message import Message
 from google.protobuf.unknown_fields import UnknownFieldSet
 
-from cursor_byok.transport.proto import agent_pb2 as a
+from cursor_byok.transport.cursor.proto import agent_pb2 as a
 from tests.paths import CURSOR_FIXTURES
 
 FIXTURES = CURSOR_FIXTURES

@@ -12,11 +12,11 @@ from google.protobuf import struct_pb2
 from google.protobuf.message import DecodeError
 from google.protobuf.unknown_fields import UnknownFieldSet
 
-from cursor_byok.transport.proto import agent_pb2 as a
-from cursor_byok.transport.proto import aiserver_pb2 as ai
+from cursor_byok.transport.cursor.proto import agent_pb2 as a
+from cursor_byok.transport.cursor.proto import aiserver_pb2 as ai
 
 REPO = Path(__file__).resolve().parents[2]
-PROTO_DIR = REPO / "src" / "cursor_byok" / "transport" / "proto"
+PROTO_DIR = REPO / "src" / "cursor_byok" / "transport" / "cursor" / "proto"
 
 
 def _load_gen_proto() -> ModuleType:
@@ -57,10 +57,10 @@ def ld(field: int, *parts: bytes | str) -> bytes:
 def test_regenerating_gives_identical_files(tmp_path: Path) -> None:
     generated = _load_gen_proto().generate(tmp_path)
     committed = sorted(
-        p for p in PROTO_DIR.iterdir() if p.name.endswith(("_pb2.py", "_pb2.pyi", "_connect.py"))
+        p for p in PROTO_DIR.iterdir() if p.name.endswith(("_pb2.py", "_pb2.pyi"))
     )
     assert [p.name for p in generated] == [p.name for p in committed]
-    assert len(committed) == 6
+    assert len(committed) == 4
     for new, old in zip(generated, committed, strict=True):
         assert new.read_bytes() == old.read_bytes(), (
             f"{old.name} is stale: run scripts/gen_proto.py"

@@ -17,7 +17,7 @@ import httpx
 import pytest
 
 from cursor_byok.config import Config, parse_config
-from cursor_byok.transport.proto import agent_pb2, aiserver_pb2
+from cursor_byok.transport.cursor.proto import agent_pb2, aiserver_pb2
 from cursor_byok.transport.server import RunningServer, running_server
 from cursor_byok.transport.sessions import RunHandler, TransportLimits
 from tests.support import connect_client as cc

@@ -20,7 +20,7 @@ import httpx
 import pytest
 
 from cursor_byok.config import ConfigError, parse_config
-from cursor_byok.transport.proto import agent_pb2
+from cursor_byok.transport.cursor.proto import agent_pb2
 from cursor_byok.transport.server import (
     ListenError,
     bind_address,

@@ -8,7 +8,7 @@ import pytest
 
 from cursor_byok.transport.channel import EndError, RunChannel
 from cursor_byok.transport.connect import ConnectError
-from cursor_byok.transport.proto import agent_pb2
+from cursor_byok.transport.cursor.proto import agent_pb2
 from cursor_byok.transport.sessions import RunStartInfo, Session, SessionRegistry, TransportLimits
 from tests.support.connect_client import cancel, heartbeat, run_request, text_delta
 

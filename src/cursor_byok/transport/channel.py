@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-from .proto import agent_pb2
+from .cursor.proto import agent_pb2
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from .dialect import ClientEvent, KvReply
-from .proto import agent_pb2
+from .cursor.proto import agent_pb2
 
 
 def set_blob_ok(reply: ClientEvent) -> bool:

@@ -32,7 +32,7 @@ from ..llm.canonical import sorted_value
 from ..llm.types import ToolDefinition
 from ..loop.context import Environment, TurnContext
 from ..loop.tools import NATIVE_TOOL_NAMES
-from .proto import agent_pb2
+from .cursor.proto import agent_pb2
 
 __all__ = [
     "GIT_SUMMARY_LIMIT",

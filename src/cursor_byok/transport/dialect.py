@@ -46,7 +46,7 @@ from .history import (
     history_from_root_prompt_blobs,
     history_from_turn_blobs,
 )
-from .proto import agent_pb2, aiserver_pb2
+from .cursor.proto import agent_pb2, aiserver_pb2
 
 __all__ = [
     "EMPTY_BLOB_ID",

@@ -36,7 +36,7 @@ from google.protobuf import (  # type: ignore[import-untyped,unused-ignore]
 from ..llm.types import ImageContent, TextContent, ToolCall, ToolResultMessage, UserContent
 from ..loop.tools import NATIVE_TOOL_NAMES
 from .context import McpIndex, McpTool
-from .proto import agent_pb2
+from .cursor.proto import agent_pb2
 
 __all__ = [
     "DEFAULT_SHELL_TIMEOUT_MS",

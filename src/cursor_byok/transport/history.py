@@ -39,7 +39,7 @@ from ..llm.types import (
     UserContent,
     UserMessage,
 )
-from .proto import agent_pb2
+from .cursor.proto import agent_pb2
 
 __all__ = [
     "CURSOR_API",

@@ -14,7 +14,7 @@ from google.protobuf.message import Message  # type: ignore[import-untyped,unuse
 
 from .. import __version__
 from ..config import Config, Model
-from .proto import agent_pb2, aiserver_pb2
+from .cursor.proto import agent_pb2, aiserver_pb2
 
 INT32_MAX = 2**31 - 1
 

@@ -84,7 +84,7 @@ from .client_blobs import ClientBlobs
 from .committed_states import CommittedStates
 from .context import McpIndex
 from .exec_mapping import Finished, Send, ToolExecution
-from .proto import agent_pb2
+from .cursor.proto import agent_pb2
 from .stored_request import RequestBase, StoredRequestError, encode_request, load_request
 
 log = logging.getLogger("cursor_byok.runner")

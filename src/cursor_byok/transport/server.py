@@ -54,7 +54,7 @@ from .connect import (
     end_stream_frame,
     grpc_web_trailers_frame,
 )
-from .proto import agent_pb2, aiserver_pb2
+from .cursor.proto import agent_pb2, aiserver_pb2
 from .rpc import UNARY_METHODS, UnaryContext
 from .rsgi import WRITE_NOWAIT, RsgiBridge
 from .sessions import RunHandler, Session, SessionRegistry, TransportLimits

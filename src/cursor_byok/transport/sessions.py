@@ -25,7 +25,7 @@ from typing import Literal, Protocol
 from .channel import EndError, Incoming, RunChannel
 from .connect import DEFAULT_MAX_FRAME, ERROR_DETAILS_TYPE, ConnectError, ErrorDetail
 from .connect import encode_envelope as _envelope
-from .proto import agent_pb2
+from .cursor.proto import agent_pb2
 
 log = logging.getLogger(__name__)
 

@@ -1,4 +1,4 @@
-from cursor_byok.transport.proto import agent_pb2 as _agent_pb2
+from cursor_byok.transport.cursor.proto import agent_pb2 as _agent_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from google.protobuf import descriptor as _descriptor
