@@ -43,7 +43,7 @@ from tests.support.live import brain_config  # noqa: E402
 
 import _ab as ab  # noqa: E402
 import server_overhead as so  # noqa: E402
-from cursor_byok.transport.proto import agent_pb2  # noqa: E402
+from cursor_byok.transport.cursor.proto import agent_pb2  # noqa: E402
 
 WINDOW = 20
 CODE_LINE = "    result = compute(items[index], options.get('mode', 'fast'))  # keep order\n"

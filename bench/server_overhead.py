@@ -47,10 +47,10 @@ import httpx  # noqa: E402
 from tests.support import connect_client as cc  # noqa: E402
 from tests.support.live import ServerProcess, brain_config, server_process  # noqa: E402
 
-from cursor_byok.transport.proto import agent_pb2  # noqa: E402
-from cursor_byok.transport.server import (  # noqa: E402
+from cursor_byok.launch import (  # noqa: E402
     server_process as transport_server_process,
 )
+from cursor_byok.transport.cursor.proto import agent_pb2  # noqa: E402
 
 HARD_LIMIT_S = 170
 CLK_TCK = os.sysconf("SC_CLK_TCK")

@@ -35,7 +35,7 @@ from cursor_byok.llm.types import (
     ToolResultMessage,
     UserMessage,
 )
-from cursor_byok.transport.stored_request import (
+from cursor_byok.transport.runtime.stored_request import (
     RequestBase,
     encode_request,
     encode_whole,

@@ -8,13 +8,13 @@ import logging
 from dataclasses import dataclass
 
 from .config import Config
+from .launch import ListenError, check_bind, serve_async, url_of
 from .llm.registry import LLMRegistry
 from .observability.logs import install_redaction, secrets_of, setup_logging
 from .observability.routes import Observability
 from .store.errors import StoreError
 from .store.sqlite import SQLiteStore
-from .transport.runner import Runner, RunnerServices
-from .transport.server import ListenError, check_bind, serve_async, url_of
+from .transport.runtime import Runner, RunnerServices
 
 log = logging.getLogger("cursor_byok")
 
@@ -32,9 +32,16 @@ class App:
         store = await SQLiteStore.open(database or config.server.database)
         registry = LLMRegistry()
         obs = Observability(config, store)
-        services = RunnerServices.from_config(config, store, registry)
-        services.on_llm_call = obs.on_llm_call
-        services.on_run_end = obs.on_run_end
+        services = RunnerServices(
+            models=config.models,
+            store=store,
+            llm_for=lambda m: registry.llm(m.provider),
+            tool_timeout_s=config.server.tool_timeout_s,
+            fsync_model_calls=config.server.fsync_model_calls,
+            on_llm_call=obs.on_llm_call,
+            on_run_end=obs.on_run_end,
+            on_unknown_event=obs.metrics.observe_unknown_event,
+        )
         runner = Runner(services)
         obs.metrics.bind_active_runs(lambda: runner.active_runs)
         obs.metrics.bind_caches(runner.cache_stats)

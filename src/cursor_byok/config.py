@@ -14,7 +14,21 @@ from typing import Any, get_args
 
 import msgspec
 
+from .llm.models import Model, Prices
 from .llm.settings import Api, ModelSettings, ProviderSettings, ReasoningEffort
+
+__all__ = [
+    "CONFIG_ENV",
+    "Config",
+    "ConfigError",
+    "Model",
+    "Prices",
+    "ServerConfig",
+    "is_loopback",
+    "load_config",
+    "parse_config",
+    "port_number",
+]
 
 CONFIG_ENV = "CURSOR_BYOK_CONFIG"
 APIS: tuple[str, ...] = tuple(a for a in get_args(Api) if a != "faux")
@@ -40,6 +54,8 @@ class ServerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     # time is added to every first token). false: that commit survives a crash of the server
     # at once and a power loss from the next tool or end-of-turn commit on.
     fsync_model_calls: bool = False
+    # HTTP/2 streams (runs) one client connection may have open at once.
+    http2_max_concurrent_streams: int = 1024
 
     def __repr__(self) -> str:
         token = "set" if self.auth_token else "unset"
@@ -57,15 +73,6 @@ class ProviderConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 
     def __repr__(self) -> str:
         return f"ProviderConfig(api={self.api!r}, base_url={self.base_url!r})"
-
-
-class Prices(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
-    """USD per million tokens."""
-
-    input: float = 0.0
-    output: float = 0.0
-    cache_read: float = 0.0
-    cache_write: float = 0.0
 
 
 class ModelConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -97,17 +104,6 @@ DEFAULT_BASE_URLS = {
 }
 
 
-class Model(msgspec.Struct, frozen=True):
-    """One model as clients see it, resolved against its provider."""
-
-    id: str
-    display_name: str
-    provider: ProviderSettings
-    settings: ModelSettings
-    context_window: int
-    prices: Prices | None
-
-
 class Config(msgspec.Struct, frozen=True):
     server: ServerConfig
     providers: dict[str, ProviderSettings]
@@ -118,7 +114,8 @@ class Config(msgspec.Struct, frozen=True):
         return self.models.get(model_id)
 
 
-def _is_loopback(host: str) -> bool:
+def is_loopback(host: str) -> bool:
+    """Whether `host` names this machine's loopback interface only."""
     if host in ("localhost", "localhost.localdomain"):
         return True
     try:
@@ -147,7 +144,7 @@ def parse_config(
     server = raw.server
     if not 0 < server.port < 65536:
         raise ConfigError(f"{where}server.port must be 1-65535, got {server.port}")
-    if not _is_loopback(server.host) and not server.auth_token:
+    if not is_loopback(server.host) and not server.auth_token:
         raise ConfigError(
             f"{where}server.auth_token is required when server.host is not loopback "
             f"({server.host!r}); set a token or bind to 127.0.0.1"
@@ -156,6 +153,8 @@ def parse_config(
         raise ConfigError(f"{where}server.certificate and server.private_key go together")
     if not 0 < server.tool_timeout_s <= 86400:
         raise ConfigError(f"{where}server.tool_timeout_s must be between 0 and 86400 seconds")
+    if not 1 <= server.http2_max_concurrent_streams <= 100_000:
+        raise ConfigError(f"{where}server.http2_max_concurrent_streams must be 1-100000")
     if server.log_format not in ("text", "json"):
         raise ConfigError(f"{where}server.log_format must be 'text' or 'json'")
 

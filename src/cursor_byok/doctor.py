@@ -301,7 +301,7 @@ async def check_provider(
 
 def check_listen(host: str, port: int) -> Check:
     """Whether `serve` could listen on server.host:server.port right now."""
-    from .transport.server import ListenError, bind_address
+    from .launch import ListenError, bind_address
 
     name = "address"
     try:

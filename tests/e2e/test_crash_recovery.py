@@ -40,11 +40,11 @@ import pytest
 
 from cursor_byok.app import App
 from cursor_byok.config import parse_config
+from cursor_byok.launch import free_port, running_server
 from cursor_byok.llm import canonical
 from cursor_byok.llm.types import AssistantMessage, ToolResultMessage, UserMessage
 from cursor_byok.transport.cursor.proto import agent_pb2 as a
 from cursor_byok.transport.cursor.proto import aiserver_pb2
-from cursor_byok.transport.server import free_port, running_server
 from tests.support.connect_client import RUNSSE, StreamResult, append, envelope, split_frames
 from tests.support.live import ServerProcess, ThreadedUpstream, brain_config, server_process
 from tests.support.upstream import FakeUpstream, Received, Reply

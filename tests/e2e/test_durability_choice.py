@@ -15,8 +15,8 @@ import pytest
 
 from cursor_byok.app import App
 from cursor_byok.config import parse_config
+from cursor_byok.launch import running_server
 from cursor_byok.transport.cursor.proto import agent_pb2
-from cursor_byok.transport.server import running_server
 from tests.support import connect_client as cc
 from tests.support.live import ThreadedUpstream, brain_config
 from tests.support.upstream import FakeUpstream

@@ -20,7 +20,9 @@ from pathlib import Path
 import pytest
 
 from cursor_byok.llm.types import AssistantMessage, UserMessage
+from cursor_byok.loop import ConversationState, Span
 from cursor_byok.transport.cursor.proto import agent_pb2 as a
+from cursor_byok.transport.runtime import records
 from tests.e2e.test_crash_recovery import (
     ScriptedClient,
     ShimRun,
@@ -156,9 +158,23 @@ async def test_client_checkpoint_behind_ours_means_rewind_and_the_client_wins(
         ("user", "turn four"),
     ]
 
+    # Nothing is deleted: the log keeps the abandoned turns, and the conversation's active
+    # history is the view the rewind made: turn one, then what came after the rewind.
     messages = decoded(db_messages(db_path(server), conv))
-    assert [type(m) for m in messages] == [UserMessage, AssistantMessage] * 2
     assert [m.text for m in messages] == [
+        "turn one",
+        "You said: turn one",
+        "turn two",
+        "You said: turn two",
+        "turn three",
+        "You said: turn three",
+        "turn four",
+        "You said: turn four",
+    ]
+    state = stored_state(db_path(server), conv)
+    assert state.view == (Span(0, 2), Span(6))
+    assert [type(m) for m in state.messages] == [UserMessage, AssistantMessage] * 2
+    assert [m.text for m in state.messages] == [
         "turn one",
         "You said: turn one",
         "turn four",
@@ -168,7 +184,7 @@ async def test_client_checkpoint_behind_ours_means_rewind_and_the_client_wins(
         rewinds = conn.execute(
             "SELECT keep, previous_count FROM message_rewinds WHERE conversation_id = ?", (conv,)
         ).fetchall()
-    assert rewinds == [(2, 6)]
+    assert rewinds == []  # rewinds no longer delete rows, so none is recorded as one
 
     # The checkpoint after the rewound turn continues from turn one.
     after = latest_checkpoint(run4)
@@ -183,4 +199,17 @@ async def test_client_checkpoint_behind_ours_means_rewind_and_the_client_wins(
         ("user", "turn four"),
         ("assistant", "You said: turn four"),
     ]
-    assert len(db_messages(db_path(server), conv)) == 6
+    assert len(db_messages(db_path(server), conv)) == 10
+    assert [m.text for m in stored_state(db_path(server), conv).messages][4:] == [
+        "turn five",
+        "You said: turn five",
+    ]
+
+
+def stored_state(db: Path, conversation_id: str) -> ConversationState:
+    """The conversation's committed state as the server stored it, history included."""
+    with db_reader(db) as conn:
+        (state,) = conn.execute(
+            "SELECT state FROM conversations WHERE conversation_id = ?", (conversation_id,)
+        ).fetchone()
+    return records.decode_state(state, tuple(db_messages(db, conversation_id)))

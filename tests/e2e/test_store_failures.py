@@ -24,8 +24,8 @@ import pytest
 
 from cursor_byok.app import App
 from cursor_byok.config import parse_config
+from cursor_byok.launch import probe_health_blocking, running_server
 from cursor_byok.transport.cursor.proto import agent_pb2 as a
-from cursor_byok.transport.server import probe_health_blocking, running_server
 from tests.e2e.test_crash_recovery import (
     ScriptedClient,
     ShimRun,

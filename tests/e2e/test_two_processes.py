@@ -12,7 +12,7 @@ from pathlib import Path
 
 from cursor_byok.llm import canonical
 from cursor_byok.llm.types import AssistantMessage, UserMessage
-from cursor_byok.transport.stored_request import is_delta, load_request
+from cursor_byok.transport.runtime.stored_request import is_delta, load_request
 from tests.e2e.test_crash_recovery import requests_with
 from tests.e2e.test_shim import ShimRun, http, is_text, run_request, unique
 from tests.support.live import brain_config, server_process

@@ -21,8 +21,8 @@ from cursor_byok.llm.wire import (
     WireTimeout,
     proxy_configured,
 )
+from tests.app.test_launch import make_ca_and_leaf
 from tests.llm.test_http import ToyAdapter
-from tests.transport.test_server_process import make_ca_and_leaf
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter, int], Awaitable[None]]
 

@@ -1,5 +1,8 @@
 """Design §17.1 as properties: determinism and append-only history over random input sequences.
 
+The log (every committed message) only ever grows; the active history is always the view over
+it, and grows too except when a rewind restores an earlier turn's view.
+
 Two generators: a protocol-following simulator (streams that a real adapter would produce, with
 duplicate and stale inputs, steering and cancels mixed in), and a chaos generator that feeds
 arbitrary inputs in arbitrary order.
@@ -32,8 +35,15 @@ from cursor_byok.loop import (
     Failed,
     Input,
     LLMEvent,
+    LostCause,
+    Resume,
+    Rewind,
     RuntimeState,
+    Span,
     Start,
+    Supersede,
+    ToolLost,
+    ToolOperation,
     ToolResult,
     Transition,
     TurnContext,
@@ -41,6 +51,7 @@ from cursor_byok.loop import (
     WaitInput,
     transition,
 )
+from cursor_byok.loop import view as views
 from tests.loop.loop_helpers import user
 
 PROPERTY_SETTINGS = settings(
@@ -109,6 +120,7 @@ class Run:
     transitions: list[Transition] = field(default_factory=list)
     ignorable: list[bool] = field(default_factory=list)  # inputs that must change nothing
     state: RuntimeState = field(default_factory=lambda: RuntimeState.new("p"))
+    turn_ends: list[tuple[Span, ...]] = field(default_factory=list)  # closed views at idle
 
     def push(self, item: Input, *, ignored: bool = False) -> Transition:
         t = transition(self.state, item)
@@ -242,9 +254,21 @@ def check_run(run: Run) -> None:
         assert again == t
         assert _comparable(again) == _comparable(t)
         old, new = state.committed.messages, t.state.committed.messages
-        # Append-only, checked on canonical bytes.
-        assert new[: len(old)] == old
-        assert encode_messages(new).startswith(encode_messages(old))
+        old_log, new_log = state.committed.log, t.state.committed.log
+        # The log is append-only, checked on canonical bytes, and `appended` is its new tail.
+        assert new_log[: len(old_log)] == old_log
+        assert encode_messages(new_log).startswith(encode_messages(old_log))
+        assert t.appended == new_log[len(old_log) :]
+        # The active history is the view over the log.
+        assert new == views.materialize(t.state.committed.view, new_log)
+        assert views.problem(t.state.committed.view, len(new_log)) is None
+        if isinstance(item, Rewind):
+            assert t.appended == ()
+            last_request = None  # a new epoch: requests extend each other again from here
+        else:
+            # Append-only, checked on canonical bytes.
+            assert new[: len(old)] == old
+            assert encode_messages(new).startswith(encode_messages(old))
         added = _assistants(new) - _assistants(old)
         if added:
             assert added == 1
@@ -256,8 +280,13 @@ def check_run(run: Run) -> None:
             assert isinstance(item, LLMEvent) and t.emit == (item.event,)
             assert t.state.committed is state.committed
         if isinstance(t.command, Failed | Canceled):
-            assert t.state.pending_response is None
-            assert t.state.committed.waiting is None
+            if t.state is state:
+                # The run ends without touching the conversation: a resume that finds the turn
+                # ended before, or taken over by another run, which goes on with it.
+                assert isinstance(item, Resume | Cancel | Supersede)
+            else:
+                assert t.state.pending_response is None
+                assert t.state.committed.waiting is None
         if isinstance(item, LLMEvent) and isinstance(item.event, ErrorEvent):
             assert new == old  # an error never appends
         if isinstance(t.command, CallLLM):
@@ -298,6 +327,11 @@ def chaos_inputs(draw: st.DrawFn) -> list[tuple[str, object]]:
         st.tuples(st.just("user"), st.none()),
         st.tuples(st.just("start"), st.none()),
         st.tuples(st.just("cancel"), st.none()),
+        st.tuples(st.just("supersede"), st.none()),
+        st.tuples(st.just("resume"), st.sampled_from(["none", "sent", "result", "other_turn"])),
+        st.tuples(st.just("lost"), st.sampled_from(list(LostCause))),
+        st.tuples(st.just("rewind"), st.integers(0, 5)),
+        st.tuples(st.just("follow_up"), st.sampled_from(["ask", "agent", None])),
     )
     return draw(st.lists(steps, max_size=40))
 
@@ -329,6 +363,38 @@ def test_any_input_sequence_only_extends_history(steps: list[tuple[str, object]]
             run.push(UserMessage(message=user("u")))
         elif kind == "start":
             run.push(Start(user_message=user("s"), context=TurnContext(supplements=("x",))))
-        else:
+        elif kind == "cancel":
             run.push(Cancel())
+        elif kind == "supersede":
+            run.push(Supersede())
+        elif kind == "resume":
+            run.push(_resume_input(run.state, str(arg)))
+        elif kind == "lost":
+            op = waiting.operation_id if isinstance(waiting, AwaitClient) else "none"
+            run.push(ToolLost(operation_id=op, cause=arg, waited_ms=1500))  # type: ignore[arg-type]
+        elif kind == "rewind":
+            assert isinstance(arg, int)
+            if run.turn_ends:
+                target = run.turn_ends[arg % len(run.turn_ends)]
+                run.push(Rewind(view=target))
+        else:
+            mode = arg if isinstance(arg, str) else None
+            run.push(UserMessage(message=user("f"), mode=mode))
+        if run.state.committed.status in ("Final", "Failed", "Canceled"):
+            c = run.state.committed
+            run.turn_ends.append(views.closed(c.view, len(c.log)))
     check_run(run)
+
+
+def _resume_input(state: RuntimeState, kind: str) -> Resume:
+    c = state.committed
+    waiting = c.waiting
+    if kind == "other_turn":
+        return Resume(turn_id="p:999")
+    if not isinstance(waiting, AwaitClient) or kind == "none":
+        return Resume(turn_id=c.turn_id)
+    call = waiting.calls[waiting.next]
+    if kind == "sent":
+        return Resume(operation=ToolOperation(operation_id=waiting.operation_id, sent=True))
+    answer = _result(call, "recorded", False)
+    return Resume(operation=ToolOperation(waiting.operation_id, sent=True, result=answer))

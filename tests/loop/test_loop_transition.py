@@ -42,7 +42,8 @@ from cursor_byok.loop import (
     side_effects,
     transition,
 )
-from cursor_byok.loop.transition import CANCELED_RESULT_TEXT
+from cursor_byok.loop.results import CANCELED_RESULT_TEXT
+from cursor_byok.loop.transition import CallEnd, CallOutcome
 from tests.loop.loop_helpers import assistant_messages, feed, result, start, stream, tool_call, user
 
 CID = "conv"
@@ -209,7 +210,10 @@ def test_tool_use_dispatches_calls_one_at_a_time_in_order() -> None:
     assert isinstance(c.waiting, AwaitClient)
     t1 = transition(s, ToolResult(message=result("a")))
     assert t1.command == CallClient(
-        operation_id="conv:1:llm1:b", tool_call=tool_call("b", "LS", path=".")
+        operation_id="conv:1:llm1:b",
+        tool_call=tool_call("b", "LS", path="."),
+        llm_call_id="conv:1:llm1",
+        content_index=1,
     )
     t2 = transition(t1.state, ToolResult(message=result("b", name="LS")))
     assert isinstance(t2.command, CallLLM)
@@ -228,7 +232,12 @@ def test_tool_use_dispatches_calls_one_at_a_time_in_order() -> None:
 def test_first_call_command_and_operation_id() -> None:
     s0 = started()
     ts, _ = stream(s0, FauxResponse.tool_calls([tool_call("a")]))
-    assert ts[-1].command == CallClient(operation_id="conv:1:llm1:a", tool_call=tool_call("a"))
+    assert ts[-1].command == CallClient(
+        operation_id="conv:1:llm1:a",
+        tool_call=tool_call("a"),
+        llm_call_id="conv:1:llm1",
+        content_index=0,
+    )
 
 
 def test_results_are_matched_by_id_and_appended_in_call_order() -> None:
@@ -347,14 +356,44 @@ def test_user_message_while_waiting_client_goes_after_the_results() -> None:
     assert isinstance(msgs[-2], ToolResultMessage) and msgs[-1] == user("stop using Read")
 
 
-def test_start_while_busy_is_queued_with_its_supplements() -> None:
+def test_start_while_busy_supersedes_the_busy_turn_and_begins_its_own() -> None:
+    """A run request while a turn is in flight comes from a newer run: the busy turn (of a run
+    that is gone) is closed and the new turn starts from the committed state, in one commit."""
     s = started()
     ctx = TurnContext(supplements=("ctx",), rules=("new rule",))
-    q = transition(s, start("more", ctx))
-    assert q.state.committed.queued == (
+    t = transition(s, start("more", ctx))
+    c = t.state.committed
+    assert c.turn == 2 and c.turn_id == "conv:2" and c.status == "WaitingLLM"
+    assert c.queued == ()
+    assert c.messages == (
+        *s.committed.messages,
         LLMUserMessage(content=(TextContent(text="ctx"), TextContent(text="more"))),
     )
-    assert q.state.committed.context == s.committed.context
+    assert c.context is not None and c.context.rules == ("new rule",)
+    assert isinstance(t.command, CallLLM) and t.command.call_id == "conv:2:llm1"
+    assert t.call_end == CallEnd(
+        "conv:1:llm1", CallOutcome.CANCELED, "superseded by a newer request"
+    )
+    assert t.appended == c.messages[-1:]
+
+
+def test_start_while_waiting_on_the_client_closes_the_open_calls_first() -> None:
+    s = at_tools([tool_call("a"), tool_call("b")])
+    t = transition(s, start("new question"))
+    c = t.state.committed
+    closing = [m for m in c.messages if isinstance(m, ToolResultMessage)]
+    assert [(m.tool_call_id, m.text, m.is_error) for m in closing] == [
+        ("a", CANCELED_RESULT_TEXT, True),
+        ("b", CANCELED_RESULT_TEXT, True),
+    ]
+    assert isinstance(t.command, CallLLM) and c.turn == 2
+    # The cards of the closed calls belonged to the other run's stream: none are asked for.
+    assert t.local_results == ()
+    assert [type(m).__name__ for m in t.appended] == [
+        "ToolResultMessage",
+        "ToolResultMessage",
+        "UserMessage",
+    ]
 
 
 def test_user_message_after_final_starts_a_turn_with_the_stored_context() -> None:
@@ -516,8 +555,8 @@ def test_prompt_has_environment_rules_and_is_deterministic() -> None:
 
 def test_side_effects() -> None:
     for name in ("Shell", "Write", "StrReplace", "Delete"):
-        assert side_effects(name, ())
+        assert side_effects(name)
     for name in ("Read", "LS", "Grep", "Glob"):
-        assert not side_effects(name, ("Read",))
-    assert side_effects("mcp_tool", ("mcp_tool",))
-    assert side_effects("whatever", ())
+        assert not side_effects(name)
+    assert side_effects("mcp_tool")  # every MCP tool may change something
+    assert side_effects("whatever")

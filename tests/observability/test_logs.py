@@ -22,7 +22,7 @@ from cursor_byok.observability.logs import (
     secrets_of,
     setup_logging,
 )
-from cursor_byok.transport.runner import RunSummary
+from cursor_byok.transport.runtime.summary import RunSummary
 
 from .helpers import (
     ALL_SECRETS,

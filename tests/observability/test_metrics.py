@@ -5,7 +5,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from cursor_byok.llm.types import Usage
 from cursor_byok.observability.metrics import Metrics, cache_hit_ratio, rpc_label
-from cursor_byok.transport.runner import RunSummary
+from cursor_byok.transport.runtime.summary import RunSummary
 
 from .helpers import call_record
 
@@ -177,7 +177,7 @@ def test_every_documented_metric_is_exposed() -> None:
 
 
 def test_server_caches_are_read_at_scrape_time() -> None:
-    from cursor_byok.transport.runner import CacheStats
+    from cursor_byok.transport.runtime.summary import CacheStats
 
     m = Metrics()
     stats = [CacheStats("committed_states", 3, 4096, 5, 2)]

@@ -8,7 +8,7 @@ import pytest
 
 from cursor_byok.observability.routes import GET_ROUTES, Observability
 from cursor_byok.store.sqlite import SQLiteStore
-from cursor_byok.transport.runner import RunSummary
+from cursor_byok.transport.runtime.summary import RunSummary
 
 from .helpers import call_record, planted_config, seed_store
 

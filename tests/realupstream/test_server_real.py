@@ -8,7 +8,6 @@ import re
 from pathlib import Path
 
 from tests.e2e.conftest import drive
-from tests.e2e.conftest import realclient as realclient
 from tests.realupstream.conftest import LlamaServer
 from tests.support.live import REPO, server_process
 

@@ -1,9 +1,8 @@
-"""commit_input: atomicity, dedupe, compare-and-swap, append-only history, rewind."""
+"""commit_input: atomicity, dedupe, compare-and-swap, append-only history, timestamps."""
 
 from __future__ import annotations
 
 import asyncio
-import sqlite3
 from pathlib import Path
 
 import pytest
@@ -14,7 +13,7 @@ from cursor_byok.store import (
     StoreIntegrityError,
 )
 
-from .conftest import call_record, commit, operation_record, raw, wait_for_batch, write_lock
+from .conftest import call_record, commit, operation_record, wait_for_batch, write_lock
 
 
 async def test_first_commit_creates_the_conversation(store: SQLiteStore) -> None:
@@ -67,6 +66,76 @@ async def test_stale_version_is_a_conflict_and_changes_nothing(store: SQLiteStor
     assert (missing.status, missing.version) == ("conflict", 0)
     assert await store.load("c1") == before
     assert await store.find_input_commit("c1", "i2") is None
+
+
+async def test_state_only_commits_from_the_same_version_conflict(
+    store: SQLiteStore, db_path: Path
+) -> None:
+    """The compare-and-set is on the version itself: two commits that append nothing (the
+    message count does not tell them apart) from the same version cannot both go through."""
+    await commit(store, "c1", "i0", 0, (b"m0",), state=b"S1")
+    first = await commit(store, "c1", "a", 1, (), 1, state=b"A")
+    assert (first.status, first.version) == ("committed", 2)
+    second = await commit(store, "c1", "b", 1, (), 1, state=b"B")
+    assert (second.status, second.version) == ("conflict", 2)
+    rec = await store.load("c1")
+    assert rec is not None and (rec.version, rec.state, rec.messages) == (2, b"A", (b"m0",))
+    assert await store.find_input_commit("c1", "b") is None
+
+    # the same two in one batch (one transaction, a savepoint each)
+    base = store.stats().batches
+    with write_lock(db_path):
+        blocker = asyncio.create_task(commit(store, "w", "w0", 0))
+        await wait_for_batch(store, base)
+        c = asyncio.create_task(commit(store, "c1", "c", 2, (), 1, state=b"C"))
+        d = asyncio.create_task(commit(store, "c1", "d", 2, (), 1, state=b"D"))
+        await asyncio.sleep(0.05)
+    assert (await blocker).status == "committed"
+    assert ((await c).status, (await d).status) == ("committed", "conflict")
+    assert store.stats().batches - base == 2
+    rec = await store.load("c1")
+    assert rec is not None and (rec.version, rec.state, rec.messages) == (3, b"C", (b"m0",))
+
+    # two first commits of a conversation, neither with a message
+    assert (await commit(store, "c2", "x", 0, (), 0)).status == "committed"
+    again = await commit(store, "c2", "y", 0, (), 0, state=b"other")
+    assert (again.status, again.version) == ("conflict", 1)
+
+
+async def test_created_at_is_the_first_commit_and_updated_at_the_last(db_path: Path) -> None:
+    now = [1_000]
+    s = await SQLiteStore.open(db_path, clock=lambda: now[0])
+    try:
+
+        async def times() -> tuple[tuple[int, int], tuple[int, int], tuple[int, int]]:
+            rec, head = await s.load("c1"), await s.head("c1")
+            assert rec is not None and head is not None
+            (listed,) = [c for c in await s.list_conversations() if c.conversation_id == "c1"]
+            return (
+                (rec.created_at_ms, rec.updated_at_ms),
+                (head.created_at_ms, head.updated_at_ms),
+                (listed.created_at_ms, listed.updated_at_ms),
+            )
+
+        await commit(s, "c1", "i0", 0, (b"m0",))
+        assert await times() == ((1_000, 1_000),) * 3
+        now[0] = 2_000
+        await commit(s, "c1", "i1", 1, (), 1)  # a state-only commit moves it too
+        assert await times() == ((1_000, 2_000),) * 3
+        now[0] = 3_000
+        await commit(s, "c1", "i2", 2, (b"m1",), 1)
+        assert await times() == ((1_000, 3_000),) * 3
+        # what changes nothing moves nothing: a conflict, a duplicate, a failed commit
+        now[0] = 4_000
+        assert (await commit(s, "c1", "late", 1, (), 1)).status == "conflict"
+        assert (await commit(s, "c1", "i2", 3, (), 2)).status == "duplicate"
+        with pytest.raises(StoreIntegrityError):
+            await commit(s, "c1", "bad", 3, (), 0)
+        assert await times() == ((1_000, 3_000),) * 3
+        inputs = [await s.find_input_commit("c1", f"i{i}") for i in range(3)]
+        assert [i.created_at_ms if i else None for i in inputs] == [1_000, 2_000, 3_000]
+    finally:
+        await s.close()
 
 
 async def test_message_count_mismatch_fails_the_commit(store: SQLiteStore) -> None:
@@ -180,51 +249,6 @@ async def test_fifty_concurrent_committers_one_winner_per_version(store: SQLiteS
     assert rec.messages == tuple(winners[v].encode() for v in range(1, total + 1))
     assert conflicts > 0
     assert store.stats().max_batch > 1
-
-
-async def test_truncate_messages_is_a_cas_commit(store: SQLiteStore) -> None:
-    for v in range(5):
-        await commit(store, "c1", f"i{v}", v, (f"m{v}".encode(),))
-    before = await store.load("c1")
-    stale = await store.truncate_messages("c1", keep=2, expected_version=4)
-    assert (stale.status, stale.version) == ("conflict", 5)
-    assert await store.load("c1") == before
-    with pytest.raises(StoreIntegrityError, match="rewind forward"):
-        await store.truncate_messages("c1", keep=6, expected_version=5)
-    r = await store.truncate_messages("c1", keep=2, expected_version=5, state=b"rewound")
-    assert (r.status, r.version) == ("committed", 6)
-    rec = await store.load("c1")
-    assert rec is not None
-    assert (rec.version, rec.state, rec.messages) == (6, b"rewound", (b"m0", b"m1"))
-    # appending continues right after the kept prefix
-    r2 = await commit(store, "c1", "i6", 6, (b"n2",), 2)
-    assert r2.status == "committed"
-    rec = await store.load("c1")
-    assert rec is not None and rec.messages == (b"m0", b"m1", b"n2")
-    assert (await store.truncate_messages("zz", keep=0, expected_version=1)).status == "conflict"
-
-
-async def test_messages_table_refuses_updates_gaps_and_unrecorded_deletes(
-    store: SQLiteStore, db_path: Path
-) -> None:
-    for v in range(3):
-        await commit(store, "c1", f"i{v}", v, (f"m{v}".encode(),))
-    conn = raw(db_path)
-    try:
-        with pytest.raises(sqlite3.IntegrityError, match="append-only"):
-            conn.execute("UPDATE messages SET body = x'00' WHERE seq = 0")
-        with pytest.raises(sqlite3.IntegrityError, match="append-only"):
-            conn.execute("DELETE FROM messages WHERE seq = 2")
-        with pytest.raises(sqlite3.IntegrityError, match="gap"):
-            conn.execute("INSERT INTO messages VALUES ('c1', 7, 3, x'00')")
-    finally:
-        conn.close()
-    rec = await store.load("c1")
-    assert rec is not None and rec.messages == (b"m0", b"m1", b"m2")
-    # the API has no other way to change or remove a message
-    public = {n for n in dir(store) if not n.startswith("_")}
-    assert not {n for n in public if "delete" in n or "update" in n}
-    assert {n for n in public if "truncate" in n} == {"truncate_messages"}
 
 
 async def test_records_in_a_commit_are_saved_with_it(store: SQLiteStore) -> None:

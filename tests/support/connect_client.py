@@ -31,9 +31,9 @@ import h2.events
 import h2.settings
 import httpx
 
-from cursor_byok.transport.channel import EndError, RunChannel
+from cursor_byok.transport.connect.channel import EndError, RunChannel
+from cursor_byok.transport.connect.sessions import RunStartInfo
 from cursor_byok.transport.cursor.proto import agent_pb2, aiserver_pb2
-from cursor_byok.transport.sessions import RunStartInfo
 
 RUN = "/agent.v1.AgentService/Run"
 RUNSSE = "/agent.v1.AgentService/RunSSE"
@@ -175,9 +175,9 @@ async def echo_handler(channel: RunChannel, info: RunStartInfo) -> None:
         channel.finish(EndError("invalid_argument", "expected a run_request first"))
         return
     text = first.message.run_request.action.user_message_action.user_message.text
-    channel.send(text_delta(f"echo[{info.transport}]: "))
-    channel.send(text_delta(text))
-    channel.send(turn_ended())
+    channel.send(text_delta(f"echo[{info.transport}]: ").SerializeToString())
+    channel.send(text_delta(text).SerializeToString())
+    channel.send(turn_ended().SerializeToString())
     channel.finish()
 
 
@@ -189,9 +189,9 @@ async def ordered_echo_handler(channel: RunChannel, info: RunStartInfo) -> None:
             channel.finish(EndError("canceled", "input ended"))
             return
         kind = incoming.message.WhichOneof("message")
-        channel.send(text_delta(f"{incoming.input_id} {kind}"))
+        channel.send(text_delta(f"{incoming.input_id} {kind}").SerializeToString())
         if kind == "conversation_action":
-            channel.send(turn_ended())
+            channel.send(turn_ended().SerializeToString())
             channel.finish()
             return
 
@@ -204,8 +204,8 @@ async def slow_handler(channel: RunChannel, info: RunStartInfo) -> None:
     first = await channel.receive()
     assert first is not None
     await asyncio.sleep(SLOW_SECONDS)
-    channel.send(text_delta("done thinking"))
-    channel.send(turn_ended())
+    channel.send(text_delta("done thinking").SerializeToString())
+    channel.send(turn_ended().SerializeToString())
     channel.finish()
 
 
@@ -222,7 +222,7 @@ def provider_error_details(detail: str) -> bytes:
 async def failing_handler(channel: RunChannel, info: RunStartInfo) -> None:
     """Reads the run_request, sends one delta, then fails like a provider outage."""
     await channel.receive()
-    channel.send(text_delta("partial"))
+    channel.send(text_delta("partial").SerializeToString())
     channel.finish(EndError("unavailable", "provider down", provider_error_details("HTTP 503")))
 
 

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from cursor_byok.transport.server import free_port, probe_health_blocking
+from cursor_byok.launch import free_port, probe_health_blocking
 
 from .brain import answer
 from .upstream import FakeUpstream, ReplyFactory

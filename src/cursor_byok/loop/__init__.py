@@ -3,10 +3,15 @@
 Public API (see docs/loop.md):
 
     state      RuntimeState, ConversationState, PendingResponse, AwaitLLM, AwaitClient, Status
-    inputs     Start, LLMEvent, ToolResult, UserMessage (alias UserMessageInput), Cancel, Input
-    context    TurnContext, Environment
-    commands   ContinueLLM, CallLLM, CallClient, WaitInput, Final, Failed, Canceled, Command
-    functions  transition, build_prompt, build_tools, side_effects
+    view       Span (the active history as a view over the append-only log)
+    inputs     Start, LLMEvent, ToolResult, UserMessage (alias UserMessageInput), Cancel,
+               Supersede, Resume (ToolOperation), ToolLost (LostCause), Rewind, Input
+    context    TurnContext, Environment, McpRoute
+    commands   ContinueLLM, CallLLM, ResendLLM, CallClient, WaitInput, Final, Failed
+               (FailureKind), Canceled, Command
+    transition Transition (appended, local_results: LocalResult, call_end: CallEnd with
+               CallOutcome), transition, LoopError
+    functions  build_prompt, build_tools, render_prompt, render_tools, side_effects
 """
 
 from .commands import (
@@ -16,13 +21,31 @@ from .commands import (
     Command,
     ContinueLLM,
     Failed,
+    FailureKind,
     Final,
+    ResendLLM,
     WaitInput,
 )
-from .context import DEFAULT_MAX_LLM_CALLS, READ_ONLY_MODES, Environment, TurnContext
-from .inputs import Cancel, Input, LLMEvent, Start, ToolResult, UserMessage, UserMessageInput
+from .context import DEFAULT_MAX_LLM_CALLS, READ_ONLY_MODES, Environment, McpRoute, TurnContext
+from .inputs import (
+    Cancel,
+    Input,
+    LLMEvent,
+    LostCause,
+    Resume,
+    Rewind,
+    Start,
+    Supersede,
+    ToolLost,
+    ToolOperation,
+    ToolResult,
+    UserMessage,
+    UserMessageInput,
+)
 from .prompt import build_prompt, build_tools, render_prompt, render_tools
 from .state import (
+    BUSY,
+    IDLE,
     AwaitClient,
     AwaitLLM,
     ConversationState,
@@ -32,17 +55,30 @@ from .state import (
     Waiting,
 )
 from .tools import NATIVE_TOOL_NAMES, NATIVE_TOOLS, ToolSpec, side_effects
-from .transition import Transition, transition
+from .transition import (
+    CallEnd,
+    CallOutcome,
+    LocalResult,
+    LoopError,
+    Transition,
+    transition,
+)
+from .view import WHOLE_LOG, Span
 
 __all__ = [
+    "BUSY",
     "DEFAULT_MAX_LLM_CALLS",
+    "IDLE",
     "NATIVE_TOOLS",
     "NATIVE_TOOL_NAMES",
     "READ_ONLY_MODES",
+    "WHOLE_LOG",
     "AwaitClient",
     "AwaitLLM",
     "CallClient",
+    "CallEnd",
     "CallLLM",
+    "CallOutcome",
     "Cancel",
     "Canceled",
     "Command",
@@ -50,13 +86,25 @@ __all__ = [
     "ConversationState",
     "Environment",
     "Failed",
+    "FailureKind",
     "Final",
     "Input",
     "LLMEvent",
+    "LocalResult",
+    "LoopError",
+    "LostCause",
+    "McpRoute",
     "PendingResponse",
+    "ResendLLM",
+    "Resume",
+    "Rewind",
     "RuntimeState",
+    "Span",
     "Start",
     "Status",
+    "Supersede",
+    "ToolLost",
+    "ToolOperation",
     "ToolResult",
     "ToolSpec",
     "Transition",

@@ -1,7 +1,12 @@
-"""What the runner must do next. Plain data: no closures, connections or callables."""
+"""What the runtime must do next. Plain data: no closures, connections or callables.
+
+Every way a run ends is a command (`Final`, `Failed`, `Canceled`): the runtime executes it and
+never looks at the conversation's status to decide how to end.
+"""
 
 from __future__ import annotations
 
+import enum
 from typing import TypeAlias
 
 import msgspec
@@ -25,11 +30,24 @@ class CallLLM(_Command, frozen=True, tag="call_llm"):
     messages_hash: str
 
 
+class ResendLLM(_Command, frozen=True, tag="resend_llm"):
+    """Stream call `call_id` again from the exact request stored for it (a turn resumed while
+    that call was in flight). Nothing is rebuilt: the same bytes go out."""
+
+    call_id: str
+    messages_hash: str
+
+
 class CallClient(_Command, frozen=True, tag="call_client"):
-    """Run `tool_call` on the client, then feed back one ToolResult for its id."""
+    """Run `tool_call` on the client, then feed back one ToolResult for its id.
+
+    `llm_call_id` and `content_index` locate the call in the assistant message that made it
+    (the client's tool card is keyed by them)."""
 
     operation_id: str
     tool_call: ToolCall
+    llm_call_id: str = ""
+    content_index: int = 0
 
 
 class WaitInput(_Command, frozen=True, tag="wait_input"):
@@ -37,20 +55,35 @@ class WaitInput(_Command, frozen=True, tag="wait_input"):
 
 
 class Final(_Command, frozen=True, tag="final"):
+    """The turn ended with the model's answer. `replay`: it had ended before (a resumed run
+    that finds it done); deliver the answer again without calling the model."""
+
     message: AssistantMessage
+    replay: bool = False
+
+
+class FailureKind(enum.StrEnum):
+    """Why a turn failed, which decides how the client is told."""
+
+    PROVIDER = "provider"  # the model call failed or gave an unusable answer; retryable
+    BAD_REQUEST = "bad_request"  # the request cannot be served as sent
+    INTERNAL = "internal"  # this server's own failure
 
 
 class Failed(_Command, frozen=True, tag="failed"):
     """The turn failed. `message` describes the failure; it is not part of the history."""
 
     message: AssistantMessage
+    kind: FailureKind = FailureKind.PROVIDER
 
 
 class Canceled(_Command, frozen=True, tag="canceled"):
     reason: str
 
 
-Command: TypeAlias = ContinueLLM | CallLLM | CallClient | WaitInput | Final | Failed | Canceled
+Command: TypeAlias = (
+    ContinueLLM | CallLLM | ResendLLM | CallClient | WaitInput | Final | Failed | Canceled
+)
 
 CONTINUE_LLM = ContinueLLM()
 WAIT_INPUT = WaitInput()

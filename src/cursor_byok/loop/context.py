@@ -27,12 +27,24 @@ class Environment(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unknow
     time_zone: str | None = None
 
 
+class McpRoute(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unknown_fields=True):
+    """Where a call of the MCP tool the model knows as `name` goes: the client's MCP server and
+    the tool's own name there. Kept with the turn's context, so a call resumed after a restart
+    reaches the same tool as the call the model made."""
+
+    name: str  # the model-facing name (a key of the turn's tools)
+    server: str  # the MCP server's identifier on the client
+    tool: str  # the tool's name on that server
+    definition: str = ""  # the client's own name for the tool, echoed back to it
+
+
 class TurnContext(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unknown_fields=True):
     """Per-run context.
 
     - `rules`: user and project rules, placed in the system prompt in the given order.
     - `git`: a short repository summary (branch, status), placed in the system prompt.
     - `mcp_tools`: tools the client offers through MCP; listed after the native tools.
+    - `mcp_routes`: for each MCP tool, where its calls go (server and tool name on the client).
     - `supplements`: context the model should read as user content (selections, open files,
       attached documents). They are prepended, as text parts, to the user message that starts
       the turn; they are never written into older messages.
@@ -46,6 +58,7 @@ class TurnContext(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unknow
     environment: Environment = Environment()
     git: str | None = None
     mcp_tools: tuple[ToolDefinition, ...] = ()
+    mcp_routes: tuple[McpRoute, ...] = ()
     supplements: tuple[str, ...] = ()
     custom_instructions: str | None = None
     mode: str = "agent"

@@ -1,7 +1,9 @@
-"""The semantic inputs of the loop. Transports decode their wire messages into these."""
+"""The semantic inputs of the loop. Transports decode their wire messages into these; the
+runtime adds the ones it observes itself (a stream event, a tool deadline, a reopened run)."""
 
 from __future__ import annotations
 
+import enum
 from typing import TypeAlias
 
 import msgspec
@@ -10,6 +12,7 @@ from cursor_byok.llm import types as llm
 from cursor_byok.llm.events import ResponseEvent
 
 from .context import DEFAULT_CONTEXT, TurnContext
+from .view import Span
 
 
 class _Input(msgspec.Struct, frozen=True, tag_field="input", omit_defaults=True):
@@ -17,10 +20,14 @@ class _Input(msgspec.Struct, frozen=True, tag_field="input", omit_defaults=True)
 
 
 class Start(_Input, frozen=True, tag="start"):
-    """A run request: the user's message and the context for this turn."""
+    """A run request: the user's message and the context for this turn.
+
+    `history`: messages the client holds for a conversation this server has never seen; they
+    open the log of a new conversation (ignored once it has one)."""
 
     user_message: llm.UserMessage
     context: TurnContext = DEFAULT_CONTEXT
+    history: tuple[llm.Message, ...] = ()
 
 
 class LLMEvent(_Input, frozen=True, tag="llm_event"):
@@ -37,16 +44,71 @@ class ToolResult(_Input, frozen=True, tag="tool_result"):
 
 
 class UserMessage(_Input, frozen=True, tag="user_message"):
-    """A follow-up user message without new context: starts a turn when idle, steers when busy."""
+    """A follow-up user message on a run: starts a turn when idle, steers when busy.
+
+    `context`: the context the follow-up brought (None: keep the turn's); `mode`: the mode it
+    asked for (None: keep the context's)."""
 
     message: llm.UserMessage
+    context: TurnContext | None = None
+    mode: str | None = None
 
 
 class Cancel(_Input, frozen=True, tag="cancel"):
+    """The user canceled the turn."""
+
     reason: str = "canceled by the user"
 
 
-Input: TypeAlias = Start | LLMEvent | ToolResult | UserMessage | Cancel
+class Supersede(_Input, frozen=True, tag="supersede"):
+    """A newer run request for this conversation arrived while this run holds it."""
+
+    reason: str = "a newer request for this conversation arrived"
+
+
+class ToolOperation(msgspec.Struct, frozen=True, omit_defaults=True):
+    """What the store knows of the client operation a turn waits on."""
+
+    operation_id: str
+    sent: bool = False  # the request went to the client
+    result: llm.ToolResultMessage | None = None  # its answer, when one was recorded
+
+
+class Resume(_Input, frozen=True, tag="resume"):
+    """Continue from the committed state: a run reopened after a restart or a reconnect, the
+    same run request seen again, or a state that changed under the run.
+
+    `turn_id`: the turn the run was driving (None for a reopened run, which takes whatever
+    turn the conversation is in); `operation`: the store's record of the operation the turn
+    waits on, when it waits on the client."""
+
+    turn_id: str | None = None
+    operation: ToolOperation | None = None
+
+
+class LostCause(enum.StrEnum):
+    TIMED_OUT = "timed_out"  # the client did not answer within the tool deadline
+    ANSWER_LOST = "answer_lost"  # sent, but the answer never came back (restart, disconnect)
+
+
+class ToolLost(_Input, frozen=True, tag="tool_lost"):
+    """The operation the turn waits on will not be answered: its outcome is unknown."""
+
+    operation_id: str
+    cause: LostCause
+    waited_ms: int | None = None
+
+
+class Rewind(_Input, frozen=True, tag="rewind"):
+    """The client's checkpoint is behind ours: it went back to the end of an earlier turn,
+    whose active history was `view` (closed spans over the log)."""
+
+    view: tuple[Span, ...]
+
+
+Input: TypeAlias = (
+    Start | LLMEvent | ToolResult | UserMessage | Cancel | Supersede | Resume | ToolLost | Rewind
+)
 
 # The same class, for callers that also import the LLM's UserMessage.
 UserMessageInput = UserMessage

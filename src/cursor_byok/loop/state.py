@@ -1,13 +1,20 @@
 """Loop state: the committed conversation and the in-memory response being streamed.
 
-`ConversationState` is what the store persists. `messages` is the model history: it only ever
-grows by whole messages, and a message once in it never changes. `PendingResponse` lives only in
-memory while an LLM stream runs; it holds counters, never text (the assistant message that is
-committed is the adapter's `done.message`), so each streamed event costs O(1).
+`ConversationState` is what the store persists. `log` is every message the conversation ever
+committed, in order: it only grows by whole messages, and a message once in it never changes
+(the store appends it as a row and never deletes one). `messages` is the active history, the
+one the model sees: a view over the log (`view`, see view.py). Usually the view is the whole
+log and `messages` is `log` itself; a rewind makes it a prefix of the log followed by what is
+appended after the rewind, and the compaction epochs will reuse the same mechanism.
+
+`PendingResponse` lives only in memory while an LLM stream runs; it holds counters, never text
+(the assistant message that is committed is the adapter's `done.message`), so each streamed
+event costs O(1).
 """
 
 from __future__ import annotations
 
+import enum
 from typing import Literal, TypeAlias
 
 import msgspec
@@ -16,13 +23,26 @@ from cursor_byok.llm.types import Message, ToolCall, ToolResultMessage, UserMess
 
 from . import ids
 from .context import TurnContext
+from .view import WHOLE_LOG, Span
 
-Status: TypeAlias = Literal["Ready", "WaitingLLM", "WaitingClient", "Final", "Failed", "Canceled"]
+
+class Status(enum.StrEnum):
+    """Where the conversation stands. Stored by value ("Ready", ...)."""
+
+    READY = "Ready"  # no turn yet
+    WAITING_LLM = "WaitingLLM"  # a model call is in flight
+    WAITING_CLIENT = "WaitingClient"  # a tool call is on the client
+    FINAL = "Final"  # the last turn ended with the model's answer
+    FAILED = "Failed"  # the last turn failed
+    CANCELED = "Canceled"  # the last turn was canceled (or superseded)
+
+
 BlockKind: TypeAlias = Literal["text", "thinking", "toolCall"]
 
-BUSY: frozenset[str] = frozenset({"WaitingLLM", "WaitingClient"})
-# Statuses in which a new turn may start (no LLM call or client operation outstanding).
-IDLE: frozenset[str] = frozenset({"Ready", "Final", "Failed", "Canceled"})
+# Statuses of a turn in progress: an LLM call or a client operation is outstanding.
+BUSY: frozenset[Status] = frozenset({Status.WAITING_LLM, Status.WAITING_CLIENT})
+# Statuses in which a new turn may simply start.
+IDLE: frozenset[Status] = frozenset({Status.READY, Status.FINAL, Status.FAILED, Status.CANCELED})
 
 
 class _Value(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unknown_fields=True):
@@ -45,7 +65,7 @@ class AwaitClient(_Waiting, frozen=True, tag="client"):
 
     `calls[:next]` have results in `messages`; `calls[next]` is the one sent to the client as
     `operation_id`. `early` holds results that arrived for later calls before their turn; they
-    are appended when their position is reached.
+    are appended when their position is reached. `call_id` is the LLM call that asked for them.
     """
 
     call_id: str
@@ -61,15 +81,19 @@ Waiting: TypeAlias = AwaitLLM | AwaitClient
 class ConversationState(_Value, frozen=True):
     conversation_id: str
     turn_id: str
-    messages: tuple[Message, ...] = ()
+    messages: tuple[Message, ...] = ()  # the active history: `view` over `log`
     waiting: Waiting | None = None
-    status: Status = "Ready"
+    status: Status = Status.READY
     last_commit_id: str = ""
     turn: int = 0
     commit: int = 0
     llm_calls: int = 0  # LLM calls issued in the current turn
     context: TurnContext | None = None  # the context of the current (or last) turn
     queued: tuple[UserMessage, ...] = ()  # user messages that arrived while busy (steering)
+    # The context a queued follow-up brought; it applies from the call its message joins.
+    queued_context: TurnContext | None = None
+    log: tuple[Message, ...] = ()  # every committed message, append-only
+    view: tuple[Span, ...] = WHOLE_LOG
 
     @classmethod
     def new(cls, conversation_id: str) -> ConversationState:
@@ -79,6 +103,10 @@ class ConversationState(_Value, frozen=True):
             turn_id=ids.turn_id(conversation_id, 0),
             last_commit_id=ids.commit_id(conversation_id, 0),
         )
+
+    @property
+    def busy(self) -> bool:
+        return self.status in BUSY
 
 
 class _KindNode(_Value, frozen=True, array_like=True):

@@ -1,15 +1,13 @@
 """The native tool catalogue, as data.
 
 Every tool runs on the user's machine through the Cursor client. `side_effects` says whether a
-call can change anything there (files, processes); the store and transport use it to decide what
-may be replayed, and read-only modes offer only the tools without side effects.
-`client_operations` names the client requests one call needs, in order (StrReplace reads the
-file, then writes it back).
+call can change anything there (files, processes): the loop uses it to decide whether a call
+whose answer was lost may be sent again, and read-only modes offer only the tools without side
+effects.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection
 from typing import Any
 
 import msgspec
@@ -22,7 +20,6 @@ class ToolSpec(msgspec.Struct, frozen=True):
     description: str
     parameters: dict[str, Any]
     side_effects: bool
-    client_operations: tuple[str, ...]
 
     @property
     def definition(self) -> ToolDefinition:
@@ -68,7 +65,6 @@ SHELL = ToolSpec(
         ["command"],
     ),
     side_effects=True,
-    client_operations=("shell",),
 )
 
 READ = ToolSpec(
@@ -94,7 +90,6 @@ READ = ToolSpec(
         ["path"],
     ),
     side_effects=False,
-    client_operations=("read",),
 )
 
 WRITE = ToolSpec(
@@ -111,7 +106,6 @@ WRITE = ToolSpec(
         ["path", "contents"],
     ),
     side_effects=True,
-    client_operations=("write",),
 )
 
 STR_REPLACE = ToolSpec(
@@ -134,7 +128,6 @@ STR_REPLACE = ToolSpec(
         ["path", "old_string", "new_string"],
     ),
     side_effects=True,
-    client_operations=("read", "write"),
 )
 
 DELETE = ToolSpec(
@@ -145,7 +138,6 @@ DELETE = ToolSpec(
         ["path"],
     ),
     side_effects=True,
-    client_operations=("delete",),
 )
 
 LS = ToolSpec(
@@ -156,7 +148,6 @@ LS = ToolSpec(
         ["path"],
     ),
     side_effects=False,
-    client_operations=("ls",),
 )
 
 GREP = ToolSpec(
@@ -183,7 +174,6 @@ GREP = ToolSpec(
         ["pattern"],
     ),
     side_effects=False,
-    client_operations=("grep",),
 )
 
 GLOB = ToolSpec(
@@ -197,7 +187,6 @@ GLOB = ToolSpec(
         ["glob_pattern"],
     ),
     side_effects=False,
-    client_operations=("glob",),
 )
 
 # Fixed order: this is the order the model sees (part of the cached request prefix).
@@ -207,14 +196,11 @@ NATIVE_TOOL_NAMES: tuple[str, ...] = tuple(t.name for t in NATIVE_TOOLS)
 READ_ONLY_TOOL_NAMES: frozenset[str] = frozenset(t.name for t in NATIVE_TOOLS if not t.side_effects)
 
 
-def side_effects(tool_name: str, mcp_names: Collection[str] = ()) -> bool:
+def side_effects(tool_name: str) -> bool:
     """Whether a call of `tool_name` can change the user's machine.
 
     Native tools answer from the catalogue; every MCP tool counts as having side effects, and so
     does any name we do not know (the safe answer).
     """
     spec = NATIVE_BY_NAME.get(tool_name)
-    if spec is not None:
-        return spec.side_effects
-    # MCP tools (`tool_name in mcp_names`) and unknown names alike.
-    return True
+    return True if spec is None else spec.side_effects

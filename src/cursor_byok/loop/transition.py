@@ -1,40 +1,19 @@
-"""`transition(state, input) -> Transition`: the loop's only decision function.
+"""`transition(state, input) -> Transition`: the only place that decides (design §5-7, §10).
 
-Pure: it reads its arguments, builds new frozen values and returns them. No I/O, clock or
-randomness, so the same state and input always give the same state, emitted events and command.
+Every rule of the conversation lives here: how a turn starts, streams, calls tools and ends;
+what a cancel, a newer run, a lost answer, a reopened run or a rewind does. The runtime
+executes the returned command and never decides any of this itself. docs/loop.md has the
+rules as a table.
 
-Rules by input (status = `state.committed.status`); "ignored" means the same state object comes
-back with no events and `WaitInput`:
-
-Start / UserMessage
-    Ready, Final, Failed, Canceled: a new turn. Appends one UserMessage (a Start's supplements as
-    text parts, then the user's own parts) and issues CallLLM. Start stores its context for the
-    turn; UserMessage reuses the stored one.
-    WaitingLLM, WaitingClient: the message is queued (steering). It is appended after the
-    current step's tool results, just before the next CallLLM; or, when the model ends with
-    stop/length, after its answer, followed by a new CallLLM instead of Final. A Start's new
-    context is not applied to the running turn (only its supplements, inside the queued message).
-LLMEvent
-    Only in WaitingLLM and only for the in-flight call_id; anything else is ignored (stale
-    streams, a second `done` after the first was committed, events after a cancel).
-    start opens (or resets) the pending response; *_start/*_delta/*_end update its counters;
-    all are emitted unchanged with ContinueLLM. done validates `done.message`, appends it and
-    goes on with the tool calls it contains (CallClient for the first one needing the client) or,
-    without tool calls, Final. An invalid message fails the turn. error: Failed (reason error) or
-    Canceled (reason aborted); nothing is appended.
-ToolResult
-    Only in WaitingClient and only for a tool call of the current assistant message that has no
-    result yet; anything else is ignored. Results are appended in the call order of the
-    assistant message: one for a later call is kept until its position is reached.
-Cancel
-    Always ends in Canceled with the pending response discarded and queued messages dropped. In
-    WaitingClient, every unanswered tool call of the current assistant message first gets an
-    error result "canceled by the user", so history keeps a valid call/result pairing. In
-    Canceled it changes nothing (same state, command Canceled).
+Besides the next state, the events to publish and the command, a transition says what it did
+that the runtime must carry out: the messages it appended to the log (`appended`, stored as
+rows in the same commit), the tool calls it answered itself (`local_results`, whose cards the
+client still needs) and how the model call it closed ended (`call_end`, for its record).
 """
 
 from __future__ import annotations
 
+import enum
 from typing import Any, assert_never
 
 import msgspec
@@ -60,13 +39,12 @@ from cursor_byok.llm.types import (
     Message,
     RequestMessages,
     TextContent,
-    ThinkingContent,
     ToolCall,
     ToolResultMessage,
 )
 from cursor_byok.llm.types import UserMessage as LLMUserMessage
 
-from . import ids
+from . import ids, view
 from .commands import (
     CONTINUE_LLM,
     WAIT_INPUT,
@@ -75,50 +53,115 @@ from .commands import (
     Canceled,
     Command,
     Failed,
+    FailureKind,
     Final,
+    ResendLLM,
 )
 from .context import DEFAULT_CONTEXT, TurnContext
-from .inputs import Cancel, Input, LLMEvent, Start, ToolResult, UserMessage
-from .prompt import build_prompt, build_tools
+from .inputs import (
+    Cancel,
+    Input,
+    LLMEvent,
+    LostCause,
+    Resume,
+    Rewind,
+    Start,
+    Supersede,
+    ToolLost,
+    ToolResult,
+    UserMessage,
+)
+from .prompt import render_prompt, render_tools
+from .results import (
+    CANCELED_RESULT_TEXT,
+    error_result,
+    loop_failure,
+    synthetic_result,
+    timed_out_result,
+    unknown_outcome_result,
+    validate_response,
+)
 from .state import (
-    BUSY,
     AwaitClient,
     AwaitLLM,
     BlockKind,
     ConversationState,
     PendingResponse,
     RuntimeState,
+    Status,
     _KindNode,
 )
+from .tools import side_effects
 
 _replace = msgspec.structs.replace
 
-CANCELED_RESULT_TEXT = "canceled by the user"
-# Bounds on what a synthetic error result quotes back to the model.
-MAX_QUOTED_ERROR = 500
-MAX_QUOTED_ARGUMENTS = 2000
+CONTINUED_ELSEWHERE = "the conversation was continued by another request"
+
+
+class LoopError(ValueError):
+    """An input that cannot exist for this state (a bug of whoever built it), as opposed to one
+    that merely does not apply now (those are ignored)."""
+
+
+class CallOutcome(enum.StrEnum):
+    """How a model call ended, for its record. Values are the store's call statuses."""
+
+    COMMITTED = "committed"  # its answer is in the history
+    FAILED = "failed"
+    CANCELED = "canceled"
+
+
+class CallEnd(msgspec.Struct, frozen=True, omit_defaults=True):
+    call_id: str
+    outcome: CallOutcome
+    error: str | None = None
+
+
+class LocalResult(msgspec.Struct, frozen=True):
+    """A tool call the loop answered itself: `result` is in the history; the client's card
+    for the call (`llm_call_id`, `content_index`) is still to be completed."""
+
+    call: ToolCall
+    llm_call_id: str
+    content_index: int
+    result: ToolResultMessage
 
 
 class Transition(msgspec.Struct, frozen=True):
     state: RuntimeState
     emit: tuple[ResponseEvent, ...]
     command: Command
+    appended: tuple[Message, ...] = ()  # appended to the log, in order, by this transition
+    local_results: tuple[LocalResult, ...] = ()
+    call_end: CallEnd | None = None
 
 
 def transition(state: RuntimeState, input: Input) -> Transition:
+    before = state.committed.log
     match input:
         case LLMEvent():
-            return _on_llm_event(state, input)
+            t = _on_llm_event(state, input)
         case ToolResult():
-            return _on_tool_result(state, input)
+            t = _on_tool_result(state, input)
         case Start():
-            return _on_start(state, input)
+            t = _on_start(state, input)
         case UserMessage():
-            return _on_user_message(state, input)
-        case Cancel():
-            return _on_cancel(state, input)
+            t = _on_user_message(state, input)
+        case Cancel() | Supersede():
+            t = _on_cancel(state, input.reason, cards=True)
+        case Resume():
+            t = _on_resume(state, input)
+        case ToolLost():
+            t = _on_tool_lost(state, input)
+        case Rewind():
+            t = _on_rewind(state, input)
         case _:
             assert_never(input)
+    after = t.state.committed.log
+    if after is before:
+        return t
+    # The log only grows: what this transition appended is its new tail.
+    return _replace(t, appended=after[len(before) :])
 
 
 # -- common pieces -------------------------------------------------------------------------
@@ -134,39 +177,64 @@ def _commit(c: ConversationState, **changes: Any) -> ConversationState:
     return _replace(c, commit=n, last_commit_id=ids.commit_id(c.conversation_id, n), **changes)
 
 
-def _settle(c: ConversationState, emit: tuple[ResponseEvent, ...], command: Command) -> Transition:
-    return Transition(RuntimeState(committed=c), emit, command)
+def _with(c: ConversationState, *messages: Message) -> ConversationState:
+    """`c` with `messages` appended to the log and to the active history (uncommitted)."""
+    if not messages:
+        return c
+    log = (*c.log, *messages)
+    active = log if c.messages is c.log else (*c.messages, *messages)
+    return _replace(c, log=log, messages=active)
 
 
-def _prepend(emit: tuple[ResponseEvent, ...], t: Transition) -> Transition:
-    if not emit:
-        return t
-    return Transition(t.state, emit + t.emit, t.command)
-
-
-def loop_failure(text: str) -> AssistantMessage:
-    """The message of a failure the loop itself detected (never appended to history)."""
-    return AssistantMessage(
-        content=(),
-        api="loop",
-        provider="cursor-byok",
-        model="",
-        stop_reason="error",
-        error_message=text,
+def _settle(
+    c: ConversationState,
+    emit: tuple[ResponseEvent, ...],
+    command: Command,
+    *,
+    local: tuple[LocalResult, ...] = (),
+    call_end: CallEnd | None = None,
+) -> Transition:
+    return Transition(
+        RuntimeState(committed=c), emit, command, local_results=local, call_end=call_end
     )
 
 
-def _fail(
-    c: ConversationState, message: AssistantMessage, emit: tuple[ResponseEvent, ...] = ()
+def _prepend(
+    emit: tuple[ResponseEvent, ...], t: Transition, call_end: CallEnd | None = None
 ) -> Transition:
-    c2 = _commit(c, status="Failed", waiting=None, queued=())
-    return _settle(c2, emit, Failed(message=message))
+    if not emit and call_end is None:
+        return t
+    return _replace(t, emit=emit + t.emit, call_end=call_end or t.call_end)
 
 
-def _call_llm(c: ConversationState, input: Input) -> Transition:
-    """Issue the next LLM call of the turn over the whole history (or fail the turn when the
+def _context(c: ConversationState) -> TurnContext:
+    return c.context if c.context is not None else DEFAULT_CONTEXT
+
+
+def _fail(
+    c: ConversationState,
+    message: AssistantMessage,
+    emit: tuple[ResponseEvent, ...] = (),
+    call_end: CallEnd | None = None,
+) -> Transition:
+    c2 = _commit(c, status=Status.FAILED, waiting=None, queued=(), queued_context=None)
+    return _settle(c2, emit, Failed(message=message), call_end=call_end)
+
+
+def _flush_queue(c: ConversationState) -> ConversationState:
+    """Steering: the queued user messages join the history before the turn's next model call,
+    and the context a queued follow-up brought applies from that call on."""
+    if not c.queued and c.queued_context is None:
+        return c
+    c = _with(c, *c.queued)
+    context = c.queued_context if c.queued_context is not None else c.context
+    return _replace(c, queued=(), queued_context=None, context=context)
+
+
+def _call_llm(c: ConversationState) -> Transition:
+    """Issue the next LLM call of the turn over the active history (or fail the turn when the
     per-turn call budget is spent). `c` carries the uncommitted changes of this transition."""
-    context = c.context if c.context is not None else DEFAULT_CONTEXT
+    context = _context(c)
     if c.llm_calls >= context.max_llm_calls:
         return _fail(
             c,
@@ -178,38 +246,18 @@ def _call_llm(c: ConversationState, input: Input) -> Transition:
     n = c.llm_calls + 1
     call = ids.call_id(c.turn_id, n)
     request = RequestMessages(
-        system_prompt=build_prompt(input, c),
+        system_prompt=render_prompt(context),
         messages=c.messages,
-        tools=build_tools(input, c),
+        tools=render_tools(context),
     )
     digest = messages_hash(c.messages)
     c2 = _commit(
-        c, llm_calls=n, status="WaitingLLM", waiting=AwaitLLM(call_id=call, messages_hash=digest)
+        c,
+        llm_calls=n,
+        status=Status.WAITING_LLM,
+        waiting=AwaitLLM(call_id=call, messages_hash=digest),
     )
     return _settle(c2, (), CallLLM(call_id=call, request=request, messages_hash=digest))
-
-
-def _begin_turn(
-    c: ConversationState, context: TurnContext, message: LLMUserMessage, input: Input
-) -> Transition:
-    turn = c.turn + 1
-    c2 = _replace(
-        c,
-        turn=turn,
-        turn_id=ids.turn_id(c.conversation_id, turn),
-        context=context,
-        messages=(*c.messages, message),
-        llm_calls=0,
-        waiting=None,
-        queued=(),
-    )
-    return _call_llm(c2, input)
-
-
-def _queue(state: RuntimeState, message: LLMUserMessage) -> Transition:
-    c = state.committed
-    c2 = _commit(c, queued=(*c.queued, message))
-    return Transition(RuntimeState(c2, state.pending_response), (), WAIT_INPUT)
 
 
 def opening_message(context: TurnContext, user_message: LLMUserMessage) -> LLMUserMessage:
@@ -220,26 +268,94 @@ def opening_message(context: TurnContext, user_message: LLMUserMessage) -> LLMUs
     return LLMUserMessage(content=parts + user_message.content)
 
 
+def _without_supplements(context: TurnContext) -> TurnContext:
+    # Supplements belong to the opening message of their turn only.
+    return _replace(context, supplements=()) if context.supplements else context
+
+
+def _begin_turn(c: ConversationState, context: TurnContext, message: LLMUserMessage) -> Transition:
+    turn = c.turn + 1
+    c2 = _replace(
+        _with(c, message),
+        turn=turn,
+        turn_id=ids.turn_id(c.conversation_id, turn),
+        context=_without_supplements(context),
+        llm_calls=0,
+        waiting=None,
+        queued=(),
+        queued_context=None,
+    )
+    return _call_llm(c2)
+
+
+def _close_turn(
+    c: ConversationState, reason: str
+) -> tuple[ConversationState, tuple[LocalResult, ...], CallEnd | None]:
+    """End the turn in progress (uncommitted): every tool call of the current message without a
+    result gets one (an early result if one arrived, else "canceled"), in call order, so the
+    history keeps a valid call/result pairing; a model call in flight ends canceled. Partial
+    model output is never appended."""
+    waiting = c.waiting
+    if c.status == Status.WAITING_CLIENT and isinstance(waiting, AwaitClient):
+        early = list(waiting.early)
+        closing: list[ToolResultMessage] = []
+        local: list[LocalResult] = []
+        for call in waiting.calls[waiting.next :]:
+            found = _take_early(early, call.id)
+            if found is None:
+                found = error_result(call, CANCELED_RESULT_TEXT)
+                index = _content_index(c.messages, call.id)
+                local.append(LocalResult(call, waiting.call_id, index, found))
+            closing.append(found)
+        return _with(c, *closing), tuple(local), None
+    if c.status == Status.WAITING_LLM and isinstance(waiting, AwaitLLM):
+        return c, (), CallEnd(waiting.call_id, CallOutcome.CANCELED, reason)
+    return c, (), None
+
+
 # -- Start / UserMessage -------------------------------------------------------------------
 
 
 def _on_start(state: RuntimeState, input: Start) -> Transition:
-    message = opening_message(input.context, input.user_message)
+    """A run request. A conversation still busy with a turn of a run that is gone (or that was
+    told to give way, see Supersede) has that turn closed first: a newer run supersedes the
+    busy one and starts from the committed state."""
     c = state.committed
-    if c.status in BUSY:
-        return _queue(state, message)
-    context = input.context
-    if context.supplements:  # they belong to this turn's opening message only
-        context = _replace(context, supplements=())
-    return _begin_turn(c, context, message, input)
+    call_end: CallEnd | None = None
+    if c.busy:
+        # Closed without cards: the tool calls belonged to another run's client stream.
+        c, _, call_end = _close_turn(c, "superseded by a newer request")
+    if not c.log and input.history:
+        c = _with(c, *input.history)
+    t = _begin_turn(c, input.context, opening_message(input.context, input.user_message))
+    return _prepend((), t, call_end)
+
+
+def _follow_up_context(c: ConversationState, input: UserMessage) -> TurnContext | None:
+    """The context a follow-up asks for, or None when it asks for nothing new."""
+    if input.context is None and input.mode is None:
+        return None
+    base = input.context
+    if base is None:
+        base = c.queued_context if c.queued_context is not None else _context(c)
+    if input.mode is not None and input.mode != base.mode:
+        base = _replace(base, mode=input.mode)
+    return base
 
 
 def _on_user_message(state: RuntimeState, input: UserMessage) -> Transition:
     c = state.committed
-    if c.status in BUSY:
-        return _queue(state, input.message)
-    context = c.context if c.context is not None else DEFAULT_CONTEXT
-    return _begin_turn(c, context, input.message, input)
+    asked = _follow_up_context(c, input)
+    context = asked if asked is not None else _context(c)
+    message = opening_message(context, input.message)
+    if c.busy:  # steering: joins the history before the turn's next model call
+        c2 = _commit(
+            c,
+            queued=(*c.queued, message),
+            queued_context=(_without_supplements(asked) if asked is not None else c.queued_context),
+        )
+        return Transition(RuntimeState(c2, state.pending_response), (), WAIT_INPUT)
+    return _begin_turn(c, context, message)
 
 
 # -- LLM events ----------------------------------------------------------------------------
@@ -248,7 +364,7 @@ def _on_user_message(state: RuntimeState, input: UserMessage) -> Transition:
 def _on_llm_event(state: RuntimeState, input: LLMEvent) -> Transition:
     c = state.committed
     waiting = c.waiting
-    if c.status != "WaitingLLM" or not isinstance(waiting, AwaitLLM):
+    if c.status != Status.WAITING_LLM or not isinstance(waiting, AwaitLLM):
         return _ignore(state)
     if input.call_id != waiting.call_id:
         return _ignore(state)
@@ -275,9 +391,9 @@ def _on_llm_event(state: RuntimeState, input: LLMEvent) -> Transition:
                 pending, events=pending.events + 1, open_blocks=pending.open_blocks - 1
             )
         case DoneEvent():
-            return _on_done(c, waiting, pending, event, input)
+            return _on_done(c, waiting, pending, event)
         case ErrorEvent():
-            return _on_error(c, event)
+            return _on_error(c, waiting, event)
         case _:
             assert_never(event)
     return Transition(RuntimeState(c, pending), (event,), CONTINUE_LLM)
@@ -295,42 +411,11 @@ def _opened(pending: PendingResponse | None, call_id: str, kind: BlockKind) -> P
     )
 
 
-def _kind(block: TextContent | ThinkingContent | ToolCall) -> BlockKind:
-    if isinstance(block, TextContent):
-        return "text"
-    if isinstance(block, ThinkingContent):
-        return "thinking"
-    return "toolCall"
-
-
-def validate_response(message: AssistantMessage, pending: PendingResponse | None) -> str | None:
-    """Why `message` cannot be committed, or None. Checks the tool calls (non-empty, unique ids
-    and names) and, when the stream announced blocks, that the message has exactly those."""
-    seen: set[str] = set()
-    for call in message.tool_calls:
-        if not call.id:
-            return f"a {call.name or 'nameless'} tool call has no id"
-        if not call.name:
-            return f"tool call {call.id} has no tool name"
-        if call.id in seen:
-            return f"tool call id {call.id} is used twice"
-        seen.add(call.id)
-    if pending is not None and pending.blocks:
-        if pending.open_blocks != 0:
-            return f"{pending.open_blocks} content block(s) were not closed before done"
-        streamed = pending.block_kinds()
-        final = tuple(_kind(b) for b in message.content)
-        if streamed != final:
-            return f"the final message has blocks {list(final)}, the stream had {list(streamed)}"
-    return None
-
-
 def _on_done(
     c: ConversationState,
     waiting: AwaitLLM,
     pending: PendingResponse | None,
     event: DoneEvent,
-    input: Input,
 ) -> Transition:
     message = event.message
     problem = validate_response(message, pending)
@@ -340,91 +425,84 @@ def _on_done(
             stop_reason="error",
             error_message=f"invalid response from the model: {problem}",
         )
-        return _fail(c, failed, (ErrorEvent(reason="error", message=failed),))
+        end = CallEnd(waiting.call_id, CallOutcome.FAILED, failed.error_message)
+        return _fail(c, failed, (ErrorEvent(reason="error", message=failed),), end)
     emit: tuple[ResponseEvent, ...] = (event,)
+    done = CallEnd(waiting.call_id, CallOutcome.COMMITTED)
     calls = message.tool_calls
     if calls:
         c2 = _replace(
-            c,
-            messages=(*c.messages, message),
-            status="WaitingClient",
+            _with(c, message),
+            status=Status.WAITING_CLIENT,
             waiting=AwaitClient(call_id=waiting.call_id, calls=calls, next=0, operation_id=""),
         )
-        return _prepend(emit, _advance(c2, input))
+        return _prepend(emit, _advance(c2), done)
     if c.queued:  # steering: the user spoke while the model was answering
-        c2 = _replace(c, messages=(*c.messages, message, *c.queued), queued=(), waiting=None)
-        return _prepend(emit, _call_llm(c2, input))
-    c2 = _commit(c, messages=(*c.messages, message), status="Final", waiting=None)
-    return _settle(c2, emit, Final(message=message))
+        c2 = _replace(_flush_queue(_with(c, message)), waiting=None)
+        return _prepend(emit, _call_llm(c2), done)
+    c2 = _commit(_with(c, message), status=Status.FINAL, waiting=None, queued_context=None)
+    return _settle(c2, emit, Final(message=message), call_end=done)
 
 
-def _on_error(c: ConversationState, event: ErrorEvent) -> Transition:
+def _on_error(c: ConversationState, waiting: AwaitLLM, event: ErrorEvent) -> Transition:
     if event.reason == "aborted":
-        c2 = _commit(c, status="Canceled", waiting=None, queued=())
-        return _settle(c2, (event,), Canceled(reason=event.error_message))
-    return _fail(c, event.message, (event,))
+        c2 = _commit(c, status=Status.CANCELED, waiting=None, queued=(), queued_context=None)
+        end = CallEnd(waiting.call_id, CallOutcome.CANCELED, event.error_message)
+        return _settle(c2, (event,), Canceled(reason=event.error_message), call_end=end)
+    end = CallEnd(waiting.call_id, CallOutcome.FAILED, event.error_message)
+    return _fail(c, event.message, (event,), end)
 
 
 # -- tool calls ----------------------------------------------------------------------------
 
 
-def _error_result(call: ToolCall, text: str) -> ToolResultMessage:
-    return ToolResultMessage(
-        tool_call_id=call.id,
-        tool_name=call.name,
-        content=(TextContent(text=text),),
-        is_error=True,
-    )
+def _content_index(messages: tuple[Message, ...], tool_call_id: str) -> int:
+    """Where the call sits in the assistant message that made it (the latest one)."""
+    for message in reversed(messages):
+        if isinstance(message, AssistantMessage):
+            for i, block in enumerate(message.content):
+                if isinstance(block, ToolCall) and block.id == tool_call_id:
+                    return i
+            return 0
+    return 0
 
 
-def _clip(text: str, limit: int) -> str:
-    return text if len(text) <= limit else text[:limit] + f"... [{len(text) - limit} more chars]"
-
-
-def synthetic_result(call: ToolCall, tool_names: tuple[str, ...]) -> ToolResultMessage | None:
-    """The loop's own answer to a call the client cannot run, or None if the client should."""
-    if call.name not in tool_names:
-        return _error_result(
-            call,
-            f"Error: unknown tool {call.name!r}. Available tools: {', '.join(tool_names)}.",
-        )
-    if call.arguments_error is not None:
-        raw = call.raw_arguments if call.raw_arguments is not None else ""
-        return _error_result(
-            call,
-            f"Error: the arguments of this {call.name} call were not valid JSON "
-            f"({_clip(call.arguments_error, MAX_QUOTED_ERROR)}). "
-            f"Raw arguments: {_clip(raw, MAX_QUOTED_ARGUMENTS)!r}. "
-            "Call the tool again with a JSON object matching its parameters.",
-        )
-    return None
-
-
-def _advance(c: ConversationState, input: Input) -> Transition:
+def _advance(c: ConversationState, local: tuple[LocalResult, ...] = ()) -> Transition:
     """Answer what can be answered without the client, from `waiting.next` on, in call order;
     then either send the next call to the client or, all answered, call the LLM again."""
     waiting = c.waiting
     assert isinstance(waiting, AwaitClient)
     early = list(waiting.early)
-    names = tuple(t.name for t in build_tools(input, c))
+    names = tuple(t.name for t in render_tools(_context(c)))
     added: list[Message] = []
+    answered = list(local)
     i = waiting.next
     while i < len(waiting.calls):
         call = waiting.calls[i]
-        result = _take_early(early, call.id) or synthetic_result(call, names)
+        result = _take_early(early, call.id)
+        if result is None:
+            result = synthetic_result(call, names)
+            if result is not None:
+                index = _content_index(c.messages, call.id)
+                answered.append(LocalResult(call, waiting.call_id, index, result))
         if result is None:
             op = ids.operation_id(waiting.call_id, call.id)
             c2 = _commit(
-                c,
-                messages=(*c.messages, *added),
-                status="WaitingClient",
+                _with(c, *added),
+                status=Status.WAITING_CLIENT,
                 waiting=_replace(waiting, next=i, operation_id=op, early=tuple(early)),
             )
-            return _settle(c2, (), CallClient(operation_id=op, tool_call=call))
+            command = CallClient(
+                operation_id=op,
+                tool_call=call,
+                llm_call_id=waiting.call_id,
+                content_index=_content_index(c.messages, call.id),
+            )
+            return _settle(c2, (), command, local=tuple(answered))
         added.append(result)
         i += 1
-    c2 = _replace(c, messages=(*c.messages, *added, *c.queued), queued=(), waiting=None)
-    return _call_llm(c2, input)
+    c2 = _replace(_flush_queue(_with(c, *added)), waiting=None)
+    return _replace(_call_llm(c2), local_results=tuple(answered))
 
 
 def _take_early(early: list[ToolResultMessage], tool_call_id: str) -> ToolResultMessage | None:
@@ -437,7 +515,7 @@ def _take_early(early: list[ToolResultMessage], tool_call_id: str) -> ToolResult
 def _on_tool_result(state: RuntimeState, input: ToolResult) -> Transition:
     c = state.committed
     waiting = c.waiting
-    if c.status != "WaitingClient" or not isinstance(waiting, AwaitClient):
+    if c.status != Status.WAITING_CLIENT or not isinstance(waiting, AwaitClient):
         return _ignore(state)
     result = input.message
     index = next(
@@ -453,26 +531,132 @@ def _on_tool_result(state: RuntimeState, input: ToolResult) -> Transition:
             return _ignore(state)
         c2 = _commit(c, waiting=_replace(waiting, early=(*waiting.early, result)))
         return Transition(RuntimeState(c2, state.pending_response), (), WAIT_INPUT)
-    c2 = _replace(c, messages=(*c.messages, result), waiting=_replace(waiting, next=index + 1))
-    return _advance(c2, input)
+    c2 = _replace(_with(c, result), waiting=_replace(waiting, next=index + 1))
+    return _advance(c2)
 
 
-# -- Cancel --------------------------------------------------------------------------------
-
-
-def _on_cancel(state: RuntimeState, input: Cancel) -> Transition:
+def _on_tool_lost(state: RuntimeState, input: ToolLost) -> Transition:
+    """The awaited operation will not be answered. A timed-out call, and a lost call that may
+    have changed something, get an error result saying so (never run twice); a lost call
+    without side effects is simply sent again."""
     c = state.committed
-    command = Canceled(reason=input.reason)
-    if c.status == "Canceled" and state.pending_response is None:
-        return Transition(state, (), command)
-    messages = c.messages
     waiting = c.waiting
-    if c.status == "WaitingClient" and isinstance(waiting, AwaitClient):
-        early = list(waiting.early)
-        closing = [
-            _take_early(early, call.id) or _error_result(call, CANCELED_RESULT_TEXT)
-            for call in waiting.calls[waiting.next :]
-        ]
-        messages = (*messages, *closing)
-    c2 = _commit(c, messages=messages, status="Canceled", waiting=None, queued=())
-    return _settle(c2, (), command)
+    if (
+        c.status != Status.WAITING_CLIENT
+        or not isinstance(waiting, AwaitClient)
+        or waiting.operation_id != input.operation_id
+    ):
+        return _ignore(state)
+    call = waiting.calls[waiting.next]
+    if input.cause == LostCause.TIMED_OUT:
+        result = timed_out_result(call, input.waited_ms)
+    elif side_effects(call.name):
+        result = unknown_outcome_result(call)
+    else:
+        return Transition(state, (), _call_client(c, waiting))
+    local = LocalResult(call, waiting.call_id, _content_index(c.messages, call.id), result)
+    c2 = _replace(_with(c, result), waiting=_replace(waiting, next=waiting.next + 1))
+    return _advance(c2, (local,))
+
+
+def _call_client(c: ConversationState, waiting: AwaitClient) -> CallClient:
+    call = waiting.calls[waiting.next]
+    return CallClient(
+        operation_id=waiting.operation_id,
+        tool_call=call,
+        llm_call_id=waiting.call_id,
+        content_index=_content_index(c.messages, call.id),
+    )
+
+
+# -- Cancel / Supersede --------------------------------------------------------------------
+
+
+def _on_cancel(state: RuntimeState, reason: str, *, cards: bool) -> Transition:
+    """Ends in Canceled from every status; the pending response is discarded and the queue
+    dropped. A newer run request for the conversation (Supersede) ends the run the same way:
+    the new run then starts from the committed state."""
+    c = state.committed
+    command = Canceled(reason=reason)
+    if c.status == Status.CANCELED and state.pending_response is None:
+        return Transition(state, (), command)
+    closed, local, call_end = _close_turn(c, reason)
+    c2 = _commit(closed, status=Status.CANCELED, waiting=None, queued=(), queued_context=None)
+    return _settle(c2, (), command, local=local if cards else (), call_end=call_end)
+
+
+# -- Resume --------------------------------------------------------------------------------
+
+
+def _on_resume(state: RuntimeState, input: Resume) -> Transition:
+    """Continue from the committed state. A run that was driving another turn than the
+    conversation's current one lost it to another request and ends canceled."""
+    c = state.committed
+    if input.turn_id is not None and input.turn_id != c.turn_id:
+        return Transition(state, (), Canceled(reason=CONTINUED_ELSEWHERE))
+    waiting = c.waiting
+    match c.status:
+        case Status.WAITING_LLM:
+            assert isinstance(waiting, AwaitLLM)
+            command: Command = ResendLLM(
+                call_id=waiting.call_id, messages_hash=waiting.messages_hash
+            )
+            return Transition(state, (), command)
+        case Status.WAITING_CLIENT:
+            assert isinstance(waiting, AwaitClient)
+            return _resume_tool(state, waiting, input)
+        case Status.FINAL:
+            last = c.messages[-1] if c.messages else None
+            answer = last if isinstance(last, AssistantMessage) else loop_failure("")
+            return Transition(state, (), Final(message=answer, replay=True))
+        case Status.FAILED:
+            failure = loop_failure("the previous attempt of this turn failed")
+            return Transition(state, (), Failed(message=failure))
+        case Status.CANCELED:
+            return Transition(state, (), Canceled(reason="the turn was canceled"))
+        case Status.READY:
+            failure = loop_failure("there is nothing to resume")
+            return Transition(state, (), Failed(message=failure, kind=FailureKind.BAD_REQUEST))
+        case _:
+            assert_never(c.status)
+
+
+def _resume_tool(state: RuntimeState, waiting: AwaitClient, input: Resume) -> Transition:
+    op = input.operation
+    if op is None or op.operation_id != waiting.operation_id:
+        # Never recorded as sent: send it now.
+        return Transition(state, (), _call_client(state.committed, waiting))
+    if op.result is not None:  # answered, but the answer's commit was lost
+        return _on_tool_result(state, ToolResult(message=op.result))
+    if op.sent:
+        lost = ToolLost(operation_id=op.operation_id, cause=LostCause.ANSWER_LOST)
+        return _on_tool_lost(state, lost)
+    return Transition(state, (), _call_client(state.committed, waiting))
+
+
+# -- Rewind --------------------------------------------------------------------------------
+
+
+def _on_rewind(state: RuntimeState, input: Rewind) -> Transition:
+    """The client went back to an earlier turn: that turn's view becomes the active history
+    again, followed by whatever is appended from now on. Nothing is deleted: the abandoned
+    messages stay in the log. A conversation busy with a turn is not rewound."""
+    c = state.committed
+    if c.busy:
+        return _ignore(state)
+    problem = view.problem(input.view, len(c.log))
+    if problem is not None:
+        raise LoopError(f"cannot rewind conversation {c.conversation_id!r}: {problem}")
+    restored = view.reopened(input.view, len(c.log))
+    if view.closed(restored, len(c.log)) == view.closed(c.view, len(c.log)):
+        return _ignore(state)  # already there
+    c2 = _commit(
+        c,
+        view=restored,
+        messages=view.materialize(restored, c.log),
+        status=Status.READY,
+        waiting=None,
+        queued=(),
+        queued_context=None,
+    )
+    return _settle(c2, (), WAIT_INPUT)

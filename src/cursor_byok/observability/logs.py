@@ -24,7 +24,7 @@ from ..config import Config
 from .metrics import cache_hit_ratio
 
 if TYPE_CHECKING:
-    from ..transport.runner import RunSummary
+    from ..transport.runtime.summary import RunSummary
 
 LogFormat = Literal["text", "json"]
 MASK = "***"

@@ -26,7 +26,7 @@ from prometheus_client.registry import Collector
 from ..store.api import LLMCallRecord
 
 if TYPE_CHECKING:
-    from ..transport.runner import CacheStats, RunSummary
+    from ..transport.runtime.summary import CacheStats, RunSummary
 
 PREFIX = "cursor_byok"
 
@@ -177,6 +177,13 @@ class Metrics:
             ["provider", "model"],
             registry=r,
         )
+        self.unknown_events = Counter(
+            f"{PREFIX}_unknown_client_events",
+            "Client messages this server does not handle, by kind",
+            ["kind"],
+            registry=r,
+        )
+        self._unknown_kinds: set[str] = set()
         r.register(_CacheRatioCollector(self))
 
     def bind_active_runs(self, active_runs: Callable[[], float]) -> None:
@@ -188,6 +195,17 @@ class Metrics:
         self.registry.register(_ServerCacheCollector(stats))
 
     # -- feeding -------------------------------------------------------------------------
+
+    def observe_unknown_event(self, kind: str) -> None:
+        """One client message of a kind the server does not handle (kinds are bounded: past
+        MAX_RPC_LABELS distinct ones, the rest count as "other")."""
+        with self._lock:
+            if kind not in self._unknown_kinds:
+                if len(self._unknown_kinds) >= MAX_RPC_LABELS:
+                    kind = "other"
+                else:
+                    self._unknown_kinds.add(kind)
+        self.unknown_events.labels(kind=kind).inc()
 
     def observe_rpc(self, path: str, outcome: str) -> None:
         label = rpc_label(path)

@@ -1,7 +1,8 @@
 """Wiring in one object: the runner hooks and the GET routes, ready for the server to mount.
 
     obs = Observability(config, store)
-    services = RunnerServices(..., on_llm_call=obs.on_llm_call, on_run_end=obs.on_run_end)
+    services = RunnerServices(..., on_llm_call=obs.on_llm_call, on_run_end=obs.on_run_end,
+                              on_unknown_event=obs.metrics.observe_unknown_event)
     obs.metrics.bind_active_runs(lambda: runner.active_runs)
     ...
     # per request, after routing RPCs:
@@ -27,7 +28,7 @@ from .logs import RUN_LOGGER, log_run
 from .metrics import Metrics
 
 if TYPE_CHECKING:
-    from ..transport.runner import RunSummary
+    from ..transport.runtime.summary import RunSummary
 
 log = logging.getLogger("cursor_byok.observability")
 

@@ -4,6 +4,10 @@ The store keeps opaque bytes produced by others (serialized conversation state, 
 message bytes, exact LLM request bytes, tool operation requests and results). It never decodes
 them and never decides what they mean; it only guarantees atomicity, compare-and-swap on the
 conversation version, dedupe keys and the append-only message history.
+
+Messages are never deleted. A rewind is not a store operation: the runtime keeps the active
+history as a view inside its state bytes (and with each turn mark), and commits it like any
+other state change; the store only appends.
 """
 
 from __future__ import annotations
@@ -29,7 +33,8 @@ OPERATION_STATUSES: tuple[OperationStatus, ...] = (
 
 
 class ConversationRecord(msgspec.Struct, frozen=True, kw_only=True):
-    """The committed state of one conversation: state bytes plus the ordered message history."""
+    """The committed state of one conversation: state bytes plus every message it ever
+    appended, in order (which of them are active is for the state bytes to say)."""
 
     conversation_id: str
     version: int
@@ -138,13 +143,19 @@ class RunRecord(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class TurnMark(msgspec.Struct, frozen=True, kw_only=True):
-    """A completed turn as published in a client checkpoint: its blob id and the number of
-    messages the conversation had at its end."""
+    """A completed turn as published in a client checkpoint: its blob id, the number of
+    messages the conversation had at its end, and `view`: the runtime's encoding of the
+    active-history view at the end of that turn.
+
+    The store never interprets `view`; it keeps the bytes as they are. Empty bytes mean no
+    view (marks written before schema version 3 have none).
+    """
 
     conversation_id: str
     turn: int
     blob_id: bytes
     message_count: int
+    view: bytes = b""
 
 
 class SaveResult(msgspec.Struct, frozen=True, kw_only=True):
@@ -201,18 +212,6 @@ class Store(Protocol):
         """
         ...
 
-    async def truncate_messages(
-        self,
-        conversation_id: str,
-        *,
-        keep: int,
-        expected_version: int,
-        state: bytes | None = None,
-    ) -> CommitResult:
-        """Rewind ("the client wins"): CAS commit deleting messages with seq >= keep, replacing
-        the state bytes when given. The only way a message is ever removed."""
-        ...
-
     async def save_llm_call(self, record: LLMCallRecord) -> SaveResult: ...
 
     async def get_llm_call(self, call_id: str) -> LLMCallRecord | None: ...
@@ -231,7 +230,8 @@ class Store(Protocol):
     async def save_turn_marks(
         self, conversation_id: str, marks: Sequence[TurnMark], *, unchanged: int = 0
     ) -> None:
-        """Replace the conversation's turn marks with `marks` (after a rewind, later ones go).
+        """Replace the conversation's turn marks with `marks` (after a rewind, later ones go),
+        each with its `view` bytes as given.
         `unchanged`: the first marks are stored as they are already (the caller read or wrote
         them), so only the others are written; if the store does not hold exactly that many
         (a write was lost), all are written. Not durable on its own, like `save_run`: marks

@@ -1,0 +1,96 @@
+"""The Cursor dialect: `agent.v1` / `aiserver.v1` protobuf ↔ native values.
+
+The only package that imports protobuf (an import contract checks it). It decodes client
+messages into native values and encodes native values into serialized server messages; it holds
+the client-request correlation of a run (`ClientLink`: exec, KV and interaction ids, the tool
+machines), context and history decoding, checkpoints, the unary RPCs and the Connect service
+description. It decides nothing: docs/dialect.md has the tables.
+
+What the runtime uses:
+
+    values     RunRequest, RunAction, ContextRef, HistoryRefs and the `Inbound` union a client
+               message becomes (RunRequested, CancelRequested, FollowUp, ...)
+    link       ClientLink (receive, get_blob, set_blob, request_context, start_tool, ...)
+    encode     StreamEncoder, turn_ended, text_delta, checkpoint
+    ends       Ending and the four ways a run ends badly
+    context    ClientContext, ContextPart, merge_context; context_parts: decode_request_context_part
+    history    history_from_root_prompt_blobs, DialectError
+    checkpoint turn_blob, rewound_to
+    service    CursorService (for the Connect app); rpc: RpcSettings
+"""
+
+from .checkpoint import rewound_to, turn_blob
+from .context import ClientContext, ContextPart, merge_context
+from .context_parts import decode_request_context_part
+from .encode import HEARTBEAT, StreamEncoder, checkpoint, text_delta, turn_ended
+from .ends import Ending, bad_request_end, canceled_end, internal_end, provider_error_end
+from .history import DialectError, history_from_root_prompt_blobs
+from .link import ClientLink
+from .mcp import McpDefinition
+from .rpc import RpcSettings
+from .service import CursorService
+from .values import (
+    BlobReceived,
+    BlobStored,
+    CancelRequested,
+    ClientHeartbeat,
+    ContextReceived,
+    ContextRef,
+    FollowUp,
+    HistoryRefs,
+    Inbound,
+    InteractionAnswered,
+    Malformed,
+    ResumeRequested,
+    RunAction,
+    RunRequest,
+    RunRequested,
+    Stray,
+    ToolFinished,
+    ToolProgress,
+    UnknownEvent,
+)
+
+__all__ = [
+    "HEARTBEAT",
+    "BlobReceived",
+    "BlobStored",
+    "CancelRequested",
+    "ClientContext",
+    "ClientHeartbeat",
+    "ClientLink",
+    "ContextPart",
+    "ContextReceived",
+    "ContextRef",
+    "CursorService",
+    "DialectError",
+    "Ending",
+    "FollowUp",
+    "HistoryRefs",
+    "Inbound",
+    "InteractionAnswered",
+    "Malformed",
+    "McpDefinition",
+    "ResumeRequested",
+    "RpcSettings",
+    "RunAction",
+    "RunRequest",
+    "RunRequested",
+    "Stray",
+    "StreamEncoder",
+    "ToolFinished",
+    "ToolProgress",
+    "UnknownEvent",
+    "bad_request_end",
+    "canceled_end",
+    "checkpoint",
+    "decode_request_context_part",
+    "history_from_root_prompt_blobs",
+    "internal_end",
+    "merge_context",
+    "provider_error_end",
+    "rewound_to",
+    "text_delta",
+    "turn_blob",
+    "turn_ended",
+]

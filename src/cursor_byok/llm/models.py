@@ -1,0 +1,37 @@
+"""The models a server offers, resolved against their providers: plain values the runtime, the
+dialect and observability read, built once by the configuration loader."""
+
+from __future__ import annotations
+
+import msgspec
+
+from .settings import ModelSettings, ProviderSettings
+from .types import Usage
+
+
+class Prices(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """USD per million tokens."""
+
+    input: float = 0.0
+    output: float = 0.0
+    cache_read: float = 0.0
+    cache_write: float = 0.0
+
+    def cost(self, usage: Usage) -> float:
+        return (
+            usage.input * self.input
+            + usage.output * self.output
+            + usage.cache_read * self.cache_read
+            + usage.cache_write * self.cache_write
+        ) / 1_000_000
+
+
+class Model(msgspec.Struct, frozen=True):
+    """One model as clients see it, resolved against its provider."""
+
+    id: str
+    display_name: str
+    provider: ProviderSettings
+    settings: ModelSettings
+    context_window: int
+    prices: Prices | None

@@ -1,0 +1,111 @@
+"""Messages the loop writes itself: tool results for calls the client will not answer, and the
+description of a failure. Pure functions of their arguments."""
+
+from __future__ import annotations
+
+from cursor_byok.llm.types import (
+    AssistantMessage,
+    TextContent,
+    ThinkingContent,
+    ToolCall,
+    ToolResultMessage,
+)
+
+from .state import BlockKind, PendingResponse
+
+CANCELED_RESULT_TEXT = "canceled by the user"
+# Bounds on what a synthetic error result quotes back to the model.
+MAX_QUOTED_ERROR = 500
+MAX_QUOTED_ARGUMENTS = 2000
+
+
+def error_result(call: ToolCall, text: str) -> ToolResultMessage:
+    return ToolResultMessage(
+        tool_call_id=call.id,
+        tool_name=call.name,
+        content=(TextContent(text=text),),
+        is_error=True,
+    )
+
+
+def _clip(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[:limit] + f"... [{len(text) - limit} more chars]"
+
+
+def synthetic_result(call: ToolCall, tool_names: tuple[str, ...]) -> ToolResultMessage | None:
+    """The loop's own answer to a call the client cannot run, or None if the client should."""
+    if call.name not in tool_names:
+        return error_result(
+            call,
+            f"Error: unknown tool {call.name!r}. Available tools: {', '.join(tool_names)}.",
+        )
+    if call.arguments_error is not None:
+        raw = call.raw_arguments if call.raw_arguments is not None else ""
+        return error_result(
+            call,
+            f"Error: the arguments of this {call.name} call were not valid JSON "
+            f"({_clip(call.arguments_error, MAX_QUOTED_ERROR)}). "
+            f"Raw arguments: {_clip(raw, MAX_QUOTED_ARGUMENTS)!r}. "
+            "Call the tool again with a JSON object matching its parameters.",
+        )
+    return None
+
+
+def timed_out_result(call: ToolCall, waited_ms: int | None) -> ToolResultMessage:
+    within = f" within {waited_ms / 1000:g} s" if waited_ms is not None else ""
+    return error_result(
+        call,
+        f"Error: the client did not answer the {call.name} call{within}; it was aborted. "
+        "Its effects, if any, are unknown.",
+    )
+
+
+def unknown_outcome_result(call: ToolCall) -> ToolResultMessage:
+    return error_result(
+        call,
+        f"Error: this {call.name} call was sent to the client, but its answer was lost (the "
+        "server restarted or the connection dropped). Its outcome is unknown and it was not "
+        "run again. Check the current state before retrying it.",
+    )
+
+
+def loop_failure(text: str) -> AssistantMessage:
+    """The message of a failure the loop itself detected (never appended to history)."""
+    return AssistantMessage(
+        content=(),
+        api="loop",
+        provider="cursor-byok",
+        model="",
+        stop_reason="error",
+        error_message=text,
+    )
+
+
+def _kind(block: TextContent | ThinkingContent | ToolCall) -> BlockKind:
+    if isinstance(block, TextContent):
+        return "text"
+    if isinstance(block, ThinkingContent):
+        return "thinking"
+    return "toolCall"
+
+
+def validate_response(message: AssistantMessage, pending: PendingResponse | None) -> str | None:
+    """Why `message` cannot be committed, or None. Checks the tool calls (non-empty, unique ids
+    and names) and, when the stream announced blocks, that the message has exactly those."""
+    seen: set[str] = set()
+    for call in message.tool_calls:
+        if not call.id:
+            return f"a {call.name or 'nameless'} tool call has no id"
+        if not call.name:
+            return f"tool call {call.id} has no tool name"
+        if call.id in seen:
+            return f"tool call id {call.id} is used twice"
+        seen.add(call.id)
+    if pending is not None and pending.blocks:
+        if pending.open_blocks != 0:
+            return f"{pending.open_blocks} content block(s) were not closed before done"
+        streamed = pending.block_kinds()
+        final = tuple(_kind(b) for b in message.content)
+        if streamed != final:
+            return f"the final message has blocks {list(final)}, the stream had {list(streamed)}"
+    return None

@@ -1,0 +1,327 @@
+"""SQLiteStore: the Store protocol over one SQLite file.
+
+The facade checks arguments on the caller's thread, builds the job (writes, jobs.py) or the
+read (rows.py), and hands it to the writer thread (writer.py) or to the reads (reads.py).
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import time
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, TypeVar
+
+from ..api import (
+    ClientOperationRecord,
+    CommitResult,
+    ConversationRecord,
+    ConversationSummary,
+    InputCommit,
+    LLMCallRecord,
+    RunRecord,
+    SaveResult,
+    Store,
+    TurnMark,
+)
+from ..errors import StoreClosedError
+from . import jobs, rows
+from .reads import INLINE_MESSAGES, Reads
+from .writer import Synchronous, Writer, WriterStats
+
+T = TypeVar("T")
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class SQLiteStore:
+    """The Store protocol over one SQLite file. Create with `await SQLiteStore.open(path)`."""
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        synchronous: Synchronous = "FULL",
+        busy_timeout_ms: int = 5000,
+        readers: int = 4,
+        max_batch: int = 512,
+        max_size_bytes: int | None = None,
+        clock: Callable[[], int] | None = None,
+    ) -> None:
+        """Prefer `await SQLiteStore.open(...)`: the constructor does no I/O; `start()` does.
+
+        `clock` gives the time in ms stored with each write (default: the wall clock)."""
+        if synchronous not in ("FULL", "NORMAL"):
+            raise ValueError(f"synchronous must be FULL or NORMAL, not {synchronous!r}")
+        self.path = os.path.abspath(os.fspath(path))
+        self.synchronous: Synchronous = synchronous
+        self.busy_timeout_ms = busy_timeout_ms
+        self._clock = clock or _now_ms
+        self._closed = False  # no new calls
+        self._started = False
+        self._writer = Writer(
+            self.path,
+            synchronous=synchronous,
+            busy_timeout_ms=busy_timeout_ms,
+            max_batch=max_batch,
+            max_size_bytes=max_size_bytes,
+        )
+        self._reads = Reads(self.path, busy_timeout_ms=busy_timeout_ms, threads=readers)
+
+    # ------------------------------------------------------------------ life cycle
+
+    @classmethod
+    async def open(
+        cls,
+        path: str | os.PathLike[str],
+        *,
+        synchronous: Synchronous = "FULL",
+        busy_timeout_ms: int = 5000,
+        readers: int = 4,
+        max_batch: int = 512,
+        max_size_bytes: int | None = None,
+        clock: Callable[[], int] | None = None,
+    ) -> SQLiteStore:
+        """Open (creating if needed) and migrate the database, start the writer thread.
+
+        Raises StoreCorruptError (not a database), StoreSchemaError (newer schema, failed
+        migration), StoreLockedError, StoreIOError.
+        """
+        store = cls(
+            path,
+            synchronous=synchronous,
+            busy_timeout_ms=busy_timeout_ms,
+            readers=readers,
+            max_batch=max_batch,
+            max_size_bytes=max_size_bytes,
+            clock=clock,
+        )
+        await store.start()
+        return store
+
+    async def start(self) -> None:
+        if self._started:
+            return
+        self._started = True
+        try:
+            await self._writer.start()
+        except BaseException:
+            self._closed = True
+            self._reads.abandon()
+            raise
+
+    async def close(self) -> None:
+        """Finish the queued writes, then close every connection. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        await self._writer.stop()
+        await self._reads.close()
+
+    async def __aenter__(self) -> SQLiteStore:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    def stats(self) -> WriterStats:
+        return self._writer.stats()
+
+    # ------------------------------------------------------------------ reads
+
+    async def load(self, conversation_id: str) -> ConversationRecord | None:
+        path = self.path
+        return await self._read(
+            lambda conn: rows.load_conversation(conn, path, conversation_id),
+            f"loading conversation {conversation_id!r}",
+            snapshot=True,
+            inline=lambda conn: rows.load_conversation(
+                conn, path, conversation_id, INLINE_MESSAGES
+            ),
+        )
+
+    async def head(self, conversation_id: str) -> ConversationSummary | None:
+        def read(conn: sqlite3.Connection) -> ConversationSummary | None:
+            return rows.head(conn, conversation_id)
+
+        return await self._read(read, f"reading conversation {conversation_id!r}", inline=read)
+
+    async def find_input_commit(self, conversation_id: str, input_id: str) -> InputCommit | None:
+        def read(conn: sqlite3.Connection) -> InputCommit | None:
+            return rows.find_input(conn, conversation_id, input_id)
+
+        return await self._read(read, f"reading input {input_id!r}", inline=read)
+
+    async def get_llm_call(self, call_id: str) -> LLMCallRecord | None:
+        return await self._read(
+            lambda conn: rows.get_call(conn, call_id), f"reading llm call {call_id!r}"
+        )
+
+    async def get_client_operation(self, operation_id: str) -> ClientOperationRecord | None:
+        return await self._read(
+            lambda conn: rows.get_operation(conn, operation_id),
+            f"reading client operation {operation_id!r}",
+        )
+
+    async def list_recent_llm_calls(self, limit: int = 50) -> tuple[LLMCallRecord, ...]:
+        return await self._read(
+            lambda conn: rows.list_recent_calls(conn, limit), "listing llm calls"
+        )
+
+    async def list_conversations(self, limit: int = 50) -> tuple[ConversationSummary, ...]:
+        return await self._read(
+            lambda conn: rows.list_conversations(conn, limit), "listing conversations"
+        )
+
+    async def find_run(self, request_id: str) -> RunRecord | None:
+        def read(conn: sqlite3.Connection) -> RunRecord | None:
+            return rows.find_run(conn, request_id)
+
+        return await self._read(read, f"reading run {request_id!r}", inline=read)
+
+    async def list_turn_marks(self, conversation_id: str) -> tuple[TurnMark, ...]:
+        def read(conn: sqlite3.Connection) -> tuple[TurnMark, ...]:
+            return rows.list_turn_marks(conn, conversation_id)
+
+        return await self._read(read, f"reading turn marks of {conversation_id!r}", inline=read)
+
+    async def list_stream_diagnostics(self, call_id: str) -> tuple[tuple[int, bytes], ...]:
+        """Debugging aid only: never feed these back into a conversation's messages."""
+        return await self._read(
+            lambda conn: rows.list_stream_diagnostics(conn, call_id),
+            f"reading diagnostics of {call_id!r}",
+        )
+
+    # ------------------------------------------------------------------ writes
+
+    async def commit_input(
+        self,
+        conversation_id: str,
+        *,
+        input_id: str,
+        expected_version: int,
+        state: bytes,
+        append_messages: Sequence[bytes],
+        expected_message_count: int,
+        result: bytes,
+        llm_calls: Sequence[LLMCallRecord] = (),
+        client_operations: Sequence[ClientOperationRecord] = (),
+        durable: bool = True,
+    ) -> CommitResult:
+        if expected_version < 0 or expected_message_count < 0:
+            raise ValueError("expected_version and expected_message_count must be >= 0")
+        messages = tuple(append_messages)
+        for value in (state, result, *messages):
+            if not isinstance(value, bytes | bytearray | memoryview):
+                raise TypeError(f"state, messages and result are bytes, not {type(value)!r}")
+        calls = tuple(llm_calls)
+        operations = tuple(client_operations)
+        path = self.path
+        clock = self._clock
+
+        def job(conn: sqlite3.Connection) -> CommitResult:
+            return jobs.commit_input(
+                conn,
+                path,
+                clock(),
+                conversation_id,
+                input_id=input_id,
+                expected_version=expected_version,
+                state=state,
+                messages=messages,
+                expected_message_count=expected_message_count,
+                result=result,
+                calls=calls,
+                operations=operations,
+            )
+
+        return await self._write(
+            job, f"committing input {input_id!r} to {conversation_id!r}", durable=durable
+        )
+
+    async def save_run(self, record: RunRecord) -> SaveResult:
+        return await self._write(
+            lambda conn: jobs.save_run(conn, record),
+            f"saving run {record.request_id!r}",
+            durable=False,
+        )
+
+    async def save_turn_marks(
+        self, conversation_id: str, marks: Sequence[TurnMark], *, unchanged: int = 0
+    ) -> None:
+        marks = tuple(marks)
+        keep = min(max(unchanged, 0), len(marks))
+        clock = self._clock
+        await self._write(
+            lambda conn: jobs.save_turn_marks(conn, conversation_id, marks, keep, clock),
+            f"saving turn marks of {conversation_id!r}",
+            durable=False,
+        )
+
+    async def save_llm_call(self, record: LLMCallRecord) -> SaveResult:
+        path = self.path
+        return await self._write(
+            lambda conn: jobs.upsert_call(conn, path, record), f"saving llm call {record.call_id!r}"
+        )
+
+    async def save_client_operation(self, record: ClientOperationRecord) -> SaveResult:
+        path = self.path
+        clock = self._clock
+        return await self._write(
+            lambda conn: jobs.upsert_operation(conn, path, record, clock()),
+            f"saving client operation {record.operation_id!r}",
+        )
+
+    async def append_stream_diagnostics(
+        self, call_id: str, events: Sequence[tuple[int, bytes]]
+    ) -> None:
+        """Debugging aid: raw stream events by index; an index already stored is kept."""
+        prepared = [(int(i), bytes(e)) for i, e in events]
+        await self._write(
+            lambda conn: jobs.append_stream_diagnostics(conn, call_id, prepared),
+            f"saving diagnostics of {call_id!r}",
+        )
+
+    async def set_size_limit(self, max_bytes: int | None) -> int:
+        """Cap the database size (PRAGMA max_page_count); None lifts the cap.
+
+        Commits that would grow the file beyond it fail with StoreFullError. The cap cannot go
+        below the current size. Returns the effective limit in bytes.
+        """
+        writer = self._writer
+        return await self._write(
+            lambda conn: writer.apply_size_limit(conn, max_bytes), "setting the size limit"
+        )
+
+    # ------------------------------------------------------------------ hand-over
+
+    def _check_open(self) -> None:
+        if self._closed or self._writer.stopped or not self._started:
+            state = "not started (use SQLiteStore.open)" if not self._started else "closed"
+            raise StoreClosedError(self.path, f"store is {state}")
+
+    async def _write(
+        self, fn: Callable[[sqlite3.Connection], T], what: str, *, durable: bool = True
+    ) -> T:
+        self._check_open()
+        return await self._writer.run(fn, what, durable=durable)
+
+    async def _read(
+        self,
+        fn: Callable[[sqlite3.Connection], T],
+        what: str,
+        *,
+        snapshot: bool = False,
+        inline: Callable[[sqlite3.Connection], T] | None = None,
+    ) -> T:
+        self._check_open()
+        return await self._reads.run(fn, what, snapshot=snapshot, inline=inline)
+
+
+if TYPE_CHECKING:
+
+    def _conforms(store: SQLiteStore) -> Store:  # mypy checks SQLiteStore against the protocol
+        return store

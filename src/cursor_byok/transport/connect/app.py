@@ -1,0 +1,253 @@
+"""The HTTP side: a raw ASGI app speaking Connect for one `Service` (service.py).
+
+Routes (see docs/transport.md):
+  POST <service.run_path>       bidi stream (HTTP/2, full duplex)           streams.py
+  POST <service.runsse_path>    server stream of the HTTP/1.1 shim          streams.py
+  POST <service.append_path>    unary, one client message of the shim
+  POST <any unary path the service has>                                    answered by the service
+  GET  /healthz                 200 once ready (no auth)
+  GET  <extra routes>           metrics, dashboard (the composition root's)
+
+Authentication (a bearer token) is checked from the headers before any body is read.
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+from collections.abc import Mapping
+from typing import Protocol
+
+from .envelopes import ConnectError
+from .http import (
+    CONNECT_PROTO,
+    ClientGone,
+    Receive,
+    Scope,
+    Send,
+    UnaryCodec,
+    base_type,
+    headers_of,
+    plain,
+    read_body,
+    unary_error,
+    unary_ok,
+    unary_payload,
+    unsupported_media,
+)
+from .rsgi import WRITE_NOWAIT
+from .service import Codec, Service
+from .sessions import RunHandler, SessionRegistry, TransportLimits
+from .streams import Streams
+
+log = logging.getLogger(__name__)
+
+HEALTH_PATH = "/healthz"
+
+_UNARY_CODECS: dict[str, UnaryCodec] = {
+    "application/proto": "proto",
+    "application/x-protobuf": "proto",
+    "application/json": "json",
+    "application/connect+proto": "connect",
+    "application/grpc-web+proto": "grpc-web",
+    "application/grpc-web": "grpc-web",
+}
+
+
+class HttpReply(Protocol):
+    @property
+    def status(self) -> int: ...
+
+    @property
+    def content_type(self) -> str: ...
+
+    @property
+    def body(self) -> bytes: ...
+
+    @property
+    def headers(self) -> tuple[tuple[str, str], ...]: ...
+
+
+class ExtraRoutes(Protocol):
+    """Plain GET pages served beside the RPCs (metrics, dashboard) and an RPC outcome hook.
+    Implemented by the composition root; the transport only routes to it."""
+
+    def handles(self, path: str) -> bool: ...
+
+    def is_public(self, path: str) -> bool: ...
+
+    async def get(self, path: str, query: str = "") -> HttpReply | None: ...
+
+    def observe_rpc(self, path: str, outcome: str) -> None: ...
+
+
+class ConnectApp:
+    """The ASGI application. `handler` runs each agent run (see sessions.RunHandler)."""
+
+    def __init__(
+        self,
+        service: Service,
+        handler: RunHandler,
+        *,
+        auth_token: str | None = None,
+        runsse_content_type: str = "text/event-stream",
+        limits: TransportLimits | None = None,
+        routes: ExtraRoutes | None = None,
+    ) -> None:
+        self.service = service
+        self.routes = routes
+        self.limits = limits or TransportLimits()
+        self.registry = SessionRegistry(
+            handler, self.limits, error_details_type=service.error_details_type
+        )
+        self.streams = Streams(service, self.registry, self.limits, runsse_content_type)
+        self.ready = False
+        self._token = auth_token.encode() if auth_token else None
+
+    # -- entry --------------------------------------------------------------------------------
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        kind = scope["type"]
+        if kind == "lifespan":
+            await self._lifespan(receive, send)
+            return
+        if kind != "http":
+            return
+        if not self.ready:  # served without lifespan events
+            self.registry.start()
+            self.ready = True
+        path: str = scope["path"]
+        method: str = scope["method"]
+        headers = headers_of(scope)
+        service = self.service
+        try:
+            if path == HEALTH_PATH:
+                await self._health(method, send)
+            elif method in ("GET", "HEAD") and self.routes and self.routes.handles(path):
+                await self._extra(path, scope, send, headers)
+            elif method != "POST":
+                await plain(send, 404 if method in ("GET", "HEAD") else 405, b"not found\n")
+            elif path == service.run_path:
+                write_nowait = scope.get("extensions", {}).get(WRITE_NOWAIT)
+                await self.streams.run(
+                    receive, send, headers, self.authorized(headers), write_nowait
+                )
+            elif path == service.runsse_path:
+                await self.streams.runsse(receive, send, headers, self.authorized(headers))
+            else:
+                await self._unary(path, receive, send, headers)
+        except ClientGone:
+            log.debug("client went away: %s", path)
+
+    def start(self) -> None:
+        """Ready to serve (the server calls this once it listens)."""
+        self.registry.start()
+        self.ready = True
+
+    async def shutdown(self) -> None:
+        self.ready = False
+        await self.registry.close()
+
+    async def _lifespan(self, receive: Receive, send: Send) -> None:
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                self.start()
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                await self.shutdown()
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+
+    async def _extra(self, path: str, scope: Scope, send: Send, headers: dict[str, str]) -> None:
+        assert self.routes is not None
+        if not (self.routes.is_public(path) or self.authorized(headers)):
+            await plain(send, 401, b"missing or wrong bearer token\n")
+            return
+        query = scope.get("query_string", b"").decode("latin-1")
+        reply = await self.routes.get(path, query)
+        if reply is None:
+            await plain(send, 404, b"not found\n")
+            return
+        head = [(b"content-type", reply.content_type.encode("latin-1"))]
+        head += [(k.encode("latin-1"), v.encode("latin-1")) for k, v in reply.headers]
+        await send({"type": "http.response.start", "status": reply.status, "headers": head})
+        await send({"type": "http.response.body", "body": reply.body, "more_body": False})
+
+    def _observe(self, path: str, outcome: str) -> None:
+        if self.routes is not None:
+            self.routes.observe_rpc(path, outcome)
+
+    async def _health(self, method: str, send: Send) -> None:
+        if method not in ("GET", "HEAD"):
+            await plain(send, 405, b"method not allowed\n")
+        elif self.ready:
+            await plain(send, 200, b"ok\n")
+        else:
+            await plain(send, 503, b"starting\n")
+
+    def authorized(self, headers: Mapping[str, str]) -> bool:
+        """Whether the request's headers carry the configured bearer token (if any)."""
+        if self._token is None:
+            return True
+        scheme, _, credentials = headers.get("authorization", "").partition(" ")
+        ok = hmac.compare_digest(credentials.strip().encode("latin-1"), self._token)
+        return ok and scheme.lower() == "bearer"
+
+    # -- unary --------------------------------------------------------------------------------
+
+    async def _unary(
+        self, path: str, receive: Receive, send: Send, headers: dict[str, str]
+    ) -> None:
+        codec = _UNARY_CODECS.get(base_type(headers))
+        handler = self.service.unary(path)
+        known = path == self.service.append_path or handler is not None
+        if not self.authorized(headers):
+            err = ConnectError("unauthenticated", "missing or wrong bearer token")
+            await unary_error(send, codec or "proto", err)
+            self._observe(path, err.code)
+            return
+        if not known:
+            await unary_error(send, codec or "proto", ConnectError("unimplemented", path))
+            return
+        if codec is None:
+            await unsupported_media(send, headers, "application/proto or application/json")
+            return
+        try:
+            declared = int(headers.get("content-length", "0") or 0)
+        except ValueError:
+            declared = 0
+        message_codec: Codec = "json" if codec == "json" else "proto"
+        try:
+            if declared > self.limits.max_unary_body:
+                raise ConnectError(
+                    "resource_exhausted",
+                    f"request of {declared} bytes exceeds {self.limits.max_unary_body}",
+                )
+            body = await read_body(receive, self.limits.max_unary_body)
+            raw = unary_payload(body, codec, headers, self.limits.max_unary_body)
+            try:
+                if handler is None:
+                    self._append(raw, message_codec, headers)
+                    response = self.service.append_response(message_codec)
+                else:
+                    response = handler(raw, message_codec, headers)
+            except ValueError as exc:
+                raise ConnectError("invalid_argument", str(exc)) from None
+        except ConnectError as err:
+            await unary_error(send, codec, err)
+            self._observe(path, err.code)
+            return
+        await unary_ok(send, codec, response)
+        self._observe(path, "ok")
+
+    def _append(self, raw: bytes, codec: Codec, headers: dict[str, str]) -> None:
+        append = self.service.parse_append(raw, codec)
+        request_id = append.request_id or headers.get("x-request-id", "")
+        if not request_id:
+            raise ConnectError("invalid_argument", "request_id is missing")
+        session, _ = self.registry.get_or_create(request_id, "runsse", headers)
+        session.append(append.seqno, append.payload, append.message)
+
+
+__all__ = ["CONNECT_PROTO", "HEALTH_PATH", "ConnectApp", "ExtraRoutes", "HttpReply"]

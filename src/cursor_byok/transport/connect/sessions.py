@@ -1,0 +1,399 @@
+"""Per-`request_id` run sessions for both transports.
+
+A `Session` is the `RunChannel` a run handler sees. Input: client messages in protocol order
+(`append_seqno` on the shim, arrival order on `Run`), each once. Output: an ordered history of
+encoded envelopes, kept whole so that a `RunSSE` re-opened with the same `request_id` replays
+everything from the start and then follows the live tail. The ending (success or a Connect
+error) is kept apart from the history because its encoding depends on the protocol of the
+subscriber (Connect end-stream frame or gRPC-Web trailers).
+
+The `SessionRegistry` creates sessions on first sight (RunSSE or BidiAppend may come first),
+runs one handler task per session, cancels orphaned runs (no subscriber for `orphan_timeout`),
+and forgets finished sessions after `finished_grace`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Literal, Protocol
+
+from .channel import EndError, Incoming, RunChannel
+from .envelopes import DEFAULT_MAX_FRAME, ConnectError, ErrorDetail
+from .envelopes import encode_envelope as _envelope
+
+log = logging.getLogger(__name__)
+
+Transport = Literal["run", "runsse"]
+
+# Request headers passed on to the run handler (lower-case names).
+FORWARDED_HEADERS = (
+    "x-request-id",
+    "x-original-request-id",
+    "x-cursor-client-version",
+    "x-cursor-client-type",
+    "x-ghost-mode",
+    "x-session-id",
+    "x-parent-request-id",
+    "x-parent-agent-tool-call-id",
+    "x-root-parent-request-id",
+    "user-agent",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class RunStartInfo:
+    """What the run handler learns about the request that started the run."""
+
+    request_id: str
+    transport: Transport
+    headers: Mapping[str, str] = field(default_factory=dict)
+
+
+RunHandler = Callable[[RunChannel, RunStartInfo], Awaitable[None]]
+
+
+@dataclass(frozen=True, slots=True)
+class TransportLimits:
+    heartbeat_interval: float = 5.0  # server heartbeat after this much output silence
+    finished_grace: float = 120.0  # finished sessions stay replayable this long
+    orphan_timeout: float = 60.0  # a live run with no subscriber this long is cancelled
+    reap_interval: float = 1.0
+    max_sessions: int = 10_000
+    max_held_appends: int = 1024  # out-of-order appends held per session
+    max_frame_size: int = DEFAULT_MAX_FRAME
+    max_unary_body: int = 2 * DEFAULT_MAX_FRAME + 4096  # hex doubles the payload
+    first_message_timeout: float = 60.0  # a run without its first client message is dropped
+
+
+class DirectOutput(Protocol):
+    """A subscriber that writes synchronously: the session hands it every message the moment
+    it is sent (and the ending the moment the run finishes), with no task in between."""
+
+    def flush(self, session: Session) -> None: ...
+
+
+def end_error_to_connect(error: EndError, details_type: str) -> ConnectError:
+    details = [ErrorDetail(details_type, error.details)] if error.details else []
+    return ConnectError(error.code, error.message, details)
+
+
+class Session:
+    """One run: ordered inbox, replayable outbox. Implements `RunChannel`."""
+
+    def __init__(
+        self,
+        request_id: str,
+        transport: Transport,
+        *,
+        max_held: int = 1024,
+        clock: Callable[[], float] = time.monotonic,
+        error_details_type: str = "",
+    ) -> None:
+        self._request_id = request_id
+        self._details_type = error_details_type
+        self.transport: Transport = transport
+        self._clock = clock
+        self._max_held = max_held
+        self._inbox: asyncio.Queue[Incoming | None] = asyncio.Queue()
+        self._next_seqno = 0
+        self._held: dict[int, tuple[bytes, object]] = {}
+        self._input_closed = False
+        self.history: list[bytes] = []
+        self.history_bytes = 0
+        self._finished = False
+        self.ending: ConnectError | None = None
+        self._changed = asyncio.Event()
+        self.created_at = clock()
+        self.finished_at: float | None = None
+        self.subscribers = 0
+        self.detached_at = self.created_at
+        self.task: asyncio.Task[None] | None = None
+        self.duplicates = 0
+        self._direct: DirectOutput | None = None
+        self._router: Callable[[Incoming], None] | None = None
+
+    # -- RunChannel ---------------------------------------------------------------------------
+
+    @property
+    def request_id(self) -> str:
+        return self._request_id
+
+    async def receive(self) -> Incoming | None:
+        item = await self._inbox.get()
+        if item is None:
+            self._inbox.put_nowait(None)  # every later receive() also ends
+        return item
+
+    def route(self, handler: Callable[[Incoming], None] | None) -> None:
+        self._router = handler
+        if handler is None:
+            return
+        while not self._inbox.empty():
+            item = self._inbox.get_nowait()
+            if item is None:  # input ended: receive() keeps saying so
+                self._inbox.put_nowait(None)
+                return
+            self._hand_over(handler, item)
+
+    def _hand_over(self, handler: Callable[[Incoming], None], item: Incoming) -> None:
+        try:
+            handler(item)
+        except Exception:  # the transport's reading must go on
+            log.exception("run %s: routing a client message failed", self._request_id)
+
+    def send(self, frame: bytes) -> None:
+        if self._finished:
+            log.debug("run %s: dropping a message sent after finish", self._request_id)
+            return
+        frame = _envelope(frame)
+        self.history.append(frame)
+        self.history_bytes += len(frame)
+        if self._direct is not None:
+            self._direct.flush(self)  # written already: no subscriber needs waking
+            return
+        self._wake()
+
+    def finish(self, error: EndError | None = None) -> None:
+        self._finish(None if error is None else end_error_to_connect(error, self._details_type))
+
+    @property
+    def finished(self) -> bool:
+        return self._finished
+
+    # -- transport side -----------------------------------------------------------------------
+
+    def _finish(self, error: ConnectError | None) -> None:
+        if self._finished:
+            return
+        self._finished = True
+        self.ending = error
+        self.finished_at = self._clock()
+        self.close_input()
+        if self._direct is not None:
+            self._direct.flush(self)
+        self._wake()
+
+    def fail(self, error: ConnectError) -> None:
+        """End the run because of a transport-level problem (bad input, client gone)."""
+        self._finish(error)
+        if self.task is not None and not self.task.done():
+            self.task.cancel()
+
+    def close_input(self) -> None:
+        """No more client messages: `receive()` returns None from now on."""
+        if not self._input_closed:
+            self._input_closed = True
+            self._held.clear()
+            self._inbox.put_nowait(None)
+
+    @property
+    def input_closed(self) -> bool:
+        return self._input_closed
+
+    def push(self, payload: bytes, message: object) -> None:
+        """`Run`: messages arrive in order on one stream; the position is the sequence number."""
+        self.append(self._next_seqno, payload, message)
+
+    def append(self, seqno: int, payload: bytes, message: object) -> bool:
+        """Shim: deliver in `append_seqno` order. False for a duplicate (or after input end)."""
+        if seqno < 0:
+            raise ConnectError("invalid_argument", f"append_seqno must be >= 0, got {seqno}")
+        if self._input_closed:
+            return False
+        if seqno < self._next_seqno or seqno in self._held:
+            self.duplicates += 1
+            return False
+        if seqno > self._next_seqno:
+            if len(self._held) >= self._max_held:
+                raise ConnectError(
+                    "resource_exhausted",
+                    f"too many out-of-order appends held (limit {self._max_held}); "
+                    f"waiting for append_seqno {self._next_seqno}",
+                )
+            self._held[seqno] = (payload, message)
+            return True
+        self._deliver(payload, message)
+        while self._next_seqno in self._held:
+            self._deliver(*self._held.pop(self._next_seqno))
+        return True
+
+    def _deliver(self, payload: bytes, message: object) -> None:
+        incoming = Incoming(f"{self._request_id}:{self._next_seqno}", payload, message)
+        self._next_seqno += 1
+        if self._router is not None:
+            self._hand_over(self._router, incoming)
+        else:
+            self._inbox.put_nowait(incoming)
+
+    @property
+    def next_seqno(self) -> int:
+        return self._next_seqno
+
+    @property
+    def held(self) -> int:
+        return len(self._held)
+
+    def _wake(self) -> None:
+        self._changed.set()
+        self._changed = asyncio.Event()
+
+    def wake(self) -> None:
+        """Wake every waiting subscriber (e.g. because its client went away)."""
+        self._wake()
+
+    async def wait(self, index: int, timeout: float) -> None:
+        """Return when history has grown past `index`, the run ended, `wake()` was called, or
+        `timeout` seconds passed."""
+        if len(self.history) > index or self._finished:
+            return
+        event = self._changed
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(timeout):
+                await event.wait()
+
+    def attach(self) -> None:
+        self.subscribers += 1
+
+    def attach_direct(self, output: DirectOutput) -> None:
+        """The only subscriber of this session (an HTTP/2 `Run`) writes synchronously; what
+        was sent before it came is written now."""
+        self.attach()
+        self._direct = output
+        output.flush(self)
+
+    def detach_direct(self) -> None:
+        if self._direct is not None:
+            self._direct = None
+            self.detach()
+
+    def detach(self) -> None:
+        self.subscribers -= 1
+        if self.subscribers == 0:
+            self.detached_at = self._clock()
+
+
+class SessionRegistry:
+    """All live and recently finished runs, keyed by request_id."""
+
+    def __init__(
+        self,
+        handler: RunHandler,
+        limits: TransportLimits | None = None,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        error_details_type: str = "",
+    ) -> None:
+        self._handler = handler
+        self._details_type = error_details_type
+        self.limits = limits or TransportLimits()
+        self._clock = clock
+        self._sessions: dict[str, Session] = {}
+        self._reaper: asyncio.Task[None] | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def __len__(self) -> int:
+        return len(self._sessions)
+
+    def get(self, request_id: str) -> Session | None:
+        return self._sessions.get(request_id)
+
+    def start(self) -> None:
+        """Start the reaper (idempotent; needs a running loop)."""
+        if self._reaper is None or self._reaper.done():
+            self._reaper = asyncio.get_running_loop().create_task(self._reap_loop())
+
+    async def close(self) -> None:
+        if self._reaper is not None:
+            self._reaper.cancel()
+        for s in list(self._sessions.values()):
+            s.fail(ConnectError("unavailable", "server shutting down"))
+        tasks = [t for t in self._tasks if not t.done()]
+        for t in tasks:
+            t.cancel()
+        if tasks:
+            await asyncio.wait(tasks, timeout=5)
+        self._sessions.clear()
+
+    def get_or_create(
+        self, request_id: str, transport: Transport, headers: Mapping[str, str] | None = None
+    ) -> tuple[Session, bool]:
+        """The session for `request_id`, created (and its handler started) if new."""
+        session = self._sessions.get(request_id)
+        if session is not None:
+            if session.transport != transport:
+                raise ConnectError(
+                    "failed_precondition",
+                    f"request_id {request_id!r} belongs to a {session.transport} stream",
+                )
+            return session, False
+        if len(self._sessions) >= self.limits.max_sessions:
+            self.reap()
+            if len(self._sessions) >= self.limits.max_sessions:
+                raise ConnectError(
+                    "resource_exhausted", f"too many runs (limit {self.limits.max_sessions})"
+                )
+        self.start()
+        session = Session(
+            request_id,
+            transport,
+            max_held=self.limits.max_held_appends,
+            clock=self._clock,
+            error_details_type=self._details_type,
+        )
+        self._sessions[request_id] = session
+        info = RunStartInfo(
+            request_id=request_id,
+            transport=transport,
+            headers={k: v for k, v in (headers or {}).items() if k in FORWARDED_HEADERS},
+        )
+        task = asyncio.get_running_loop().create_task(self._run(session, info))
+        session.task = task
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return session, True
+
+    async def _run(self, session: Session, info: RunStartInfo) -> None:
+        try:
+            await self._handler(session, info)
+        except asyncio.CancelledError:
+            session.finish(EndError("canceled", "run cancelled"))
+        except Exception as exc:
+            log.exception("run %s: handler failed", session.request_id)
+            session.finish(EndError("internal", f"run failed: {type(exc).__name__}"))
+        else:
+            if not session.finished:
+                log.error("run %s: handler returned without finish()", session.request_id)
+                session.finish(EndError("internal", "run ended without a result"))
+
+    def reap(self) -> None:
+        now = self._clock()
+        lim = self.limits
+        for rid, s in list(self._sessions.items()):
+            if s.finished:
+                assert s.finished_at is not None
+                if s.subscribers == 0 and now - s.finished_at >= lim.finished_grace:
+                    del self._sessions[rid]
+            elif (
+                s.next_seqno == 0
+                and not s.history
+                and now - s.created_at >= lim.first_message_timeout
+            ):
+                # e.g. a RunSSE for an unknown or long-gone request_id: nothing will ever come
+                log.info("run %s: no first client message, giving up", rid)
+                s.fail(ConnectError("deadline_exceeded", "no client message arrived"))
+            elif s.subscribers == 0 and now - s.detached_at >= lim.orphan_timeout:
+                log.info("run %s: no client for %.0f s, cancelling", rid, lim.orphan_timeout)
+                s.fail(ConnectError("canceled", "client went away"))
+
+    async def _reap_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.limits.reap_interval)
+            try:
+                self.reap()
+            except Exception:  # pragma: no cover - defensive
+                log.exception("session reaper failed")

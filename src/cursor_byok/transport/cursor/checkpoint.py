@@ -1,0 +1,38 @@
+"""Conversation checkpoints: what the server tells the client about finished turns, and how a
+later run's checkpoint is read back.
+
+After each turn the server stores one small blob on the client (`set_blob`) and sends a
+`conversation_checkpoint_update` listing one blob id per completed turn. The client sends that
+list back in the next run's `conversation_state.turns`. A list that is a strict prefix of the
+turns the server published means the user went back to the end of the last turn it lists.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import msgspec
+
+__all__ = ["rewound_to", "turn_blob"]
+
+
+def turn_blob(conversation_id: str, turn: int, message_count: int, messages_hash: str) -> bytes:
+    """A small, stable description of a completed turn; its SHA-256 is the turn's blob id."""
+    return msgspec.json.encode(
+        {
+            "cursor_byok_turn": turn,
+            "conversation_id": conversation_id,
+            "message_count": message_count,
+            "messages_hash": messages_hash,
+        },
+        order="deterministic",
+    )
+
+
+def rewound_to(client_turns: Sequence[bytes], published: Sequence[bytes]) -> int | None:
+    """The number of turns the client went back to, when its checkpoint lists a strict prefix
+    of the turns published (at least one); None when it is not behind."""
+    k = len(client_turns)
+    if k == 0 or k >= len(published):
+        return None
+    return k if list(client_turns) == list(published[:k]) else None

@@ -1,0 +1,268 @@
+"""The client's context for one run: `agent.v1.RequestContext` → native values → `TurnContext`.
+
+Three sources feed a turn's context:
+
+- an inline `RequestContext` (`UserMessageAction.request_context`,
+  `RequestContextParts.dynamic_context`, `ResumeAction.request_context`, or the client's answer
+  to `request_context_args`), decoded here into a `ClientContext`;
+- the blobs referenced by `ConversationAction.request_context_parts` (rules, skills, subagents,
+  MCP), decoded by context_parts.py into `ContextPart`s;
+- `AgentRunRequest.mcp_tools`, decoded into `McpDefinition`s.
+
+`merge_context` combines the native values into the loop's `TurnContext`, with the MCP tools
+named for the model and routed back to their servers (mcp.py). Everything past decoding is
+native: nothing here hands protobuf to the runtime.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from google.protobuf import json_format  # type: ignore[import-untyped,unused-ignore]
+
+from ...llm.canonical import sorted_value
+from ...loop.context import Environment, TurnContext
+from .mcp import McpDefinition, McpIndex
+from .proto import agent_pb2
+
+__all__ = [
+    "GIT_SUMMARY_LIMIT",
+    "ClientContext",
+    "ContextPart",
+    "decode_request_context",
+    "environment_of",
+    "git_summary",
+    "mcp_definition",
+    "merge_context",
+    "schema_from_definition",
+]
+
+# A git status can list thousands of files; the system prompt gets a bounded summary.
+GIT_SUMMARY_LIMIT = 4000
+_EMPTY_SCHEMA: dict[str, Any] = {"type": "object", "properties": {}}
+
+
+@dataclass(frozen=True, slots=True)
+class ClientContext:
+    """One `RequestContext`, decoded: what a turn's context can take from it."""
+
+    rules: tuple[str, ...] = ()  # rules, non-file rules, skills and MCP instructions, as text
+    tools: tuple[McpDefinition, ...] = ()
+    environment: Environment | None = None
+    git: str | None = None
+    supplements: tuple[str, ...] = ()  # file contents the model should read with the message
+    custom_subagents: int = 0  # how many custom subagents it named (none are offered here)
+
+
+@dataclass(frozen=True, slots=True)
+class ContextPart:
+    """What could be read from one `request_context_parts` blob (context_parts.py)."""
+
+    kind: str  # "rules" | "skills" | "subagents" | "mcps" (or whatever the caller named it)
+    rules: tuple[str, ...] = ()
+    mcp_tools: tuple[McpDefinition, ...] = ()
+    warnings: tuple[str, ...] = ()
+    # How the blob was read: "empty", "request_context", "protobuf", "json", "text", "unreadable".
+    layout: str = "empty"
+
+
+# -- MCP tool definitions ---------------------------------------------------------------------
+
+
+def _number(value: Any) -> Any:
+    """protobuf Value numbers are doubles: give integral ones back as ints (1.0 → 1)."""
+    if isinstance(value, float) and value.is_integer() and abs(value) < 2**53:
+        return int(value)
+    if isinstance(value, dict):
+        return {k: _number(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_number(v) for v in value]
+    return value
+
+
+def schema_from_definition(definition: agent_pb2.McpToolDefinition) -> dict[str, Any]:
+    """The tool's JSON Schema: `input_schema_json` if it parses, else the `input_schema` Value;
+    anything that is not a JSON object becomes an empty object schema. Integral doubles become
+    ints and every dict is key-sorted, so a reloaded request is byte-identical."""
+    schema: Any = None
+    if definition.HasField("input_schema_json") and definition.input_schema_json:
+        try:
+            schema = json.loads(definition.input_schema_json)
+        except ValueError:
+            schema = None
+    if not isinstance(schema, dict) and definition.HasField("input_schema"):
+        value = definition.input_schema
+        kind = value.WhichOneof("kind")
+        if kind == "struct_value":
+            schema = json_format.MessageToDict(value.struct_value)
+        elif kind == "string_value":  # a JSON document carried as a string
+            try:
+                schema = json.loads(value.string_value)
+            except ValueError:
+                schema = None
+    if not isinstance(schema, dict):
+        schema = dict(_EMPTY_SCHEMA)
+    schema = _number(schema)
+    if "type" not in schema:
+        schema = {**schema, "type": "object"}
+    return dict(sorted_value(schema))
+
+
+def mcp_definition(definition: agent_pb2.McpToolDefinition) -> McpDefinition:
+    return McpDefinition(
+        name=definition.name,
+        tool_name=definition.tool_name,
+        provider_identifier=definition.provider_identifier,
+        description=definition.description,
+        parameters=schema_from_definition(definition),
+    )
+
+
+# -- rules, skills, instructions as text --------------------------------------------------------
+
+
+def rule_text(rule: agent_pb2.CursorRule) -> str | None:
+    content = rule.content.strip()
+    if not content:
+        return None
+    return f"Rule from {rule.full_path}:\n{content}" if rule.full_path else content
+
+
+def skill_text(skill: agent_pb2.AgentSkill) -> str | None:
+    if skill.disable_model_invocation:
+        return None
+    what = skill.description.strip()
+    if not what and not skill.full_path:
+        return None
+    where = f" ({skill.full_path})" if skill.full_path else ""
+    return (
+        f"Skill{where}: {what or 'no description'}. Read the skill file for its full "
+        "instructions when the task matches."
+    )
+
+
+def instructions_text(item: agent_pb2.McpInstructions) -> str | None:
+    text = item.instructions.strip()
+    if not text:
+        return None
+    server = item.server_name or item.server_identifier or "an MCP server"
+    return f"Instructions from MCP server {server}:\n{text}"
+
+
+def rules_of(rc: agent_pb2.RequestContext) -> list[str]:
+    """The texts a RequestContext contributes to the system prompt, in a fixed order."""
+    out: list[str] = []
+    for r in (*rc.rules, *rc.non_file_rules):
+        text = rule_text(r)
+        if text:
+            out.append(text)
+    for s in rc.agent_skills:
+        text = skill_text(s)
+        if text:
+            out.append(text)
+    for m in rc.mcp_instructions:
+        text = instructions_text(m)
+        if text:
+            out.append(text)
+    return out
+
+
+# -- environment and git ----------------------------------------------------------------------
+
+
+def environment_of(env: agent_pb2.RequestContextEnv) -> Environment:
+    cwd = env.process_working_directory if env.HasField("process_working_directory") else ""
+    if not cwd and env.workspace_paths:
+        cwd = env.workspace_paths[0]
+    return Environment(
+        os=env.os_version or None,
+        shell=env.shell or None,
+        workspace_paths=tuple(env.workspace_paths),
+        cwd=cwd or None,
+        time_zone=env.time_zone or None,
+    )
+
+
+def _clip(text: str, limit: int) -> str:
+    if len(text) <= limit:
+        return text
+    return text[:limit] + f"\n[... {len(text) - limit} more characters of git status omitted]"
+
+
+def git_summary(
+    repos: Sequence[agent_pb2.GitRepoInfo], limit: int = GIT_SUMMARY_LIMIT
+) -> str | None:
+    parts: list[str] = []
+    for repo in repos:
+        head = f"Repository {repo.path or '(unknown path)'}"
+        facts = []
+        if repo.branch_name:
+            facts.append(f"branch {repo.branch_name}")
+        if repo.HasField("remote_url") and repo.remote_url:
+            facts.append(f"remote {repo.remote_url}")
+        if facts:
+            head += " (" + ", ".join(facts) + ")"
+        status = repo.status.strip()
+        parts.append(f"{head}\nStatus:\n{status}" if status else head)
+    if not parts:
+        return None
+    return _clip("\n\n".join(parts), limit)
+
+
+def decode_request_context(rc: agent_pb2.RequestContext) -> ClientContext:
+    return ClientContext(
+        rules=tuple(rules_of(rc)),
+        tools=tuple(mcp_definition(d) for d in rc.tools),
+        environment=environment_of(rc.env) if rc.HasField("env") else None,
+        git=git_summary(rc.git_repos),
+        supplements=tuple(
+            f"Contents of {path}:\n```\n{rc.file_contents[path]}\n```"
+            for path in sorted(rc.file_contents)
+        ),
+        custom_subagents=len(rc.custom_subagents),
+    )
+
+
+# -- merging ----------------------------------------------------------------------------------
+
+
+def merge_context(
+    inline: ClientContext | None,
+    parts: Sequence[ContextPart],
+    mcp_tools: Sequence[McpDefinition],
+    *,
+    mode: str,
+    custom_instructions: str | None = None,
+) -> TurnContext:
+    """One TurnContext from every context source. Rules keep a fixed order (parts in the order
+    given, then the inline context's rules, skills and MCP instructions) and duplicates are
+    dropped, so the system prompt is the same for the same inputs."""
+    rules: list[str] = []
+    definitions: list[McpDefinition] = []
+    for part in parts:
+        rules.extend(part.rules)
+        definitions.extend(part.mcp_tools)
+    environment = Environment()
+    git: str | None = None
+    supplements: tuple[str, ...] = ()
+    if inline is not None:
+        rules.extend(inline.rules)
+        definitions.extend(inline.tools)
+        environment = inline.environment or environment
+        git = inline.git
+        supplements = inline.supplements
+    definitions.extend(mcp_tools)
+    index = McpIndex.build(definitions)
+    return TurnContext(
+        rules=tuple(dict.fromkeys(r for r in rules if r)),
+        environment=environment,
+        git=git,
+        mcp_tools=index.definitions(),
+        mcp_routes=index.routes(),
+        supplements=supplements,
+        custom_instructions=custom_instructions or None,
+        mode=mode,
+    )

@@ -1,0 +1,187 @@
+"""Native values → server messages (`agent.v1.AgentServerMessage`), serialized.
+
+Every function returns the bytes of one message (a "frame"), ready for the transport to put in
+a Connect envelope: the runtime never sees a protobuf object. Pure code: no I/O and no clock
+reads (the stream encoder is handed one).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Callable, Sequence
+
+from ...llm.events import (
+    ResponseEvent,
+    TextDelta,
+    ThinkingDelta,
+    ThinkingEnd,
+    ThinkingStart,
+    ToolCallDelta,
+    ToolCallStart,
+)
+from ...llm.types import Usage
+from .proto import agent_pb2
+from .tools import placeholder_tool_call
+
+__all__ = [
+    "HEARTBEAT",
+    "StreamEncoder",
+    "blob_id",
+    "call_id_for",
+    "checkpoint",
+    "get_blob",
+    "request_context_exec",
+    "set_blob",
+    "text_delta",
+    "turn_ended",
+]
+
+_ID_BAD = re.compile(r"[^a-zA-Z0-9_-]")
+
+
+def blob_id(data: bytes) -> bytes:
+    """A blob's id: SHA-256 of its bytes (32 raw bytes)."""
+    return hashlib.sha256(data).digest()
+
+
+def call_id_for(model_call_id: str, content_index: int) -> str:
+    """The transport id of one tool call, stable across partial/started/delta/completed: the
+    LLM call's id (in the tool id charset) and the call's content index."""
+    return f"{_ID_BAD.sub('_', model_call_id)}-{content_index}"
+
+
+def _update(iu: agent_pb2.InteractionUpdate) -> bytes:
+    return bytes(agent_pb2.AgentServerMessage(interaction_update=iu).SerializeToString())
+
+
+HEARTBEAT = _update(agent_pb2.InteractionUpdate(heartbeat=agent_pb2.HeartbeatUpdate()))
+
+
+def text_delta(text: str) -> bytes:
+    return _update(agent_pb2.InteractionUpdate(text_delta=agent_pb2.TextDeltaUpdate(text=text)))
+
+
+def turn_ended(usage: Usage) -> bytes:
+    """turn_ended with the run's usage totals (input excludes cache reads and writes)."""
+    return _update(
+        agent_pb2.InteractionUpdate(
+            turn_ended=agent_pb2.TurnEndedUpdate(
+                input_tokens=usage.input,
+                output_tokens=usage.output,
+                cache_read_tokens=usage.cache_read,
+                cache_write_tokens=usage.cache_write,
+                reasoning_tokens=usage.reasoning,
+            )
+        )
+    )
+
+
+def get_blob(kv_id: int, blob: bytes) -> bytes:
+    return bytes(
+        agent_pb2.AgentServerMessage(
+            kv_server_message=agent_pb2.KvServerMessage(
+                id=kv_id, get_blob_args=agent_pb2.GetBlobArgs(blob_id=blob)
+            )
+        ).SerializeToString()
+    )
+
+
+def set_blob(kv_id: int, data: bytes) -> bytes:
+    return bytes(
+        agent_pb2.AgentServerMessage(
+            kv_server_message=agent_pb2.KvServerMessage(
+                id=kv_id,
+                set_blob_args=agent_pb2.SetBlobArgs(blob_id=blob_id(data), blob_data=data),
+            )
+        ).SerializeToString()
+    )
+
+
+def request_context_exec(exec_id: int) -> bytes:
+    return bytes(
+        agent_pb2.AgentServerMessage(
+            exec_server_message=agent_pb2.ExecServerMessage(
+                id=exec_id, request_context_args=agent_pb2.RequestContextArgs()
+            )
+        ).SerializeToString()
+    )
+
+
+def checkpoint(turn_blob_ids: Sequence[bytes]) -> bytes:
+    """`conversation_checkpoint_update` listing one blob per completed turn."""
+    return bytes(
+        agent_pb2.AgentServerMessage(
+            conversation_checkpoint_update=agent_pb2.ConversationStateStructure(
+                turns=list(turn_blob_ids)
+            )
+        ).SerializeToString()
+    )
+
+
+class StreamEncoder:
+    """Native stream events of one LLM call → interaction updates. One per LLM call.
+
+    text_delta → text_delta; thinking_delta → thinking_delta; thinking_end →
+    thinking_completed (duration from the injected clock); toolcall_start → partial_tool_call
+    with a typed placeholder; toolcall_delta → partial_tool_call with args_text_delta;
+    everything else → nothing (the runtime ends turns and starts tools)."""
+
+    __slots__ = ("_now_ms", "_thinking_since", "_tools", "model_call_id")
+
+    def __init__(self, *, model_call_id: str, now_ms: Callable[[], int]) -> None:
+        self.model_call_id = model_call_id
+        self._now_ms = now_ms
+        self._thinking_since: dict[int, int] = {}
+        self._tools: dict[int, tuple[str, str]] = {}  # content index → (name, tool call id)
+
+    def encode(self, event: ResponseEvent) -> bytes | None:
+        """The frame for `event`, or None when it has none."""
+        match event:
+            case TextDelta(delta=delta):
+                return text_delta(delta) if delta else None
+            case ThinkingStart(content_index=index):
+                self._thinking_since.setdefault(index, self._now_ms())
+                return None
+            case ThinkingDelta(content_index=index, delta=delta):
+                self._thinking_since.setdefault(index, self._now_ms())
+                if not delta:
+                    return None
+                return _update(
+                    agent_pb2.InteractionUpdate(
+                        thinking_delta=agent_pb2.ThinkingDeltaUpdate(text=delta)
+                    )
+                )
+            case ThinkingEnd(content_index=index):
+                now = self._now_ms()
+                since = self._thinking_since.pop(index, now)
+                duration = max(0, min(now - since, 2**31 - 1))
+                return _update(
+                    agent_pb2.InteractionUpdate(
+                        thinking_completed=agent_pb2.ThinkingCompletedUpdate(
+                            thinking_duration_ms=duration
+                        )
+                    )
+                )
+            case ToolCallStart(content_index=index, id=tool_call_id, name=name):
+                self._tools[index] = (name, tool_call_id)
+                partial = agent_pb2.PartialToolCallUpdate(
+                    call_id=call_id_for(self.model_call_id, index),
+                    tool_call=placeholder_tool_call(name, tool_call_id),
+                    model_call_id=self.model_call_id,
+                )
+                return _update(agent_pb2.InteractionUpdate(partial_tool_call=partial))
+            case ToolCallDelta(content_index=index, delta=delta):
+                if not delta:
+                    return None
+                partial = agent_pb2.PartialToolCallUpdate(
+                    call_id=call_id_for(self.model_call_id, index),
+                    args_text_delta=delta,
+                    model_call_id=self.model_call_id,
+                )
+                known = self._tools.get(index)
+                if known is not None:
+                    partial.tool_call.CopyFrom(placeholder_tool_call(*known))
+                return _update(agent_pb2.InteractionUpdate(partial_tool_call=partial))
+            case _:
+                return None

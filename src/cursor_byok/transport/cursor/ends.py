@@ -1,0 +1,99 @@
+"""How a run's stream ends when it does not end well: a Connect error code, a message, and the
+`aiserver.v1.ErrorDetails` the IDE reads to show it (title, retry affordance)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .proto import aiserver_pb2
+
+__all__ = ["Ending", "bad_request_end", "canceled_end", "internal_end", "provider_error_end"]
+
+
+@dataclass(frozen=True, slots=True)
+class Ending:
+    """A failed ending: Connect `code`, `message`, and serialized ErrorDetails (`details`)."""
+
+    code: str
+    message: str
+    details: bytes
+
+
+def _details(error: int, title: str, detail: str, *, retryable: bool, expected: bool) -> bytes:
+    details = aiserver_pb2.ErrorDetails(
+        error=error,  # type: ignore[arg-type]
+        details=aiserver_pb2.CustomErrorDetails(
+            title=title,
+            detail=detail,
+            is_retryable=retryable,
+            show_request_id=True,
+            should_show_immediate_error=False,
+        ),
+        is_expected=expected,
+    )
+    return bytes(details.SerializeToString(deterministic=True))
+
+
+def provider_error_end(message: str) -> Ending:
+    """The model provider failed: `unavailable`, shown with a retry affordance."""
+    return Ending(
+        "unavailable",
+        message,
+        _details(
+            aiserver_pb2.ErrorDetails.ERROR_PROVIDER_ERROR,
+            "Provider error",
+            message,
+            retryable=True,
+            expected=False,
+        ),
+    )
+
+
+def canceled_end(reason: str) -> Ending:
+    return Ending(
+        "canceled",
+        reason,
+        _details(
+            aiserver_pb2.ErrorDetails.ERROR_USER_ABORTED_REQUEST,
+            "Canceled",
+            reason,
+            retryable=False,
+            expected=True,
+        ),
+    )
+
+
+def bad_request_end(message: str) -> Ending:
+    """A request this server cannot serve as sent (bad message, unknown model, ...). Connect
+    code `invalid_argument`; an unknown model is tagged ERROR_BAD_MODEL_NAME."""
+    unknown_model = message.startswith("unknown model")
+    error = (
+        aiserver_pb2.ErrorDetails.ERROR_BAD_MODEL_NAME
+        if unknown_model
+        else aiserver_pb2.ErrorDetails.ERROR_BAD_REQUEST
+    )
+    return Ending(
+        "invalid_argument",
+        message,
+        _details(
+            error,
+            "Unknown model" if unknown_model else "Bad request",
+            message,
+            retryable=False,
+            expected=True,
+        ),
+    )
+
+
+def internal_end(message: str) -> Ending:
+    return Ending(
+        "internal",
+        message,
+        _details(
+            aiserver_pb2.ErrorDetails.ERROR_INTERNAL,
+            "Server error",
+            message,
+            retryable=True,
+            expected=False,
+        ),
+    )

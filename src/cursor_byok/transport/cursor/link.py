@@ -1,0 +1,239 @@
+"""One run's conversation with its client, on the dialect's side: ids and what they answer.
+
+The server asks the client for things over the run's stream: blobs (KV ids), its context and
+tool executions (exec ids), interaction queries (interaction ids). `ClientLink` allocates the
+ids, builds the requests, keeps the tool machines of the calls in flight, and turns each client
+message into one native `Inbound` value, matched to what it answers:
+
+- a reply to a tool's exec goes to that tool's machine and comes back as `ToolProgress` (frames
+  to send, the call goes on) or `ToolFinished` (its result and card);
+- a reply to `request_context_args` is `ContextReceived`;
+- KV replies are `BlobReceived` / `BlobStored`;
+- anything that answers nothing awaited is `Stray`, a message the dialect cannot read
+  `Malformed`: never a silent drop.
+
+Sans-I/O: the caller sends the frames and waits for answers; the clock is injected.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import assert_never
+
+from google.protobuf.message import DecodeError  # type: ignore[import-untyped,unused-ignore]
+
+from ...llm.types import ToolCall, ToolResultMessage
+from ...loop.context import McpRoute
+from . import encode
+from .context import decode_request_context
+from .decode import DialectError, ExecControl, ExecReply, KvReply, decode_client_message
+from .mcp import McpTool
+from .proto import agent_pb2
+from .tools import Finished, Ignored, Send, Started, ToolMachine, machine_for
+from .values import (
+    BlobReceived,
+    BlobStored,
+    ContextReceived,
+    Inbound,
+    Malformed,
+    Stray,
+    ToolFinished,
+    ToolProgress,
+)
+
+__all__ = ["ClientLink", "parse_client_message"]
+
+
+def parse_client_message(payload: bytes) -> agent_pb2.AgentClientMessage:
+    """Raises ValueError when `payload` is not an AgentClientMessage."""
+    try:
+        return agent_pb2.AgentClientMessage.FromString(payload)
+    except DecodeError:
+        raise ValueError("not an AgentClientMessage") from None
+
+
+class ClientLink:
+    def __init__(self, *, conversation_id: str, now_ms: Callable[[], int]) -> None:
+        self.conversation_id = conversation_id
+        self._now_ms = now_ms
+        self._exec_ids = 0
+        self._kv_ids = 0
+        self._interaction_ids = 0
+        self._context_execs: set[int] = set()
+        self._tools: dict[str, ToolMachine] = {}  # operation id → its machine
+        self._exec_owner: dict[int, str] = {}  # exec id → operation id
+
+    # -- client messages ------------------------------------------------------------------
+
+    def receive(self, message: bytes | object) -> Inbound:
+        """What one client message is (its bytes, or the AgentClientMessage the transport
+        already parsed)."""
+        if isinstance(message, bytes | bytearray | memoryview):
+            try:
+                message = parse_client_message(bytes(message))
+            except ValueError as exc:
+                return Malformed(str(exc))
+        if not isinstance(message, agent_pb2.AgentClientMessage):
+            return Malformed(f"not an AgentClientMessage: {type(message).__name__}")
+        try:
+            decoded = decode_client_message(message)
+        except DialectError as exc:
+            return Malformed(str(exc))
+        match decoded:
+            case ExecReply() | ExecControl():
+                return self._exec(decoded)
+            case KvReply():
+                return self._kv(decoded)
+            case _:
+                return decoded
+
+    def _kv(self, reply: KvReply) -> Inbound:
+        m = reply.message
+        kind = m.WhichOneof("message")
+        if kind == "get_blob_result":
+            r = m.get_blob_result
+            ok = not r.HasField("error") and r.HasField("blob_data")
+            return BlobReceived(kv_id=reply.id, data=bytes(r.blob_data) if ok else None)
+        if kind == "set_blob_result":
+            return BlobStored(kv_id=reply.id, ok=not m.set_blob_result.HasField("error"))
+        return Stray("kv", f"kv reply {reply.id} carries nothing")
+
+    def _exec(self, reply: ExecReply | ExecControl) -> Inbound:
+        exec_id = reply.id
+        if exec_id in self._context_execs:
+            return self._context_reply(reply)
+        operation_id = self._exec_owner.get(exec_id)
+        machine = self._tools.get(operation_id) if operation_id is not None else None
+        if operation_id is None or machine is None:
+            what = reply.kind if isinstance(reply, ExecControl) else "reply"
+            return Stray("exec", f"exec {what} for id {exec_id}, which nothing waits on")
+        step = machine.feed(reply.message, self._now_ms())
+        match step:
+            case Send(frames=frames):
+                self._own(operation_id, machine)
+                return ToolProgress(operation_id, frames)
+            case Finished(result=result, card=card):
+                self._forget(operation_id)
+                return ToolFinished(operation_id, result, card)
+            case Ignored(reason=reason):
+                return Stray("exec", f"{machine.tool_call.name} call {operation_id}: {reason}")
+            case _:
+                assert_never(step)
+
+    def _context_reply(self, reply: ExecReply | ExecControl) -> Inbound:
+        if isinstance(reply, ExecControl):
+            if reply.kind != "throw":
+                return Stray("exec", f"request_context {reply.kind} after its answer")
+            self._context_execs.discard(reply.id)
+            return ContextReceived(exec_id=reply.id, context=None)
+        self._context_execs.discard(reply.id)
+        m = reply.message
+        if m.WhichOneof("message") != "request_context_result":
+            return ContextReceived(exec_id=reply.id, context=None)
+        r = m.request_context_result
+        if r.WhichOneof("result") != "success":
+            return ContextReceived(exec_id=reply.id, context=None)
+        return ContextReceived(
+            exec_id=reply.id, context=decode_request_context(r.success.request_context)
+        )
+
+    # -- requests to the client -------------------------------------------------------------
+
+    def _next_exec_id(self) -> int:
+        self._exec_ids += 1
+        return self._exec_ids
+
+    def _next_kv_id(self) -> int:
+        self._kv_ids += 1
+        return self._kv_ids
+
+    def next_interaction_id(self) -> int:
+        self._interaction_ids += 1
+        return self._interaction_ids
+
+    def get_blob(self, blob_id: bytes) -> tuple[int, bytes]:
+        """(kv id, the get_blob_args frame)."""
+        kv_id = self._next_kv_id()
+        return kv_id, encode.get_blob(kv_id, blob_id)
+
+    def set_blob(self, data: bytes) -> tuple[int, bytes]:
+        """(kv id, the set_blob_args frame); the blob's id is the SHA-256 of `data`."""
+        kv_id = self._next_kv_id()
+        return kv_id, encode.set_blob(kv_id, data)
+
+    def request_context(self) -> tuple[int, bytes]:
+        """(exec id, the request_context_args frame)."""
+        exec_id = self._next_exec_id()
+        self._context_execs.add(exec_id)
+        return exec_id, encode.request_context_exec(exec_id)
+
+    # -- tools ------------------------------------------------------------------------------
+
+    def _machine(
+        self, call: ToolCall, llm_call_id: str, content_index: int, route: McpRoute | None
+    ) -> ToolMachine:
+        return machine_for(
+            call,
+            call_id=encode.call_id_for(llm_call_id, content_index),
+            model_call_id=llm_call_id,
+            conversation_id=self.conversation_id,
+            mcp=McpTool.of_route(route) if route is not None else None,
+        )
+
+    def tool_running(self, operation_id: str) -> bool:
+        return operation_id in self._tools
+
+    def start_tool(
+        self,
+        operation_id: str,
+        call: ToolCall,
+        *,
+        llm_call_id: str,
+        content_index: int,
+        route: McpRoute | None = None,
+    ) -> Started:
+        """tool_call_started and the first exec of the call; `early` when the call cannot run
+        and its answer is known at once (no exec was sent)."""
+        machine = self._machine(call, llm_call_id, content_index, route)
+        self._tools[operation_id] = machine
+
+        def alloc() -> int:
+            exec_id = self._next_exec_id()
+            self._exec_owner[exec_id] = operation_id
+            return exec_id
+
+        started = machine.start(alloc, self._now_ms())
+        if started.early is not None:
+            self._forget(operation_id)
+        return started
+
+    def abort_tool(self, operation_id: str) -> tuple[bytes, ...]:
+        """The abort frames of a call in flight (none when it is not); it is forgotten."""
+        machine = self._tools.get(operation_id)
+        if machine is None:
+            return ()
+        frames = machine.abort()
+        self._forget(operation_id)
+        return frames
+
+    def local_card(
+        self,
+        call: ToolCall,
+        result: ToolResultMessage,
+        *,
+        llm_call_id: str,
+        content_index: int,
+        route: McpRoute | None = None,
+    ) -> bytes:
+        """The completed card of a call the loop answered itself."""
+        machine = self._machine(call, llm_call_id, content_index, route)
+        return machine.complete_locally(result, self._now_ms())
+
+    def _own(self, operation_id: str, machine: ToolMachine) -> None:
+        for exec_id in machine.exec_ids:
+            self._exec_owner[exec_id] = operation_id
+
+    def _forget(self, operation_id: str) -> None:
+        self._tools.pop(operation_id, None)
+        for exec_id in [e for e, op in self._exec_owner.items() if op == operation_id]:
+            del self._exec_owner[exec_id]

@@ -1,0 +1,113 @@
+"""Tool calls executed on the Cursor client: a sans-I/O state machine per call.
+
+`machine_for` picks the call's machine by tool name. `start` gives tool_call_started and the
+first exec request; `feed` takes each exec reply and answers `Send` (frames to send, the call
+goes on), `Finished` (the result the model reads, and the tool_call_completed card without
+which the IDE card spins) or `Ignored` (a message the call does not take). Frames are
+serialized `AgentServerMessage`s. docs/dialect.md has the full mapping:
+
+    Shell       shell_stream_args                 ToolCall.shell_tool_call     shell.py
+    Read        read_args                         ToolCall.read_tool_call      files.py
+    Write       write_args                        ToolCall.edit_tool_call      files.py
+    StrReplace  read_args, then write_args        ToolCall.edit_tool_call      files.py
+    Delete      delete_args                       ToolCall.delete_tool_call    files.py
+    LS          ls_args                           ToolCall.ls_tool_call        files.py
+    Grep        grep_args                         ToolCall.grep_tool_call      search.py
+    Glob        grep_args (files_with_matches)    ToolCall.glob_tool_call      search.py
+    MCP tools   mcp_args                          ToolCall.mcp_tool_call       mcp.py
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from types import MappingProxyType
+
+from ....llm.types import ToolCall
+from ....loop.tools import NATIVE_TOOL_NAMES
+from ..mcp import McpTool
+from ..proto import agent_pb2
+from .cards import sanitize_tool_call_id
+from .files import DeleteMachine, LsMachine, ReadMachine, StrReplaceMachine, WriteMachine
+from .format import MAX_RESULT_CHARS, clip_middle, format_grep, format_ls, format_read, format_shell
+from .machine import (
+    DEFAULT_SHELL_TIMEOUT_MS,
+    Finished,
+    Ignored,
+    Phase,
+    Send,
+    Started,
+    Step,
+    ToolMachine,
+    ToolSettings,
+)
+from .mcp import McpMachine
+from .search import GlobMachine, GrepMachine
+from .shell import ShellMachine
+
+__all__ = [
+    "DEFAULT_SHELL_TIMEOUT_MS",
+    "MAX_RESULT_CHARS",
+    "NATIVE_MACHINES",
+    "Finished",
+    "Ignored",
+    "McpMachine",
+    "Phase",
+    "Send",
+    "Started",
+    "Step",
+    "ToolMachine",
+    "ToolSettings",
+    "clip_middle",
+    "format_grep",
+    "format_ls",
+    "format_read",
+    "format_shell",
+    "machine_for",
+    "placeholder_tool_call",
+    "sanitize_tool_call_id",
+]
+
+# Native tool name → its machine, in the catalogue's order. Every other name is an MCP tool.
+NATIVE_MACHINES: Mapping[str, type[ToolMachine]] = MappingProxyType(
+    {
+        "Shell": ShellMachine,
+        "Read": ReadMachine,
+        "Write": WriteMachine,
+        "StrReplace": StrReplaceMachine,
+        "Delete": DeleteMachine,
+        "LS": LsMachine,
+        "Grep": GrepMachine,
+        "Glob": GlobMachine,
+    }
+)
+
+if tuple(NATIVE_MACHINES) != NATIVE_TOOL_NAMES:
+    raise ImportError(
+        f"the tool machines {tuple(NATIVE_MACHINES)} do not match the native tool catalogue "
+        f"{NATIVE_TOOL_NAMES}"
+    )
+
+
+def machine_for(
+    call: ToolCall,
+    *,
+    call_id: str,
+    model_call_id: str,
+    conversation_id: str,
+    mcp: McpTool | None = None,
+    shell_timeout_ms: int = DEFAULT_SHELL_TIMEOUT_MS,
+) -> ToolMachine:
+    """The machine for one call. `mcp` is the route of an MCP tool (None when the name is not
+    known: it goes out as it is); native tools ignore it."""
+    settings = ToolSettings(conversation_id=conversation_id, shell_timeout_ms=shell_timeout_ms)
+    native = NATIVE_MACHINES.get(call.name)
+    if native is None:
+        return McpMachine(
+            call, call_id=call_id, model_call_id=model_call_id, settings=settings, tool=mcp
+        )
+    return native(call, call_id=call_id, model_call_id=model_call_id, settings=settings)
+
+
+def placeholder_tool_call(name: str, tool_call_id: str) -> agent_pb2.ToolCall:
+    """The empty typed ToolCall the IDE draws a card for while the arguments stream."""
+    return NATIVE_MACHINES.get(name, McpMachine).placeholder(name, tool_call_id)

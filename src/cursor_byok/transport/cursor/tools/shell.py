@@ -1,0 +1,196 @@
+"""Shell: one `shell_stream_args` exec, answered by a stream of output chunks and a result.
+
+The client streams `start`, `stdout`/`stderr` chunks and `exit`, then usually a `shell_result`
+and a `stream_close`. Each chunk is forwarded to the IDE card as it comes. Some clients send
+no result: a stream that closes after `exit` is the result.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar, Literal
+
+from ....llm.types import ToolCall
+from ..proto import agent_pb2
+from .args import positive_int32, str_or_empty
+from .cards import shell_delta_frame
+from .format import format_shell
+from .machine import Finished, Handlers, Ignored, Phase, Send, Step, ToolMachine, ToolSettings
+
+__all__ = ["ShellMachine"]
+
+
+class ShellMachine(ToolMachine):
+    CARD = "shell_tool_call"
+    REQUIRED = ("command",)
+
+    def __init__(
+        self, tool_call: ToolCall, *, call_id: str, model_call_id: str, settings: ToolSettings
+    ) -> None:
+        super().__init__(tool_call, call_id=call_id, model_call_id=model_call_id, settings=settings)
+        self._stdout: list[str] = []
+        self._stderr: list[str] = []
+        self._exit: agent_pb2.ShellStreamExit | None = None
+
+    def _shell_args(self) -> agent_pb2.ShellArgs:
+        # ShellArgs.timeout is milliseconds in Cursor's protocol (what the IDE expects). The
+        # oh-my-pi client reads it as seconds, which only makes its limit longer; the runner's
+        # tool deadline still bounds the call. See docs/dialect.md.
+        timeout = positive_int32(self.args, "timeout_ms") or self.settings.shell_timeout_ms
+        return agent_pb2.ShellArgs(
+            command=str_or_empty(self.args, "command"),
+            working_directory=str_or_empty(self.args, "working_directory"),
+            timeout=timeout,
+            tool_call_id=self.tool_call_id,
+            timeout_behavior=agent_pb2.TIMEOUT_BEHAVIOR_CANCEL,
+            hard_timeout=timeout,
+            close_stdin=True,
+            conversation_id=self.settings.conversation_id,
+        )
+
+    def _card(self) -> agent_pb2.ToolCall:
+        tc = self._new_card()
+        tc.shell_tool_call.args.CopyFrom(self._shell_args())
+        return tc
+
+    def _set_error(self, tc: agent_pb2.ToolCall, text: str) -> None:
+        tc.shell_tool_call.result.failure.CopyFrom(
+            agent_pb2.ShellFailure(
+                command=str_or_empty(self.args, "command"),
+                working_directory=str_or_empty(self.args, "working_directory"),
+                exit_code=1,
+                stderr=text,
+            )
+        )
+
+    def _first_exec(self) -> bytes:
+        return self._exec("shell_stream_args", self._shell_args())
+
+    # -- replies ---------------------------------------------------------------------------
+
+    def _on_stream(self, stream: agent_pb2.ShellStream, now_ms: int) -> Step:
+        match stream.WhichOneof("event"):
+            case "stdout":
+                self._stdout.append(stream.stdout.data)
+                return Send((self._delta("stdout", stream.stdout.data),))
+            case "stderr":
+                self._stderr.append(stream.stderr.data)
+                return Send((self._delta("stderr", stream.stderr.data),))
+            case "exit":
+                self._exit = stream.exit  # the result (or the stream's close) follows
+                return Send()
+            case "start" | "hook_context":
+                return Send()
+            case "rejected":
+                reason = stream.rejected.reason or "no reason given"
+                return self._finish_error(f"The user rejected this command: {reason}", now_ms)
+            case "permission_denied":
+                error = stream.permission_denied.error or "permission denied"
+                return self._finish_error(f"Error: permission denied: {error}", now_ms)
+            case "backgrounded":
+                note = (
+                    f"The command was moved to the background (shell "
+                    f"{stream.backgrounded.shell_id}); its further output is not available here."
+                )
+                return self._done(None, None, *self._streamed(), now_ms, note=note)
+            case _:
+                return Ignored("an empty shell_stream event")
+
+    def _on_result(self, result: agent_pb2.ShellResult, now_ms: int) -> Finished:
+        tc = self._card()
+        tc.shell_tool_call.result.CopyFrom(result)
+        match result.WhichOneof("result"):
+            case "success":
+                s = result.success
+                return self._done(tc, s.exit_code, *self._output(s.stdout, s.stderr), now_ms)
+            case "failure":
+                f = result.failure
+                note = None
+                if f.aborted:
+                    reason = (
+                        agent_pb2.ShellAbortReason.Name(f.abort_reason)
+                        if f.HasField("abort_reason")
+                        else "aborted"
+                    )
+                    why = reason.removeprefix("SHELL_ABORT_REASON_").lower()
+                    note = f"The command was aborted ({why})."
+                stdout, stderr = self._output(f.stdout, f.stderr)
+                return self._done(tc, f.exit_code, stdout, stderr, now_ms, note=note, error=True)
+            case "timeout":
+                note = (
+                    f"The command timed out after {result.timeout.timeout_ms} ms and was stopped."
+                )
+                return self._done(tc, None, *self._streamed(), now_ms, note=note, error=True)
+            case "rejected":
+                reason = result.rejected.reason or "no reason given"
+                text = f"The user rejected this command: {reason}"
+                return self._finish(text, tc, now_ms, is_error=True)
+            case "spawn_error":
+                text = f"Error: the command could not be started: {result.spawn_error.error}"
+                return self._finish(text, tc, now_ms, is_error=True)
+            case "permission_denied":
+                error = result.permission_denied.error or "no details"
+                return self._finish(f"Error: permission denied: {error}", tc, now_ms, is_error=True)
+            case _:
+                return self._finish_error("Error: the client sent an empty shell result.", now_ms)
+
+    def _on_stream_close(self, now_ms: int) -> Finished:
+        if self._exit is None:
+            return super()._on_stream_close(now_ms)
+        return self._done(None, self._exit.code, *self._streamed(), now_ms)
+
+    HANDLERS: ClassVar[Handlers] = {
+        Phase.RUNNING: {"shell_stream": _on_stream, "shell_result": _on_result},
+    }
+
+    # -- helpers ---------------------------------------------------------------------------
+
+    def _delta(self, stream: Literal["stdout", "stderr"], data: str) -> bytes:
+        return shell_delta_frame(self.call_id, self.model_call_id, stream, data)
+
+    def _streamed(self) -> tuple[str, str]:
+        return "".join(self._stdout), "".join(self._stderr)
+
+    def _output(self, stdout: str, stderr: str) -> tuple[str, str]:
+        """The result's own output when it has any, else what was streamed (never both: clients
+        repeat the streamed text in the result)."""
+        if stdout or stderr:
+            return stdout, stderr
+        return self._streamed()
+
+    def _done(
+        self,
+        tc: agent_pb2.ToolCall | None,
+        exit_code: int | None,
+        stdout: str,
+        stderr: str,
+        now_ms: int,
+        *,
+        note: str | None = None,
+        error: bool = False,
+    ) -> Finished:
+        if tc is None:  # finished from the stream alone: build the typed result here
+            tc = self._card()
+            args = tc.shell_tool_call.args
+            if exit_code is not None and exit_code != 0:
+                tc.shell_tool_call.result.failure.CopyFrom(
+                    agent_pb2.ShellFailure(
+                        command=args.command,
+                        working_directory=args.working_directory,
+                        exit_code=exit_code,
+                        stdout=stdout,
+                        stderr=stderr,
+                    )
+                )
+            else:
+                tc.shell_tool_call.result.success.CopyFrom(
+                    agent_pb2.ShellSuccess(
+                        command=args.command,
+                        working_directory=args.working_directory,
+                        exit_code=exit_code or 0,
+                        stdout=stdout,
+                        stderr=stderr,
+                    )
+                )
+        text = format_shell(exit_code, stdout, stderr, note)
+        failed = error or (exit_code is not None and exit_code != 0)
+        return self._finish(text, tc, now_ms, is_error=failed)

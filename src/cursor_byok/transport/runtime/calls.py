@@ -1,0 +1,208 @@
+"""The model calls of one run: their exact requests, records and timings, and the streams.
+
+A call's request is prepared (serialized) once, stored in the commit that decides the call, and
+sent from those bytes; a resumed call is sent again from the stored bytes. Each open stream has
+one reader task that hands every event straight to the run (`on_event`), with no queue between.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+import msgspec
+
+from ...llm import canonical
+from ...llm.events import DoneEvent, ErrorEvent, ResponseEvent, StartEvent
+from ...llm.models import Model
+from ...llm.stream import LLM, PreparedRequest, ResponseStream, StreamEnded
+from ...llm.types import Usage
+from ...loop import CallEnd, CallLLM, CallOutcome, ResendLLM
+from ...store.api import LLMCallRecord, Store
+from . import records
+from .request_bases import RequestBases
+from .stored_request import StoredRequestError, encode_request, load_request
+
+
+def cache_key(conversation_id: str) -> str:
+    """A stable, non-identifying per-conversation key for provider prompt caches."""
+    return "cbk-" + hashlib.sha256(conversation_id.encode()).hexdigest()[:32]
+
+
+class CallNotResendable(Exception):
+    """A call to resume whose stored request is missing or cannot be rebuilt."""
+
+
+@dataclass(slots=True)
+class _Timing:
+    opened: float
+    first: float | None = None
+
+
+class ModelCalls:
+    def __init__(
+        self,
+        *,
+        model: Model,
+        llm: LLM,
+        store: Store,
+        bases: RequestBases,
+        conversation_id: str,
+        on_event: Callable[[str, ResponseEvent], Awaitable[None]],
+    ) -> None:
+        self.model = model
+        self.llm = llm
+        self.store = store
+        self.bases = bases
+        self.conversation_id = conversation_id
+        self._on_event = on_event
+        self._settings = msgspec.structs.replace(
+            model.settings, cache_key=cache_key(conversation_id)
+        )
+        self._records: dict[str, LLMCallRecord] = {}
+        self._timings: dict[str, _Timing] = {}
+        self._streams: dict[str, ResponseStream] = {}
+        self._readers: dict[str, asyncio.Task[None]] = {}
+        self._closing: set[asyncio.Future[None]] = set()
+        self.first_ttft_ms: int | None = None
+
+    # -- before the commit ------------------------------------------------------------------
+
+    def prepare(self, command: CallLLM) -> PreparedRequest:
+        return self.llm.prepare(command.request, self._settings)
+
+    def planned(
+        self, command: CallLLM, prepared: PreparedRequest, turn_id: str, now_ms: int
+    ) -> tuple[LLMCallRecord, Callable[[], None]]:
+        """The call's record for the commit that decides it, and what to do once that commit
+        is in (keep its body as the base of the next call's stored delta)."""
+        stored, base = encode_request(
+            prepared, self.bases.get(self.conversation_id), command.call_id
+        )
+        record = records.planned_call(
+            command,
+            conversation_id=self.conversation_id,
+            turn_id=turn_id,
+            stored=stored,
+            prepared=prepared,
+            model=self.model,
+            now_ms=now_ms,
+        )
+        self._records[command.call_id] = record
+
+        def committed() -> None:
+            self.bases.remember(self.conversation_id, base)
+
+        return record, committed
+
+    def finished(
+        self, end: CallEnd, event: ResponseEvent | None, now_ms: int
+    ) -> LLMCallRecord | None:
+        """The call's record once the loop said how it ended; None for a call this run has no
+        record of."""
+        record = self._records.get(end.call_id)
+        if record is None:
+            return None
+        message = event.message if isinstance(event, DoneEvent | ErrorEvent) else None
+        usage = message.usage if message is not None else Usage()
+        timing = self._timings.get(end.call_id)
+        now = time.monotonic()
+        ttft = (
+            int((timing.first - timing.opened) * 1000)
+            if timing is not None and timing.first is not None
+            else None
+        )
+        duration = int((now - timing.opened) * 1000) if timing is not None else None
+        if ttft is not None and self.first_ttft_ms is None:
+            self.first_ttft_ms = ttft
+        prices = self.model.prices
+        answer = (
+            canonical.encode_message(event.message)
+            if isinstance(event, DoneEvent) and end.outcome == CallOutcome.COMMITTED
+            else None
+        )
+        updated = records.finished_call(
+            record,
+            end,
+            usage=usage,
+            answer_bytes=answer,
+            ttft_ms=ttft,
+            duration_ms=duration,
+            cost_usd=prices.cost(usage) if prices is not None else None,
+            now_ms=now_ms,
+        )
+        self._records[end.call_id] = updated
+        return updated
+
+    # -- streams ----------------------------------------------------------------------------
+
+    def streaming(self, call_id: str) -> bool:
+        return call_id in self._streams
+
+    def open(self, call_id: str, prepared: PreparedRequest) -> None:
+        """Send the request and start reading its stream (nothing when it is open already)."""
+        if call_id in self._streams:
+            return
+        self._timings[call_id] = _Timing(opened=time.monotonic())
+        stream = self.llm.send(prepared)
+        self._streams[call_id] = stream
+        self._readers[call_id] = asyncio.create_task(self._read(call_id, stream))
+
+    async def resend(self, command: ResendLLM) -> None:
+        """Stream a call again from its stored request (a resumed turn)."""
+        if command.call_id in self._streams:
+            return
+        record = await self.store.get_llm_call(command.call_id)
+        if record is None:
+            raise CallNotResendable("the interrupted model call was not recorded")
+        self._records[command.call_id] = record
+        try:
+            prepared = await load_request(record.request, record.request_hash, self._stored)
+        except StoredRequestError as exc:
+            raise CallNotResendable(f"the interrupted model call cannot be resent: {exc}") from None
+        self.open(command.call_id, prepared)
+
+    async def _stored(self, call_id: str) -> bytes | None:
+        record = await self.store.get_llm_call(call_id)
+        return record.request if record is not None else None
+
+    async def _read(self, call_id: str, stream: ResponseStream) -> None:
+        """Design §7.2 `readLLM`: each upstream event becomes an input of the run, in order."""
+        timing = self._timings[call_id]
+        try:
+            while True:
+                event = await stream.recv()
+                if timing.first is None and not isinstance(event, StartEvent | ErrorEvent):
+                    timing.first = time.monotonic()
+                terminal = isinstance(event, DoneEvent | ErrorEvent)
+                if terminal:
+                    self._streams.pop(call_id, None)
+                    self._readers.pop(call_id, None)
+                await self._on_event(call_id, event)
+                if terminal:
+                    return
+        except StreamEnded:
+            return
+
+    def close(self) -> None:
+        """Abort every open stream (its reader then sees an `aborted` event)."""
+        for stream in self._streams.values():
+            task = asyncio.ensure_future(stream.aclose())
+            self._closing.add(task)
+            task.add_done_callback(self._closing.discard)
+        self._streams.clear()
+
+    def cancel_readers(self) -> None:
+        for task in self._readers.values():
+            if not task.done():
+                task.cancel()
+        self._readers.clear()
+
+    def records(self) -> list[LLMCallRecord]:
+        return list(self._records.values())
+
+
+__all__ = ["CallNotResendable", "ModelCalls", "cache_key"]

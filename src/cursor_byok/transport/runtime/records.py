@@ -1,0 +1,177 @@
+"""The bytes the runtime hands the store: a committed state, what an input's commit records, the
+record of each model call and client operation, a turn mark's view. The store keeps them as
+opaque bytes; this module is the one place that encodes and decodes them."""
+
+from __future__ import annotations
+
+import hashlib
+from typing import assert_never
+
+import msgspec
+
+from ...llm import canonical
+from ...llm.models import Model
+from ...llm.stream import PreparedRequest
+from ...llm.types import ToolResultMessage, Usage
+from ...loop import (
+    CallClient,
+    CallEnd,
+    CallLLM,
+    Canceled,
+    Command,
+    ContinueLLM,
+    ConversationState,
+    Failed,
+    Final,
+    ResendLLM,
+    Span,
+    WaitInput,
+    side_effects,
+)
+from ...loop import view as views
+from ...store.api import CallStatus, ClientOperationRecord, LLMCallRecord
+
+_state_encoder = msgspec.json.Encoder(order="deterministic")
+_state_decoder = msgspec.json.Decoder(ConversationState)
+_tool_call_encoder = msgspec.json.Encoder(order="deterministic")
+_view_decoder = msgspec.msgpack.Decoder(tuple[Span, ...])
+
+
+def encode_state(state: ConversationState) -> bytes:
+    """The committed state without its messages (each is stored as a row of the log)."""
+    return _state_encoder.encode(msgspec.structs.replace(state, messages=(), log=()))
+
+
+def decode_state(state: bytes, rows: tuple[bytes, ...]) -> ConversationState:
+    """The state `encode_state` stored, with its log rebuilt from the message rows and the
+    active history from its view."""
+    base = _state_decoder.decode(state)
+    log = tuple(canonical.decode_message(m) for m in rows)
+    return msgspec.structs.replace(base, log=log, messages=views.materialize(base.view, log))
+
+
+def encode_view(view: tuple[Span, ...]) -> bytes:
+    """A turn mark's view (closed spans), as the store keeps it."""
+    return msgspec.msgpack.encode(view)
+
+
+def decode_view(data: bytes, message_count: int) -> tuple[Span, ...]:
+    """A turn mark's view; marks written before views existed have none: their turn ended with
+    the first `message_count` messages of the log (rewinds used to delete rows)."""
+    if not data:
+        return (Span(0, message_count),)
+    return _view_decoder.decode(data)
+
+
+def command_record(command: Command) -> bytes:
+    """What an input commit records as its result: the command, except that a model call is
+    named by its call id and messages hash (its request is in its own call record already;
+    repeating it in every input would be most of the bytes written before the call)."""
+    match command:
+        case ContinueLLM():
+            return b""
+        case CallLLM(call_id=call_id, messages_hash=messages_hash):
+            return msgspec.json.encode(
+                {"command": "call_llm", "call_id": call_id, "messages_hash": messages_hash}
+            )
+        case ResendLLM() | CallClient() | WaitInput() | Final() | Failed() | Canceled():
+            return msgspec.json.encode(command)
+        case _:
+            assert_never(command)
+
+
+def request_hash(prepared: PreparedRequest) -> str:
+    return hashlib.sha256(prepared.body).hexdigest()
+
+
+def planned_call(
+    command: CallLLM,
+    *,
+    conversation_id: str,
+    turn_id: str,
+    stored: bytes,
+    prepared: PreparedRequest,
+    model: Model,
+    now_ms: int,
+) -> LLMCallRecord:
+    """The record of a model call, written in the commit that decides it, before it is sent."""
+    return LLMCallRecord(
+        call_id=command.call_id,
+        conversation_id=conversation_id,
+        turn_id=turn_id,
+        request=stored,
+        request_hash=request_hash(prepared),
+        messages_hash=command.messages_hash,
+        status="planned",
+        created_at_ms=now_ms,
+        provider=model.provider.name,
+        model=prepared.model,
+        api=model.provider.api,
+    )
+
+
+def finished_call(
+    record: LLMCallRecord,
+    end: CallEnd,
+    *,
+    usage: Usage,
+    answer_bytes: bytes | None,
+    ttft_ms: int | None,
+    duration_ms: int | None,
+    cost_usd: float | None,
+    now_ms: int,
+) -> LLMCallRecord:
+    """The record once the loop said how the call ended (`end`)."""
+    status: CallStatus = end.outcome.value  # the outcome's values are the store's statuses
+    return msgspec.structs.replace(
+        record,
+        status=status,
+        assistant_hash=(
+            hashlib.sha256(answer_bytes).hexdigest() if answer_bytes is not None else None
+        ),
+        input_tokens=usage.input,
+        output_tokens=usage.output,
+        cache_read_tokens=usage.cache_read,
+        cache_write_tokens=usage.cache_write,
+        reasoning_tokens=usage.reasoning,
+        ttft_ms=ttft_ms,
+        duration_ms=duration_ms,
+        cost_usd=cost_usd,
+        error=end.error,
+        finished_at_ms=now_ms,
+    )
+
+
+def sent_operation(
+    command: CallClient, *, conversation_id: str, turn_id: str, index: int, now_ms: int
+) -> ClientOperationRecord:
+    """The record of a tool call, written in the commit that decides it, before it is sent."""
+    call = command.tool_call
+    return ClientOperationRecord(
+        operation_id=command.operation_id,
+        conversation_id=conversation_id,
+        turn_id=turn_id,
+        tool_call_id=call.id,
+        tool_index=index,
+        tool_name=call.name,
+        side_effects=side_effects(call.name),
+        request=_tool_call_encoder.encode(call),
+        status="sent",
+        updated_at_ms=now_ms,
+    )
+
+
+def completed_operation(
+    record: ClientOperationRecord, result: ToolResultMessage, now_ms: int
+) -> ClientOperationRecord:
+    return msgspec.structs.replace(
+        record,
+        status="completed",
+        result=canonical.encode_message(result),
+        updated_at_ms=now_ms,
+    )
+
+
+def decode_result(data: bytes) -> ToolResultMessage | None:
+    message = canonical.decode_message(data)
+    return message if isinstance(message, ToolResultMessage) else None

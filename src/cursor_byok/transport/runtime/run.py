@@ -1,0 +1,798 @@
+"""A run: one client stream driving one conversation (design §6-7, §15, made asyncio).
+
+`apply(input)` is the design's `run`: `transition` → commit (when the committed state changed,
+with the records the transition calls for, before anything is sent) → publish the emitted
+events and cards → execute the command. Every input of the run goes through it one at a time:
+client messages from the run's inbox, model events straight from their stream reader, tool
+deadlines from their timer. The runtime decides nothing: how a turn goes on and how the run
+ends are the loop's commands, executed here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable
+from dataclasses import dataclass
+from typing import Any, assert_never
+
+from ...llm import canonical
+from ...llm.events import DoneEvent, ErrorEvent, ResponseEvent
+from ...llm.models import Model
+from ...llm.stream import PreparedRequest
+from ...loop import (
+    AwaitClient,
+    CallClient,
+    CallLLM,
+    Cancel,
+    Canceled,
+    ContinueLLM,
+    ConversationState,
+    Failed,
+    FailureKind,
+    Final,
+    Input,
+    LLMEvent,
+    LostCause,
+    ResendLLM,
+    Resume,
+    Rewind,
+    RuntimeState,
+    Start,
+    Supersede,
+    ToolLost,
+    ToolOperation,
+    ToolResult,
+    Transition,
+    UserMessage,
+    WaitInput,
+    ids,
+    transition,
+)
+from ...store.api import ClientOperationRecord, CommitStatus, LLMCallRecord, RunRecord
+from ...store.errors import StoreError
+from ..connect.channel import EndError, Incoming, RunChannel
+from ..cursor import (
+    BlobReceived,
+    BlobStored,
+    CancelRequested,
+    ClientHeartbeat,
+    ClientLink,
+    ContextPart,
+    ContextReceived,
+    DialectError,
+    Ending,
+    FollowUp,
+    InteractionAnswered,
+    Malformed,
+    McpDefinition,
+    ResumeRequested,
+    RunAction,
+    RunRequest,
+    RunRequested,
+    Stray,
+    StreamEncoder,
+    ToolFinished,
+    ToolProgress,
+    UnknownEvent,
+    bad_request_end,
+    canceled_end,
+    internal_end,
+    merge_context,
+    provider_error_end,
+    text_delta,
+    turn_ended,
+)
+from . import records
+from .calls import CallNotResendable, ModelCalls
+from .checkpoints import Checkpoints, PendingBlob
+from .context import client_history, context_parts, turn_context
+from .requests import ClientRequests, ClientTimeout
+from .runner import Runner
+from .summary import RunSummary
+from .tools import ToolCalls
+
+log = logging.getLogger("cursor_byok.runtime")
+
+MAX_CAS_RETRIES = 5
+
+
+class RunFailed(Exception):
+    def __init__(self, ending: Ending) -> None:
+        super().__init__(ending.message)
+        self.ending = ending
+
+
+@dataclass(frozen=True, slots=True)
+class _Work:
+    """An input for the loop from the run's inbox. `input` None: a resume the client asked
+    for (its facts are read from the store when its turn comes)."""
+
+    input: Input | None
+    input_id: str | None
+    completes: ClientOperationRecord | None = None  # committed with it: the tool's answer
+
+
+_STOP = _Work(None, "stop")
+
+
+def _failure_ending(kind: FailureKind, text: str) -> Ending:
+    match kind:
+        case FailureKind.PROVIDER:
+            return provider_error_end(text)
+        case FailureKind.BAD_REQUEST:
+            return bad_request_end(text)
+        case FailureKind.INTERNAL:
+            return internal_end(text)
+        case _:
+            assert_never(kind)
+
+
+class Run:
+    def __init__(self, runner: Runner, channel: RunChannel, *, resumable: bool = True) -> None:
+        self.runner = runner
+        self.services = runner.services
+        self.store = runner.services.store
+        self.channel = channel
+        self.resumable = resumable
+        self.summary = RunSummary(request_id=channel.request_id)
+        self.ended = asyncio.Event()
+        now_ms = self.services.now_ms
+        self.link = ClientLink(conversation_id="", now_ms=now_ms)
+        self.requests = ClientRequests(channel, self.link, self.services.context_timeout_s)
+        self.tools = ToolCalls(
+            self.link,
+            timeout_s=self.services.tool_timeout_s,
+            now_ms=now_ms,
+            on_timeout=self._tool_timed_out,
+        )
+        self.calls: ModelCalls | None = None
+        self.checkpoints: Checkpoints | None = None
+        self.model: Model | None = None
+        self.conversation_id = ""
+        self.state = RuntimeState.new("")
+        self.version = 0
+        self.stored_count = 0  # messages of the conversation's log already in the store
+        self.turn_id: str | None = None  # the turn this run drives, once it began or resumed
+        self._t0 = time.monotonic()
+        self._inbox: asyncio.Queue[_Work] = asyncio.Queue()
+        self._lock = asyncio.Lock()
+        self._done = False
+        self._encoders: dict[str, StreamEncoder] = {}
+        self._pending_blob: PendingBlob | None = None
+        self._closing: set[asyncio.Future[Any]] = set()
+        self._run_saved: asyncio.Future[Any] | None = None
+        self._unreported: list[LLMCallRecord] = []
+        self._parts: tuple[ContextPart, ...] = ()  # the run's context parts, for follow-ups
+        self._mcp_tools: tuple[McpDefinition, ...] = ()
+
+    # -- lifecycle -----------------------------------------------------------------------
+
+    async def serve(self) -> None:
+        conversation_id = ""
+        try:
+            first = await self._first_message()
+            if first is None:
+                return
+            # Replies to what the run asked resolve their waiters the moment they arrive (no
+            # task in between); inputs for the loop join the inbox, in order.
+            self.channel.route(self._on_incoming)
+            request = self._run_request(first)
+            conversation_id = request.conversation_id
+            self._adopt(request)
+            if self.resumable:
+                # Only a RunSSE can be reopened by request_id after a restart (`_first_message`),
+                # so only its run request is kept. Not awaited here: queued before the first
+                # commit, it usually shares its transaction; awaited once the run has begun.
+                self._run_saved = asyncio.ensure_future(
+                    self.store.save_run(
+                        RunRecord(
+                            request_id=self.channel.request_id,
+                            conversation_id=conversation_id,
+                            request=first.payload,
+                            created_at_ms=self.services.now_ms(),
+                        )
+                    )
+                )
+            lock = await self.runner.claim(self, conversation_id)
+            async with lock:
+                await self._begin(first.input_id, request)
+                if self._run_saved is not None:
+                    await self._run_saved
+                await self._consume()
+        except asyncio.CancelledError:
+            self._end(canceled_end("the server is shutting down"), "canceled")
+            raise
+        except Exception as exc:
+            self._failed(exc)
+        finally:
+            if conversation_id:
+                self.runner.release(self, conversation_id)
+            if not self.channel.finished:
+                self.channel.finish(_end_error(internal_end("the run ended unexpectedly")))
+            self.ended.set()
+
+    def _failed(self, exc: Exception) -> None:
+        """End the run for an exception raised while it worked: each kind has its ending."""
+        match exc:
+            case RunFailed():
+                self._end(exc.ending, "failed")
+            case StoreError():
+                log.error("store error in run %s: %s", self.channel.request_id, exc)
+                self._end(internal_end(f"storage error: {exc}"), "error")
+            case ClientTimeout() | DialectError():
+                self._end(bad_request_end(str(exc)), "failed")
+            case CallNotResendable():
+                self._end(internal_end(str(exc)), "error")
+            case _:  # a bug must end this run, never the server
+                log.error("run %s failed", self.channel.request_id, exc_info=exc)
+                self._end(internal_end(f"internal error: {type(exc).__name__}"), "error")
+        if self._done:
+            self._stop_everything()
+
+    def close(self) -> None:
+        self._report_calls()
+        self.channel.route(None)
+        if self._run_saved is not None and not self._run_saved.done():
+            self._run_saved.add_done_callback(_consume_exception)
+        self.tools.abort_all()
+        self._drop_pending_blob()
+        if self.calls is not None:
+            self.calls.cancel_readers()
+            self.calls.close()
+
+    def supersede(self) -> None:
+        """A newer run wants this conversation: the loop decides what that means for this one."""
+        self._inbox.put_nowait(_Work(Supersede(), None))
+
+    def _run_request(self, first: Incoming) -> RunRequest:
+        inbound = self.link.receive(first.message)
+        match inbound:
+            case RunRequested(request=request):
+                return request
+            case Malformed(error=error):
+                raise RunFailed(bad_request_end(error))
+            case _:
+                raise RunFailed(bad_request_end("the first message of a run must be a run_request"))
+
+    def _adopt(self, request: RunRequest) -> None:
+        self.conversation_id = request.conversation_id
+        self.link.conversation_id = request.conversation_id
+        self.summary.conversation_id = request.conversation_id
+        self.model = self._resolve_model(request.model_id)
+        self.summary.model = self.model.id
+        self.summary.provider = self.model.provider.name
+        self.calls = ModelCalls(
+            model=self.model,
+            llm=self.services.llm_for(self.model),
+            store=self.store,
+            bases=self.runner.request_bases,
+            conversation_id=request.conversation_id,
+            on_event=self._on_llm_event,
+        )
+        self.checkpoints = Checkpoints(
+            conversation_id=request.conversation_id,
+            store=self.store,
+            states=self.runner.committed_states,
+            requests=self.requests,
+            channel=self.channel,
+            background=self._background,
+        )
+
+    def _resolve_model(self, model_id: str | None) -> Model:
+        models = self.services.models
+        model = models.get(model_id) if model_id else None
+        if model is None and model_id is None and len(models) == 1:
+            model = next(iter(models.values()))
+        if model is None:
+            known = ", ".join(sorted(models)) or "none are configured"
+            asked = repr(model_id) if model_id else "no model"
+            raise RunFailed(bad_request_end(f"unknown model {asked}; this server offers: {known}"))
+        return model
+
+    async def _first_message(self) -> Incoming | None:
+        """The run request: from the client, or from the store when this request_id is known
+        (a client that reconnects after a restart does not send its appends again). Both are
+        asked at once; the first that has it wins (they hold the same bytes)."""
+        if not self.resumable:
+            return await self.channel.receive()
+        received = asyncio.ensure_future(self.channel.receive())
+        stored = asyncio.ensure_future(self.store.find_run(self.channel.request_id))
+        try:
+            await asyncio.wait({received, stored}, return_when=asyncio.FIRST_COMPLETED)
+            if received.done():
+                return received.result()
+            record = await stored
+            if record is None:
+                return await received
+            received.cancel()  # an inbox get: cancelling it loses nothing
+            request_id = self.channel.request_id
+            return Incoming(f"{request_id}:0", record.request, record.request)
+        finally:
+            if not stored.done():
+                stored.add_done_callback(_consume_exception)
+            elif not received.done():
+                received.cancel()
+
+    def _background(self, work: Awaitable[Any], what: str) -> None:
+        """A write nobody waits for; its failure is logged, never lost silently."""
+        task = asyncio.ensure_future(work)
+        self._closing.add(task)
+        request_id = self.channel.request_id
+
+        def done(future: asyncio.Future[Any]) -> None:
+            self._closing.discard(future)
+            if not future.cancelled() and (exc := future.exception()) is not None:
+                log.error("run %s: saving %s failed: %s", request_id, what, exc)
+
+        task.add_done_callback(done)
+
+    def _end(self, ending: Ending | None, outcome: str) -> None:
+        if self._done:
+            return
+        self._done = True
+        summary = self.summary
+        summary.outcome = outcome
+        if ending is not None:
+            summary.error = ending.message
+        summary.duration_ms = int((time.monotonic() - self._t0) * 1000)
+        self.channel.finish(_end_error(ending) if ending is not None else None)
+        self._report_calls()
+        self._inbox.put_nowait(_STOP)
+        if self.services.on_run_end is not None:
+            # After the transport has written the end: logs and metrics are not on its path.
+            asyncio.get_running_loop().call_soon(self.services.on_run_end, summary)
+
+    # -- the start of a run -----------------------------------------------------------------
+
+    async def _begin(self, input_id: str, request: RunRequest) -> None:
+        assert self.checkpoints is not None
+        cid = request.conversation_id
+        stored = await self._load_committed(cid)
+        # Input commits belong to a stored conversation: without one there is nothing to find.
+        previous = await self.store.find_input_commit(cid, input_id) if stored is not None else None
+        history: tuple[Any, ...] = ()
+        if stored is not None:
+            state, self.version = stored
+            self.state = RuntimeState.of(state)
+            self.stored_count = len(state.log)
+            await self._rewind_if_behind(request, input_id)
+        else:
+            self.checkpoints.new_conversation()
+            self.state = RuntimeState.new(cid)
+            # What the first commit adds is counted by `advance`.
+            self.runner.committed_states.remember(cid, 0, self.state.committed, 0)
+        if request.action == RunAction.RESUME or previous is not None:
+            # A reopened run, or the same run request again: continue, never apply it twice.
+            await self._apply(await self._resume(None), None)
+            self.turn_id = self.state.committed.turn_id
+            return
+        if request.user_message is None:
+            raise RunFailed(bad_request_end("the run request carries no user message"))
+        if stored is None:
+            history = await client_history(request, self.requests, self.runner.client_blobs)
+        self._parts = await context_parts(request, self.requests, self.runner.client_blobs)
+        self._mcp_tools = request.mcp_tools
+        context = await turn_context(request, self._parts, self.requests)
+        start = Start(user_message=request.user_message, context=context, history=history)
+        await self._apply(start, input_id)
+        self.turn_id = self.state.committed.turn_id
+
+    async def _load_committed(self, conversation_id: str) -> tuple[ConversationState, int] | None:
+        """The conversation's committed state and version: kept from this process's last
+        commit when the store still holds exactly that version, else loaded and decoded."""
+        states = self.runner.committed_states
+        head = await self.store.head(conversation_id)
+        if head is None:
+            states.forget(conversation_id)
+            return None
+        kept = states.get(conversation_id, head)
+        if kept is not None:
+            return kept
+        record = await self.store.load(conversation_id)
+        if record is None:
+            return None
+        return self._remember(record.conversation_id, record.version, record.state, record.messages)
+
+    def _remember(
+        self, conversation_id: str, version: int, state: bytes, rows: tuple[bytes, ...]
+    ) -> tuple[ConversationState, int]:
+        decoded = records.decode_state(state, rows)
+        size = len(state) + sum(len(m) for m in rows)
+        self.runner.committed_states.remember(conversation_id, version, decoded, size)
+        return decoded, version
+
+    async def _rewind_if_behind(self, request: RunRequest, input_id: str) -> None:
+        """The client wins when its checkpoint is behind ours: the loop gets a Rewind to the
+        last turn the client lists."""
+        assert self.checkpoints is not None
+        target = await self.checkpoints.rewind_target(request.history.turn_blob_ids, self.version)
+        if target is None:
+            return
+        turns, view = target
+        before = self.version
+        await self._apply(Rewind(view=view), f"{input_id}:rewind")
+        if self.version != before:
+            self.checkpoints.rewound(turns, self.version)
+            log.info(
+                "conversation %s rewound by the client to turn %d (%d messages)",
+                self.conversation_id,
+                turns,
+                len(self.state.committed.messages),
+            )
+
+    async def _resume(self, turn_id: str | None) -> Resume:
+        """A Resume with what the store knows of the operation the turn waits on."""
+        waiting = self.state.committed.waiting
+        operation = None
+        if isinstance(waiting, AwaitClient) and waiting.operation_id:
+            record = await self.store.get_client_operation(waiting.operation_id)
+            if record is not None:
+                self.tools.remember(record)
+                result = None
+                if record.status == "completed" and record.result is not None:
+                    result = records.decode_result(record.result)
+                operation = ToolOperation(
+                    operation_id=record.operation_id,
+                    sent=record.status in ("sent", "completed", "unknown"),
+                    result=result,
+                )
+        return Resume(turn_id=turn_id, operation=operation)
+
+    # -- client messages --------------------------------------------------------------------
+
+    def _on_incoming(self, incoming: Incoming) -> None:
+        """Route one client message (inside the transport's reading: quick, never raises)."""
+        inbound = self.link.receive(incoming.message)
+        match inbound:
+            case BlobReceived() | BlobStored() | ContextReceived() | InteractionAnswered():
+                if not self.requests.resolve(inbound):
+                    log.debug(
+                        "run %s: an answer nothing waits for: %r", self.channel.request_id, inbound
+                    )
+            case ToolProgress(frames=frames):
+                for frame in frames:
+                    self.channel.send(frame)
+            case ToolFinished(operation_id=op, result=result, card=card):
+                self.channel.send(card)
+                record = self.tools.finished(op)
+                completes = (
+                    records.completed_operation(record, result, self.services.now_ms())
+                    if record is not None
+                    else None
+                )
+                self._inbox.put_nowait(_Work(ToolResult(message=result), f"{op}:result", completes))
+            case CancelRequested(reason=reason):
+                cancel = Cancel(reason=reason) if reason else Cancel()
+                self._inbox.put_nowait(_Work(cancel, incoming.input_id))
+            case FollowUp(message=message, context=client_context, mode=mode):
+                context = None
+                if client_context is not None:
+                    stored = self.state.committed.context
+                    context = merge_context(
+                        client_context,
+                        self._parts,
+                        self._mcp_tools,
+                        mode=stored.mode if stored is not None else "agent",
+                        custom_instructions=stored.custom_instructions if stored else None,
+                    )
+                follow = UserMessage(message=message, context=context, mode=mode)
+                self._inbox.put_nowait(_Work(follow, incoming.input_id))
+            case ResumeRequested():
+                self._inbox.put_nowait(_Work(None, incoming.input_id))
+            case RunRequested():
+                log.warning("run %s: a second run_request was ignored", self.channel.request_id)
+            case ClientHeartbeat():
+                pass
+            case Stray(kind=kind, detail=detail):
+                log.debug("run %s: stray %s message: %s", self.channel.request_id, kind, detail)
+            case UnknownEvent(kind=kind):
+                self.runner.unknown_event(kind)
+            case Malformed(error=error):
+                log.warning("run %s: ignored a client message: %s", self.channel.request_id, error)
+            case _:
+                assert_never(inbound)
+
+    async def _consume(self) -> None:
+        while not self._done:
+            work = await self._inbox.get()
+            if work is _STOP:
+                return
+            item = work.input if work.input is not None else await self._resume(self.turn_id)
+            await self._apply(item, work.input_id, completes=work.completes)
+
+    async def _on_llm_event(self, call_id: str, event: ResponseEvent) -> None:
+        """An event of a model call's stream, from its reader task."""
+        if isinstance(event, DoneEvent | ErrorEvent):
+            self.summary.usage = self.summary.usage + event.message.usage
+        await self._apply_from_task(LLMEvent(call_id=call_id, event=event), f"{call_id}:end")
+
+    async def _tool_timed_out(self, operation_id: str, waited_ms: int) -> None:
+        for frame in self.tools.abort(operation_id):
+            self.channel.send(frame)
+        lost = ToolLost(operation_id=operation_id, cause=LostCause.TIMED_OUT, waited_ms=waited_ms)
+        await self._apply_from_task(lost, f"{operation_id}:lost")
+
+    async def _apply_from_task(self, input: Input, input_id: str) -> None:
+        """`_apply` from a task of its own (a stream reader, a timer): what goes wrong there
+        ends the run the way it would in `serve`."""
+        try:
+            await self._apply(input, input_id)
+        except Exception as exc:
+            self._failed(exc)
+
+    # -- apply: transition, commit, publish, execute ------------------------------------------
+
+    async def _apply(
+        self, input: Input, input_id: str | None, *, completes: ClientOperationRecord | None = None
+    ) -> None:
+        async with self._lock:
+            if self._done:
+                return
+            reloaded = False
+            for _ in range(MAX_CAS_RETRIES):
+                t = transition(self.state, input)
+                if t.state is self.state:
+                    if reloaded and isinstance(t.command, WaitInput):
+                        # The state changed under this run and the input no longer applies:
+                        # the loop says what the run does now.
+                        input, reloaded = await self._resume(self.turn_id), False
+                        continue
+                    if completes is not None:
+                        self._background(self.store.save_client_operation(completes), "a result")
+                    await self._execute(t)
+                    return
+                if t.state.committed is self.state.committed:
+                    self.state = t.state  # pending only: in memory, never stored
+                    self._publish(t, input)
+                    await self._execute(t)
+                    return
+                assert self.calls is not None and self.checkpoints is not None
+                prepared = self.calls.prepare(t.command) if isinstance(t.command, CallLLM) else None
+                if isinstance(t.command, Final) and not t.command.replay:
+                    self._pending_blob = await self.checkpoints.send_blob(
+                        t.state.committed, self.version
+                    )
+                status = await self._commit(input, input_id, t, prepared, completes)
+                if status == "committed":
+                    self._publish(t, input)
+                    await self._execute(t, prepared)
+                    return
+                self._drop_pending_blob()
+                if status == "duplicate":  # applied before (another process): continue there
+                    input, completes = await self._resume(self.turn_id), None
+                    continue
+                reloaded = True  # a conflict: the same input again, on the stored state
+            raise RunFailed(internal_end("the conversation kept changing under this run"))
+
+    async def _commit(
+        self,
+        input: Input,
+        input_id: str | None,
+        t: Transition,
+        prepared: PreparedRequest | None,
+        completes: ClientOperationRecord | None,
+    ) -> CommitStatus:
+        assert self.calls is not None
+        after = t.state.committed
+        now = self.services.now_ms()
+        calls: list[LLMCallRecord] = []
+        operations: list[ClientOperationRecord] = []
+        if t.call_end is not None:
+            event = input.event if isinstance(input, LLMEvent) else None
+            finished = self.calls.finished(t.call_end, event, now)
+            if finished is not None:
+                calls.append(finished)
+        on_commit = None
+        if isinstance(t.command, CallLLM):
+            assert prepared is not None
+            planned, on_commit = self.calls.planned(t.command, prepared, after.turn_id, now)
+            calls.append(planned)
+        if completes is not None:
+            operations.append(completes)
+        for local in t.local_results:
+            # A call the loop answered for the client (lost, timed out, canceled): its record,
+            # when there is one, keeps that answer.
+            known = self.tools.record(ids.operation_id(local.llm_call_id, local.call.id))
+            if known is not None and known.status != "completed" and known is not completes:
+                operations.append(records.completed_operation(known, local.result, now))
+        if isinstance(t.command, CallClient):
+            operations.append(self.tools.planned(t.command, after))
+        appended = [canonical.encode_message(m) for m in t.appended]
+        outcome = await self.store.commit_input(
+            self.conversation_id,
+            input_id=input_id or after.last_commit_id,
+            expected_version=self.version,
+            state=records.encode_state(after),
+            append_messages=appended,
+            expected_message_count=self.stored_count,
+            result=records.command_record(t.command),
+            llm_calls=calls,
+            client_operations=operations,
+            # Losing a commit whose command is a model call costs at most that call again (same
+            # bytes); every commit that sends a tool or ends a turn is fsynced, with all before.
+            durable=self.services.fsync_model_calls or not isinstance(t.command, CallLLM),
+        )
+        if outcome.status == "committed":
+            self.runner.committed_states.advance(
+                self.conversation_id,
+                self.version,
+                outcome.version,
+                after,
+                sum(len(m) for m in appended),
+            )
+            self.version = outcome.version
+            self.stored_count += len(appended)
+            self.state = t.state
+            if on_commit is not None:
+                on_commit()
+            self._account(calls, t.command)
+            return "committed"
+        # Another writer moved the conversation (or this input was already applied): reload.
+        record = await self.store.load(self.conversation_id)
+        if record is None:
+            raise RunFailed(internal_end("the conversation disappeared from the store"))
+        log.info(
+            "conversation %s changed under this run (%s at version %d); reloaded at version %d",
+            self.conversation_id,
+            outcome.status,
+            self.version,
+            record.version,
+        )
+        state, self.version = self._remember(
+            record.conversation_id, record.version, record.state, record.messages
+        )
+        self.state = RuntimeState.of(state)
+        self.stored_count = len(record.messages)
+        return outcome.status
+
+    def _account(self, calls: list[LLMCallRecord], command: object) -> None:
+        for record in calls:
+            if record.status == "planned":
+                continue
+            self.summary.llm_calls += 1
+            self.summary.cost_usd += record.cost_usd or 0.0
+            if self.summary.ttft_ms is None and record.ttft_ms is not None:
+                self.summary.ttft_ms = record.ttft_ms
+            if self.services.on_llm_call is not None:
+                self._unreported.append(record)
+        if not isinstance(command, Final):
+            # Metrics after what the client waits for: the next call, or for the call that
+            # ends the turn, the end of the stream.
+            self._report_calls()
+
+    def _report_calls(self) -> None:
+        on_llm_call = self.services.on_llm_call
+        if on_llm_call is not None and self._unreported:
+            loop = asyncio.get_running_loop()
+            for record in self._unreported:
+                loop.call_soon(on_llm_call, record)
+        self._unreported.clear()
+
+    def _publish(self, t: Transition, input: Input) -> None:
+        """Send what the transition emitted, and the cards of the calls it answered itself."""
+        send = self.channel.send
+        if t.emit and isinstance(input, LLMEvent):
+            encoder = self._encoders.get(input.call_id)
+            if encoder is not None:
+                for event in t.emit:
+                    frame = encoder.encode(event)
+                    if frame is not None:
+                        send(frame)
+        if t.local_results:
+            context = t.state.committed.context
+            routes = {r.name: r for r in context.mcp_routes} if context is not None else {}
+            for local in t.local_results:
+                send(
+                    self.link.local_card(
+                        local.call,
+                        local.result,
+                        llm_call_id=local.llm_call_id,
+                        content_index=local.content_index,
+                        route=routes.get(local.call.name),
+                    )
+                )
+
+    async def _execute(self, t: Transition, prepared: PreparedRequest | None = None) -> None:
+        """Design §6 `runCommand`. Idempotent: a call already streaming or a tool already on
+        the client is left as it is."""
+        assert self.calls is not None
+        command = t.command
+        match command:
+            case ContinueLLM() | WaitInput():
+                return
+            case CallLLM(call_id=call_id):
+                self._encoder(call_id)
+                self.calls.open(call_id, prepared or self.calls.prepare(command))
+            case ResendLLM(call_id=call_id):
+                self._encoder(call_id)
+                await self.calls.resend(command)
+            case CallClient(operation_id=op):
+                if self.tools.running(op):
+                    return
+                started = self.tools.start(command, self.state.committed)
+                for frame in started.frames:
+                    self.channel.send(frame)
+                early = started.early
+                if early is not None:  # unusable arguments: the answer is known at once
+                    self.channel.send(early.card)
+                    record = self.tools.finished(op)
+                    completes = (
+                        records.completed_operation(record, early.result, self.services.now_ms())
+                        if record is not None
+                        else None
+                    )
+                    self._inbox.put_nowait(
+                        _Work(ToolResult(message=early.result), f"{op}:result", completes)
+                    )
+            case Final(message=message, replay=replay):
+                if replay:
+                    # An answer committed before, which the client may not have seen.
+                    if message.text:
+                        self.channel.send(text_delta(message.text))
+                    self.channel.send(turn_ended(message.usage))
+                else:
+                    # The protocol's order: turn_ended (the client stops showing
+                    # "generating"), then the final checkpoint, then the end of the stream.
+                    self.channel.send(turn_ended(self.summary.usage))
+                    await self._publish_checkpoint()
+                self._end(None, "ok")
+            case Failed(message=message, kind=kind):
+                self._stop_everything()
+                self._end(
+                    _failure_ending(kind, message.error_message or "the model call failed"),
+                    "failed",
+                )
+            case Canceled(reason=reason):
+                self._stop_everything()
+                self._end(canceled_end(reason), "canceled")
+            case _:
+                assert_never(command)
+
+    def _encoder(self, call_id: str) -> StreamEncoder:
+        encoder = self._encoders.get(call_id)
+        if encoder is None:
+            encoder = StreamEncoder(model_call_id=call_id, now_ms=self.services.now_ms)
+            self._encoders[call_id] = encoder
+        return encoder
+
+    async def _publish_checkpoint(self) -> None:
+        assert self.checkpoints is not None
+        pending, self._pending_blob = self._pending_blob, None
+        state = self.state.committed
+        if pending is None:
+            pending = await self.checkpoints.send_blob(state, self.version)
+        await self.checkpoints.publish(pending, state, self.version)
+
+    def _drop_pending_blob(self) -> None:
+        pending, self._pending_blob = self._pending_blob, None
+        if pending is not None and self.checkpoints is not None:
+            self.checkpoints.drop(pending)
+
+    def _stop_everything(self) -> None:
+        for frame in self.tools.abort_all():
+            self.channel.send(frame)
+        if self.calls is not None:
+            self.calls.close()
+
+    # -- for the next issues: interaction queries ---------------------------------------------
+
+    async def ask(
+        self, frame_for: Any, what: str, timeout: float | None = None
+    ) -> InteractionAnswered:
+        """Ask the client an interaction query (`frame_for(id)` builds it) and wait for its
+        answer, which the client's interaction_response with that id delivers."""
+        return await self.requests.ask(frame_for, what, timeout)
+
+
+def _end_error(ending: Ending) -> EndError:
+    return EndError(ending.code, ending.message, ending.details)
+
+
+def _consume_exception(future: asyncio.Future[Any]) -> None:
+    if not future.cancelled():
+        future.exception()
+
+
+__all__ = ["Run", "RunFailed"]

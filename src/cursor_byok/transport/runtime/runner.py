@@ -1,0 +1,119 @@
+"""The runner: the runs of this process, one per client stream, and what they share.
+
+A run holds its conversation while it drives it: a newer run of the same conversation tells
+the holder to give way (`Supersede`, decided by the loop: the holder ends canceled) and takes
+the conversation once the holder is gone. Across processes the store's version check decides.
+The caches every run uses live here: committed states, client blobs, request bases.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from ...llm.models import Model
+from ...llm.stream import LLM
+from ...store.api import LLMCallRecord, Store
+from ..connect.channel import RunChannel
+from .client_blobs import ClientBlobs
+from .committed_states import CommittedStates
+from .request_bases import RequestBases
+from .summary import CacheStats, RunSummary
+
+if TYPE_CHECKING:
+    from .run import Run
+
+log = logging.getLogger("cursor_byok.runtime")
+
+
+def wall_ms() -> int:
+    return int(time.time() * 1000)
+
+
+@dataclass
+class RunnerServices:
+    """What the runtime needs from the composition root."""
+
+    models: Mapping[str, Model]  # by id, in the configuration's order (the first is the default)
+    store: Store
+    llm_for: Callable[[Model], LLM]
+    now_ms: Callable[[], int] = wall_ms
+    tool_timeout_s: float = 600.0
+    context_timeout_s: float = 30.0
+    supersede_timeout_s: float = 15.0
+    fsync_model_calls: bool = False
+    # Observability hooks; each runs outside the transport's path and must not raise.
+    on_llm_call: Callable[[LLMCallRecord], None] | None = None
+    on_run_end: Callable[[RunSummary], None] | None = None
+    on_unknown_event: Callable[[str], None] | None = None
+    unknown_kinds: set[str] = field(default_factory=set)  # logged once each
+
+
+class Runner:
+    """Handles runs; keeps at most one active run per conversation in this process."""
+
+    def __init__(self, services: RunnerServices) -> None:
+        self.services = services
+        self._active: dict[str, Run] = {}
+        self._locks: dict[str, asyncio.Lock] = {}
+        self.committed_states = CommittedStates()
+        self.client_blobs = ClientBlobs()
+        self.request_bases = RequestBases()
+
+    @property
+    def active_runs(self) -> int:
+        return len(self._active)
+
+    def cache_stats(self) -> list[CacheStats]:
+        states, blobs, bases = self.committed_states, self.client_blobs, self.request_bases
+        return [
+            CacheStats("committed_states", len(states), states.size, states.hits, states.misses),
+            CacheStats("client_blobs", len(blobs), blobs.size, blobs.hits, blobs.misses),
+            CacheStats("request_bases", len(bases), bases.size, bases.hits, bases.misses),
+        ]
+
+    async def handle(self, channel: RunChannel, info: object = None) -> None:
+        """The transport's run handler: one run per client stream."""
+        from .run import Run
+
+        # Only the shim's RunSSE can be reopened under a known request_id; an HTTP/2 Run
+        # always starts with the client's own run_request.
+        run = Run(self, channel, resumable=getattr(info, "transport", "runsse") != "run")
+        try:
+            await run.serve()
+        finally:
+            run.close()
+
+    def unknown_event(self, kind: str) -> None:
+        """A client message this server does not handle: counted, logged once per kind."""
+        services = self.services
+        if kind not in services.unknown_kinds:
+            services.unknown_kinds.add(kind)
+            log.info("the client sent %s, which this server does not handle (counted)", kind)
+        if services.on_unknown_event is not None:
+            try:
+                services.on_unknown_event(kind)
+            except Exception:
+                log.exception("metrics: could not count a %s", kind)
+
+    async def claim(self, run: Run, conversation_id: str) -> asyncio.Lock:
+        """Make an older run of the same conversation give way, then hand out its lock."""
+        old = self._active.get(conversation_id)
+        if old is not None and old is not run:
+            old.supersede()
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(old.ended.wait(), self.services.supersede_timeout_s)
+        self._active[conversation_id] = run
+        return self._locks.setdefault(conversation_id, asyncio.Lock())
+
+    def release(self, run: Run, conversation_id: str) -> None:
+        if self._active.get(conversation_id) is run:
+            del self._active[conversation_id]
+            lock = self._locks.get(conversation_id)
+            if lock is not None and not lock.locked():
+                del self._locks[conversation_id]

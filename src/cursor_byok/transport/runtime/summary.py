@@ -1,0 +1,39 @@
+"""What the runtime tells observability: one summary per run and the state of its caches.
+
+Plain values, handed to the hooks the composition root installs (RunnerServices.on_run_end,
+Metrics.bind_caches). Observability imports this module and nothing else of the runtime.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ...llm.types import Usage
+
+
+@dataclass
+class RunSummary:
+    """One line per run for logs and metrics."""
+
+    request_id: str
+    conversation_id: str = ""
+    model: str = ""
+    provider: str = ""
+    outcome: str = "unknown"  # ok, failed, canceled, error
+    llm_calls: int = 0
+    usage: Usage = field(default_factory=Usage)
+    ttft_ms: int | None = None
+    duration_ms: int = 0
+    cost_usd: float = 0.0
+    error: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class CacheStats:
+    """One of the runtime's in-memory caches, for /metrics."""
+
+    name: str
+    entries: int
+    bytes: int
+    hits: int
+    misses: int
