@@ -12,25 +12,18 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Awaitable
-from dataclasses import dataclass
 from typing import Any, assert_never
 
-from ...llm import canonical
 from ...llm.events import DoneEvent, ErrorEvent, ResponseEvent
 from ...llm.models import Model
 from ...llm.stream import PreparedRequest
 from ...loop import (
-    AwaitClient,
     CallClient,
     CallLLM,
-    Cancel,
     Canceled,
     ContinueLLM,
-    ConversationState,
     Failed,
-    FailureKind,
     Final,
     Input,
     LLMEvent,
@@ -42,53 +35,42 @@ from ...loop import (
     Start,
     Supersede,
     ToolLost,
-    ToolOperation,
-    ToolResult,
     Transition,
-    UserMessage,
+    TurnContext,
     WaitInput,
     ids,
     transition,
 )
 from ...store.api import ClientOperationRecord, CommitStatus, LLMCallRecord, RunRecord
-from ...store.errors import StoreError
-from ..connect.channel import EndError, Incoming, RunChannel
+from ..connect.channel import Incoming, RunChannel
 from ..cursor import (
-    BlobReceived,
-    BlobStored,
-    CancelRequested,
-    ClientHeartbeat,
+    ClientContext,
     ClientLink,
     ContextPart,
-    ContextReceived,
-    DialectError,
     Ending,
-    FollowUp,
     InteractionAnswered,
     Malformed,
     McpDefinition,
-    ResumeRequested,
     RunAction,
     RunRequest,
     RunRequested,
-    Stray,
     StreamEncoder,
-    ToolFinished,
-    ToolProgress,
-    UnknownEvent,
     bad_request_end,
     canceled_end,
     internal_end,
     merge_context,
-    provider_error_end,
     text_delta,
     turn_ended,
 )
 from . import records
-from .calls import CallNotResendable, ModelCalls
+from .calls import ModelCalls
 from .checkpoints import Checkpoints, PendingBlob
 from .context import client_history, context_parts, turn_context
-from .requests import ClientRequests, ClientTimeout
+from .conversation import Conversation
+from .ending import Reports, RunFailed, end_error, ending_of, failure_ending
+from .requests import ClientRequests
+from .resume import consume_exception, first_message
+from .routing import STOP, ClientMessages, Work
 from .runner import Runner
 from .summary import RunSummary
 from .tools import ToolCalls
@@ -96,37 +78,6 @@ from .tools import ToolCalls
 log = logging.getLogger("cursor_byok.runtime")
 
 MAX_CAS_RETRIES = 5
-
-
-class RunFailed(Exception):
-    def __init__(self, ending: Ending) -> None:
-        super().__init__(ending.message)
-        self.ending = ending
-
-
-@dataclass(frozen=True, slots=True)
-class _Work:
-    """An input for the loop from the run's inbox. `input` None: a resume the client asked
-    for (its facts are read from the store when its turn comes)."""
-
-    input: Input | None
-    input_id: str | None
-    completes: ClientOperationRecord | None = None  # committed with it: the tool's answer
-
-
-_STOP = _Work(None, "stop")
-
-
-def _failure_ending(kind: FailureKind, text: str) -> Ending:
-    match kind:
-        case FailureKind.PROVIDER:
-            return provider_error_end(text)
-        case FailureKind.BAD_REQUEST:
-            return bad_request_end(text)
-        case FailureKind.INTERNAL:
-            return internal_end(text)
-        case _:
-            assert_never(kind)
 
 
 class Run:
@@ -137,6 +88,11 @@ class Run:
         self.channel = channel
         self.resumable = resumable
         self.summary = RunSummary(request_id=channel.request_id)
+        self.reports = Reports(
+            self.summary,
+            on_llm_call=self.services.on_llm_call,
+            on_run_end=self.services.on_run_end,
+        )
         self.ended = asyncio.Event()
         now_ms = self.services.now_ms
         self.link = ClientLink(conversation_id="", now_ms=now_ms)
@@ -151,33 +107,39 @@ class Run:
         self.checkpoints: Checkpoints | None = None
         self.model: Model | None = None
         self.conversation_id = ""
-        self.state = RuntimeState.new("")
-        self.version = 0
-        self.stored_count = 0  # messages of the conversation's log already in the store
+        self.conv = Conversation("", self.store, runner.committed_states)
         self.turn_id: str | None = None  # the turn this run drives, once it began or resumed
-        self._t0 = time.monotonic()
-        self._inbox: asyncio.Queue[_Work] = asyncio.Queue()
+        self._inbox: asyncio.Queue[Work] = asyncio.Queue()
         self._lock = asyncio.Lock()
         self._done = False
         self._encoders: dict[str, StreamEncoder] = {}
         self._pending_blob: PendingBlob | None = None
         self._closing: set[asyncio.Future[Any]] = set()
         self._run_saved: asyncio.Future[Any] | None = None
-        self._unreported: list[LLMCallRecord] = []
         self._parts: tuple[ContextPart, ...] = ()  # the run's context parts, for follow-ups
         self._mcp_tools: tuple[McpDefinition, ...] = ()
+        self._route = ClientMessages(
+            channel=channel,
+            link=self.link,
+            requests=self.requests,
+            tools=self.tools,
+            inbox=self._inbox,
+            now_ms=now_ms,
+            follow_up_context=self._follow_up_context,
+            unknown_event=runner.unknown_event,
+        )
 
     # -- lifecycle -----------------------------------------------------------------------
 
     async def serve(self) -> None:
         conversation_id = ""
         try:
-            first = await self._first_message()
+            first = await first_message(self.channel, self.store, resumable=self.resumable)
             if first is None:
                 return
             # Replies to what the run asked resolve their waiters the moment they arrive (no
             # task in between); inputs for the loop join the inbox, in order.
-            self.channel.route(self._on_incoming)
+            self.channel.route(self._route)
             request = self._run_request(first)
             conversation_id = request.conversation_id
             self._adopt(request)
@@ -210,32 +172,20 @@ class Run:
             if conversation_id:
                 self.runner.release(self, conversation_id)
             if not self.channel.finished:
-                self.channel.finish(_end_error(internal_end("the run ended unexpectedly")))
+                self.channel.finish(end_error(internal_end("the run ended unexpectedly")))
             self.ended.set()
 
     def _failed(self, exc: Exception) -> None:
-        """End the run for an exception raised while it worked: each kind has its ending."""
-        match exc:
-            case RunFailed():
-                self._end(exc.ending, "failed")
-            case StoreError():
-                log.error("store error in run %s: %s", self.channel.request_id, exc)
-                self._end(internal_end(f"storage error: {exc}"), "error")
-            case ClientTimeout() | DialectError():
-                self._end(bad_request_end(str(exc)), "failed")
-            case CallNotResendable():
-                self._end(internal_end(str(exc)), "error")
-            case _:  # a bug must end this run, never the server
-                log.error("run %s failed", self.channel.request_id, exc_info=exc)
-                self._end(internal_end(f"internal error: {type(exc).__name__}"), "error")
-        if self._done:
-            self._stop_everything()
+        """End the run for an exception raised while it worked."""
+        ending, outcome = ending_of(exc, self.channel.request_id)
+        self._end(ending, outcome)
+        self._stop_everything()
 
     def close(self) -> None:
-        self._report_calls()
+        self.reports.report_calls()
         self.channel.route(None)
         if self._run_saved is not None and not self._run_saved.done():
-            self._run_saved.add_done_callback(_consume_exception)
+            self._run_saved.add_done_callback(consume_exception)
         self.tools.abort_all()
         self._drop_pending_blob()
         if self.calls is not None:
@@ -244,7 +194,7 @@ class Run:
 
     def supersede(self) -> None:
         """A newer run wants this conversation: the loop decides what that means for this one."""
-        self._inbox.put_nowait(_Work(Supersede(), None))
+        self._inbox.put_nowait(Work(Supersede(), None))
 
     def _run_request(self, first: Incoming) -> RunRequest:
         inbound = self.link.receive(first.message)
@@ -271,6 +221,7 @@ class Run:
             conversation_id=request.conversation_id,
             on_event=self._on_llm_event,
         )
+        self.conv = Conversation(request.conversation_id, self.store, self.runner.committed_states)
         self.checkpoints = Checkpoints(
             conversation_id=request.conversation_id,
             store=self.store,
@@ -291,30 +242,6 @@ class Run:
             raise RunFailed(bad_request_end(f"unknown model {asked}; this server offers: {known}"))
         return model
 
-    async def _first_message(self) -> Incoming | None:
-        """The run request: from the client, or from the store when this request_id is known
-        (a client that reconnects after a restart does not send its appends again). Both are
-        asked at once; the first that has it wins (they hold the same bytes)."""
-        if not self.resumable:
-            return await self.channel.receive()
-        received = asyncio.ensure_future(self.channel.receive())
-        stored = asyncio.ensure_future(self.store.find_run(self.channel.request_id))
-        try:
-            await asyncio.wait({received, stored}, return_when=asyncio.FIRST_COMPLETED)
-            if received.done():
-                return received.result()
-            record = await stored
-            if record is None:
-                return await received
-            received.cancel()  # an inbox get: cancelling it loses nothing
-            request_id = self.channel.request_id
-            return Incoming(f"{request_id}:0", record.request, record.request)
-        finally:
-            if not stored.done():
-                stored.add_done_callback(_consume_exception)
-            elif not received.done():
-                received.cancel()
-
     def _background(self, work: Awaitable[Any], what: str) -> None:
         """A write nobody waits for; its failure is logged, never lost silently."""
         task = asyncio.ensure_future(work)
@@ -332,37 +259,30 @@ class Run:
         if self._done:
             return
         self._done = True
-        summary = self.summary
-        summary.outcome = outcome
-        if ending is not None:
-            summary.error = ending.message
-        summary.duration_ms = int((time.monotonic() - self._t0) * 1000)
-        self.channel.finish(_end_error(ending) if ending is not None else None)
-        self._report_calls()
-        self._inbox.put_nowait(_STOP)
-        if self.services.on_run_end is not None:
-            # After the transport has written the end: logs and metrics are not on its path.
-            asyncio.get_running_loop().call_soon(self.services.on_run_end, summary)
+        self.channel.finish(end_error(ending) if ending is not None else None)
+        self._inbox.put_nowait(STOP)
+        self.reports.ended(ending, outcome)
 
     # -- the start of a run -----------------------------------------------------------------
+
+    @property
+    def state(self) -> RuntimeState:
+        return self.conv.state
+
+    @property
+    def version(self) -> int:
+        return self.conv.version
 
     async def _begin(self, input_id: str, request: RunRequest) -> None:
         assert self.checkpoints is not None
         cid = request.conversation_id
-        stored = await self._load_committed(cid)
+        stored = await self.conv.load()
         # Input commits belong to a stored conversation: without one there is nothing to find.
-        previous = await self.store.find_input_commit(cid, input_id) if stored is not None else None
-        history: tuple[Any, ...] = ()
-        if stored is not None:
-            state, self.version = stored
-            self.state = RuntimeState.of(state)
-            self.stored_count = len(state.log)
+        previous = await self.store.find_input_commit(cid, input_id) if stored else None
+        if stored:
             await self._rewind_if_behind(request, input_id)
         else:
             self.checkpoints.new_conversation()
-            self.state = RuntimeState.new(cid)
-            # What the first commit adds is counted by `advance`.
-            self.runner.committed_states.remember(cid, 0, self.state.committed, 0)
         if request.action == RunAction.RESUME or previous is not None:
             # A reopened run, or the same run request again: continue, never apply it twice.
             await self._apply(await self._resume(None), None)
@@ -370,7 +290,8 @@ class Run:
             return
         if request.user_message is None:
             raise RunFailed(bad_request_end("the run request carries no user message"))
-        if stored is None:
+        history: tuple[Any, ...] = ()
+        if not stored:
             history = await client_history(request, self.requests, self.runner.client_blobs)
         self._parts = await context_parts(request, self.requests, self.runner.client_blobs)
         self._mcp_tools = request.mcp_tools
@@ -378,30 +299,6 @@ class Run:
         start = Start(user_message=request.user_message, context=context, history=history)
         await self._apply(start, input_id)
         self.turn_id = self.state.committed.turn_id
-
-    async def _load_committed(self, conversation_id: str) -> tuple[ConversationState, int] | None:
-        """The conversation's committed state and version: kept from this process's last
-        commit when the store still holds exactly that version, else loaded and decoded."""
-        states = self.runner.committed_states
-        head = await self.store.head(conversation_id)
-        if head is None:
-            states.forget(conversation_id)
-            return None
-        kept = states.get(conversation_id, head)
-        if kept is not None:
-            return kept
-        record = await self.store.load(conversation_id)
-        if record is None:
-            return None
-        return self._remember(record.conversation_id, record.version, record.state, record.messages)
-
-    def _remember(
-        self, conversation_id: str, version: int, state: bytes, rows: tuple[bytes, ...]
-    ) -> tuple[ConversationState, int]:
-        decoded = records.decode_state(state, rows)
-        size = len(state) + sum(len(m) for m in rows)
-        self.runner.committed_states.remember(conversation_id, version, decoded, size)
-        return decoded, version
 
     async def _rewind_if_behind(self, request: RunRequest, input_id: str) -> None:
         """The client wins when its checkpoint is behind ours: the loop gets a Rewind to the
@@ -424,80 +321,28 @@ class Run:
 
     async def _resume(self, turn_id: str | None) -> Resume:
         """A Resume with what the store knows of the operation the turn waits on."""
-        waiting = self.state.committed.waiting
-        operation = None
-        if isinstance(waiting, AwaitClient) and waiting.operation_id:
-            record = await self.store.get_client_operation(waiting.operation_id)
-            if record is not None:
-                self.tools.remember(record)
-                result = None
-                if record.status == "completed" and record.result is not None:
-                    result = records.decode_result(record.result)
-                operation = ToolOperation(
-                    operation_id=record.operation_id,
-                    sent=record.status in ("sent", "completed", "unknown"),
-                    result=result,
-                )
-        return Resume(turn_id=turn_id, operation=operation)
+        resume, record = await self.conv.resume(turn_id)
+        if record is not None:
+            self.tools.remember(record)
+        return resume
 
     # -- client messages --------------------------------------------------------------------
 
-    def _on_incoming(self, incoming: Incoming) -> None:
-        """Route one client message (inside the transport's reading: quick, never raises)."""
-        inbound = self.link.receive(incoming.message)
-        match inbound:
-            case BlobReceived() | BlobStored() | ContextReceived() | InteractionAnswered():
-                if not self.requests.resolve(inbound):
-                    log.debug(
-                        "run %s: an answer nothing waits for: %r", self.channel.request_id, inbound
-                    )
-            case ToolProgress(frames=frames):
-                for frame in frames:
-                    self.channel.send(frame)
-            case ToolFinished(operation_id=op, result=result, card=card):
-                self.channel.send(card)
-                record = self.tools.finished(op)
-                completes = (
-                    records.completed_operation(record, result, self.services.now_ms())
-                    if record is not None
-                    else None
-                )
-                self._inbox.put_nowait(_Work(ToolResult(message=result), f"{op}:result", completes))
-            case CancelRequested(reason=reason):
-                cancel = Cancel(reason=reason) if reason else Cancel()
-                self._inbox.put_nowait(_Work(cancel, incoming.input_id))
-            case FollowUp(message=message, context=client_context, mode=mode):
-                context = None
-                if client_context is not None:
-                    stored = self.state.committed.context
-                    context = merge_context(
-                        client_context,
-                        self._parts,
-                        self._mcp_tools,
-                        mode=stored.mode if stored is not None else "agent",
-                        custom_instructions=stored.custom_instructions if stored else None,
-                    )
-                follow = UserMessage(message=message, context=context, mode=mode)
-                self._inbox.put_nowait(_Work(follow, incoming.input_id))
-            case ResumeRequested():
-                self._inbox.put_nowait(_Work(None, incoming.input_id))
-            case RunRequested():
-                log.warning("run %s: a second run_request was ignored", self.channel.request_id)
-            case ClientHeartbeat():
-                pass
-            case Stray(kind=kind, detail=detail):
-                log.debug("run %s: stray %s message: %s", self.channel.request_id, kind, detail)
-            case UnknownEvent(kind=kind):
-                self.runner.unknown_event(kind)
-            case Malformed(error=error):
-                log.warning("run %s: ignored a client message: %s", self.channel.request_id, error)
-            case _:
-                assert_never(inbound)
+    def _follow_up_context(self, client: ClientContext) -> TurnContext:
+        """The context a follow-up brought, merged with the run's parts and MCP tools."""
+        stored = self.state.committed.context
+        return merge_context(
+            client,
+            self._parts,
+            self._mcp_tools,
+            mode=stored.mode if stored is not None else "agent",
+            custom_instructions=stored.custom_instructions if stored is not None else None,
+        )
 
     async def _consume(self) -> None:
         while not self._done:
             work = await self._inbox.get()
-            if work is _STOP:
+            if work is STOP:
                 return
             item = work.input if work.input is not None else await self._resume(self.turn_id)
             await self._apply(item, work.input_id, completes=work.completes)
@@ -544,7 +389,7 @@ class Run:
                     await self._execute(t)
                     return
                 if t.state.committed is self.state.committed:
-                    self.state = t.state  # pending only: in memory, never stored
+                    self.conv.state = t.state  # pending only: in memory, never stored
                     self._publish(t, input)
                     await self._execute(t)
                     return
@@ -599,76 +444,20 @@ class Run:
                 operations.append(records.completed_operation(known, local.result, now))
         if isinstance(t.command, CallClient):
             operations.append(self.tools.planned(t.command, after))
-        appended = [canonical.encode_message(m) for m in t.appended]
-        outcome = await self.store.commit_input(
-            self.conversation_id,
-            input_id=input_id or after.last_commit_id,
-            expected_version=self.version,
-            state=records.encode_state(after),
-            append_messages=appended,
-            expected_message_count=self.stored_count,
-            result=records.command_record(t.command),
-            llm_calls=calls,
-            client_operations=operations,
+        status = await self.conv.commit(
+            t,
+            input_id,
+            calls=calls,
+            operations=operations,
             # Losing a commit whose command is a model call costs at most that call again (same
             # bytes); every commit that sends a tool or ends a turn is fsynced, with all before.
             durable=self.services.fsync_model_calls or not isinstance(t.command, CallLLM),
         )
-        if outcome.status == "committed":
-            self.runner.committed_states.advance(
-                self.conversation_id,
-                self.version,
-                outcome.version,
-                after,
-                sum(len(m) for m in appended),
-            )
-            self.version = outcome.version
-            self.stored_count += len(appended)
-            self.state = t.state
+        if status == "committed":
             if on_commit is not None:
                 on_commit()
-            self._account(calls, t.command)
-            return "committed"
-        # Another writer moved the conversation (or this input was already applied): reload.
-        record = await self.store.load(self.conversation_id)
-        if record is None:
-            raise RunFailed(internal_end("the conversation disappeared from the store"))
-        log.info(
-            "conversation %s changed under this run (%s at version %d); reloaded at version %d",
-            self.conversation_id,
-            outcome.status,
-            self.version,
-            record.version,
-        )
-        state, self.version = self._remember(
-            record.conversation_id, record.version, record.state, record.messages
-        )
-        self.state = RuntimeState.of(state)
-        self.stored_count = len(record.messages)
-        return outcome.status
-
-    def _account(self, calls: list[LLMCallRecord], command: object) -> None:
-        for record in calls:
-            if record.status == "planned":
-                continue
-            self.summary.llm_calls += 1
-            self.summary.cost_usd += record.cost_usd or 0.0
-            if self.summary.ttft_ms is None and record.ttft_ms is not None:
-                self.summary.ttft_ms = record.ttft_ms
-            if self.services.on_llm_call is not None:
-                self._unreported.append(record)
-        if not isinstance(command, Final):
-            # Metrics after what the client waits for: the next call, or for the call that
-            # ends the turn, the end of the stream.
-            self._report_calls()
-
-    def _report_calls(self) -> None:
-        on_llm_call = self.services.on_llm_call
-        if on_llm_call is not None and self._unreported:
-            loop = asyncio.get_running_loop()
-            for record in self._unreported:
-                loop.call_soon(on_llm_call, record)
-        self._unreported.clear()
+            self.reports.account(calls, turn_ends=isinstance(t.command, Final))
+        return status
 
     def _publish(self, t: Transition, input: Input) -> None:
         """Send what the transition emitted, and the cards of the calls it answered itself."""
@@ -717,15 +506,7 @@ class Run:
                 early = started.early
                 if early is not None:  # unusable arguments: the answer is known at once
                     self.channel.send(early.card)
-                    record = self.tools.finished(op)
-                    completes = (
-                        records.completed_operation(record, early.result, self.services.now_ms())
-                        if record is not None
-                        else None
-                    )
-                    self._inbox.put_nowait(
-                        _Work(ToolResult(message=early.result), f"{op}:result", completes)
-                    )
+                    self._inbox.put_nowait(self._route.tool_result(op, early.result))
             case Final(message=message, replay=replay):
                 if replay:
                     # An answer committed before, which the client may not have seen.
@@ -741,7 +522,7 @@ class Run:
             case Failed(message=message, kind=kind):
                 self._stop_everything()
                 self._end(
-                    _failure_ending(kind, message.error_message or "the model call failed"),
+                    failure_ending(kind, message.error_message or "the model call failed"),
                     "failed",
                 )
             case Canceled(reason=reason):
@@ -784,15 +565,6 @@ class Run:
         """Ask the client an interaction query (`frame_for(id)` builds it) and wait for its
         answer, which the client's interaction_response with that id delivers."""
         return await self.requests.ask(frame_for, what, timeout)
-
-
-def _end_error(ending: Ending) -> EndError:
-    return EndError(ending.code, ending.message, ending.details)
-
-
-def _consume_exception(future: asyncio.Future[Any]) -> None:
-    if not future.cancelled():
-        future.exception()
 
 
 __all__ = ["Run", "RunFailed"]

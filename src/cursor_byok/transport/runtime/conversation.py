@@ -1,0 +1,138 @@
+"""The conversation a run holds, as committed: its state, the store's version of it and how many
+messages of its log the store has, and the commits that move it.
+
+Every commit is a compare-and-set on the version (the store decides, across processes too); a
+commit that loses is reloaded from the store. The state of the last commit is kept in memory for
+the conversation's next turn (committed_states.py); the store stays the source of truth.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+
+from ...llm import canonical
+from ...loop import AwaitClient, ConversationState, Resume, RuntimeState, ToolOperation
+from ...loop import Transition as LoopTransition
+from ...store.api import ClientOperationRecord, CommitStatus, LLMCallRecord, Store
+from . import records
+from .committed_states import CommittedStates
+
+log = logging.getLogger("cursor_byok.runtime")
+
+
+class ConversationGone(Exception):
+    """The store no longer holds a conversation this run committed to."""
+
+
+class Conversation:
+    def __init__(self, conversation_id: str, store: Store, states: CommittedStates) -> None:
+        self.conversation_id = conversation_id
+        self.store = store
+        self.states = states
+        self.state = RuntimeState.new(conversation_id)
+        self.version = 0  # 0: not in the store yet
+        self.stored_count = 0  # messages of the log the store holds
+
+    async def load(self) -> bool:
+        """Take the committed state: the one kept from this process's last commit when the
+        store still holds exactly that version, else the store's. False for a conversation the
+        store does not have (the state stays new)."""
+        cid = self.conversation_id
+        head = await self.store.head(cid)
+        if head is None:
+            self.states.forget(cid)
+            # What the first commit adds is counted by `advance`.
+            self.states.remember(cid, 0, self.state.committed, 0)
+            return False
+        kept = self.states.get(cid, head)
+        if kept is not None:
+            state, self.version = kept
+            self._take(state)
+            return True
+        return await self.reload()
+
+    async def reload(self) -> bool:
+        record = await self.store.load(self.conversation_id)
+        if record is None:
+            return False
+        state = records.decode_state(record.state, record.messages)
+        size = len(record.state) + sum(len(m) for m in record.messages)
+        self.states.remember(record.conversation_id, record.version, state, size)
+        self.version = record.version
+        self._take(state)
+        return True
+
+    def _take(self, state: ConversationState) -> None:
+        self.state = RuntimeState.of(state)
+        self.stored_count = len(state.log)
+
+    async def commit(
+        self,
+        t: LoopTransition,
+        input_id: str | None,
+        *,
+        calls: Sequence[LLMCallRecord],
+        operations: Sequence[ClientOperationRecord],
+        durable: bool,
+    ) -> CommitStatus:
+        """Store what `t` committed (its state, the messages it appended, the records); on
+        success it is this conversation's state. A conflict or a duplicate reloads the state
+        the store holds."""
+        after = t.state.committed
+        appended = [canonical.encode_message(m) for m in t.appended]
+        outcome = await self.store.commit_input(
+            self.conversation_id,
+            input_id=input_id or after.last_commit_id,
+            expected_version=self.version,
+            state=records.encode_state(after),
+            append_messages=appended,
+            expected_message_count=self.stored_count,
+            result=records.command_record(t.command),
+            llm_calls=calls,
+            client_operations=operations,
+            durable=durable,
+        )
+        if outcome.status == "committed":
+            self.states.advance(
+                self.conversation_id,
+                self.version,
+                outcome.version,
+                after,
+                sum(len(m) for m in appended),
+            )
+            self.version = outcome.version
+            self.stored_count += len(appended)
+            self.state = t.state
+            return "committed"
+        # Another writer moved the conversation (or this input was already applied): reload.
+        old = self.version
+        if not await self.reload():
+            raise ConversationGone("the conversation disappeared from the store")
+        log.info(
+            "conversation %s changed under this run (%s at version %d); reloaded at version %d",
+            self.conversation_id,
+            outcome.status,
+            old,
+            self.version,
+        )
+        return outcome.status
+
+    async def resume(self, turn_id: str | None) -> tuple[Resume, ClientOperationRecord | None]:
+        """A Resume with what the store knows of the operation the turn waits on, and that
+        operation's record."""
+        waiting = self.state.committed.waiting
+        if not isinstance(waiting, AwaitClient) or not waiting.operation_id:
+            return Resume(turn_id=turn_id), None
+        record = await self.store.get_client_operation(waiting.operation_id)
+        if record is None:
+            return Resume(turn_id=turn_id), None
+        result = None
+        if record.status == "completed" and record.result is not None:
+            result = records.decode_result(record.result)
+        operation = ToolOperation(
+            operation_id=record.operation_id,
+            sent=record.status in ("sent", "completed", "unknown"),
+            result=result,
+        )
+        return Resume(turn_id=turn_id, operation=operation), record

@@ -1,0 +1,122 @@
+"""How a run ends: the ending the client gets for each way a run stops, and the run's summary
+(one per run for logs and metrics) with the model-call records handed to metrics."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from typing import assert_never
+
+from ...loop import FailureKind
+from ...store.api import LLMCallRecord
+from ...store.errors import StoreError
+from ..connect.channel import EndError
+from ..cursor import (
+    DialectError,
+    Ending,
+    bad_request_end,
+    internal_end,
+    provider_error_end,
+)
+from .calls import CallNotResendable
+from .conversation import ConversationGone
+from .requests import ClientTimeout
+from .summary import RunSummary
+
+log = logging.getLogger("cursor_byok.runtime")
+
+
+class RunFailed(Exception):
+    """The run cannot go on; `ending` is what the client is told."""
+
+    def __init__(self, ending: Ending) -> None:
+        super().__init__(ending.message)
+        self.ending = ending
+
+
+def failure_ending(kind: FailureKind, text: str) -> Ending:
+    """The ending of a turn the loop failed, by the kind of failure."""
+    match kind:
+        case FailureKind.PROVIDER:
+            return provider_error_end(text)
+        case FailureKind.BAD_REQUEST:
+            return bad_request_end(text)
+        case FailureKind.INTERNAL:
+            return internal_end(text)
+        case _:
+            assert_never(kind)
+
+
+def ending_of(exc: Exception, request_id: str) -> tuple[Ending, str]:
+    """The ending and outcome of a run stopped by `exc`: each kind of failure has its own."""
+    match exc:
+        case RunFailed():
+            return exc.ending, "failed"
+        case StoreError():
+            log.error("store error in run %s: %s", request_id, exc)
+            return internal_end(f"storage error: {exc}"), "error"
+        case ClientTimeout() | DialectError():
+            return bad_request_end(str(exc)), "failed"
+        case CallNotResendable() | ConversationGone():
+            return internal_end(str(exc)), "error"
+        case _:  # a bug must end this run, never the server
+            log.error("run %s failed", request_id, exc_info=exc)
+            return internal_end(f"internal error: {type(exc).__name__}"), "error"
+
+
+def end_error(ending: Ending) -> EndError:
+    return EndError(ending.code, ending.message, ending.details)
+
+
+class Reports:
+    """The run's summary and the model-call records for metrics, handed to observability after
+    what the client waits for has gone out."""
+
+    def __init__(
+        self,
+        summary: RunSummary,
+        *,
+        on_llm_call: Callable[[LLMCallRecord], None] | None,
+        on_run_end: Callable[[RunSummary], None] | None,
+    ) -> None:
+        self.summary = summary
+        self._on_llm_call = on_llm_call
+        self._on_run_end = on_run_end
+        self._t0 = time.monotonic()
+        self._unreported: list[LLMCallRecord] = []
+
+    def account(self, calls: list[LLMCallRecord], *, turn_ends: bool) -> None:
+        """Finished calls join the summary; metrics get them now, or for the call that ends the
+        turn, once the stream has ended."""
+        summary = self.summary
+        for record in calls:
+            if record.status == "planned":
+                continue
+            summary.llm_calls += 1
+            summary.cost_usd += record.cost_usd or 0.0
+            if summary.ttft_ms is None and record.ttft_ms is not None:
+                summary.ttft_ms = record.ttft_ms
+            if self._on_llm_call is not None:
+                self._unreported.append(record)
+        if not turn_ends:
+            self.report_calls()
+
+    def report_calls(self) -> None:
+        if self._on_llm_call is not None and self._unreported:
+            loop = asyncio.get_running_loop()
+            for record in self._unreported:
+                loop.call_soon(self._on_llm_call, record)
+        self._unreported.clear()
+
+    def ended(self, ending: Ending | None, outcome: str) -> None:
+        summary = self.summary
+        summary.outcome = outcome
+        if ending is not None:
+            summary.error = ending.message
+        summary.duration_ms = int((time.monotonic() - self._t0) * 1000)
+        self.report_calls()
+        if self._on_run_end is not None:
+            # After the transport has written the end: logs and metrics are not on its path.
+            asyncio.get_running_loop().call_soon(self._on_run_end, summary)

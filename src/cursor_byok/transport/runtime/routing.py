@@ -1,0 +1,123 @@
+"""Where each client message of a run goes: an answer to what the run asked resolves its waiter
+at once, a tool's reply goes to its machine (and its result to the loop), and an input for the
+loop joins the run's inbox, in order. It runs inside the transport's reading: quick, never
+raises."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import assert_never
+
+from ...llm.types import ToolResultMessage
+from ...loop import Cancel, Input, ToolResult, TurnContext, UserMessage
+from ...store.api import ClientOperationRecord
+from ..connect.channel import Incoming, RunChannel
+from ..cursor import (
+    BlobReceived,
+    BlobStored,
+    CancelRequested,
+    ClientContext,
+    ClientHeartbeat,
+    ClientLink,
+    ContextReceived,
+    FollowUp,
+    InteractionAnswered,
+    Malformed,
+    ResumeRequested,
+    RunRequested,
+    Stray,
+    ToolFinished,
+    ToolProgress,
+    UnknownEvent,
+)
+from . import records
+from .requests import ClientRequests
+from .tools import ToolCalls
+
+log = logging.getLogger("cursor_byok.runtime")
+
+
+@dataclass(frozen=True, slots=True)
+class Work:
+    """An input for the loop from the run's inbox. `input` None: a resume the client asked
+    for (its facts are read from the store when its turn comes)."""
+
+    input: Input | None
+    input_id: str | None
+    completes: ClientOperationRecord | None = None  # committed with it: the tool's answer
+
+
+STOP = Work(None, "stop")
+
+
+class ClientMessages:
+    def __init__(
+        self,
+        *,
+        channel: RunChannel,
+        link: ClientLink,
+        requests: ClientRequests,
+        tools: ToolCalls,
+        inbox: asyncio.Queue[Work],
+        now_ms: Callable[[], int],
+        follow_up_context: Callable[[ClientContext], TurnContext],
+        unknown_event: Callable[[str], None],
+    ) -> None:
+        self.channel = channel
+        self.link = link
+        self.requests = requests
+        self.tools = tools
+        self.inbox = inbox
+        self._now_ms = now_ms
+        self._follow_up_context = follow_up_context
+        self._unknown_event = unknown_event
+
+    def __call__(self, incoming: Incoming) -> None:
+        inbound = self.link.receive(incoming.message)
+        rid = self.channel.request_id
+        match inbound:
+            case BlobReceived() | BlobStored() | ContextReceived() | InteractionAnswered():
+                if not self.requests.resolve(inbound):
+                    log.debug("run %s: an answer nothing waits for: %r", rid, inbound)
+            case ToolProgress(frames=frames):
+                for frame in frames:
+                    self.channel.send(frame)
+            case ToolFinished(operation_id=op, result=result, card=card):
+                self.channel.send(card)
+                self.inbox.put_nowait(self.tool_result(op, result))
+            case CancelRequested(reason=reason):
+                cancel = Cancel(reason=reason) if reason else Cancel()
+                self.inbox.put_nowait(Work(cancel, incoming.input_id))
+            case FollowUp(message=message, context=client_context, mode=mode):
+                context = (
+                    self._follow_up_context(client_context) if client_context is not None else None
+                )
+                follow = UserMessage(message=message, context=context, mode=mode)
+                self.inbox.put_nowait(Work(follow, incoming.input_id))
+            case ResumeRequested():
+                self.inbox.put_nowait(Work(None, incoming.input_id))
+            case RunRequested():
+                log.warning("run %s: a second run_request was ignored", rid)
+            case ClientHeartbeat():
+                pass
+            case Stray(kind=kind, detail=detail):
+                log.debug("run %s: stray %s message: %s", rid, kind, detail)
+            case UnknownEvent(kind=kind):
+                self._unknown_event(kind)
+            case Malformed(error=error):
+                log.warning("run %s: ignored a client message: %s", rid, error)
+            case _:
+                assert_never(inbound)
+
+    def tool_result(self, operation_id: str, result: ToolResultMessage) -> Work:
+        """The loop's input for a tool's answer, with the operation's completed record."""
+        record = self.tools.finished(operation_id)
+        completes = (
+            records.completed_operation(record, result, self._now_ms())
+            if record is not None
+            else None
+        )
+        return Work(ToolResult(message=result), f"{operation_id}:result", completes)
