@@ -242,6 +242,29 @@ async def test_run_malformed_input_then_server_still_serves(body: bytes, code: s
         assert (await good.read_all()).texts == ["echo[run]: ", "after"]
 
 
+async def test_run_frame_limit_is_exact() -> None:
+    """A message of exactly `max_frame_size` bytes is delivered; one byte more ends the run
+    with resource_exhausted, and the server goes on serving."""
+    at_limit = cc.run_request("x" * 1000).SerializeToString()
+    over = cc.run_request("x" * 1001).SerializeToString()
+    assert len(over) == len(at_limit) + 1
+    limits = TransportLimits(
+        heartbeat_interval=0.2, orphan_timeout=0.5, reap_interval=0.05, max_frame_size=len(at_limit)
+    )
+    async with server(cc.echo_handler, limits=limits) as srv, h2(srv) as client:
+        stream = await client.open_run()
+        await stream.send(cc.envelope(at_limit))
+        assert (await stream.read_all()).texts == ["echo[run]: ", "x" * 1000]
+        stream = await client.open_run()
+        await stream.send(cc.envelope(over))
+        result = await stream.read_all()
+        assert result.error is not None and result.error["code"] == "resource_exhausted"
+        assert str(len(at_limit)) in result.error["message"]
+        good = await client.open_run()
+        await good.send(cc.run_request("after"))
+        assert (await good.read_all()).texts == ["echo[run]: ", "after"]
+
+
 async def test_run_wrong_content_type() -> None:
     async with server(cc.echo_handler) as srv, h2(srv) as client:
         stream = await client.open(cc.RUN, {"content-type": "application/json"}, end_stream=True)

@@ -48,9 +48,21 @@ def test_hostile_length_rejected_from_header_alone() -> None:
     assert reader.pending <= 5  # nothing allocated for the payload
 
 
-def test_frame_exactly_at_limit_is_accepted() -> None:
+def test_frame_exactly_at_limit_is_accepted_and_one_byte_more_is_not() -> None:
     reader = c.EnvelopeReader(max_frame=8)
     assert reader.feed(c.encode_envelope(b"x" * 8))[0].payload == b"x" * 8
+    with pytest.raises(c.ConnectError) as exc:
+        c.EnvelopeReader(max_frame=8).feed(c.encode_envelope(b"x" * 9))
+    assert exc.value.code == "resource_exhausted"
+    # The same bound holds for what a compressed frame inflates to.
+    gz = c.EnvelopeReader(max_frame=64, encoding="gzip")
+    frame = c.encode_envelope(gzip.compress(b"y" * 64), c.FLAG_COMPRESSED)
+    assert len(frame) < 64 and gz.feed(frame)[0].payload == b"y" * 64
+    with pytest.raises(c.ConnectError) as exc:
+        c.EnvelopeReader(max_frame=64, encoding="gzip").feed(
+            c.encode_envelope(gzip.compress(b"y" * 65), c.FLAG_COMPRESSED)
+        )
+    assert exc.value.code == "resource_exhausted"
 
 
 def test_truncated_input_detected_at_close() -> None:

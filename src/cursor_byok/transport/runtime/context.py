@@ -53,6 +53,14 @@ async def context_parts(
                 ref.kind,
             )
             continue
+        if ref.byte_length and len(data) != ref.byte_length:
+            log.warning(
+                "conversation %s: the %s blob has %d bytes, the run request said %d",
+                request.conversation_id,
+                ref.kind,
+                len(data),
+                ref.byte_length,
+            )
         part = decode_request_context_part(ref.kind, data)
         for warning in part.warnings:
             log.warning("conversation %s: %s", request.conversation_id, warning)
