@@ -176,6 +176,20 @@ def test_every_documented_metric_is_exposed() -> None:
         assert family in names, family
 
 
+def test_unknown_client_events_are_counted_by_kind_with_bounded_labels() -> None:
+    m = Metrics()
+    m.observe_unknown_event("conversation_action.summarize_action")
+    m.observe_unknown_event("conversation_action.summarize_action")
+    m.observe_unknown_event("prewarm_request")
+    name = "cursor_byok_unknown_client_events_total"
+    assert value(m, name, kind="conversation_action.summarize_action") == 2
+    assert value(m, name, kind="prewarm_request") == 1
+    for n in range(200):  # a client naming ever new kinds cannot grow the label set
+        m.observe_unknown_event(f"kind-{n}")
+    kinds = {labels for (metric, labels) in samples(m) if metric == name}
+    assert len(kinds) <= 65 and value(m, name, kind="other") is not None
+
+
 def test_server_caches_are_read_at_scrape_time() -> None:
     from cursor_byok.transport.runtime.summary import CacheStats
 

@@ -41,6 +41,7 @@ FINAL_STATUSES = {"committed": "ok", "failed": "error", "canceled": "canceled"}
 # scanner probing random paths cannot blow up the label set.
 _RPC_PATH = re.compile(r"^/?([A-Za-z_][\w.]*\.[A-Za-z_]\w*/[A-Za-z_]\w*)$")
 MAX_RPC_LABELS = 200
+MAX_UNKNOWN_KINDS = 64
 MAX_REMEMBERED_CALLS = 10_000
 
 
@@ -198,10 +199,10 @@ class Metrics:
 
     def observe_unknown_event(self, kind: str) -> None:
         """One client message of a kind the server does not handle (kinds are bounded: past
-        MAX_RPC_LABELS distinct ones, the rest count as "other")."""
+        MAX_UNKNOWN_KINDS distinct ones, the rest count as "other")."""
         with self._lock:
             if kind not in self._unknown_kinds:
-                if len(self._unknown_kinds) >= MAX_RPC_LABELS:
+                if len(self._unknown_kinds) >= MAX_UNKNOWN_KINDS:
                     kind = "other"
                 else:
                     self._unknown_kinds.add(kind)

@@ -10,14 +10,21 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Callable, Sequence
+from typing import assert_never
 
 from ...llm.events import (
+    DoneEvent,
+    ErrorEvent,
     ResponseEvent,
+    StartEvent,
     TextDelta,
+    TextEnd,
+    TextStart,
     ThinkingDelta,
     ThinkingEnd,
     ThinkingStart,
     ToolCallDelta,
+    ToolCallEnd,
     ToolCallStart,
 )
 from ...llm.types import Usage
@@ -183,5 +190,9 @@ class StreamEncoder:
                 if known is not None:
                     partial.tool_call.CopyFrom(placeholder_tool_call(*known))
                 return _update(agent_pb2.InteractionUpdate(partial_tool_call=partial))
+            case (
+                StartEvent() | TextStart() | TextEnd() | ToolCallEnd() | DoneEvent() | ErrorEvent()
+            ):
+                return None  # the runtime starts tools and ends turns
             case _:
-                return None
+                assert_never(event)

@@ -33,12 +33,19 @@ from .tools import Finished, Ignored, Send, Started, ToolMachine, machine_for
 from .values import (
     BlobReceived,
     BlobStored,
+    CancelRequested,
+    ClientHeartbeat,
     ContextReceived,
+    FollowUp,
     Inbound,
+    InteractionAnswered,
     Malformed,
+    ResumeRequested,
+    RunRequested,
     Stray,
     ToolFinished,
     ToolProgress,
+    UnknownEvent,
 )
 
 __all__ = ["ClientLink", "parse_client_message"]
@@ -84,8 +91,18 @@ class ClientLink:
                 return self._exec(decoded)
             case KvReply():
                 return self._kv(decoded)
-            case _:
+            case (
+                RunRequested()
+                | CancelRequested()
+                | FollowUp()
+                | ResumeRequested()
+                | InteractionAnswered()
+                | ClientHeartbeat()
+                | UnknownEvent()
+            ):
                 return decoded
+            case _:
+                assert_never(decoded)
 
     def _kv(self, reply: KvReply) -> Inbound:
         m = reply.message

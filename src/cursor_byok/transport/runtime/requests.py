@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Sequence
+from typing import assert_never
 
 from ..connect.channel import RunChannel
 from ..cursor import (
@@ -49,6 +50,8 @@ class ClientRequests:
                 waiters = self._exec
             case InteractionAnswered(id=key):
                 waiters = self._interactions
+            case _:
+                assert_never(answer)
         future = waiters.pop(key, None)
         if future is None or future.done():
             return False
