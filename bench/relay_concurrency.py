@@ -19,8 +19,9 @@ client of bench/server_overhead.py (`--client python`) takes a large share of th
 these N, and then its own lag shows up in the gaps. granian's HTTP/2
 SETTINGS_MAX_CONCURRENT_STREAMS defaults to 200 per connection (`granian.http.HTTP2Settings`,
 passed as `http2_settings=` to granian's Server); the relay sets 1000 (floor_relay.py
---max-streams), our server keeps the default, so more than 200 runs on one connection (e.g.
-`--connections 2`) queue in the client and some are refused (REFUSED_STREAM) by our server. The
+--max-streams) and our server 1024 (`server.http2_max_concurrent_streams`; commits before
+issue 12 kept granian's 200, so more than 200 runs on one of their connections, e.g.
+`--connections 2`, queue in the client and some are refused with REFUSED_STREAM). The
 databases go to tmpfs (/dev/shm) by default. Stops by itself (a hard alarm at 450 s). Prints a
 markdown section on stdout, progress on stderr.
 """
@@ -255,7 +256,7 @@ def main(argv: list[str] | None = None) -> int:
         + ", ".join(f"≤ {t:g}x at {n}" for n, t in TARGETS.items())
         + "). CPU: the server process's utime + stime, % of one core over the wall time and "
         "ms per run. RSS before / peak, MiB. The relay advertises 1000 concurrent streams per "
-        "connection, our server granian's default of 200.",
+        "connection, our server 1024 (commits before issue 12: granian's default of 200).",
         "",
         "| N | server | completed | wall | gap p50 | gap p99 | gap max | p99 / pacing "
         "| first delta p50 (ms) | p99 | CPU | RSS |",

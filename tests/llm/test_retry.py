@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
@@ -14,7 +15,7 @@ from cursor_byok.llm.events import DoneEvent, ErrorEvent, ResponseEvent, StartEv
 from cursor_byok.llm.openai_chat import OpenAIChatAdapter
 from cursor_byok.llm.retry import RetryingLLM, RetryingStream, RetryPolicy
 from cursor_byok.llm.settings import ModelSettings, ProviderSettings
-from cursor_byok.llm.stream import PreparedRequest, StreamEnded
+from cursor_byok.llm.stream import PreparedRequest, StreamEnded, deliver_by_task
 from cursor_byok.llm.types import RequestMessages, UserMessage
 from tests.support.upstream import Reply, fake_upstream, fixture_bytes
 
@@ -67,6 +68,9 @@ class ScriptedStream:
             self.ended = True
         return event
 
+    def deliver(self, sink: Any) -> None:
+        deliver_by_task(self, sink)
+
     async def aclose(self) -> None:
         self.closed = True
 
@@ -115,7 +119,7 @@ def wrap(inner: Any, policy: RetryPolicy | None = None, t: FakeTime | None = Non
     return RetryingLLM(inner, policy, sleep=t.sleep, random=t.random, clock=t.clock)
 
 
-async def collect(stream: Any) -> list[ResponseEvent]:
+async def _received(stream: Any) -> list[ResponseEvent]:
     out: list[ResponseEvent] = []
     while True:
         event = await stream.recv()
@@ -124,10 +128,38 @@ async def collect(stream: Any) -> list[ResponseEvent]:
             return out
 
 
+async def _delivered(stream: Any) -> list[ResponseEvent]:
+    """The events a sink gets; exactly one terminal event, and nothing after it."""
+    out: list[ResponseEvent] = []
+    ended = asyncio.Event()
+
+    async def sink(event: ResponseEvent) -> None:
+        assert not ended.is_set(), f"an event after the terminal one: {event!r}"
+        out.append(event)
+        if isinstance(event, DoneEvent | ErrorEvent):
+            ended.set()
+
+    stream.deliver(sink)
+    await asyncio.wait_for(ended.wait(), 10)
+    await asyncio.sleep(0.01)  # anything after the terminal event would show up now
+    return out
+
+
+Collect = Callable[[Any], Awaitable[list[ResponseEvent]]]
+
+
+@pytest.fixture(params=["recv", "deliver"])
+def collect(request: pytest.FixtureRequest) -> Collect:
+    """Each test reads its stream both ways: `recv`, and a sink given to `deliver`."""
+    return _received if request.param == "recv" else _delivered
+
+
 # -- policy ------------------------------------------------------------------------------------
 
 
-async def test_retries_5xx_with_the_same_prepared_request_then_passes_events_through() -> None:
+async def test_retries_5xx_with_the_same_prepared_request_then_passes_events_through(
+    collect: Collect,
+) -> None:
     inner = ScriptedLLM(http_error(503), http_error(502), ok("hello"))
     t = FakeTime(0.5)
     llm = wrap(inner, t=t)
@@ -143,7 +175,7 @@ async def test_retries_5xx_with_the_same_prepared_request_then_passes_events_thr
         await stream.recv()
 
 
-async def test_full_jitter_is_capped() -> None:
+async def test_full_jitter_is_capped(collect: Collect) -> None:
     inner = ScriptedLLM(*(http_error(500) for _ in range(6)), ok())
     t = FakeTime(1.0)
     policy = RetryPolicy(max_attempts=7, max_delay_s=2.0, total_budget_s=1000)
@@ -152,7 +184,7 @@ async def test_full_jitter_is_capped() -> None:
     assert t.delays == [0.5, 1.0, 2.0, 2.0, 2.0, 2.0]
 
 
-async def test_decorrelated_jitter() -> None:
+async def test_decorrelated_jitter(collect: Collect) -> None:
     inner = ScriptedLLM(*(http_error(529) for _ in range(4)))
     t = FakeTime(0.5)
     policy = RetryPolicy(jitter="decorrelated", max_delay_s=2.0)
@@ -165,7 +197,7 @@ async def test_decorrelated_jitter() -> None:
 
 
 @pytest.mark.parametrize("status", [400, 401, 404, 422, 501])
-async def test_client_errors_are_not_retried(status: int) -> None:
+async def test_client_errors_are_not_retried(status: int, collect: Collect) -> None:
     inner = ScriptedLLM(http_error(status), ok())
     t = FakeTime()
     stream = wrap(inner, t=t).call(REQUEST, SETTINGS)
@@ -176,19 +208,19 @@ async def test_client_errors_are_not_retried(status: int) -> None:
 
 
 @pytest.mark.parametrize("status", [429, 500, 502, 503, 504, 529])
-async def test_retryable_statuses(status: int) -> None:
+async def test_retryable_statuses(status: int, collect: Collect) -> None:
     inner = ScriptedLLM(http_error(status), ok())
     stream = wrap(inner).call(REQUEST, SETTINGS)
     assert isinstance((await collect(stream))[-1], DoneEvent) and stream.attempts == 2
 
 
-async def test_transient_connect_errors_are_retried() -> None:
+async def test_transient_connect_errors_are_retried(collect: Collect) -> None:
     inner = ScriptedLLM(transient(), transient(), ok())
     stream = wrap(inner).call(REQUEST, SETTINGS)
     assert isinstance((await collect(stream))[-1], DoneEvent) and stream.attempts == 3
 
 
-async def test_retry_after_is_honored_as_the_delay() -> None:
+async def test_retry_after_is_honored_as_the_delay(collect: Collect) -> None:
     inner = ScriptedLLM(http_error(429, retry_after_ms=1500), http_error(503, 0), ok())
     t = FakeTime(0.9)
     events = await collect(wrap(inner, t=t).call(REQUEST, SETTINGS))
@@ -196,7 +228,7 @@ async def test_retry_after_is_honored_as_the_delay() -> None:
     assert t.delays == [1.5, 0.0]
 
 
-async def test_retry_after_longer_than_the_limit_gives_up_at_once() -> None:
+async def test_retry_after_longer_than_the_limit_gives_up_at_once(collect: Collect) -> None:
     inner = ScriptedLLM(http_error(429, retry_after_ms=30_000), ok())
     t = FakeTime()
     stream = wrap(inner, t=t).call(REQUEST, SETTINGS)
@@ -208,7 +240,7 @@ async def test_retry_after_longer_than_the_limit_gives_up_at_once() -> None:
     assert isinstance((await collect(wrap(inner, policy).call(REQUEST, SETTINGS)))[-1], DoneEvent)
 
 
-async def test_attempts_are_bounded_and_the_last_error_is_returned() -> None:
+async def test_attempts_are_bounded_and_the_last_error_is_returned(collect: Collect) -> None:
     scripts = [http_error(503) for _ in range(5)]
     last = scripts[3][0]
     inner = ScriptedLLM(*scripts)
@@ -219,7 +251,7 @@ async def test_attempts_are_bounded_and_the_last_error_is_returned() -> None:
     assert stream.attempts == 4 and len(t.delays) == 3 and len(inner.sent) == 4
 
 
-async def test_total_time_is_bounded() -> None:
+async def test_total_time_is_bounded(collect: Collect) -> None:
     inner = ScriptedLLM(*(http_error(503) for _ in range(4)))
     t = FakeTime(1.0)
     policy = RetryPolicy(total_budget_s=1.2)
@@ -230,7 +262,7 @@ async def test_total_time_is_bounded() -> None:
     assert isinstance(events[-1], ErrorEvent) and events[-1].http_status == 503
 
 
-async def test_nothing_is_retried_after_start() -> None:
+async def test_nothing_is_retried_after_start(collect: Collect) -> None:
     inner = ScriptedLLM(started_then_error(503), ok())
     stream = wrap(inner).call(REQUEST, SETTINGS)
     events = await collect(stream)
@@ -238,7 +270,7 @@ async def test_nothing_is_retried_after_start() -> None:
     assert stream.attempts == 1 and len(inner.sent) == 1
 
 
-async def test_aborted_is_not_retried() -> None:
+async def test_aborted_is_not_retried(collect: Collect) -> None:
     inner = ScriptedLLM([_asm().fail("aborted", reason="aborted", http_status=503)], ok())
     stream = wrap(inner).call(REQUEST, SETTINGS)
     assert (await collect(stream))[-1].reason == "aborted"  # type: ignore[union-attr]
@@ -311,7 +343,7 @@ def chat_adapter(base_url: str) -> OpenAIChatAdapter:
     )
 
 
-async def test_http_503_then_200_resends_identical_bytes() -> None:
+async def test_http_503_then_200_resends_identical_bytes(collect: Collect) -> None:
     async with fake_upstream() as up:
         up.push(Reply.json(503, '{"error":{"message":"overloaded","type":"server_error"}}'))
         up.push(Reply.sse(fixture_bytes("openai-chat", "text-basic.sse")))
@@ -327,7 +359,7 @@ async def test_http_503_then_200_resends_identical_bytes() -> None:
         await a.aclose()
 
 
-async def test_http_400_is_not_retried() -> None:
+async def test_http_400_is_not_retried(collect: Collect) -> None:
     async with fake_upstream() as up:
         up.push(Reply.json(400, '{"error":{"message":"bad","type":"invalid_request_error"}}'))
         up.push(Reply.sse(fixture_bytes("openai-chat", "text-basic.sse")))
@@ -340,7 +372,7 @@ async def test_http_400_is_not_retried() -> None:
         await a.aclose()
 
 
-async def test_http_429_retry_after_ms_is_honored() -> None:
+async def test_http_429_retry_after_ms_is_honored(collect: Collect) -> None:
     async with fake_upstream() as up:
         up.push(Reply.json(429, '{"error":{"message":"slow down"}}', [("retry-after-ms", "1500")]))
         up.push(Reply.sse(fixture_bytes("openai-chat", "tool-call-single.sse")))
@@ -353,7 +385,7 @@ async def test_http_429_retry_after_ms_is_honored() -> None:
         await a.aclose()
 
 
-async def test_http_error_after_start_is_not_retried() -> None:
+async def test_http_error_after_start_is_not_retried(collect: Collect) -> None:
     error_chunk = json.dumps({"error": {"code": 502, "message": "Provider returned error"}})
     async with fake_upstream() as up:
         up.push(Reply.events([error_chunk]))
@@ -366,3 +398,48 @@ async def test_http_error_after_start_is_not_retried() -> None:
         assert "Provider returned error" in events[-1].error_message
         assert len(up.requests) == 1 and stream.attempts == 1 and t.delays == []
         await a.aclose()
+
+
+async def _until(condition: Callable[[], bool]) -> None:
+    for _ in range(1000):
+        if condition():
+            return
+        await asyncio.sleep(0)
+    raise AssertionError("the condition never came true")
+
+
+@pytest.mark.parametrize("when", ["decided", "sleeping"])
+async def test_a_sink_gets_aborted_at_once_when_closed_around_a_backoff(when: str) -> None:
+    """Closed right after the retry was decided (its backoff not begun) or during the sleep:
+    the sink's terminal event is an abort, at once, and nothing is sent again."""
+    inner = ScriptedLLM(http_error(503), ok())
+    sleeps: list[float] = []
+
+    async def forever(delay: float) -> None:
+        sleeps.append(delay)
+        await asyncio.Event().wait()
+
+    stream = RetryingLLM(inner, sleep=forever, random=lambda: 0.5).call(REQUEST, SETTINGS)
+    got: list[ResponseEvent] = []
+    ended = asyncio.Event()
+
+    async def sink(event: ResponseEvent) -> None:
+        assert not ended.is_set()
+        got.append(event)
+        if isinstance(event, DoneEvent | ErrorEvent):
+            ended.set()
+
+    stream.deliver(sink)
+    if when == "decided":
+        await _until(lambda: bool(stream.delays))
+        assert not sleeps
+    else:
+        await _until(lambda: bool(sleeps))
+    loop = asyncio.get_running_loop()
+    t0 = loop.time()
+    await stream.aclose()
+    await asyncio.wait_for(ended.wait(), 1)
+    assert loop.time() - t0 < 0.2
+    (event,) = got
+    assert isinstance(event, ErrorEvent) and event.reason == "aborted"
+    assert stream.attempts == 1 and len(inner.sent) == 1

@@ -24,7 +24,7 @@ from .assembler import MessageAssembler
 from .canonical import decode_request, encode_request
 from .events import ErrorEvent, ResponseEvent, is_terminal
 from .settings import ModelSettings
-from .stream import PreparedRequest, StreamEnded
+from .stream import EventSink, PreparedRequest, StreamEnded, deliver_by_task
 from .types import (
     AssistantContent,
     AssistantMessage,
@@ -240,6 +240,7 @@ class FauxStream:
         self._ended = False
         self._aborted = False
         self._abort_signal: asyncio.Event | None = None
+        self._reader: asyncio.Task[None] | None = None
         self.received: list[ResponseEvent] = []
 
     async def recv(self) -> ResponseEvent:
@@ -257,6 +258,9 @@ class FauxStream:
                 self._asm.provider,
             )
         return self._finish(event)
+
+    def deliver(self, sink: EventSink) -> None:
+        self._reader = deliver_by_task(self, sink)
 
     async def aclose(self) -> None:
         if self._ended:

@@ -6,14 +6,17 @@ events through a `MessageAssembler`). This module owns the socket: it emits `sta
 provider answered 2xx, turns HTTP errors, timeouts, broken connections and undecodable streams
 into one `error` event, and aborts the request at once on `aclose()`.
 
-Reading runs in its own task feeding a queue, so `aclose()` from any task cancels the read
-immediately instead of waiting for the next chunk.
+Reading runs in its own task, so `aclose()` from any task cancels the read immediately instead
+of waiting for the next chunk. That task feeds a queue for `recv`, or awaits the consumer's sink
+directly (`deliver`): then the event a chunk brings is applied, and usually written to the
+client, within the step that read the chunk.
 """
 
 from __future__ import annotations
 
 import asyncio
 import email.utils
+import logging
 import time
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Mapping, Sequence
@@ -34,14 +37,20 @@ from .events import (
 )
 from .settings import ModelSettings, ProviderSettings
 from .sse import SSEEvent, SSEParser
-from .stream import PreparedRequest, StreamEnded
+from .stream import EventSink, PreparedRequest, StreamEnded
 from .types import RequestMessages
 from .wire import WireClient, WireError, WireTimeout, proxy_configured
 
+log = logging.getLogger("cursor_byok.llm")
+
 MAX_ERROR_BODY = 64 * 1024
+# The longest stretch of decoding without giving the loop a turn (other runs wait meanwhile).
 YIELD_EVERY_S = 0.0005
-# Enough loop turns for the first token to cross every task between the socket and the
-# client (this reader, the consumer of `recv`, the run, the transport's writer).
+# A read that took this long waited for the socket: the loop ran other work meanwhile.
+WAITED_S = 0.00005
+# Loop turns given at the first content event when a consumer `recv`s: enough for the token to
+# cross every task between the socket and the client (this reader, the consumer of `recv`,
+# the transport's writer). A sink needs none: it has the event written already.
 FIRST_CONTENT_YIELDS = 4
 CONTENT_EVENTS = (TextDelta, ThinkingDelta, ToolCallStart, ToolCallDelta)
 
@@ -222,16 +231,23 @@ _TIMEOUTS = (httpx.TimeoutException, WireTimeout)
 _HTTP_ERRORS = (httpx.HTTPError, WireError)
 
 
+class _Closed(Exception):
+    """`aclose()` came while the sink had an event: the reading task ends the stream."""
+
+
 class HttpResponseStream:
     def __init__(self, adapter: HttpAdapter, prepared: PreparedRequest) -> None:
         self._adapter = adapter
         self._prepared = prepared
         self._assembler = adapter.new_assembler(prepared)
         self._queue: asyncio.Queue[ResponseEvent] = asyncio.Queue()
+        self._sink: EventSink | None = None
+        self._delivering = False  # the reading task is inside the sink
         self._task: asyncio.Task[None] | None = None
         self._queued_terminal = False
         self._delivered_terminal = False
         self._closed = False
+        self._received = False  # `recv` was called
 
     def start(self) -> None:
         """Open the request now rather than at the first `recv` when a loop is running, so the
@@ -243,7 +259,16 @@ class HttpResponseStream:
                 return  # no loop yet: the first `recv` starts it
             self._task = loop.create_task(self._pump())
 
+    def deliver(self, sink: EventSink) -> None:
+        if self._sink is not None or self._received or not self._queue.empty():
+            raise RuntimeError("deliver() comes once, before any event was read")
+        self._sink = sink
+        self.start()
+
     async def recv(self) -> ResponseEvent:
+        if self._sink is not None:
+            raise RuntimeError("this stream delivers its events to a sink")
+        self._received = True
         if self._delivered_terminal:
             raise StreamEnded("the stream already ended")
         self.start()
@@ -256,6 +281,8 @@ class HttpResponseStream:
         if self._closed:
             return
         self._closed = True
+        if self._delivering:
+            return  # the reading task sees `_closed` when the sink returns, and ends it
         task = self._task
         if task is not None and not task.done():
             task.cancel()
@@ -265,13 +292,14 @@ class HttpResponseStream:
                 if (current := asyncio.current_task()) is not None and current.cancelling():
                     raise
         if not self._queued_terminal:
-            self._put(self._fail("aborted: the stream was closed", reason="aborted"))
+            await self._emit(self._fail("aborted: the stream was closed", reason="aborted"))
 
     # -- the reading task ------------------------------------------------------------------
 
-    def _put(self, event: ResponseEvent) -> None:
+    def _checked(self, event: ResponseEvent) -> ResponseEvent | None:
+        """The event as it leaves the stream (None after the terminal one)."""
         if self._queued_terminal:
-            return
+            return None
         if isinstance(event, ErrorEvent):
             # Decoders build in-band errors from provider text, which may echo the key.
             text = event.message.error_message
@@ -281,31 +309,56 @@ class HttpResponseStream:
                 )
         if isinstance(event, DoneEvent | ErrorEvent):
             self._queued_terminal = True
-        self._queue.put_nowait(event)
+        return event
+
+    async def _emit(self, event: ResponseEvent) -> None:
+        checked = self._checked(event)
+        if checked is None:
+            return
+        sink = self._sink
+        if sink is None:
+            self._queue.put_nowait(checked)
+            return
+        self._delivering = True
+        try:
+            await sink(checked)
+        except Exception:
+            log.exception("the consumer of a %s stream failed", self._adapter.provider.name)
+            self._queued_terminal = True  # nothing more goes to a sink that broke
+        finally:
+            self._delivering = False
+        if self._closed and not self._queued_terminal:
+            raise _Closed
 
     def _fail(self, message: str, **kwargs: Any) -> ErrorEvent:
         asm = self._assembler
         text = self._adapter.redact(message)
-        if asm.terminated:  # cannot happen through _put's guard; keeps the invariant explicit
+        if asm.terminated:  # cannot happen through _checked's guard; keeps the invariant explicit
             raise RuntimeError(text)
         return asm.fail(text, **kwargs)
 
     async def _pump(self) -> None:
+        try:
+            await self._read()
+        except _Closed:
+            await self._emit(self._fail("aborted: the stream was closed", reason="aborted"))
+
+    async def _read(self) -> None:
         adapter = self._adapter
         name = adapter.provider.name
         try:
             response = await adapter.open_exchange(self._prepared)
         except _TIMEOUTS as exc:
-            self._put(self._fail(f"{name}: timed out connecting: {exc!r}", transient=True))
+            await self._emit(self._fail(f"{name}: timed out connecting: {exc!r}", transient=True))
             return
         except _HTTP_ERRORS as exc:
-            self._put(self._fail(f"{name}: could not connect: {exc}", transient=True))
+            await self._emit(self._fail(f"{name}: could not connect: {exc}", transient=True))
             return
         try:
             if response.status >= 400:
                 body = await _read_bounded(response)
                 detail = adapter.error_message(response.status, body)
-                self._put(
+                await self._emit(
                     self._fail(
                         f"{name} HTTP {response.status}: {detail}",
                         http_status=response.status,
@@ -313,50 +366,58 @@ class HttpResponseStream:
                     )
                 )
                 return
-            self._put(self._assembler.start())
+            await self._emit(self._assembler.start())
             decoder = adapter.new_decoder(self._assembler)
             parser = SSEParser()
             chunks = response.chunks()
             # A burst of buffered chunks is decoded without the socket ever making this task
-            # wait, which would hold every event back until the whole burst is decoded. Give
-            # the loop a turn at the first content event and then every YIELD_EVERY_S, so
-            # the first token goes out at once and bursts still travel in batches.
+            # wait, which would hold other runs (and, for `recv`, every event) back until the
+            # whole burst is decoded: the loop gets a turn after YIELD_EVERY_S of decoding
+            # since the last wait. For `recv` also a few turns at the first content event, so
+            # the first token goes out at once; a sink has it written already.
+            first_turns = FIRST_CONTENT_YIELDS if self._sink is None else 0
             content_seen = False
             turns = 0  # loop turns owed before decoding on
-            last_yield = time.monotonic()
+            busy_from = settled = time.monotonic()
             async for chunk in chunks:
+                arrived = time.monotonic()
+                if arrived - settled >= WAITED_S:
+                    busy_from = arrived  # the read waited: the loop had its turns
                 for sse in parser.feed(chunk):
                     for event in decoder.feed(sse):
-                        self._put(event)
+                        await self._emit(event)
                         if not content_seen and isinstance(event, CONTENT_EVENTS):
                             content_seen = True
-                            turns = FIRST_CONTENT_YIELDS
+                            turns = first_turns
                     if self._queued_terminal:
                         await _drain(chunks)  # so the connection goes back to the pool
                         return
-                    if turns or time.monotonic() - last_yield >= YIELD_EVERY_S:
+                    settled = time.monotonic()
+                    if turns or settled - busy_from >= YIELD_EVERY_S:
                         for _ in range(max(turns, 1)):
                             await asyncio.sleep(0)
                         turns = 0
-                        last_yield = time.monotonic()
+                        busy_from = settled = time.monotonic()
             for sse in parser.finish():
                 for event in decoder.feed(sse):
-                    self._put(event)
+                    await self._emit(event)
             if not self._queued_terminal:
                 for event in decoder.finish():
-                    self._put(event)
+                    await self._emit(event)
             if not self._queued_terminal:
-                self._put(self._fail(f"{name}: the stream ended without a final event"))
+                await self._emit(self._fail(f"{name}: the stream ended without a final event"))
+        except _Closed:
+            raise
         except _TIMEOUTS:
-            self._put(
+            await self._emit(
                 self._fail(f"{name}: no data for {adapter.provider.read_timeout_s:g} s; gave up")
             )
         except _HTTP_ERRORS as exc:
-            self._put(self._fail(f"{name}: connection lost mid-stream: {exc}"))
+            await self._emit(self._fail(f"{name}: connection lost mid-stream: {exc}"))
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # a malformed stream must end the call, not the server
-            self._put(self._fail(f"{name}: could not decode the provider stream: {exc!r}"))
+            await self._emit(self._fail(f"{name}: could not decode the provider stream: {exc!r}"))
         finally:
             await response.aclose()
 

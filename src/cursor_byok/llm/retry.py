@@ -31,7 +31,7 @@ import msgspec
 
 from .events import DoneEvent, ErrorEvent, ResponseEvent
 from .settings import ModelSettings
-from .stream import LLM, PreparedRequest, ResponseStream, StreamEnded
+from .stream import LLM, EventSink, PreparedRequest, ResponseStream, StreamEnded
 from .types import AssistantMessage, RequestMessages
 
 log = logging.getLogger(__name__)
@@ -114,6 +114,10 @@ class RetryingStream:
         self._closed = False
         self._last_error: ErrorEvent | None = None
         self._sleep_task: asyncio.Future[object] | None = None
+        self._sink: EventSink | None = None
+        self._retrying: asyncio.Task[None] | None = None  # a sink's backoff and resend
+        self._started = owner._clock()
+        self._previous = owner.policy.base_delay_s
         self.delays: list[float] = []
         # The first attempt goes out now (see HttpResponseStream.start), not at the first recv.
         self._current = owner.inner.send(prepared)
@@ -131,6 +135,13 @@ class RetryingStream:
             event = await self._current.recv()
         return self._deliver(event)
 
+    def deliver(self, sink: EventSink) -> None:
+        if self._sink is not None:
+            raise RuntimeError("deliver() comes once")
+        self._sink = sink
+        assert self._current is not None
+        self._current.deliver(self._from_attempt)
+
     async def aclose(self) -> None:
         if self._closed:
             return
@@ -147,37 +158,71 @@ class RetryingStream:
             self._delivered_terminal = True
         return event
 
+    async def _forward(self, event: ResponseEvent) -> None:
+        """To the sink, once: nothing follows the terminal event."""
+        if self._delivered_terminal:
+            return
+        assert self._sink is not None
+        await self._sink(self._deliver(event))
+
+    def _retry_delay(self, event: ResponseEvent) -> float | None:
+        """The backoff before sending again when `event`, an attempt's first, calls for a
+        retry; None when it goes to the consumer as it is."""
+        if self._closed or not isinstance(event, ErrorEvent):
+            return None
+        if not self._owner.policy.is_retryable(event):
+            return None
+        self._last_error = event
+        delay = self._next_delay(event, self._previous, self._owner._clock() - self._started)
+        if delay is None:
+            return None
+        self._previous = delay
+        self.delays.append(delay)
+        log.info(
+            "retrying %s in %.2f s (attempt %d failed: %s)",
+            self._prepared.model,
+            delay,
+            self.attempts,
+            event.error_message,
+        )
+        return delay
+
+    async def _from_attempt(self, event: ResponseEvent) -> None:
+        """The sink of each attempt's stream."""
+        if self._first_done:
+            await self._forward(event)
+            return
+        delay = self._retry_delay(event)
+        if delay is None:
+            self._first_done = True
+            await self._forward(event)
+            return
+        # That attempt is over (its error was its terminal event); the next one is sent from
+        # a task of its own, since this call runs in the finished attempt's reader.
+        self._retrying = asyncio.get_running_loop().create_task(self._send_again(delay))
+
+    async def _send_again(self, delay: float) -> None:
+        if self._closed or not await self._backoff(delay):
+            self._first_done = True
+            await self._forward(self._aborted())
+            return
+        self.attempts += 1
+        self._current = self._owner.inner.send(self._prepared)
+        self._current.deliver(self._from_attempt)
+
     async def _first_event(self) -> ResponseEvent:
-        owner, policy = self._owner, self._owner.policy
-        started = owner._clock()
-        previous = policy.base_delay_s
+        owner = self._owner
         while True:
             if self._current is None:
                 self.attempts += 1
                 self._current = owner.inner.send(self._prepared)
             event = await self._current.recv()
-            if self._closed:
-                self._first_done = True
-                return event
-            if not isinstance(event, ErrorEvent) or not policy.is_retryable(event):
-                self._first_done = True
-                return event
-            self._last_error = event
-            await self._current.aclose()  # finished already; frees whatever it still holds
-            self._current = None
-            delay = self._next_delay(event, previous, owner._clock() - started)
+            delay = self._retry_delay(event)
             if delay is None:
                 self._first_done = True
                 return event
-            previous = delay
-            self.delays.append(delay)
-            log.info(
-                "retrying %s in %.2f s (attempt %d failed: %s)",
-                self._prepared.model,
-                delay,
-                self.attempts,
-                event.error_message,
-            )
+            await self._current.aclose()  # finished already; frees whatever it still holds
+            self._current = None
             if not await self._backoff(delay):
                 self._first_done = True
                 return self._aborted()

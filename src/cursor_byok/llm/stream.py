@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Awaitable, Callable
 from typing import Protocol
 
 import msgspec
 
-from .events import ResponseEvent
+from .events import DoneEvent, ErrorEvent, ResponseEvent
 from .settings import ModelSettings
 from .types import RequestMessages
 
@@ -29,9 +31,20 @@ class PreparedRequest(msgspec.Struct, frozen=True):
     method: str = "POST"
 
 
+EventSink = Callable[[ResponseEvent], Awaitable[None]]
+
+
 class ResponseStream(Protocol):
     async def recv(self) -> ResponseEvent:
         """The next event. After the terminal (`done` or `error`) event, raises StreamEnded."""
+        ...
+
+    def deliver(self, sink: EventSink) -> None:
+        """Hand every event to `sink` as it is decoded, instead of `recv` (call it at most
+        once, before any `recv`). Each call is awaited before the next event is decoded, the
+        terminal event comes last, exactly once, `aclose()` included. A sink must not raise.
+        Why: the consumer applies each event in the task that read it, with no queue and no
+        task of its own between the socket and the client."""
         ...
 
     async def aclose(self) -> None:
@@ -47,3 +60,16 @@ class LLM(Protocol):
     def call(self, request: RequestMessages, settings: ModelSettings) -> ResponseStream:
         """`send(prepare(request, settings))`."""
         ...
+
+
+def deliver_by_task(stream: ResponseStream, sink: EventSink) -> asyncio.Task[None]:
+    """`deliver` for a stream that only knows `recv`: a task reads it and awaits `sink`."""
+
+    async def read() -> None:
+        while True:
+            event = await stream.recv()
+            await sink(event)
+            if isinstance(event, DoneEvent | ErrorEvent):
+                return
+
+    return asyncio.get_running_loop().create_task(read())

@@ -1,8 +1,9 @@
 """The model calls of one run: their exact requests, records and timings, and the streams.
 
 A call's request is prepared (serialized) once, stored in the commit that decides the call, and
-sent from those bytes; a resumed call is sent again from the stored bytes. Each open stream has
-one reader task that hands every event straight to the run (`on_event`), with no queue between.
+sent from those bytes; a resumed call is sent again from the stored bytes. Each open stream
+hands every event straight to the run (`on_event`) from the task that reads its socket
+(`ResponseStream.deliver`): no queue and no task of the run's between the provider and the client.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import msgspec
 from ...llm import canonical
 from ...llm.events import DoneEvent, ErrorEvent, ResponseEvent, StartEvent
 from ...llm.models import Model
-from ...llm.stream import LLM, PreparedRequest, ResponseStream, StreamEnded
+from ...llm.stream import LLM, PreparedRequest, ResponseStream
 from ...llm.types import Usage
 from ...loop import CallEnd, CallLLM, CallOutcome, ResendLLM
 from ...store.api import LLMCallRecord, Store
@@ -65,7 +66,6 @@ class ModelCalls:
         self._records: dict[str, LLMCallRecord] = {}
         self._timings: dict[str, _Timing] = {}
         self._streams: dict[str, ResponseStream] = {}
-        self._readers: dict[str, asyncio.Task[None]] = {}
         self._closing: set[asyncio.Future[None]] = set()
         self.first_ttft_ms: int | None = None
 
@@ -143,13 +143,24 @@ class ModelCalls:
         return call_id in self._streams
 
     def open(self, call_id: str, prepared: PreparedRequest) -> None:
-        """Send the request and start reading its stream (nothing when it is open already)."""
+        """Send the request and have its events delivered (nothing when it is open already)."""
         if call_id in self._streams:
             return
-        self._timings[call_id] = _Timing(opened=time.monotonic())
+        timing = _Timing(opened=time.monotonic())
+        self._timings[call_id] = timing
         stream = self.llm.send(prepared)
         self._streams[call_id] = stream
-        self._readers[call_id] = asyncio.create_task(self._read(call_id, stream))
+        on_event = self._on_event
+
+        async def sink(event: ResponseEvent) -> None:
+            """Design §7.2 `readLLM`: each upstream event becomes an input of the run, in order."""
+            if timing.first is None and not isinstance(event, StartEvent | ErrorEvent):
+                timing.first = time.monotonic()
+            if isinstance(event, DoneEvent | ErrorEvent):
+                self._streams.pop(call_id, None)
+            await on_event(call_id, event)
+
+        stream.deliver(sink)
 
     async def resend(self, command: ResendLLM) -> None:
         """Stream a call again from its stored request (a resumed turn)."""
@@ -169,37 +180,14 @@ class ModelCalls:
         record = await self.store.get_llm_call(call_id)
         return record.request if record is not None else None
 
-    async def _read(self, call_id: str, stream: ResponseStream) -> None:
-        """Design §7.2 `readLLM`: each upstream event becomes an input of the run, in order."""
-        timing = self._timings[call_id]
-        try:
-            while True:
-                event = await stream.recv()
-                if timing.first is None and not isinstance(event, StartEvent | ErrorEvent):
-                    timing.first = time.monotonic()
-                terminal = isinstance(event, DoneEvent | ErrorEvent)
-                if terminal:
-                    self._streams.pop(call_id, None)
-                    self._readers.pop(call_id, None)
-                await self._on_event(call_id, event)
-                if terminal:
-                    return
-        except StreamEnded:
-            return
-
     def close(self) -> None:
-        """Abort every open stream (its reader then sees an `aborted` event)."""
+        """Abort every open stream (its sink then gets an `aborted` event, which the run, once
+        ended, ignores)."""
         for stream in self._streams.values():
             task = asyncio.ensure_future(stream.aclose())
             self._closing.add(task)
             task.add_done_callback(self._closing.discard)
         self._streams.clear()
-
-    def cancel_readers(self) -> None:
-        for task in self._readers.values():
-            if not task.done():
-                task.cancel()
-        self._readers.clear()
 
     def records(self) -> list[LLMCallRecord]:
         return list(self._records.values())

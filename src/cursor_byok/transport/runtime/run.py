@@ -189,7 +189,6 @@ class Run:
         self.tools.abort_all()
         self._drop_pending_blob()
         if self.calls is not None:
-            self.calls.cancel_readers()
             self.calls.close()
 
     def supersede(self) -> None:
@@ -348,7 +347,7 @@ class Run:
             await self._apply(item, work.input_id, completes=work.completes)
 
     async def _on_llm_event(self, call_id: str, event: ResponseEvent) -> None:
-        """An event of a model call's stream, from its reader task."""
+        """An event of a model call's stream, from the task that reads it."""
         if isinstance(event, DoneEvent | ErrorEvent):
             self.summary.usage = self.summary.usage + event.message.usage
         await self._apply_from_task(LLMEvent(call_id=call_id, event=event), f"{call_id}:end")
