@@ -28,7 +28,7 @@ def _well_known_include() -> str:
 
 
 def generate(out_root: Path) -> list[Path]:
-    """Write generated modules under out_root/cursor_byok/transport/cursor/proto; return their paths."""
+    """Write the generated modules under out_root (the proto package); return their paths."""
     out_root.mkdir(parents=True, exist_ok=True)
     args = [
         sys.executable,

@@ -3,7 +3,8 @@
 The HTTP app (app.py) frames, orders, replays and authenticates; it does not know what the
 messages mean. A `Service` names its streaming paths, parses what the app must look into (the
 request id of a stream, an append's sequence number and payload) and answers its unary RPCs.
-The Cursor dialect implements it (transport/cursor/service.py); tests implement toy ones.
+The Cursor dialect implements it (transport/cursor/service.py); tests/connect/test_toy_service.py
+serves a toy echo service through the same app.
 
 Parsers raise ValueError for bytes they cannot read; the app answers `invalid_argument` with
 the error's text.
