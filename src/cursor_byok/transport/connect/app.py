@@ -21,11 +21,13 @@ from typing import Protocol
 from .envelopes import ConnectError
 from .http import (
     CONNECT_PROTO,
+    REPEATED_AUTHORIZATION,
     ClientGone,
     Receive,
     Scope,
     Send,
     UnaryCodec,
+    auth_error_text,
     base_type,
     headers_of,
     plain,
@@ -162,7 +164,7 @@ class ConnectApp:
     async def _extra(self, path: str, scope: Scope, send: Send, headers: dict[str, str]) -> None:
         assert self.routes is not None
         if not (self.routes.is_public(path) or self.authorized(headers)):
-            await plain(send, 401, b"missing or wrong bearer token\n")
+            await plain(send, 401, auth_error_text(headers).encode() + b"\n")
             return
         query = scope.get("query_string", b"").decode("latin-1")
         reply = await self.routes.get(path, query)
@@ -187,7 +189,10 @@ class ConnectApp:
             await plain(send, 503, b"starting\n")
 
     def authorized(self, headers: Mapping[str, str]) -> bool:
-        """Whether the request's headers carry the configured bearer token (if any)."""
+        """Whether the request's headers carry the configured bearer token (if any). A request
+        with more than one Authorization header never is, token or not."""
+        if headers.get("authorization") == REPEATED_AUTHORIZATION:
+            return False
         if self._token is None:
             return True
         scheme, _, credentials = headers.get("authorization", "").partition(" ")
@@ -203,7 +208,7 @@ class ConnectApp:
         handler = self.service.unary(path)
         known = path == self.service.append_path or handler is not None
         if not self.authorized(headers):
-            err = ConnectError("unauthenticated", "missing or wrong bearer token")
+            err = ConnectError("unauthenticated", auth_error_text(headers))
             await unary_error(send, codec or "proto", err)
             self._observe(path, err.code)
             return

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import Awaitable, Callable, Mapping, MutableMapping
 from typing import Any, Literal, Protocol
 
 from .envelopes import (
@@ -40,8 +40,27 @@ class Wakeable(Protocol):
     def wake(self) -> None: ...
 
 
+# What `headers_of` gives a request's Authorization when it came more than once: no credential
+# can equal it (a header value never holds NUL), so such a request is never authorized.
+REPEATED_AUTHORIZATION = "\x00repeated"
+
+
 def headers_of(scope: Scope) -> dict[str, str]:
-    return {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+    """Header values by lower-case name (the last of a repeated name), except that a repeated
+    Authorization is marked as such: which of two credentials counts would be a guess."""
+    out: dict[str, str] = {}
+    for k, v in scope["headers"]:
+        name = k.decode("latin-1").lower()
+        repeated = name == "authorization" and name in out
+        out[name] = REPEATED_AUTHORIZATION if repeated else v.decode("latin-1")
+    return out
+
+
+def auth_error_text(headers: Mapping[str, str]) -> str:
+    """Why a request was refused as unauthenticated."""
+    if headers.get("authorization") == REPEATED_AUTHORIZATION:
+        return "the request carries more than one Authorization header; send exactly one"
+    return "missing or wrong bearer token"
 
 
 def base_type(headers: dict[str, str]) -> str:

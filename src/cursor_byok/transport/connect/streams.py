@@ -29,6 +29,7 @@ from .http import (
     Receive,
     Send,
     StreamProtocol,
+    auth_error_text,
     base_type,
     ending,
     read_body,
@@ -77,7 +78,7 @@ class Streams:
         ctype = GRPC_WEB_PROTO.encode() if protocol == "grpc-web" else self._runsse_type
         start = stream_start(ctype, runsse=True)
         if not authorized:
-            err = ConnectError("unauthenticated", "missing or wrong bearer token")
+            err = ConnectError("unauthenticated", auth_error_text(headers))
             await stream_error(send, start, protocol, err)
             return
         try:
@@ -129,7 +130,7 @@ class Streams:
             return
         start = stream_start(CONNECT_PROTO.encode())
         if not authorized:
-            err = ConnectError("unauthenticated", "missing or wrong bearer token")
+            err = ConnectError("unauthenticated", auth_error_text(headers))
             await stream_error(send, start, "connect", err)
             return
         encoding = (headers.get("connect-content-encoding") or "identity").lower()
