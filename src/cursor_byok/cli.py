@@ -11,7 +11,10 @@ from pathlib import Path
 from . import __version__
 from .config import Config, ConfigError, load_config, port_number
 
-CONFIG_HELP = "TOML configuration file (env CURSOR_BYOK_CONFIG)"
+CONFIG_HELP = (
+    "TOML configuration file (default: $CURSOR_BYOK_CONFIG, else ./cursor-byok.toml, else "
+    "~/.config/cursor-byok/config.toml)"
+)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -19,7 +22,7 @@ def _parser() -> argparse.ArgumentParser:
         prog="cursor-byok",
         description="Serve Cursor's agent protocol against your own LLM provider and key.",
     )
-    parser.add_argument("--version", action="version", version=f"cursor-byok {__version__}")
+    parser.add_argument("-V", "--version", action="version", version=f"cursor-byok {__version__}")
     sub = parser.add_subparsers(dest="command")
 
     serve = sub.add_parser("serve", help="run the server")

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import ipaddress
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, get_args
 
@@ -218,12 +219,40 @@ def parse_config(
     return Config(server=server, providers=providers, models=models, path=path)
 
 
-def load_config(path: str | Path | None = None, *, env: dict[str, str] | None = None) -> Config:
-    env = dict(os.environ) if env is None else env
+LOCAL_CONFIG = "cursor-byok.toml"  # what `cursor-byok init` and scripts/serve write
+
+
+def user_config_path(env: Mapping[str, str]) -> Path:
+    """The per-user configuration: $XDG_CONFIG_HOME/cursor-byok/config.toml, by default
+    ~/.config/cursor-byok/config.toml."""
+    base = env.get("XDG_CONFIG_HOME") or str(Path(env.get("HOME") or Path.home()) / ".config")
+    return Path(base) / "cursor-byok" / "config.toml"
+
+
+def find_config(
+    path: str | Path | None, env: Mapping[str, str], cwd: Path | None = None
+) -> Path | None:
+    """The configuration to use: `path` (--config), else $CURSOR_BYOK_CONFIG, else
+    ./cursor-byok.toml, else the per-user file; None when none of them is given or exists."""
     chosen = path or env.get(CONFIG_ENV)
-    if not chosen:
-        raise ConfigError(f"no configuration: pass --config FILE or set {CONFIG_ENV}")
-    p = Path(chosen)
+    if chosen:
+        return Path(chosen)
+    for candidate in ((cwd or Path.cwd()) / LOCAL_CONFIG, user_config_path(env)):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def load_config(
+    path: str | Path | None = None, *, env: dict[str, str] | None = None, cwd: Path | None = None
+) -> Config:
+    env = dict(os.environ) if env is None else env
+    p = find_config(path, env, cwd)
+    if p is None:
+        raise ConfigError(
+            f"no configuration: pass --config FILE, set {CONFIG_ENV}, or create ./{LOCAL_CONFIG} "
+            f"(cursor-byok init) or {user_config_path(env)}"
+        )
     try:
         text = p.read_bytes()
     except OSError as exc:

@@ -58,7 +58,10 @@ def _config_next_step(message: str) -> str:
         var = message.split("environment variable", 1)[1].split()[0]
         return f"export {var}=<your key> (or set api_key in the file), then run doctor again"
     if "no configuration" in message:
-        return f"pass --config FILE, set {CONFIG_ENV}, or create one with `cursor-byok init`"
+        return (
+            f"pass --config FILE, set {CONFIG_ENV}, or write ./cursor-byok.toml with "
+            "`cursor-byok init`"
+        )
     if "cannot read configuration" in message:
         return "check the path; `cursor-byok init PATH` writes a starter file"
     if "not valid TOML" in message:

@@ -212,3 +212,73 @@ def test_serve_rejects_a_bad_port_argument(
     assert exit_.value.code == 2
     err = capsys.readouterr().err
     assert "argument --port: " in err and said in err
+
+
+# -- finding the configuration ----------------------------------------------------------------
+
+
+def _no_config_anywhere(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
+    """A working directory and a home without any configuration, no CURSOR_BYOK_CONFIG."""
+    home = tmp_path / "home"
+    home.mkdir()
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.delenv("CURSOR_BYOK_CONFIG", raising=False)
+    monkeypatch.delenv("XDG_CONFIG_HOME", raising=False)
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("CLI_TEST_OPENAI_KEY", SECRET)
+    monkeypatch.chdir(work)
+    return home
+
+
+def test_the_quick_start_finds_the_file_init_wrote(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """README quick start: `init` (or scripts/serve) writes ./cursor-byok.toml, then `models`
+    and `doctor` with no --config use it."""
+    _no_config_anywhere(monkeypatch, tmp_path)
+    assert cli.main(["models"]) == 2
+    err = capsys.readouterr().err
+    assert "no configuration" in err and "./cursor-byok.toml" in err
+    Path("cursor-byok.toml").write_text(MODELS_TOML)
+    assert cli.main(["models"]) == 0
+    assert capsys.readouterr().out.splitlines()[1].split()[0] == "gpt-5"
+
+
+def test_the_per_user_file_is_used_when_the_directory_has_none(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    home = _no_config_anywhere(monkeypatch, tmp_path)
+    user = home / ".config" / "cursor-byok" / "config.toml"
+    user.parent.mkdir(parents=True)
+    user.write_text(MODELS_TOML)
+    assert cli.main(["models"]) == 0
+    assert "gpt-5" in capsys.readouterr().out
+    xdg = tmp_path / "xdg"
+    (xdg / "cursor-byok").mkdir(parents=True)
+    (xdg / "cursor-byok" / "config.toml").write_text("[server]\n")  # no models
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(xdg))
+    assert cli.main(["models"]) == 1  # that file, not ~/.config's
+    # ./cursor-byok.toml comes before the per-user file, and the environment before both.
+    Path("cursor-byok.toml").write_text(MODELS_TOML)
+    assert cli.main(["models"]) == 0
+    capsys.readouterr()
+    monkeypatch.setenv("CURSOR_BYOK_CONFIG", str(tmp_path / "missing.toml"))
+    assert cli.main(["models"]) == 2
+    assert "missing.toml" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("flag", ["--version", "-V"])
+def test_version(flag: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as done:
+        cli.main([flag])
+    assert done.value.code == 0
+    assert capsys.readouterr().out.strip() == f"cursor-byok {cli.__version__}"
+
+
+@pytest.mark.parametrize("command", ["serve", "init", "models", "doctor"])
+def test_every_subcommand_has_help(command: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as done:
+        cli.main([command, "--help"])
+    assert done.value.code == 0
+    assert f"cursor-byok {command}" in capsys.readouterr().out

@@ -694,31 +694,28 @@ async def test_a_request_with_two_authorization_headers_is_refused(token: str | 
     config = make_config(f'auth_token = "{token}"' if token else "")
     path = "/aiserver.v1.AiService/GetServerConfig"
     json_body = {"content-type": "application/json"}
-    async with server(cc.echo_handler, config=config) as srv:
-        async with http1(srv) as client:
-            for pair in (("Bearer wrong", f"Bearer {TOKEN}"), (f"Bearer {TOKEN}", "Bearer wrong")):
-                auth = [("authorization", value) for value in pair]
-                r = await client.post(path, content=b"{}", headers=[*json_body.items(), *auth])
-                assert r.status_code == 401
-                assert r.json() == {
-                    "code": "unauthenticated",
-                    "message": "the request carries more than one Authorization header; "
-                    "send exactly one",
-                }
-            one = [*json_body.items(), ("authorization", f"Bearer {TOKEN}")]
-            assert (await client.post(path, content=b"{}", headers=one)).status_code == 200
-            stream = await client.post(
-                "/agent.v1.AgentService/RunSSE",
-                content=cc.envelope(
-                    aiserver_pb2.BidiRequestId(request_id=rid()).SerializeToString()
-                ),
-                headers=[
-                    ("content-type", "application/connect+proto"),
-                    ("authorization", f"Bearer {TOKEN}"),
-                    ("authorization", f"Bearer {TOKEN}"),
-                ],
-            )
-            assert b"more than one Authorization header" in stream.content
+    async with server(cc.echo_handler, config=config) as srv, http1(srv) as client:
+        for pair in (("Bearer wrong", f"Bearer {TOKEN}"), (f"Bearer {TOKEN}", "Bearer wrong")):
+            auth = [("authorization", value) for value in pair]
+            r = await client.post(path, content=b"{}", headers=[*json_body.items(), *auth])
+            assert r.status_code == 401
+            assert r.json() == {
+                "code": "unauthenticated",
+                "message": "the request carries more than one Authorization header; "
+                "send exactly one",
+            }
+        one = [*json_body.items(), ("authorization", f"Bearer {TOKEN}")]
+        assert (await client.post(path, content=b"{}", headers=one)).status_code == 200
+        stream = await client.post(
+            "/agent.v1.AgentService/RunSSE",
+            content=cc.envelope(aiserver_pb2.BidiRequestId(request_id=rid()).SerializeToString()),
+            headers=[
+                ("content-type", "application/connect+proto"),
+                ("authorization", f"Bearer {TOKEN}"),
+                ("authorization", f"Bearer {TOKEN}"),
+            ],
+        )
+        assert b"more than one Authorization header" in stream.content
 
 
 async def test_auth_streams_rejected_before_body() -> None:
