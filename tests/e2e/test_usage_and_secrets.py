@@ -143,6 +143,8 @@ async def test_metrics_and_dashboard_reflect_the_runs(priced_server: ServerProce
         metrics = (await client.get("/metrics", headers=auth)).text
         summary = (await client.get("/dashboard/api/summary", headers=auth)).json()
         page = await client.get("/dashboard")
+        root = await client.get("/")  # a person opening the address in a browser, no token
+    assert root.status_code == 200 and "/dashboard" in root.text
     ok_calls = [
         line
         for line in metrics.splitlines()

@@ -46,7 +46,11 @@ async def test_routes_and_hooks(tmp_path: Path, caplog: pytest.LogCaptureFixture
         bad = await obs.get("/dashboard/api/summary", "limit=x")
         assert bad is not None and bad.status == 400
         assert await obs.get("/nope") is None
+        root = await obs.get("/")
+        assert root is not None and root.status == 200 and b"/dashboard" in root.body
+        assert obs.is_public("/")
         assert set(GET_ROUTES) == {
+            "/",
             "/metrics",
             "/dashboard",
             "/dashboard/",

@@ -35,7 +35,13 @@ log = logging.getLogger("cursor_byok.observability")
 METRICS_PATH = "/metrics"
 DASHBOARD_PATHS = ("/dashboard", "/dashboard/")
 SUMMARY_PATH = "/dashboard/api/summary"
-GET_ROUTES = (METRICS_PATH, *DASHBOARD_PATHS, SUMMARY_PATH)
+ROOT_PATH = "/"
+GET_ROUTES = (ROOT_PATH, METRICS_PATH, *DASHBOARD_PATHS, SUMMARY_PATH)
+# What a person who opens the server's address in a browser reads.
+ROOT_TEXT = (
+    b"cursor-byok: this address serves Cursor's agent protocol to Cursor clients.\n"
+    b"Dashboard: /dashboard    Metrics: /metrics    Health: /healthz\n"
+)
 
 # The page runs only its own inline script and may talk only to its own origin.
 DASHBOARD_CSP = (
@@ -94,11 +100,14 @@ class Observability:
     @staticmethod
     def is_public(path: str) -> bool:
         """The dashboard page holds no data (it fetches it with the token), so a browser can
-        load it without a bearer header; /metrics and the summary API need the auth."""
-        return path in DASHBOARD_PATHS
+        load it without a bearer header, and so can the pointer at /; /metrics and the summary
+        API need the auth."""
+        return path in DASHBOARD_PATHS or path == ROOT_PATH
 
     async def get(self, path: str, query: str = "") -> HttpResponse | None:
         """The response for one of GET_ROUTES, or None for any other path."""
+        if path == ROOT_PATH:
+            return HttpResponse(200, "text/plain; charset=utf-8", ROOT_TEXT)
         if path == METRICS_PATH:
             body, content_type = self.metrics.render()
             return HttpResponse(200, content_type, body)
