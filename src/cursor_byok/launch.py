@@ -72,6 +72,25 @@ def listen_error(exc: BaseException, host: str, port: int) -> ListenError | None
     return ListenError(f"cannot listen on {host}:{port}: {reason}")
 
 
+def refuse_if_taken(host: str, port: int) -> None:
+    """Raise ListenError when something already listens on host:port. granian opens its socket
+    with SO_REUSEPORT, so a second server on a port that another cursor-byok holds would start
+    as well and the kernel would split connections between two configurations and databases;
+    a plain bind (without SO_REUSEPORT) finds any listener first. Port 0 picks a free port."""
+    if port == 0:
+        return
+    address = bind_address(host, port)
+    family = socket.AF_INET6 if ":" in address else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # TIME_WAIT is not a holder
+        try:
+            probe.bind((address, port))
+        except OSError as exc:
+            raise listen_error(exc, host, port) or ListenError(
+                f"cannot listen on {host}:{port}: {exc.strerror or exc}"
+            ) from None
+
+
 def bind_address(host: str, port: int) -> str:
     """The IP address to listen on for `host`: granian takes IP literals only (a name such as
     "localhost" made it raise "invalid IP address syntax"). Names resolve like a listening
@@ -229,6 +248,7 @@ async def serve_async(
     host = host or config.server.host
     port = config.server.port if port is None else port
     check_bind(config, host)
+    refuse_if_taken(host, port)
     app = connect_app(config, handler, limits=limits, routes=routes)
     threads_before = native_threads_not_started_by_python()
     server = _granian_server(app, config.server, host, port, quiet=quiet, on_listening=on_listening)

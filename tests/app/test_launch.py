@@ -37,6 +37,7 @@ from cursor_byok.launch import (
 from cursor_byok.transport.connect.sessions import TransportLimits
 from cursor_byok.transport.cursor.proto import agent_pb2
 from tests.support import connect_client as cc
+from tests.support.live import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 MODELS = """
@@ -340,3 +341,41 @@ async def test_realclient_turn_against_echo_handler(realclient: Path) -> None:
     assert proc.returncode == 0, text
     assert text.rstrip().endswith("DRIVE OK")
     assert "hi from omp" in text
+
+
+def test_a_second_server_on_the_same_port_refuses_to_start(tmp_path: Path) -> None:
+    """granian listens with SO_REUSEPORT: without the check a second `serve` on the port of a
+    running one started too, and the kernel split the connections between the two."""
+    port = free_port()
+    first_dir, second_dir = tmp_path / "one", tmp_path / "two"
+    first_dir.mkdir()
+    second_dir.mkdir()
+    first_config = write_config(first_dir, f'host = "127.0.0.1"\nport = {port}')
+    second_config = write_config(second_dir, f'host = "127.0.0.1"\nport = {port}')
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    cmd = [sys.executable, "-m", "cursor_byok", "serve"]
+    first = subprocess.Popen(
+        [*cmd, "--config", str(first_config), "--db", str(first_dir / "db")],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env=env,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while not probe_health_blocking("127.0.0.1", port):
+            assert first.poll() is None and time.monotonic() < deadline, "the first did not start"
+            time.sleep(0.05)
+        second = subprocess.run(
+            [*cmd, "--config", str(second_config), "--db", str(second_dir / "db")],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env=env,
+        )
+        assert second.returncode == 2, second.stderr
+        assert f"cannot listen on 127.0.0.1:{port}: Address already in use" in second.stderr
+        assert len(second.stderr.strip().splitlines()) == 1, second.stderr
+        assert first.poll() is None  # the first one keeps serving
+    finally:
+        first.terminate()
+        first.wait(30)
