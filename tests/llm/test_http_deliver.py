@@ -168,3 +168,34 @@ async def test_a_sink_that_raises_ends_the_stream_and_is_logged(
         assert "the consumer of a anthropic stream failed" in caplog.text
         assert KEY not in caplog.text
         await stream.aclose()
+
+
+async def test_an_upstream_that_accepts_and_stays_silent_is_not_called_a_connect_timeout() -> None:
+    """It accepted the connection: the error says there was no response, never "timed out
+    connecting" (which sends a user looking for a network problem)."""
+
+    async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.read(65536)
+        await asyncio.sleep(5)
+        writer.close()
+
+    server = await asyncio.start_server(silent, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        a = AnthropicAdapter(
+            ProviderSettings(
+                name="anthropic",
+                api="anthropic",
+                base_url=f"http://127.0.0.1:{port}",
+                api_key=KEY,
+                read_timeout_s=0.2,
+            )
+        )
+        events = await received(a.send(a.prepare(REQUEST, SETTINGS)))
+    finally:
+        server.close()
+    (error,) = events
+    assert isinstance(error, ErrorEvent)
+    text = error.message.error_message or ""
+    assert "connected, but no response came within 0.2 s" in text
+    assert "timed out connecting" not in text

@@ -39,7 +39,7 @@ from .settings import ModelSettings, ProviderSettings
 from .sse import SSEEvent, SSEParser
 from .stream import EventSink, PreparedRequest, StreamEnded
 from .types import RequestMessages
-from .wire import WireClient, WireError, WireTimeout, proxy_configured
+from .wire import WireClient, WireConnectTimeout, WireError, WireTimeout, proxy_configured
 
 log = logging.getLogger("cursor_byok.llm")
 
@@ -228,6 +228,7 @@ class _HttpxExchange:
 
 
 _TIMEOUTS = (httpx.TimeoutException, WireTimeout)
+_CONNECT_TIMEOUTS = (httpx.ConnectTimeout, httpx.PoolTimeout, WireConnectTimeout)
 _HTTP_ERRORS = (httpx.HTTPError, WireError)
 
 
@@ -348,8 +349,11 @@ class HttpResponseStream:
         name = adapter.provider.name
         try:
             response = await adapter.open_exchange(self._prepared)
-        except _TIMEOUTS as exc:
-            await self._emit(self._fail(f"{name}: timed out connecting: {exc!r}", transient=True))
+        except _CONNECT_TIMEOUTS as exc:
+            await self._emit(self._fail(f"{name}: timed out connecting: {exc}", transient=True))
+            return
+        except _TIMEOUTS as exc:  # connected, then silence: say so, not "connecting"
+            await self._emit(self._fail(f"{name}: {exc}", transient=True))
             return
         except _HTTP_ERRORS as exc:
             await self._emit(self._fail(f"{name}: could not connect: {exc}", transient=True))

@@ -50,6 +50,10 @@ class WireTimeout(WireError):
     """Connecting or a read took longer than allowed."""
 
 
+class WireConnectTimeout(WireTimeout):
+    """No connection within the connect timeout: nothing was sent."""
+
+
 class WireProtocolError(WireError):
     """The server broke HTTP/1.1 (bad status line, headers, framing) or closed mid-body."""
 
@@ -329,7 +333,7 @@ class WireClient:
                     limit=MAX_HEAD_BYTES,
                 )
         except TimeoutError:
-            raise WireTimeout(
+            raise WireConnectTimeout(
                 f"no connection to {origin.authority} within {self.connect_timeout:g} s"
             ) from None
         except (OSError, ssl.SSLError) as exc:
@@ -394,7 +398,7 @@ async def _response_head(
             async with asyncio.timeout(timeout):
                 raw = await reader.readuntil(b"\r\n\r\n")
         except TimeoutError:
-            raise WireTimeout(f"no response for {timeout:g} s") from None
+            raise WireTimeout(f"connected, but no response came within {timeout:g} s") from None
         except asyncio.IncompleteReadError as exc:
             if not exc.partial:
                 raise ConnectionResetError("closed before any response byte") from None
