@@ -203,3 +203,12 @@ def test_server_caches_are_read_at_scrape_time() -> None:
     assert value(m, lookups, cache="committed_states", result="miss") == 2
     stats[0] = CacheStats("committed_states", 4, 5000, 6, 2)  # read again at the next scrape
     assert value(m, lookups, cache="committed_states", result="hit") == 6
+
+
+def test_no_created_series() -> None:
+    m = Metrics()
+    m.observe_rpc("/agent.v1.AgentService/Run", "ok")
+    body, _ = m.render()
+    text = body.decode()
+    assert "cursor_byok_rpc_requests_total" in text
+    assert "_created" not in text

@@ -18,12 +18,23 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    disable_created_metrics,
+)
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.registry import Collector
 
 from ..store.api import LLMCallRecord
+
+# No `*_created` series: one extra series per counter and histogram child, which says when this
+# process first saw the label set; rate() and increase() never need it. (A process-wide switch
+# of prometheus-client, read when the samples are collected.)
+disable_created_metrics()
 
 if TYPE_CHECKING:
     from ..transport.runtime.summary import CacheStats, RunSummary
