@@ -82,11 +82,17 @@ async def _serve(config: Config, host: str, port: int, database: str | None) -> 
 
 
 def serve(
-    config: Config, *, host: str | None = None, port: int | None = None, database: str | None = None
+    config: Config,
+    *,
+    host: str | None = None,
+    port: int | None = None,
+    database: str | None = None,
+    log_level: str | None = None,
 ) -> int:
     host = host or config.server.host
     port = config.server.port if port is None else port
-    setup_logging(config.server.log_format, "INFO", secrets=secrets_of(config))
+    level = (log_level or config.server.log_level).upper()
+    setup_logging(config.server.log_format, level, secrets=secrets_of(config))
     try:
         check_bind(config, host)
     except ValueError as exc:

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from . import __version__
-from .config import Config, ConfigError, load_config, port_number
+from .config import LOG_LEVELS, Config, ConfigError, load_config, port_number
 
 CONFIG_HELP = (
     "TOML configuration file (default: $CURSOR_BYOK_CONFIG, else ./cursor-byok.toml, else "
@@ -30,6 +30,12 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--host", help="address to listen on (default: server.host)")
     serve.add_argument("--port", type=port_number, help="port to listen on (default: server.port)")
     serve.add_argument("--db", help="SQLite database file (default: server.database)")
+    serve.add_argument(
+        "--log-level",
+        choices=LOG_LEVELS,
+        type=str.lower,
+        help="how much to log (default: server.log_level, info)",
+    )
 
     init = sub.add_parser("init", help="write a commented starter configuration")
     init.add_argument("path", nargs="?", default=None, help="where to write (cursor-byok.toml)")
@@ -157,7 +163,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return cmd_models(config)
     from .app import serve
 
-    return serve(config, host=args.host, port=args.port, database=args.db)
+    return serve(config, host=args.host, port=args.port, database=args.db, log_level=args.log_level)
 
 
 if __name__ == "__main__":

@@ -32,6 +32,7 @@ __all__ = [
 ]
 
 CONFIG_ENV = "CURSOR_BYOK_CONFIG"
+LOG_LEVELS = ("debug", "info", "warning", "error")
 APIS: tuple[str, ...] = tuple(a for a in get_args(Api) if a != "faux")
 EFFORTS: tuple[str, ...] = get_args(ReasoningEffort)
 
@@ -50,6 +51,7 @@ class ServerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     private_key: str | None = None
     runsse_content_type: str = "text/event-stream"
     log_format: str = "text"
+    log_level: str = "info"  # debug, info, warning or error
     tool_timeout_s: float = 600.0  # a tool the client never answers becomes an error result
     # true: fsync the commit before every model call too (power-loss safe; the disk's fsync
     # time is added to every first token). false: that commit survives a crash of the server
@@ -158,6 +160,8 @@ def parse_config(
         raise ConfigError(f"{where}server.http2_max_concurrent_streams must be 1-100000")
     if server.log_format not in ("text", "json"):
         raise ConfigError(f"{where}server.log_format must be 'text' or 'json'")
+    if server.log_level.lower() not in LOG_LEVELS:
+        raise ConfigError(f"{where}server.log_level must be one of {', '.join(LOG_LEVELS)}")
 
     providers: dict[str, ProviderSettings] = {}
     for name, p in raw.providers.items():

@@ -32,6 +32,7 @@ http2 = true                  # GetServerConfig tells clients HTTP/2 is allowed;
 # certificate = "cert.pem"    # serve HTTPS (both or neither)
 # private_key = "key.pem"
 log_format = "text"           # "text" (readable) or "json" (one JSON object per line)
+log_level = "info"            # debug, info, warning or error (cursor-byok serve --log-level)
 
 # ---------------------------------------------------------------------------------------------
 # Providers: where requests go. `api` is one of openai-chat, openai-responses, anthropic,

@@ -158,9 +158,14 @@ def test_serve_still_calls_app_serve(tmp_path: Path, monkeypatch: pytest.MonkeyP
     seen: dict[str, object] = {}
 
     def fake_serve(
-        config: Config, *, host: str | None, port: int | None, database: str | None
+        config: Config,
+        *,
+        host: str | None,
+        port: int | None,
+        database: str | None,
+        log_level: str | None,
     ) -> int:
-        seen.update(config=config, host=host, port=port, database=database)
+        seen.update(config=config, host=host, port=port, database=database, log_level=log_level)
         return 7
 
     monkeypatch.setattr(cursor_byok.app, "serve", fake_serve)
@@ -170,8 +175,23 @@ def test_serve_still_calls_app_serve(tmp_path: Path, monkeypatch: pytest.MonkeyP
     assert cli.main(argv) == 7
     assert isinstance(seen["config"], Config)
     assert (seen["host"], seen["port"], seen["database"]) == ("::1", 9999, "x.db")
+    assert seen["log_level"] is None
     assert cli.main(["serve", "--config", str(cfg)]) == 7
     assert (seen["host"], seen["port"], seen["database"]) == (None, None, None)
+    assert cli.main(["serve", "--config", str(cfg), "--log-level", "DEBUG"]) == 7
+    assert seen["log_level"] == "debug"
+    with pytest.raises(SystemExit) as bad:
+        cli.main(["serve", "--config", str(cfg), "--log-level", "loud"])
+    assert bad.value.code == 2
+
+
+def test_log_level_setting(tmp_path: Path) -> None:
+    from cursor_byok.config import ConfigError, parse_config
+
+    assert parse_config("[server]\n").server.log_level == "info"
+    assert parse_config('[server]\nlog_level = "warning"\n').server.log_level == "warning"
+    with pytest.raises(ConfigError, match=r"server\.log_level must be one of debug, info"):
+        parse_config('[server]\nlog_level = "loud"\n')
 
 
 def test_no_command_prints_help(capsys: pytest.CaptureFixture[str]) -> None:

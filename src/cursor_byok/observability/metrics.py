@@ -34,7 +34,7 @@ from ..store.api import LLMCallRecord
 # No `*_created` series: one extra series per counter and histogram child, which says when this
 # process first saw the label set; rate() and increase() never need it. (A process-wide switch
 # of prometheus-client, read when the samples are collected.)
-disable_created_metrics()
+disable_created_metrics()  # type: ignore[no-untyped-call]  # prometheus-client leaves it untyped
 
 if TYPE_CHECKING:
     from ..transport.runtime.summary import CacheStats, RunSummary
