@@ -62,6 +62,34 @@ async def test_out_of_order_and_duplicates() -> None:
     assert s.duplicates == 3 and s.held == 0
 
 
+async def test_a_run_read_from_the_store_goes_on_with_the_clients_numbering() -> None:
+    """A shim run reopened after a restart: the client goes on counting from its appends to
+    the server that is gone, so its next append is the next input, whatever its number."""
+    s = Session("r", "runsse")
+    s.continue_client_numbering()
+    assert s.next_seqno == 1  # position 0 is the stored run request
+    assert not s.append(0, *wire(run_request()))  # the run request again: a duplicate
+    assert s.append(7, *wire(heartbeat()))
+    assert s.append(9, *wire(cancel()))  # held: 8 is still to come
+    assert not s.append(5, *wire(heartbeat()))  # behind where the client's count stood
+    assert [i for i, _ in await drain(s)] == ["r:7"]
+    assert s.append(8, *wire(heartbeat()))
+    assert [i for i, _ in await drain(s)] == ["r:8", "r:9"]
+    assert s.held == 0 and s.next_seqno == 10 and s.duplicates == 2
+
+
+async def test_appends_held_before_the_stored_request_was_found_are_delivered() -> None:
+    s = Session("r", "runsse")
+    assert s.append(4, *wire(heartbeat()))  # arrived while the store was being asked
+    assert s.append(3, *wire(heartbeat()))
+    assert await drain(s) == []
+    s.continue_client_numbering()
+    assert [i for i, _ in await drain(s)] == ["r:3", "r:4"]
+    assert s.append(5, *wire(cancel()))
+    assert [i for i, _ in await drain(s)] == ["r:5"]
+    assert s.held == 0 and s.next_seqno == 6
+
+
 async def test_held_limit_and_bad_seqno() -> None:
     s = Session("r", "runsse", max_held=3)
     for n in (5, 6, 7):

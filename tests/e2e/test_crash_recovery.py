@@ -45,7 +45,15 @@ from cursor_byok.llm import canonical
 from cursor_byok.llm.types import AssistantMessage, ToolResultMessage, UserMessage
 from cursor_byok.transport.cursor.proto import agent_pb2 as a
 from cursor_byok.transport.cursor.proto import aiserver_pb2
-from tests.support.connect_client import RUNSSE, StreamResult, append, envelope, split_frames
+from cursor_byok.transport.runtime.checkpoints import BLOB_TIMEOUT_S
+from tests.support.connect_client import (
+    RUNSSE,
+    StreamResult,
+    append,
+    envelope,
+    heartbeat,
+    split_frames,
+)
 from tests.support.live import ServerProcess, ThreadedUpstream, brain_config, server_process
 from tests.support.upstream import FakeUpstream, Received, Reply
 
@@ -491,11 +499,17 @@ def assert_one_answer(messages: list[Any], answer: str) -> None:
 
 
 async def complete_turn_logged(
-    crashable: Crashable, request_id: str, first: a.AgentClientMessage | None
+    crashable: Crashable,
+    request_id: str,
+    first: a.AgentClientMessage | None,
+    *,
+    seqno: int = 0,
 ) -> ShimRun:
-    """A whole run against the crashable server; failures carry the server logs."""
+    """A whole run against the crashable server; failures carry the server logs. A client
+    that reopens a run goes on counting its appends from `seqno`, as a real one does."""
     async with shim_http(crashable.url) as http:
         run = ShimRun(http, request_id, ScriptedClient(files={"/w/notes.txt": NOTES}))
+        run.seqno = seqno
         try:
             await run.open(first)
             try:
@@ -549,7 +563,7 @@ async def test_kill9_during_llm_stream_resends_the_same_request(
     if comeback == "reopen_runsse":
         # The same request_id, and the client does NOT re-send its appends: the server must
         # find the run by request_id in its store.
-        run2 = await complete_turn_logged(crashable, run1.request_id, None)
+        run2 = await complete_turn_logged(crashable, run1.request_id, None, seqno=run1.seqno)
     else:
         run2 = await complete_turn_logged(
             crashable, f"req-{comeback}-2", resume_run_request(conversation)
@@ -763,7 +777,7 @@ async def test_kill9_after_done_delivers_the_committed_answer(
 
     crashable.start()
     if comeback == "reopen_runsse":
-        run2 = await complete_turn_logged(crashable, run1.request_id, None)
+        run2 = await complete_turn_logged(crashable, run1.request_id, None, seqno=run1.seqno)
     else:
         run2 = await complete_turn_logged(
             crashable, f"req-done-{comeback}-2", resume_run_request(conversation)
@@ -815,3 +829,53 @@ async def test_replayed_run_request_after_restart_changes_nothing(
     with db_reader(crashable.db) as conn:
         assert conn.execute("SELECT count(*) FROM input_commits").fetchone()[0] == inputs
     assert [type(m) for m in decoded(committed)] == [UserMessage, AssistantMessage]
+
+
+# ---------------------------------------------------------------------------------------------
+# A reopened run whose client goes on counting its appends
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("killed_in", ["llm_stream", "read_tool"])
+async def test_reopened_run_takes_the_clients_next_append(
+    crashable: Crashable, upstream: FakeUpstream, killed_in: str
+) -> None:
+    """A real shim client that reopens RunSSE after a restart keeps its append_seqno count.
+    The new process takes its next append as the next input: the Read is answered, the
+    checkpoint blob is acknowledged and published, and the turn takes no longer than a normal
+    one. (Before, those answers were held forever behind appends only the dead process saw:
+    the Read hung, and the turn waited out the checkpoint's 5 s blob timeout.)"""
+    conversation = f"conv-count-{killed_in}"
+    crashable.start()
+    if killed_in == "llm_stream":
+        prompt = "count-crash: tell me something"
+        upstream.push(partial_then_hang("HALF " * 5))
+        hold: frozenset[str] = frozenset()
+    else:
+        prompt = 'count-crash [tool Read {"path": "/w/notes.txt"}]'
+        hold = frozenset({"read_args"})
+    async with shim_http(crashable.url) as http:
+        run1 = ShimRun(http, f"req-count-{killed_in}", ScriptedClient(hold=hold))
+        try:
+            await run1.open(user_run_request(conversation, prompt))
+            if killed_in == "llm_stream":
+                await run1.wait_for(lambda: len(run1.result.texts) >= 3, "text deltas")
+            else:
+                await run1.wait_for(lambda: bool(run1.execs_of("read_args")), "a read exec")
+                await run1.send(heartbeat())  # the client's count runs ahead of the inputs
+            crashable.kill9()
+            await run1.finish()
+        finally:
+            await run1.close()
+    assert run1.seqno >= 1
+
+    crashable.start()
+    started = time.monotonic()
+    run2 = await complete_turn_logged(crashable, run1.request_id, None, seqno=run1.seqno)
+    took = time.monotonic() - started
+    assert run2.checkpoints, f"no checkpoint published: {run2.describe()}"
+    assert run2.set_blobs, run2.describe()
+    if killed_in == "read_tool":
+        assert [r.read_args.path for r in run2.execs_of("read_args")] == ["/w/notes.txt"]
+        assert "first line of the notes" in run2.text
+    assert took < BLOB_TIMEOUT_S * 0.8, f"the reopened turn took {took:.2f} s"

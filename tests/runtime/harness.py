@@ -149,6 +149,7 @@ class Client:
         self._inbox: asyncio.Queue[Incoming | None] = asyncio.Queue()
         self._router: Callable[[Incoming], None] | None = None
         self._next = 0
+        self.numbering_continued = False
         self._changed = asyncio.Event()
 
     # -- RunChannel ---------------------------------------------------------------------------
@@ -171,6 +172,9 @@ class Client:
                 self._inbox.put_nowait(None)
                 return
             handler(item)
+
+    def continue_client_numbering(self) -> None:
+        self.numbering_continued = True
 
     def send(self, frame: bytes) -> None:
         if self._finished:

@@ -50,6 +50,13 @@ class RunChannel(Protocol):
         transport's own reading, so it must be quick and must not raise. None stops routing."""
         ...
 
+    def continue_client_numbering(self) -> None:
+        """The run's first message came from the store, not from this client connection (a
+        shim run reopened after a restart): the client's appends go on from wherever its own
+        numbering stands, so the next one it sends is taken as the next in order, whatever
+        its number (the server that saw the ones before it is gone)."""
+        ...
+
     def send(self, frame: bytes) -> None:
         """Queue one serialized message for the client. Never blocks; order is preserved."""
         ...

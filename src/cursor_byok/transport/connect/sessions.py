@@ -102,6 +102,7 @@ class Session:
         self._inbox: asyncio.Queue[Incoming | None] = asyncio.Queue()
         self._next_seqno = 0
         self._held: dict[int, tuple[bytes, object]] = {}
+        self._adopt_next = False  # take the next append's seqno as the next in order
         self._input_closed = False
         self.history: list[bytes] = []
         self.history_bytes = 0
@@ -145,6 +146,21 @@ class Session:
             handler(item)
         except Exception:  # the transport's reading must go on
             log.exception("run %s: routing a client message failed", self._request_id)
+
+    def continue_client_numbering(self) -> None:
+        if self._next_seqno == 0:
+            self._next_seqno = 1  # position 0 is the run request, read from the store
+        if self._held:
+            self._adopt(min(self._held))
+        else:
+            self._adopt_next = True
+
+    def _adopt(self, seqno: int) -> None:
+        """Start in-order delivery at `seqno` (see `continue_client_numbering`)."""
+        self._adopt_next = False
+        self._next_seqno = max(self._next_seqno, seqno)
+        while self._next_seqno in self._held:
+            self._deliver(*self._held.pop(self._next_seqno))
 
     def send(self, frame: bytes) -> None:
         if self._finished:
@@ -208,6 +224,9 @@ class Session:
         if seqno < self._next_seqno or seqno in self._held:
             self.duplicates += 1
             return False
+        if self._adopt_next:
+            self._adopt_next = False
+            self._next_seqno = seqno
         if seqno > self._next_seqno:
             if len(self._held) >= self._max_held:
                 raise ConnectError(

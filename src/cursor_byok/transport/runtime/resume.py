@@ -29,6 +29,9 @@ async def first_message(channel: RunChannel, store: Store, *, resumable: bool) -
         if record is None:
             return await received
         received.cancel()  # an inbox get: cancelling it loses nothing
+        # The client counts on from its appends to the server that is gone: its next one is
+        # our next input (else its answers wait forever for appends this process never saw).
+        channel.continue_client_numbering()
         return Incoming(f"{channel.request_id}:0", record.request, record.request)
     finally:
         if not stored.done():
