@@ -34,6 +34,7 @@ class App:
         obs = Observability(config, store)
         services = RunnerServices(
             models=config.models,
+            default_model=config.server.default_model,
             store=store,
             llm_for=lambda m: registry.llm(m.provider),
             tool_timeout_s=config.server.tool_timeout_s,

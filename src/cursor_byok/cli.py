@@ -97,7 +97,7 @@ def cmd_init(path: str | None, force: bool) -> int:
 
 
 def models_table(config: Config) -> str:
-    headers = ("ID", "NAME", "PROVIDER", "API", "UPSTREAM MODEL", "CONTEXT", "REASONING")
+    headers = ("ID", "NAME", "PROVIDER", "API", "UPSTREAM MODEL", "CONTEXT", "REASONING", "ALIASES")
     rows: list[tuple[str, ...]] = [headers]
     for m in config.models.values():
         s = m.settings
@@ -118,6 +118,7 @@ def models_table(config: Config) -> str:
                 s.model,
                 f"{m.context_window:,}",
                 reasoning,
+                ", ".join(m.aliases),
             )
         )
     widths = [max(len(r[i]) for r in rows) for i in range(len(headers))]
@@ -129,6 +130,8 @@ def models_table(config: Config) -> str:
             for i in range(len(headers))
         ]
         lines.append("  ".join(cells).rstrip())
+    if config.server.default_model:
+        lines.append(f"default model (for names not served): {config.server.default_model}")
     return "\n".join(lines)
 
 

@@ -15,6 +15,7 @@ from typing import Any, get_args
 
 import msgspec
 
+from .llm.model_names import ModelNames, NameClash, UnknownDefault
 from .llm.models import Model, Prices
 from .llm.settings import Api, ModelSettings, ProviderSettings, ReasoningEffort
 
@@ -59,6 +60,9 @@ class ServerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     fsync_model_calls: bool = False
     # HTTP/2 streams (runs) one client connection may have open at once.
     http2_max_concurrent_streams: int = 1024
+    # The model for a name no model or alias answers to (the IDE's `default`/Auto, a client's
+    # remembered name). A model id or alias; after loading always the model's id.
+    default_model: str | None = None
 
     def __repr__(self) -> str:
         token = "set" if self.auth_token else "unset"
@@ -91,6 +95,7 @@ class ModelConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     extra_body: dict[str, Any] = {}
     extra_headers: dict[str, str] = {}
     prices: Prices | None = None
+    aliases: list[str] = []  # other names clients may ask for; unique across all models
 
 
 class RawConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -115,6 +120,10 @@ class Config(msgspec.Struct, frozen=True):
 
     def model(self, model_id: str) -> Model | None:
         return self.models.get(model_id)
+
+    def model_names(self) -> ModelNames:
+        """The resolver every model name a client sends goes through."""
+        return ModelNames(self.models.values(), self.server.default_model)
 
 
 def is_loopback(host: str) -> bool:
@@ -202,6 +211,8 @@ def parse_config(
             raise ConfigError(f"{where}{key}.reasoning_effort must be one of {list(EFFORTS)}")
         if m.max_output_tokens is not None and m.max_output_tokens <= 0:
             raise ConfigError(f"{where}{key}.max_output_tokens must be positive")
+        if any(not a.strip() for a in m.aliases):
+            raise ConfigError(f"{where}{key}.aliases: an alias must not be empty")
         settings = ModelSettings(
             model=m.model or model_id,
             max_output_tokens=m.max_output_tokens,
@@ -219,7 +230,20 @@ def parse_config(
             settings=settings,
             context_window=m.context_window,
             prices=m.prices,
+            aliases=tuple(m.aliases),
         )
+    try:
+        names = ModelNames(models.values(), server.default_model)
+    except NameClash as exc:
+        raise ConfigError(f"{where}models.{exc.model_id}.aliases: {exc}") from None
+    except UnknownDefault as exc:
+        served = ", ".join(exc.unknown.served) or "none are configured"
+        raise ConfigError(
+            f"{where}server.default_model: {server.default_model!r} is not a served model id "
+            f"or alias; this server offers: {served}"
+        ) from None
+    if names.default is not None:
+        server = msgspec.structs.replace(server, default_model=names.default.id)
     return Config(server=server, providers=providers, models=models, path=path)
 
 

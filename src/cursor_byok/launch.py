@@ -129,7 +129,12 @@ def connect_app(
 ) -> ConnectApp:
     """The Connect app serving the Cursor agent service with `handler` as its run handler."""
     server = config.server
-    service = CursorService(RpcSettings(models=tuple(config.models.values()), http2=server.http2))
+    rpc = RpcSettings(
+        models=tuple(config.models.values()),
+        http2=server.http2,
+        default_model=server.default_model,
+    )
+    service = CursorService(rpc)
     return ConnectApp(
         service,
         handler,

@@ -33,13 +33,17 @@ http2 = true                  # GetServerConfig tells clients HTTP/2 is allowed;
 # private_key = "key.pem"
 log_format = "text"           # "text" (readable) or "json" (one JSON object per line)
 log_level = "info"            # debug, info, warning or error (cursor-byok serve --log-level)
+# default_model = "local"     # a model id or alias that serves requests for names no model
+                              # answers to (the IDE's "default"/Auto, a client's old name);
+                              # unset, such a request fails with the list of served models
 
 # ---------------------------------------------------------------------------------------------
 # Providers: where requests go. `api` is one of openai-chat, openai-responses, anthropic,
 # gemini. `base_url` defaults to the vendor's public endpoint.
 #
 # Models: each [models.<id>] is one entry in the client's model picker; <id> is what clients
-# select. `model` is the upstream model name (defaults to <id>), `name` the display name.
+# select. `model` is the upstream model name (defaults to <id>), `name` the display name,
+# `aliases` other names clients may ask for (matched ignoring case; unique across models).
 # Optional per model: max_output_tokens, reasoning, reasoning_effort (none, minimal, low,
 # medium, high, xhigh), reasoning_budget, temperature, extra_body, extra_headers and
 # prices = { input = ..., output = ..., cache_read = ..., cache_write = ... } in USD per
@@ -85,6 +89,7 @@ context_window = 32768
 #provider = "anthropic"
 #model = "claude-sonnet-4-5"
 #name = "Claude Sonnet"
+#aliases = ["claude-4-sonnet", "claude-sonnet-4-5"]
 #context_window = 200000
 #max_output_tokens = 16000
 #reasoning = true

@@ -65,6 +65,10 @@ def test_init_writes_a_parseable_commented_config(
     }
     assert len(config.models) == 4
     assert all(m.prices is not None for m in config.models.values() if m.id != "local")
+    assert config.models["claude-sonnet"].aliases == ("claude-4-sonnet", "claude-sonnet-4-5")
+    # The commented default_model line, enabled, names a served model.
+    with_default = parse_config(text.replace("# default_model", "default_model"), env={})
+    assert with_default.server.default_model == "local"
     for text_ in ("llama.cpp", "Ollama", "vLLM", "11434", "8000"):
         assert text_ in text
     # ...and without them, the error names the missing variable.
@@ -112,6 +116,7 @@ def test_models_table(
         "MODEL",
         "CONTEXT",
         "REASONING",
+        "ALIASES",
     ]
     assert lines[1].split() == [
         "gpt-5",
@@ -133,6 +138,25 @@ def test_models_table(
         "no",
     ]
     assert SECRET not in out
+    assert len(lines) == 3  # no default model line when none is set
+
+
+def test_models_table_lists_aliases_and_the_default(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cfg = tmp_path / "c.toml"
+    text = MODELS_TOML.replace(
+        'reasoning_effort = "high"\n',
+        'reasoning_effort = "high"\naliases = ["gpt5", "openai-best"]\n',
+    )
+    cfg.write_text('[server]\ndefault_model = "gpt5"\n' + text)
+    monkeypatch.setenv("CLI_TEST_OPENAI_KEY", SECRET)
+    assert cli.main(["models", "--config", str(cfg)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    aliases_at = lines[0].index("ALIASES")
+    assert lines[1][aliases_at:] == "gpt5, openai-best"
+    assert lines[2].split()[0] == "qwen" and len(lines[2]) <= aliases_at  # none: an empty cell
+    assert lines[3] == "default model (for names not served): gpt-5"
 
 
 def test_models_with_config_error_and_no_models(

@@ -35,3 +35,4 @@ class Model(msgspec.Struct, frozen=True):
     settings: ModelSettings
     context_window: int
     prices: Prices | None
+    aliases: tuple[str, ...] = ()  # other names clients may ask for (llm/model_names.py)

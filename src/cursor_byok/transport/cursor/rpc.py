@@ -27,11 +27,12 @@ INT32_MAX = 2**31 - 1
 
 @dataclass(frozen=True, slots=True)
 class RpcSettings:
-    """What the unary RPCs answer from: the models served, in the configuration's order (the
-    first is the default), and whether clients may use HTTP/2."""
+    """What the unary RPCs answer from: the models served, in the configuration's order, the
+    default (`default_model`'s id, else the first), and whether clients may use HTTP/2."""
 
     models: tuple[Model, ...] = ()
     http2: bool = True
+    default_model: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +53,7 @@ def model_details(model: Model) -> agent_pb2.ModelDetails:
         display_model_id=model.id,
         display_name=model.display_name,
         display_name_short=model.display_name,
+        aliases=model.aliases,
     )
     if model.settings.reasoning:
         details.thinking_details.SetInParent()
@@ -60,6 +62,12 @@ def model_details(model: Model) -> agent_pb2.ModelDetails:
 
 def _models(settings: RpcSettings) -> list[Model]:
     return list(settings.models)
+
+
+def _default(settings: RpcSettings) -> Model | None:
+    """The model `default_model` names, else the first one."""
+    chosen = (m for m in settings.models if m.id == settings.default_model)
+    return next(chosen, settings.models[0] if settings.models else None)
 
 
 def get_server_config(
@@ -89,10 +97,10 @@ def get_usable_models(
 def get_default_model_for_cli(
     _req: agent_pb2.GetDefaultModelForCliRequest, ctx: UnaryContext
 ) -> agent_pb2.GetDefaultModelForCliResponse:
-    models = _models(ctx.settings)
-    if not models:
+    default = _default(ctx.settings)
+    if default is None:
         return agent_pb2.GetDefaultModelForCliResponse()
-    return agent_pb2.GetDefaultModelForCliResponse(model=model_details(models[0]))
+    return agent_pb2.GetDefaultModelForCliResponse(model=model_details(default))
 
 
 def available_models(
@@ -116,13 +124,14 @@ def available_models(
                 server_model_name=m.id,
                 inputbox_short_model_name=m.display_name,
                 is_user_added=False,
+                id_aliases=m.aliases,
             )
             for m in models
         ],
     )
-    if models:
+    if (default := _default(ctx.settings)) is not None:
         fm = aiserver_pb2.AvailableModelsResponse.FeatureModelConfig(
-            default_model=models[0].id, fallback_models=[m.id for m in models[1:]]
+            default_model=default.id, fallback_models=[m.id for m in models if m is not default]
         )
         resp.composer_model_config.CopyFrom(fm)
         resp.quick_agent_model_config.CopyFrom(fm)

@@ -16,6 +16,7 @@ from collections.abc import Awaitable
 from typing import Any, assert_never
 
 from ...llm.events import DoneEvent, ErrorEvent, ResponseEvent
+from ...llm.model_names import Resolved, Unknown, Via
 from ...llm.models import Model
 from ...llm.stream import PreparedRequest
 from ...loop import (
@@ -231,15 +232,21 @@ class Run:
         )
 
     def _resolve_model(self, model_id: str | None) -> Model:
-        models = self.services.models
-        model = models.get(model_id) if model_id else None
-        if model is None and model_id is None and len(models) == 1:
-            model = next(iter(models.values()))
-        if model is None:
-            known = ", ".join(sorted(models)) or "none are configured"
-            asked = repr(model_id) if model_id else "no model"
-            raise RunFailed(bad_request_end(f"unknown model {asked}; this server offers: {known}"))
-        return model
+        match self.services.model_names.resolve(model_id):
+            case Unknown() as unknown:
+                raise RunFailed(bad_request_end(unknown.message()))
+            case Resolved(model=model, via=Via.DEFAULT) if model_id:
+                log.info(
+                    "run %s: model %r is not served; using the default %s",
+                    self.channel.request_id,
+                    model_id,
+                    model.id,
+                )
+                return model
+            case Resolved(model=model):
+                return model
+            case never:
+                assert_never(never)
 
     def _background(self, work: Awaitable[Any], what: str) -> None:
         """A write nobody waits for; its failure is logged, never lost silently."""

@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from ...llm.model_names import ModelNames
 from ...llm.models import Model
 from ...llm.stream import LLM
 from ...store.api import LLMCallRecord, Store
@@ -39,7 +40,7 @@ def wall_ms() -> int:
 class RunnerServices:
     """What the runtime needs from the composition root."""
 
-    models: Mapping[str, Model]  # by id, in the configuration's order (the first is the default)
+    models: Mapping[str, Model]  # by id, in the configuration's order
     store: Store
     llm_for: Callable[[Model], LLM]
     now_ms: Callable[[], int] = wall_ms
@@ -52,6 +53,11 @@ class RunnerServices:
     on_run_end: Callable[[RunSummary], None] | None = None
     on_unknown_event: Callable[[str], None] | None = None
     unknown_kinds: set[str] = field(default_factory=set)  # logged once each
+    default_model: str | None = None  # server.default_model: for names not served
+    model_names: ModelNames = field(init=False)  # what run requests' model names resolve by
+
+    def __post_init__(self) -> None:
+        self.model_names = ModelNames(self.models.values(), self.default_model)
 
 
 class Runner:
