@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import itertools
 import os
 import socket
 import sqlite3
@@ -66,6 +67,8 @@ def _config_next_step(message: str) -> str:
         return "check the path; `cursor-byok init PATH` writes a starter file"
     if "not valid TOML" in message:
         return "fix the TOML syntax at the position named in the detail"
+    if "unknown key; did you mean " in message:
+        return f"rename the key to {message.rsplit('did you mean ', 1)[1].rstrip('?')}"
     return "fix the key named in the detail (see the comments of `cursor-byok init`'s file)"
 
 
@@ -73,8 +76,11 @@ def check_config(path: str | None, env: dict[str, str]) -> tuple[Config | None, 
     try:
         config = load_config(path, env=env)
     except ConfigError as exc:
-        message = str(exc)
-        return None, [Check("config", "FAIL", message, _config_next_step(message))]
+        rows = [Check("config", "FAIL", line, _config_next_step(line)) for line in exc.lines()]
+        for row, after in itertools.pairwise(rows):
+            if row.next_step == after.next_step:
+                row.next_step = ""  # the same advice once, after the last of its mistakes
+        return None, rows
     where = config.path or "config"
     rows = [
         Check(
