@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from dataclasses import dataclass
 
 from .config import Config
@@ -12,6 +13,7 @@ from .launch import ListenError, check_bind, serve_async, url_of
 from .llm.registry import LLMRegistry
 from .observability.logs import install_redaction, secrets_of, setup_logging
 from .observability.routes import Observability
+from .start_warnings import warn_at_start
 from .store.errors import StoreError
 from .store.sqlite import SQLiteStore
 from .transport.runtime import Runner, RunnerServices
@@ -60,9 +62,13 @@ async def _serve(config: Config, host: str, port: int, database: str | None) -> 
         log.error("cannot open the database: %s", exc)
         return 2
     scheme = "https" if config.server.certificate else "http"
+    loop = asyncio.get_running_loop()
+    checks: list[asyncio.Task[None]] = []
+    started = time.monotonic()
 
     def listening() -> None:
         log.info("serving %d models on %s", len(config.models), url_of(scheme, host, port))
+        loop.call_soon_threadsafe(lambda: checks.append(loop.create_task(warn_at_start(config))))
 
     try:
         await serve_async(
@@ -78,8 +84,23 @@ async def _serve(config: Config, host: str, port: int, database: str | None) -> 
         log.error("%s", exc)
         return 2
     finally:
+        for task in checks:
+            task.cancel()
         await app.close()
+    log.info("stopped (uptime %s)", _uptime(time.monotonic() - started))
     return 0
+
+
+def _uptime(seconds: float) -> str:
+    """`3 s`, `4 min 05 s`, `2 h 03 min`, `3 d 04 h`: for the line at shutdown."""
+    s = int(seconds)
+    if s < 60:
+        return f"{s} s"
+    if s < 3600:
+        return f"{s // 60} min {s % 60:02d} s"
+    if s < 86400:
+        return f"{s // 3600} h {s % 3600 // 60:02d} min"
+    return f"{s // 86400} d {s % 86400 // 3600:02d} h"
 
 
 def serve(

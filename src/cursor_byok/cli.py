@@ -63,8 +63,15 @@ def _load(path: str | None) -> Config | None:
     try:
         return load_config(path)
     except ConfigError as exc:
-        print(f"cursor-byok: configuration error: {exc}", file=sys.stderr)
+        report_config_error(exc)
         return None
+
+
+def report_config_error(exc: ConfigError) -> None:
+    """One line per mistake on stderr, each with the same prefix (grep-able, and a line on
+    its own still says what it is)."""
+    for line in exc.lines():
+        print(f"cursor-byok: configuration error: {line}", file=sys.stderr)
 
 
 def cmd_init(path: str | None, force: bool) -> int:

@@ -7,14 +7,17 @@ provider settings only, and never printed: `repr` of every config object leaves 
 from __future__ import annotations
 
 import argparse
+import difflib
 import ipaddress
 import os
+import tomllib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, get_args
 
 import msgspec
 
+from .config_shape import check_shape, key_path
 from .llm.model_names import ModelNames, NameClash, UnknownDefault
 from .llm.models import Model, Prices
 from .llm.settings import Api, ModelSettings, ProviderSettings, ReasoningEffort
@@ -39,7 +42,17 @@ EFFORTS: tuple[str, ...] = get_args(ReasoningEffort)
 
 
 class ConfigError(ValueError):
-    """A configuration mistake; the message names the offending key."""
+    """Configuration mistakes, one message each naming the offending key; str() is one line
+    per mistake, each prefixed with the file's path."""
+
+    def __init__(self, *problems: str, path: str | None = None) -> None:
+        self.problems = problems
+        self.path = path
+        super().__init__("\n".join(self.lines()))
+
+    def lines(self) -> list[str]:
+        where = f"{self.path}: " if self.path else ""
+        return [f"{where}{problem}" for problem in self.problems]
 
 
 class ServerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -144,51 +157,65 @@ def _validation_message(exc: msgspec.ValidationError) -> str:
 def parse_config(
     text: str | bytes, *, env: dict[str, str] | None = None, path: str | None = None
 ) -> Config:
+    """The configuration in `text`; a ConfigError lists every mistake found, not the first."""
     env = dict(os.environ) if env is None else env
-    where = f"{path}: " if path else ""
     try:
-        raw = msgspec.toml.decode(text, type=RawConfig)
-    except msgspec.ValidationError as exc:
-        raise ConfigError(f"{where}{_validation_message(exc)}") from None
-    except msgspec.DecodeError as exc:
-        raise ConfigError(f"{where}not valid TOML: {exc}") from None
+        data = tomllib.loads(text if isinstance(text, str) else text.decode())
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"not valid TOML: {exc}", path=path) from None
+    except UnicodeDecodeError:
+        raise ConfigError("not valid TOML: the file is not UTF-8 text", path=path) from None
+    shape = check_shape(data, RawConfig)
+    errors = shape.problems
+    try:
+        raw = msgspec.convert(shape.cleaned, RawConfig)
+    except msgspec.ValidationError as exc:  # a mistake the walk does not know; not expected
+        raise ConfigError(*errors, _validation_message(exc), path=path) from None
 
     server = raw.server
     if not 0 < server.port < 65536:
-        raise ConfigError(f"{where}server.port must be 1-65535, got {server.port}")
+        errors.append(f"server.port must be 1-65535, got {server.port}")
     if not is_loopback(server.host) and not server.auth_token:
-        raise ConfigError(
-            f"{where}server.auth_token is required when server.host is not loopback "
+        errors.append(
+            f"server.auth_token is required when server.host is not loopback "
             f"({server.host!r}); set a token or bind to 127.0.0.1"
         )
     if bool(server.certificate) != bool(server.private_key):
-        raise ConfigError(f"{where}server.certificate and server.private_key go together")
+        errors.append("server.certificate and server.private_key go together")
     if not 0 < server.tool_timeout_s <= 86400:
-        raise ConfigError(f"{where}server.tool_timeout_s must be between 0 and 86400 seconds")
+        errors.append("server.tool_timeout_s must be between 0 and 86400 seconds")
     if not 1 <= server.http2_max_concurrent_streams <= 100_000:
-        raise ConfigError(f"{where}server.http2_max_concurrent_streams must be 1-100000")
+        errors.append("server.http2_max_concurrent_streams must be 1-100000")
     if server.log_format not in ("text", "json"):
-        raise ConfigError(f"{where}server.log_format must be 'text' or 'json'")
+        errors.append("server.log_format must be 'text' or 'json'")
     if server.log_level.lower() not in LOG_LEVELS:
-        raise ConfigError(f"{where}server.log_level must be one of {', '.join(LOG_LEVELS)}")
+        errors.append(f"server.log_level must be one of {', '.join(LOG_LEVELS)}")
 
     providers: dict[str, ProviderSettings] = {}
+    # Providers with a mistake already reported: a model naming one is not a second mistake.
+    broken = {name for parent, name in shape.dropped if parent == "providers"}
     for name, p in raw.providers.items():
-        key = f"providers.{name}"
+        key = key_path("providers", name)
         if p.api not in APIS:
-            raise ConfigError(f"{where}{key}.api: unknown api {p.api!r}; use one of {list(APIS)}")
+            errors.append(f"{key}.api: unknown api {p.api!r}; use one of {list(APIS)}")
+            broken.add(name)
+            continue
         api_key = p.api_key
         if api_key is None and p.api_key_env:
             api_key = env.get(p.api_key_env)
             if not api_key:
-                raise ConfigError(
-                    f"{where}{key}.api_key_env: environment variable {p.api_key_env} is not set"
-                )
+                errors.append(f"{key}.api_key_env: environment variable {p.api_key_env} is not set")
+                broken.add(name)
+                continue
         base_url = (p.base_url or DEFAULT_BASE_URLS[p.api]).rstrip("/")
         if not base_url.startswith(("http://", "https://")):
-            raise ConfigError(f"{where}{key}.base_url must start with http:// or https://")
+            errors.append(f"{key}.base_url must start with http:// or https://")
+            broken.add(name)
+            continue
         if api_key is None and base_url in DEFAULT_BASE_URLS.values():
-            raise ConfigError(f"{where}{key}: set api_key_env (or api_key) for {base_url}")
+            errors.append(f"{key}: set api_key_env (or api_key) for {base_url}")
+            broken.add(name)
+            continue
         providers[name] = ProviderSettings(
             name=name,
             api=p.api,  # type: ignore[arg-type]
@@ -201,18 +228,18 @@ def parse_config(
 
     models: dict[str, Model] = {}
     for model_id, m in raw.models.items():
-        key = f"models.{model_id}"
-        if m.provider not in providers:
-            known = ", ".join(sorted(providers)) or "none configured"
-            raise ConfigError(
-                f"{where}{key}.provider: unknown provider {m.provider!r} (providers: {known})"
-            )
+        key = key_path("models", model_id)
+        found = len(errors)
+        if m.provider not in providers and m.provider not in broken:
+            errors.append(f"{key}.provider: {_unknown_provider(m.provider, raw.providers)}")
         if m.reasoning_effort is not None and m.reasoning_effort not in EFFORTS:
-            raise ConfigError(f"{where}{key}.reasoning_effort must be one of {list(EFFORTS)}")
+            errors.append(f"{key}.reasoning_effort must be one of {list(EFFORTS)}")
         if m.max_output_tokens is not None and m.max_output_tokens <= 0:
-            raise ConfigError(f"{where}{key}.max_output_tokens must be positive")
+            errors.append(f"{key}.max_output_tokens must be positive")
         if any(not a.strip() for a in m.aliases):
-            raise ConfigError(f"{where}{key}.aliases: an alias must not be empty")
+            errors.append(f"{key}.aliases: an alias must not be empty")
+        if len(errors) > found or m.provider not in providers:
+            continue
         settings = ModelSettings(
             model=m.model or model_id,
             max_output_tokens=m.max_output_tokens,
@@ -232,19 +259,29 @@ def parse_config(
             prices=m.prices,
             aliases=tuple(m.aliases),
         )
+    if errors:
+        raise ConfigError(*errors, path=path)
     try:
         names = ModelNames(models.values(), server.default_model)
     except NameClash as exc:
-        raise ConfigError(f"{where}models.{exc.model_id}.aliases: {exc}") from None
+        raise ConfigError(f"{key_path('models', exc.model_id)}.aliases: {exc}", path=path) from None
     except UnknownDefault as exc:
         served = ", ".join(exc.unknown.served) or "none are configured"
         raise ConfigError(
-            f"{where}server.default_model: {server.default_model!r} is not a served model id "
-            f"or alias; this server offers: {served}"
+            f"server.default_model: {server.default_model!r} is not a served model id "
+            f"or alias; this server offers: {served}",
+            path=path,
         ) from None
     if names.default is not None:
         server = msgspec.structs.replace(server, default_model=names.default.id)
     return Config(server=server, providers=providers, models=models, path=path)
+
+
+def _unknown_provider(name: str, known: Mapping[str, object]) -> str:
+    close = difflib.get_close_matches(name, list(known), n=1)
+    hint = f"; did you mean {close[0]!r}?" if close else ""
+    listed = ", ".join(sorted(known)) or "none configured"
+    return f"unknown provider {name!r} (providers: {listed}){hint}"
 
 
 LOCAL_CONFIG = "cursor-byok.toml"  # what `cursor-byok init` and scripts/serve write

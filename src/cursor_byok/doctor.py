@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import itertools
 import os
 import socket
 import sqlite3
 import sys
+import textwrap
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -40,6 +42,8 @@ Status = Literal["OK", "WARN", "FAIL", "SKIP"]
 PING = RequestMessages(system_prompt="Reply with OK.", messages=(UserMessage.of_text("ping"),))
 PING_MAX_OUTPUT_TOKENS = 16
 DEFAULT_TIMEOUT_S = 20.0
+WIDTH = 100  # the widest line doctor prints
+NAME_COLUMN = 24  # wider check names get a line of their own
 
 
 @dataclass
@@ -66,6 +70,8 @@ def _config_next_step(message: str) -> str:
         return "check the path; `cursor-byok init PATH` writes a starter file"
     if "not valid TOML" in message:
         return "fix the TOML syntax at the position named in the detail"
+    if "unknown key; did you mean " in message:
+        return f"rename the key to {message.rsplit('did you mean ', 1)[1].rstrip('?')}"
     return "fix the key named in the detail (see the comments of `cursor-byok init`'s file)"
 
 
@@ -73,8 +79,11 @@ def check_config(path: str | None, env: dict[str, str]) -> tuple[Config | None, 
     try:
         config = load_config(path, env=env)
     except ConfigError as exc:
-        message = str(exc)
-        return None, [Check("config", "FAIL", message, _config_next_step(message))]
+        rows = [Check("config", "FAIL", line, _config_next_step(line)) for line in exc.lines()]
+        for row, after in itertools.pairwise(rows):
+            if row.next_step == after.next_step:
+                row.next_step = ""  # the same advice once, after the last of its mistakes
+        return None, rows
     where = config.path or "config"
     rows = [
         Check(
@@ -375,15 +384,32 @@ async def run_checks(
     return rows
 
 
-def format_table(rows: Sequence[Check]) -> str:
-    headers = ("CHECK", "STATUS", "DETAIL", "NEXT STEP")
-    table = [headers, *((r.name, r.status, r.detail, r.next_step) for r in rows)]
-    widths = [max(len(row[i]) for row in table) for i in range(3)]
-    lines = []
-    for row in table:
-        cells = [row[i].ljust(widths[i]) for i in range(3)]
-        lines.append(("  ".join(cells) + "  " + row[3]).rstrip())
+def format_table(rows: Sequence[Check], width: int = WIDTH) -> str:
+    """The rows as a table no wider than `width`: the detail and then the next step wrap
+    under the DETAIL column; a check name too long for its column gets a line of its own."""
+    name_w = min(max(len(r.name) for r in (Check("CHECK", "OK", ""), *rows)), NAME_COLUMN)
+    status_w = len("STATUS")
+    indent = " " * (name_w + 2 + status_w + 2)
+    text_w = width - len(indent)
+    lines = [f"{'CHECK'.ljust(name_w)}  STATUS  DETAIL"]
+    for row in rows:
+        body = _wrap(row.detail, text_w)
+        if row.next_step:
+            body += _wrap(f"next step: {row.next_step}", text_w)
+        name = row.name
+        if len(name) > name_w:
+            lines.append(name if len(name) <= width else name[: width - 1] + "…")
+            name = ""
+        lines.append(f"{name.ljust(name_w)}  {row.status.ljust(status_w)}  {body[0]}".rstrip())
+        lines.extend(f"{indent}{part}" for part in body[1:])
     return "\n".join(lines)
+
+
+def _wrap(text: str, width: int) -> list[str]:
+    # Not on hyphens: model names and URLs hold them. A word longer than a line (a long URL)
+    # gets lines of its own, cut at the width, so no line is wider than the table.
+    lines = textwrap.wrap(text, width, break_long_words=False, break_on_hyphens=False)
+    return [line[i : i + width] for line in lines for i in range(0, len(line), width)] or [""]
 
 
 def doctor(

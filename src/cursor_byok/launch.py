@@ -483,7 +483,8 @@ def main(argv: list[str] | None = None) -> int:
         config = load_config(args.config)
         check_bind(config, args.host or config.server.host)
     except ConfigError as exc:
-        print(f"cursor-byok: configuration error: {exc}", file=sys.stderr)
+        for line in exc.lines():
+            print(f"cursor-byok: configuration error: {line}", file=sys.stderr)
         return 2
     overrides: dict[str, Any] = {}
     if args.heartbeat is not None:

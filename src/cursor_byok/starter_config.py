@@ -10,6 +10,8 @@ from __future__ import annotations
 import re
 
 DEFAULT_PATH = "cursor-byok.toml"
+# Where the starter's active provider points: llama.cpp's llama-server on its default port.
+STARTER_LOCAL_URL = "http://127.0.0.1:8080/v1"
 
 STARTER_CONFIG = """\
 # cursor-byok configuration, written by `cursor-byok init`.
