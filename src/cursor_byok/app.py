@@ -12,6 +12,7 @@ from .launch import ListenError, check_bind, serve_async, url_of
 from .llm.registry import LLMRegistry
 from .observability.logs import install_redaction, secrets_of, setup_logging
 from .observability.routes import Observability
+from .start_check import database_fit_to_serve
 from .store.errors import StoreError
 from .store.sqlite import SQLiteStore
 from .transport.runtime import Runner, RunnerServices
@@ -54,6 +55,9 @@ class App:
 
 async def _serve(config: Config, host: str, port: int, database: str | None) -> int:
     try:
+        path = database or config.server.database
+        if not await database_fit_to_serve(path, config.server.start_check_s):
+            return 2
         app = await App.open(config, database)
     except StoreError as exc:
         log.error("cannot open the database: %s", exc)

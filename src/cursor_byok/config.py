@@ -59,6 +59,9 @@ class ServerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     fsync_model_calls: bool = False
     # HTTP/2 streams (runs) one client connection may have open at once.
     http2_max_concurrent_streams: int = 1024
+    # Seconds the integrity check of the database at start may take; past them the server
+    # starts with a warning (`cursor-byok doctor` runs the full check). 0 skips it.
+    start_check_s: float = 2.0
 
     def __repr__(self) -> str:
         token = "set" if self.auth_token else "unset"
@@ -156,6 +159,8 @@ def parse_config(
         raise ConfigError(f"{where}server.certificate and server.private_key go together")
     if not 0 < server.tool_timeout_s <= 86400:
         raise ConfigError(f"{where}server.tool_timeout_s must be between 0 and 86400 seconds")
+    if not 0 <= server.start_check_s <= 86400:
+        raise ConfigError(f"{where}server.start_check_s must be between 0 and 86400 seconds")
     if not 1 <= server.http2_max_concurrent_streams <= 100_000:
         raise ConfigError(f"{where}server.http2_max_concurrent_streams must be 1-100000")
     if server.log_format not in ("text", "json"):
