@@ -13,6 +13,7 @@ from .launch import ListenError, check_bind, serve_async, url_of
 from .llm.registry import LLMRegistry
 from .observability.logs import install_redaction, secrets_of, setup_logging
 from .observability.routes import Observability
+from .start_check import database_fit_to_serve
 from .start_warnings import warn_at_start
 from .store.errors import StoreError
 from .store.sqlite import SQLiteStore
@@ -57,6 +58,9 @@ class App:
 
 async def _serve(config: Config, host: str, port: int, database: str | None) -> int:
     try:
+        path = database or config.server.database
+        if not await database_fit_to_serve(path, config.server.start_check_s):
+            return 2
         app = await App.open(config, database)
     except StoreError as exc:
         log.error("cannot open the database: %s", exc)

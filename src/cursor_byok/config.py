@@ -76,6 +76,9 @@ class ServerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     # The model for a name no model or alias answers to (the IDE's `default`/Auto, a client's
     # remembered name). A model id or alias; after loading always the model's id.
     default_model: str | None = None
+    # Seconds the integrity check of the database at start may take; past them the server
+    # starts with a warning (`cursor-byok doctor` runs the full check). 0 skips it.
+    start_check_s: float = 2.0
 
     def __repr__(self) -> str:
         token = "set" if self.auth_token else "unset"
@@ -184,6 +187,8 @@ def parse_config(
         errors.append("server.certificate and server.private_key go together")
     if not 0 < server.tool_timeout_s <= 86400:
         errors.append("server.tool_timeout_s must be between 0 and 86400 seconds")
+    if not 0 <= server.start_check_s <= 86400:
+        errors.append("server.start_check_s must be between 0 and 86400 seconds")
     if not 1 <= server.http2_max_concurrent_streams <= 100_000:
         errors.append("server.http2_max_concurrent_streams must be 1-100000")
     if server.log_format not in ("text", "json"):

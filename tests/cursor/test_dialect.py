@@ -513,3 +513,12 @@ def test_other_ends() -> None:
     end = d.internal_end("storage error")
     assert end.code == "internal"
     assert _details(end).error == ai.ErrorDetails.ERROR_INTERNAL
+
+
+def test_unavailable_end() -> None:
+    end = d.unavailable_end("the server's storage is busy; try again", "Server storage busy")
+    assert (end.code, end.message) == ("unavailable", "the server's storage is busy; try again")
+    details = _details(end)
+    assert details.error == ai.ErrorDetails.ERROR_INTERNAL
+    assert details.details.title == "Server storage busy"
+    assert details.details.detail == end.message and details.details.is_retryable is True

@@ -10,15 +10,21 @@ partial commit, the server stays up (docs/store.md "Errors").
   filesystem), so this one runs the app in process with `SQLiteStore.set_size_limit`: full at
   the start of a turn and full when the answer is committed.
 - corrupt: a garbage file is refused at start-up (exit status != 0, the message names the file);
-  a file corrupted under a running server fails the run that touches it, and /healthz stays 200."""
+  a file corrupted under a running server fails the run that touches it, and /healthz stays 200.
+
+What the client sees: full and locked are `unavailable` (try again), anything else `internal`,
+with a message that names neither the server's paths nor SQLite's words; the server's log has
+both, with the run's request id."""
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -80,6 +86,21 @@ async def failed_run(base_url: str, request_id: str, first: a.AgentClientMessage
     return run
 
 
+def client_visible(error: Mapping[str, Any]) -> str:
+    """Everything of an end-stream error the client can read: message and ErrorDetails."""
+    parts = [str(error.get("message", ""))]
+    for detail in error.get("details", []):
+        raw = str(detail.get("value", ""))
+        parts.append(base64.b64decode(raw + "=" * (-len(raw) % 4)).decode("utf-8", "replace"))
+    return "\n".join(parts)
+
+
+def assert_no_server_details(error: Mapping[str, Any], tmp_path: Path) -> None:
+    text = client_visible(error)
+    assert str(tmp_path) not in text and ".db" not in text, error
+    assert "SQLITE_" not in text and "batch" not in text, error
+
+
 def no_trace(db: Path, conversation_id: str) -> None:
     """Nothing of the conversation was committed."""
     with db_reader(db) as conn:
@@ -104,12 +125,12 @@ async def test_locked_database_is_a_clear_error_and_the_next_run_works(
         locker.close()
     error = run.result.error
     assert error is not None
-    message = error.get("message", "")
-    assert "database" in message and "locked" in message, error
-    assert str(db) in message, error
+    assert error["code"] == "unavailable", error
+    assert "storage is busy" in error["message"] and "try again" in error["message"], error
+    assert_no_server_details(error, tmp_path)
     log = server.log()
     lines = [line for line in log.splitlines() if "locked-1" in line and "locked" in line]
-    assert lines, log[-3000:]
+    assert lines and str(db) in lines[0], log[-3000:]
     assert not requests_with(upstream, "locked: hello"), "the model was called without a commit"
     no_trace(db, conv)
 
@@ -150,7 +171,8 @@ async def test_lock_taken_during_a_turn_commits_nothing_and_the_turn_resumes(
         locker.close()
     error = run.result.error
     assert error is not None and not run.result.turn_ended, run.describe()
-    assert "locked" in error.get("message", ""), error
+    assert error["code"] == "unavailable" and "busy" in error["message"], error
+    assert_no_server_details(error, tmp_path)
     state = db_state(db, conv)
     assert state is not None and state["status"] == "WaitingLLM", state
     assert len(db_messages(db, conv)) == 1  # the user message only: no half-committed answer
@@ -197,10 +219,11 @@ async def test_disk_full_is_a_clear_error_and_the_next_run_works(
             run = await failed_run(srv.base_url, "full-1", run_request(conv, "disk full: hi"))
             error = run.result.error
             assert error is not None
-            message = error.get("message", "")
-            assert "full" in message and str(db) in message, error
+            assert error["code"] == "unavailable", error
+            assert "storage is full" in error["message"] and "try again" in error["message"]
+            assert_no_server_details(error, tmp_path)
             logged = [r.getMessage() for r in caplog.records if "full-1" in r.getMessage()]
-            assert any("full" in m for m in logged), [r.getMessage() for r in caplog.records]
+            assert any("full" in m and str(db) in m for m in logged), logged
             assert not requests_with(upstream, "disk full: "), "the model was called"
             no_trace(db, conv)
 
@@ -227,7 +250,9 @@ async def test_disk_full_is_a_clear_error_and_the_next_run_works(
                 finally:
                     await run.close()
             error = run.result.error
-            assert error is not None and "full" in error.get("message", ""), run.describe()
+            assert error is not None and error["code"] == "unavailable", run.describe()
+            assert "storage is full" in error["message"], error
+            assert_no_server_details(error, tmp_path)
             assert not run.result.turn_ended
             state = db_state(db, conv)
             assert state is not None and state["status"] == "WaitingLLM", state
@@ -282,10 +307,13 @@ async def test_database_corrupted_while_running_fails_the_run_and_the_server_sta
     run = await failed_run(server.url, "corrupt-2", run_request(conv, "corrupt: second"))
     error = run.result.error
     assert error is not None
-    message = error.get("message", "")
-    assert "corrupt" in message and str(db) in message, error
+    assert error["code"] == "internal", error
+    assert "could not read or write its storage" in error["message"], error
+    assert "corrupt" not in client_visible(error), error
+    assert_no_server_details(error, tmp_path)
     log = server.log()
-    assert [line for line in log.splitlines() if "corrupt-2" in line and "corrupt" in line], log
+    lines = [line for line in log.splitlines() if "corrupt-2" in line and "corrupt" in line]
+    assert lines and str(db) in lines[0], log
     assert not requests_with(upstream, "corrupt: second"), "the model was called"
     assert db_version(db, conv) == version  # no partial commit
 

@@ -10,14 +10,24 @@ package; the Store protocol (store/api.py) is all another backend implements.
     jobs.py    the SQL of each write job
     rows.py    the SQL of each read and the decoders from rows to records
     errors.py  sqlite3 errors mapped to StoreError classes; why a path cannot be opened
+    integrity.py  the quick integrity check before serving, bounded in time
 
 Writes run in order, one batch (one transaction) at a time; a caller's future is resolved
 only after its batch's COMMIT returned. Reads never wait for the writer (WAL snapshots).
 Across processes, SQLite's write lock and the version compare-and-swap decide.
 """
 
+from .integrity import QuickCheck, QuickCheckOutcome, quick_check
 from .reads import INLINE_MESSAGES
 from .store import SQLiteStore
 from .writer import Synchronous, WriterStats
 
-__all__ = ["INLINE_MESSAGES", "SQLiteStore", "Synchronous", "WriterStats"]
+__all__ = [
+    "INLINE_MESSAGES",
+    "QuickCheck",
+    "QuickCheckOutcome",
+    "SQLiteStore",
+    "Synchronous",
+    "WriterStats",
+    "quick_check",
+]

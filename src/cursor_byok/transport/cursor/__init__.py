@@ -23,7 +23,14 @@ from .checkpoint import rewound_to, turn_blob
 from .context import ClientContext, ContextPart, merge_context
 from .context_parts import decode_request_context_part
 from .encode import HEARTBEAT, StreamEncoder, checkpoint, text_delta, turn_ended
-from .ends import Ending, bad_request_end, canceled_end, internal_end, provider_error_end
+from .ends import (
+    Ending,
+    bad_request_end,
+    canceled_end,
+    internal_end,
+    provider_error_end,
+    unavailable_end,
+)
 from .history import DialectError, history_from_root_prompt_blobs
 from .link import ClientLink
 from .mcp import McpDefinition
@@ -93,4 +100,5 @@ __all__ = [
     "text_delta",
     "turn_blob",
     "turn_ended",
+    "unavailable_end",
 ]

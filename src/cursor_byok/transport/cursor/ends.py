@@ -7,7 +7,14 @@ from dataclasses import dataclass
 
 from .proto import aiserver_pb2
 
-__all__ = ["Ending", "bad_request_end", "canceled_end", "internal_end", "provider_error_end"]
+__all__ = [
+    "Ending",
+    "bad_request_end",
+    "canceled_end",
+    "internal_end",
+    "provider_error_end",
+    "unavailable_end",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +99,22 @@ def internal_end(message: str) -> Ending:
         _details(
             aiserver_pb2.ErrorDetails.ERROR_INTERNAL,
             "Server error",
+            message,
+            retryable=True,
+            expected=False,
+        ),
+    )
+
+
+def unavailable_end(message: str, title: str) -> Ending:
+    """This server cannot serve the run now, for a cause that passes (its storage full or busy):
+    `unavailable`, shown with a retry affordance."""
+    return Ending(
+        "unavailable",
+        message,
+        _details(
+            aiserver_pb2.ErrorDetails.ERROR_INTERNAL,
+            title,
             message,
             retryable=True,
             expected=False,

@@ -11,7 +11,7 @@ from typing import assert_never
 
 from ...loop import FailureKind
 from ...store.api import LLMCallRecord
-from ...store.errors import StoreError
+from ...store.errors import StoreError, StoreFullError, StoreLockedError
 from ..connect.channel import EndError
 from ..cursor import (
     DialectError,
@@ -19,6 +19,7 @@ from ..cursor import (
     bad_request_end,
     internal_end,
     provider_error_end,
+    unavailable_end,
 )
 from .calls import CallNotResendable
 from .conversation import ConversationGone
@@ -56,7 +57,7 @@ def ending_of(exc: Exception, request_id: str) -> tuple[Ending, str]:
             return exc.ending, "failed"
         case StoreError():
             log.error("store error in run %s: %s", request_id, exc)
-            return internal_end(f"storage error: {exc}"), "error"
+            return storage_ending(exc), "error"
         case ClientTimeout() | DialectError():
             return bad_request_end(str(exc)), "failed"
         case CallNotResendable() | ConversationGone():
@@ -64,6 +65,26 @@ def ending_of(exc: Exception, request_id: str) -> tuple[Ending, str]:
         case _:  # a bug must end this run, never the server
             log.error("run %s failed", request_id, exc_info=exc)
             return internal_end(f"internal error: {type(exc).__name__}"), "error"
+
+
+def storage_ending(exc: StoreError) -> Ending:
+    """What the client is told of a storage error: whether to try again, never the server's
+    paths or SQLite's words (the log has those, with the run's request id)."""
+    match exc:
+        case StoreFullError():
+            return unavailable_end(
+                "the server's storage is full; try again once its operator has freed space",
+                "Server storage full",
+            )
+        case StoreLockedError():
+            return unavailable_end(
+                "the server's storage is busy (another process holds its database); try again",
+                "Server storage busy",
+            )
+        case _:
+            return internal_end(
+                "the server could not read or write its storage; its log has the details"
+            )
 
 
 def end_error(ending: Ending) -> EndError:
