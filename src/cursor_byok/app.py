@@ -53,6 +53,7 @@ class App:
 
     async def close(self) -> None:
         await self.registry.aclose()
+        await self.observability.aclose()
         await self.store.close()
 
 

@@ -1,9 +1,12 @@
 """The dashboard in a real headless Chromium, against a real SQLite store.
 
 A tiny asyncio HTTP server mounts `Observability.get` as cursor-byok's server does: GET
-/dashboard (public, with its CSP) and GET /dashboard/api/summary behind a bearer token.
-Needs Debian's headless Chromium (scripts/install_browser.sh) and the `playwright` package; both
-are required under CI (the test fails there instead of skipping).
+/dashboard (public, with its CSP) and its JSON behind a bearer token. The assertions read the
+rendered page: failed runs listed with their message, axis labels, cell widths, the no-prices
+hints, the conversation drill-down, and user text that stays text. Screenshots are kept in
+$CURSOR_BYOK_ARTIFACTS (default tests/artifacts/, ignored by git).
+Needs Debian's headless Chromium (scripts/install_browser.sh) and the `playwright` package; both are
+required under CI (the test fails there instead of skipping).
 """
 
 from __future__ import annotations
@@ -20,9 +23,11 @@ import pytest
 from cursor_byok.config import Config
 from cursor_byok.observability.dashboard import JSON_CONTENT_TYPE
 from cursor_byok.observability.routes import GET_ROUTES, Observability
+from cursor_byok.store.api import RunOutcomeRecord
 from cursor_byok.store.sqlite import SQLiteStore
+from tests.paths import REPO
 
-from .helpers import ALL_SECRETS, AUTH_TOKEN, planted_config, seed_store
+from .helpers import ALL_SECRETS, AUTH_TOKEN, call_record, planted_config, seed_store
 from .pngcheck import color_stats
 
 # scripts/install_browser.sh installs the headless shell; a machine that has only Debian's full
@@ -38,7 +43,90 @@ CHROMIUM_ARGS = [
     "--disable-sync",
     "--no-first-run",
 ]
-ARTIFACTS = Path(os.environ.get("CURSOR_BYOK_ARTIFACTS", "/tmp/cursor-byok-artifacts"))
+ARTIFACTS = Path(os.environ.get("CURSOR_BYOK_ARTIFACTS") or REPO / "tests" / "artifacts")
+UNKNOWN_MODEL = "unknown model 'gpt-9'; this server offers: claude, gem, gpt"
+XSS_TITLE = "<script>window.__pwned=1</script><img src=x onerror=window.__pwned=2> fix it"
+LONG_ERROR = (
+    'anthropic HTTP 400: {"type":"error","error":{"type":"invalid_request_error","message":'
+    '"messages.1.content.0.tool_use.input: Input should be a valid dictionary; see '
+    "https://docs.example.com/en/api/errors-and-a-very-long-url-" + "x" * 60 + '"}}'
+)
+
+# Per element kind, those whose content is wider than the box the layout gave them, and the
+# table boxes that cut their table off at the right edge.
+OVERFLOWS_JS = """() => {
+  const out = [];
+  for (const w of document.querySelectorAll('.table-wrap')) {
+    if (w.offsetParent && w.scrollWidth > w.clientWidth)
+      out.push(['table-wrap', w.querySelector('table').id, w.scrollWidth, w.clientWidth]);
+  }
+  for (const c of document.querySelectorAll('td, th')) {
+    if (c.offsetParent && c.scrollWidth > c.clientWidth)
+      out.push([c.tagName, c.className, c.scrollWidth, c.clientWidth, c.textContent.slice(0, 40)]);
+  }
+  return out;
+}"""
+
+
+async def seed_runs_and_more(store: SQLiteStore, now: int) -> None:
+    """Besides seed_store: a run refused for its model (no call, no commit) whose title is an
+    HTML injection, an ok run that names conv-alpha, a call with a long unbreakable error, and
+    a model without prices whose counts are tiny (its axis once read 0, 0, 1, 1, 1)."""
+    await store.save_run_outcome(
+        RunOutcomeRecord(
+            request_id="run-bad",
+            conversation_id="conv-gamma-0003",
+            outcome="failed",
+            finished_at_ms=now - 90_000,
+            title=XSS_TITLE,
+            model="gpt-9",
+            error=UNKNOWN_MODEL,
+        )
+    )
+    await store.save_run_outcome(
+        RunOutcomeRecord(
+            request_id="run-ok",
+            conversation_id="conv-alpha-0001",
+            outcome="ok",
+            finished_at_ms=now - 29 * 60_000,
+            title="Refactor the parser",
+            model="gpt",
+            provider="openai",
+            llm_calls=2,
+            input_tokens=1400,
+            output_tokens=750,
+            cost_usd=0.0099,
+        )
+    )
+    await store.save_llm_call(
+        call_record(
+            "call-long",
+            conversation_id="conv-beta-0002",
+            provider="anthropic",
+            model="claude-test",
+            status="failed",
+            created_at_ms=now - 3 * 60_000,
+            input_tokens=1,
+            output_tokens=1,
+            cache_read=0,
+            cost_usd=None,
+            error=LONG_ERROR,
+        )
+    )
+    await store.save_llm_call(
+        call_record(
+            "call-gem",
+            conversation_id="conv-alpha-0001",
+            provider="gemini",
+            model="gemini-test",
+            created_at_ms=now - 2 * 60_000,
+            input_tokens=1,
+            output_tokens=0,
+            cache_read=0,
+            reasoning=0,
+            cost_usd=None,
+        )
+    )
 
 
 def _need_browser() -> None:
@@ -119,6 +207,7 @@ async def test_dashboard_renders_tables_chart_and_errors(tmp_path: Path) -> None
         async_playwright() as pw,
     ):
         await seed_store(store, now)
+        await seed_runs_and_more(store, now)
         browser = await pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         try:
             page = await browser.new_page(viewport={"width": 1400, "height": 1000})
@@ -150,27 +239,97 @@ async def test_dashboard_renders_tables_chart_and_errors(tmp_path: Path) -> None
             call_ids = await page.eval_on_selector_all(
                 "#calls tbody tr.call", "rows => rows.map(r => r.dataset.callId)"
             )
-            assert call_ids == ["call-6", "call-5", "call-4", "call-3", "call-2", "call-1"]
+            assert call_ids == [
+                "call-6",
+                "call-5",
+                "call-gem",
+                "call-long",
+                "call-4",
+                "call-3",
+                "call-2",
+                "call-1",
+            ]
             calls_text = await page.inner_text("#calls")
             for expected in ("gpt-test", "claude-test", "anthropic", "1,500", "83.3%", "0.0051"):
                 assert expected in calls_text, expected
             error_rows = await page.eval_on_selector_all(
                 "#calls tbody tr.error", "rows => rows.map(r => r.dataset.callId)"
             )
-            assert error_rows == ["call-3"]
-            error_text = await page.inner_text("#calls tr.error td.errtext")
-            assert error_text.startswith("anthropic HTTP 401") and "***" in error_text
+            assert error_rows == ["call-long", "call-3"]
+            error_texts = await page.eval_on_selector_all(
+                "#calls tr.errrow td.errtext", "tds => tds.map(td => td.textContent)"
+            )
+            assert error_texts[0] == LONG_ERROR  # whole, wrapped, not cut off
+            assert error_texts[1].startswith("anthropic HTTP 401") and "***" in error_texts[1]
             bg = await page.eval_on_selector(
                 "#calls tr.error td", "td => getComputedStyle(td).backgroundColor"
             )
             assert bg not in ("rgba(0, 0, 0, 0)", "rgb(255, 255, 255)"), bg
+
+            # Point 15: the refused run is an error on the page, with its message.
+            failed = await page.inner_text("#totals [data-total='failed-runs']")
+            assert failed.split()[0] == "1" and "failed runs" in failed
+            assert await page.eval_on_selector(
+                "#totals [data-total='failed-runs']", "c => c.classList.contains('bad')"
+            )
+            run_ids = await page.eval_on_selector_all(
+                "#runs tbody tr.run.error", "rows => rows.map(r => r.dataset.requestId)"
+            )
+            assert run_ids == ["run-bad"]
+            assert await page.inner_text("#runs tr.run-error td.errtext") == UNKNOWN_MODEL
+            assert "gpt-9" in await page.inner_text("#runs tr[data-request-id='run-bad']")
+
+            # Point 17: conversations have a title, model, turns, tokens, cost, last error.
             conv_ids = await page.eval_on_selector_all(
                 "#conversations tbody tr.conversation", "rows => rows.map(r => r.dataset.id)"
             )
-            assert conv_ids == ["conv-beta-0002", "conv-alpha-0001"]
-            assert "3" in await page.inner_text("#conversations tr[data-id='conv-alpha-0001']")
-            totals = await page.inner_text("#totals")
-            assert "errors" in totals and "cost (USD)" in totals
+            assert conv_ids == ["conv-beta-0002", "conv-alpha-0001", "conv-gamma-0003"]
+            alpha = await page.inner_text("#conversations tr[data-id='conv-alpha-0001']")
+            for expected in ("Refactor the parser", "gpt", "3,764", "0.00991"):
+                assert expected in alpha, (expected, alpha)
+            gamma = await page.inner_text("#conversations tr[data-id='conv-gamma-0003']")
+            assert XSS_TITLE in gamma and "unknown model 'gpt-9'" in gamma
+            beta_error = await page.inner_text(
+                "#conversations tr[data-id='conv-beta-0002'] td.lasterr"
+            )
+            assert beta_error.startswith("anthropic HTTP 400") and beta_error.endswith("…")
+            # User text is text: nothing it holds became an element or ran.
+            assert await page.evaluate("() => window.__pwned") is None
+            assert await page.evaluate("() => document.querySelectorAll('main img').length") == 0
+            assert await page.evaluate("() => document.scripts.length") == 1
+
+            # Point 16: axis labels are unique, no cell is wider than its column, no table is
+            # cut off, and a model without prices says so instead of showing $0.
+            ticks = await page.eval_on_selector_all(
+                "canvas.chart",
+                """cs => cs.map(c => [c.dataset.model, JSON.parse(c.dataset.yTicks),
+                                      JSON.parse(c.dataset.costTicks)])""",
+            )
+            for model, left, right in ticks:
+                assert len(left) >= 2 and len(set(left)) == len(left), (model, left)
+                assert len(set(right)) == len(right), (model, right)
+            by_model = {m: (left, right) for m, left, right in ticks}
+            assert by_model["gemini/gemini-test"] == (["0", "1"], [])
+            assert by_model["anthropic/claude-test"][1] == []  # no prices: no cost axis
+            assert by_model["openai/gpt-test"][1][0] == "$0"
+            assert await page.evaluate(OVERFLOWS_JS) == []
+            hints = await page.eval_on_selector_all(
+                ".chart-box",
+                "bs => bs.map(b => [b.dataset.model, !!b.querySelector('.no-prices')])",
+            )
+            assert hints == [
+                ["anthropic/claude-test", True],
+                ["gemini/gemini-test", True],
+                ["openai/gpt-test", False],
+            ]
+            hint = await page.inner_text(".chart-box[data-model='anthropic/claude-test'] h3")
+            assert "no prices" in hint and "$0" not in hint
+            unpriced = await page.eval_on_selector(
+                "#calls tr[data-call-id='call-3'] td.no-prices",
+                "td => [td.textContent, td.title]",
+            )
+            assert unpriced[0] == "—" and "no prices" in unpriced[1]
+            assert "without prices" in await page.inner_text("#totals [data-total='cost']")
 
             # One chart per model, each with drawn content.
             charts = await page.eval_on_selector_all(
@@ -188,10 +347,15 @@ async def test_dashboard_renders_tables_chart_and_errors(tmp_path: Path) -> None
                             colours: colours.size, w: c.width, h: c.height};
                 })""",
             )
-            assert [c["model"] for c in charts] == ["anthropic/claude-test", "openai/gpt-test"]
+            assert [c["model"] for c in charts] == [
+                "anthropic/claude-test",
+                "gemini/gemini-test",
+                "openai/gpt-test",
+            ]
             for c in charts:
                 assert int(c["drawn"]) >= 20, c  # 30 one-minute buckets
-                assert c["painted"] > 2000 and c["colours"] > 8, c
+                if c["model"] != "gemini/gemini-test":  # one token: one bar
+                    assert c["painted"] > 2000 and c["colours"] > 8, c
 
             # Secrets never reach the page.
             content = await page.content()
@@ -204,6 +368,38 @@ async def test_dashboard_renders_tables_chart_and_errors(tmp_path: Path) -> None
             colours, non_background = color_stats(shot)
             assert colours > 50, colours
             assert non_background > 0.05, non_background
+
+            # Point 17: one conversation opens with its runs and calls only.
+            assert await page.is_hidden("#conversation")
+            await page.click("#conversations tr[data-id='conv-alpha-0001']")
+            await page.wait_for_selector("#conversation[data-loaded='1']", timeout=15_000)
+            assert await page.inner_text("#conv-title") == "Refactor the parser\nconv-alpha-0001"
+            meta = await page.inner_text("#conv-meta")
+            for expected in ("model gpt", "turns 1", "runs 1", "calls 5", "tokens 3,764"):
+                assert expected in meta, (expected, meta)
+            drill_calls = await page.eval_on_selector_all(
+                "#conv-calls tbody tr.call", "rows => rows.map(r => r.dataset.callId)"
+            )
+            assert drill_calls == ["call-6", "call-5", "call-gem", "call-2", "call-1"]
+            drill_runs = await page.eval_on_selector_all(
+                "#conv-runs tbody tr.run", "rows => rows.map(r => r.dataset.requestId)"
+            )
+            assert drill_runs == ["run-ok"]
+            assert await page.evaluate(OVERFLOWS_JS) == []
+            await page.click("#conversations tr[data-id='conv-gamma-0003']")
+            await page.wait_for_function(
+                "() => document.getElementById('conversation').dataset.id === 'conv-gamma-0003'"
+            )
+            assert (await page.inner_text("#conv-title")).startswith(XSS_TITLE)
+            assert UNKNOWN_MODEL in await page.inner_text("#conv-error")
+            assert await page.evaluate("() => window.__pwned") is None
+            (ARTIFACTS / "dashboard-conversation.png").write_bytes(
+                await page.screenshot(full_page=True)
+            )
+            await page.click("#conv-close")
+            assert await page.is_hidden("#conversation")
+            for secret in ALL_SECRETS:
+                assert secret not in await page.content()
             assert not console_errors, console_errors
         finally:
             await browser.close()

@@ -20,7 +20,8 @@ from .helpers import ALL_SECRETS, planted_config, seed_store
 def test_html_is_self_contained() -> None:
     html = dashboard_html().decode()
     assert html.startswith("<!doctype html>")
-    assert "/api/summary" in html
+    assert 'apiUrl("summary")' in html and 'apiUrl("conversation")' in html
+    assert "dashboard_script.html" not in html and html.count("<script>") == 1  # inlined
     # No external resource of any kind: the machine (and many users) have no internet.
     for needle in ("http://", "https://", "//cdn", "src=", "@import", "url("):
         assert needle not in html, needle
@@ -48,6 +49,7 @@ async def test_dashboard_data_from_a_real_store(tmp_path: Path) -> None:
 
     assert [c["id"] for c in data["conversations"]] == ["conv-beta-0002", "conv-alpha-0001"]
     assert data["conversations"][1]["message_count"] == 3
+    assert data["runs"] == []  # the seed has calls only
 
     calls = {c["call_id"]: c for c in data["llm_calls"]}
     assert len(calls) == 6
@@ -69,7 +71,10 @@ async def test_dashboard_data_from_a_real_store(tmp_path: Path) -> None:
     assert calls["call-6"]["outcome"] == "streaming" and calls["call-6"]["input_tokens"] is None
 
     totals = data["totals"]
-    assert totals["calls"] == 6 and totals["errors"] == 1
+    assert totals["calls"] == 6 and totals["failed_calls"] == 1
+    assert totals["runs"] == 0 and totals["failed_runs"] == 0
+    assert totals["unpriced_calls"] == 1  # call-3: claude-test has no prices
+    assert c3["unpriced"] and not c2["unpriced"] and not calls["call-6"]["unpriced"]
     assert totals["input_tokens"] == 1200 + 200 + 900 + 50 + 10
     assert abs(totals["cost_usd"] - (0.0048 + 0.0051 + 0.0123 + 0.00001)) < 1e-12
 
@@ -77,6 +82,8 @@ async def test_dashboard_data_from_a_real_store(tmp_path: Path) -> None:
     assert series["bucket_ms"] == 60_000
     keys = [m["key"] for m in series["models"]]
     assert keys == ["anthropic/claude-test", "openai/gpt-test"]
+    assert [m["priced"] for m in series["models"]] == [False, True]
+    assert series["models"][0]["model_ids"] == ["claude"]
     for m in series["models"]:
         ts = [p["t"] for p in m["points"]]
         assert ts == sorted(ts) and all(b - a == 60_000 for a, b in itertools.pairwise(ts))

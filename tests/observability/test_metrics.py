@@ -118,17 +118,31 @@ def test_only_final_records_count_and_each_call_once() -> None:
     assert value(m, "cursor_byok_llm_tokens_total", kind="input", **lab) == 200
 
 
-def test_cache_hit_ratio_per_model_from_counters() -> None:
+def test_no_since_start_cache_ratio_gauge_but_the_counters_that_derive_it() -> None:
+    """A ratio since start says nothing about the last hour: /metrics exports the token
+    counters, and the PromQL in docs/operations.md derives the ratio over any window."""
     m = Metrics()
     m.observe_llm_call(call_record("a", input_tokens=100, cache_read=300, cache_write=100))
     m.observe_llm_call(call_record("b", input_tokens=100, cache_read=500, cache_write=0))
-    m.observe_llm_call(
-        call_record("c", model="other", input_tokens=10, cache_read=0, cache_write=0)
-    )
-    ratio = value(m, "cursor_byok_llm_cache_hit_ratio", provider="openai", model="gpt-test")
-    assert ratio is not None and abs(ratio - 800 / 1100) < 1e-9
-    assert value(m, "cursor_byok_llm_cache_hit_ratio", provider="openai", model="other") == 0
+    assert not any("cache_hit" in name for name, _ in samples(m))
+    lab = {"provider": "openai", "model": "gpt-test"}
+    tokens = {
+        kind: value(m, "cursor_byok_llm_tokens_total", kind=kind, **lab)
+        for kind in ("input", "cache_read", "cache_write")
+    }
+    assert tokens == {"input": 200, "cache_read": 800, "cache_write": 100}
+    # The documented query, over these counters: cache_read / (input + cache_read + cache_write).
+    assert cache_hit_ratio(200, 800, 100) == 800 / 1100
     assert cache_hit_ratio(0, 0, 0) is None
+
+
+def test_the_documented_cache_ratio_query_names_real_series() -> None:
+    from tests.paths import REPO
+
+    doc = (REPO / "docs" / "operations.md").read_text()
+    assert "cursor_byok_llm_cache_hit_ratio" not in doc
+    assert 'cursor_byok_llm_tokens_total{kind="cache_read"}' in doc
+    assert 'cursor_byok_llm_tokens_total{kind=~"input|cache_read|cache_write"}' in doc
 
 
 def test_observe_run() -> None:
@@ -170,7 +184,6 @@ def test_every_documented_metric_is_exposed() -> None:
         "cursor_byok_llm_ttft_seconds_bucket",
         "cursor_byok_llm_duration_seconds_bucket",
         "cursor_byok_llm_tokens_total",
-        "cursor_byok_llm_cache_hit_ratio",
         "cursor_byok_llm_cost_usd_total",
     ):
         assert family in names, family

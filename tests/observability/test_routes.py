@@ -55,7 +55,21 @@ async def test_routes_and_hooks(tmp_path: Path, caplog: pytest.LogCaptureFixture
             "/dashboard",
             "/dashboard/",
             "/dashboard/api/summary",
+            "/dashboard/api/conversation",
         }
+        assert not obs.is_public("/dashboard/api/conversation")
+
+        # The run summary above was stored too: the drill-down finds its conversation.
+        await obs.aclose()
+        assert len(json.loads(summary.body)["runs"]) <= 2
+        conv = await obs.get("/dashboard/api/conversation", "id=conv-alpha-0001&limit=2")
+        assert conv is not None and conv.status == 200
+        body = json.loads(conv.body)
+        assert body["conversation"]["id"] == "conv-alpha-0001"
+        assert len(body["llm_calls"]) == 2
+        for query, status in (("", 400), ("id=", 400), ("id=x&limit=y", 400), ("id=nope", 404)):
+            reply = await obs.get("/dashboard/api/conversation", query)
+            assert reply is not None and reply.status == status, query
 
 
 def test_hooks_never_raise_into_the_runner(caplog: pytest.LogCaptureFixture) -> None:

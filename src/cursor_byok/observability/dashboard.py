@@ -2,8 +2,9 @@
 
 Routes the server mounts (behind the same auth as the RPCs):
 
-    GET /dashboard              -> dashboard_html()                 text/html; charset=utf-8
-    GET /dashboard/api/summary  -> await dashboard_json(store, cfg)  application/json
+    GET /dashboard                      -> dashboard_html()                text/html
+    GET /dashboard/api/summary          -> await dashboard_json(store, cfg) application/json
+    GET /dashboard/api/conversation?id= -> await conversation_json(...)     application/json
 
 The page has no external resources (no CDN, no fonts): plain JS and canvas charts. It reads
 the API relative to its own path, and sends `Authorization: Bearer <token>` when the user gave
@@ -13,7 +14,6 @@ a token (prompted after a 401, or in the URL fragment `#token=...`, which never 
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
 from functools import cache
 from importlib import resources
 from typing import Any
@@ -21,9 +21,10 @@ from typing import Any
 import msgspec
 
 from ..config import Config
-from ..store.api import ConversationSummary, LLMCallRecord, Store
-from .logs import redact_text, secrets_of
-from .metrics import FINAL_STATUSES, cache_hit_ratio
+from ..store.api import Store
+from .dashboard_rows import call_row, conversation_row, model_ids_of, prices_of, run_row
+from .logs import secrets_of
+from .metrics import cache_hit_ratio
 
 HTML_CONTENT_TYPE = "text/html; charset=utf-8"
 JSON_CONTENT_TYPE = "application/json"
@@ -38,80 +39,20 @@ BUCKET_SIZES_MS = (
     7 * 86_400_000,
 )
 MAX_BUCKETS = 60
+MAX_LIMIT = 1000
+
+
+SCRIPT_MARKER = b"<!-- dashboard_script.html -->"
 
 
 @cache
 def dashboard_html() -> bytes:
-    """The page (read once from the package)."""
-    return resources.files("cursor_byok.observability").joinpath("dashboard.html").read_bytes()
-
-
-def _call_time(record: LLMCallRecord) -> int:
-    return record.finished_at_ms or record.created_at_ms
-
-
-def _outcome(record: LLMCallRecord) -> str:
-    return FINAL_STATUSES.get(record.status, record.status)
-
-
-def _cost(record: LLMCallRecord, config: Config) -> float | None:
-    if record.cost_usd is not None:
-        return record.cost_usd
-    if record.status not in FINAL_STATUSES:
-        return None
-    for model in config.models.values():  # an older record: price it from the config
-        if (
-            model.prices is not None
-            and model.provider.name == record.provider
-            and model.settings.model == record.model
-        ):
-            p = model.prices
-            return (
-                (record.input_tokens or 0) * p.input
-                + (record.output_tokens or 0) * p.output
-                + (record.cache_read_tokens or 0) * p.cache_read
-                + (record.cache_write_tokens or 0) * p.cache_write
-            ) / 1_000_000
-    return None
-
-
-def _call_row(record: LLMCallRecord, config: Config, secrets: Sequence[str]) -> dict[str, Any]:
-    inp = record.input_tokens
-    read = record.cache_read_tokens
-    write = record.cache_write_tokens
-    ratio = cache_hit_ratio(inp or 0, read or 0, write or 0) if inp is not None else None
-    return {
-        "call_id": record.call_id,
-        "time_ms": _call_time(record),
-        "created_at_ms": record.created_at_ms,
-        "conversation_id": record.conversation_id,
-        "turn_id": record.turn_id,
-        "provider": record.provider,
-        "model": record.model,
-        "api": record.api,
-        "status": record.status,
-        "outcome": _outcome(record),
-        "ttft_ms": record.ttft_ms,
-        "duration_ms": record.duration_ms,
-        "input_tokens": inp,
-        "output_tokens": record.output_tokens,
-        "cache_read_tokens": read,
-        "cache_write_tokens": write,
-        "reasoning_tokens": record.reasoning_tokens,
-        "cache_hit_ratio": None if ratio is None else round(ratio, 4),
-        "cost_usd": _cost(record, config),
-        "error": redact_text(record.error, secrets) if record.error else None,
-    }
-
-
-def _conversation_row(c: ConversationSummary) -> dict[str, Any]:
-    return {
-        "id": c.conversation_id,
-        "message_count": c.message_count,
-        "version": c.version,
-        "created_at_ms": c.created_at_ms,
-        "updated_at_ms": c.updated_at_ms,
-    }
+    """The page (read once from the package): dashboard.html with its script inlined, so the
+    page loads nothing else (its CSP allows inline script only)."""
+    files = resources.files("cursor_byok.observability")
+    page = files.joinpath("dashboard.html").read_bytes()
+    script = files.joinpath("dashboard_script.html").read_bytes()
+    return page.replace(SCRIPT_MARKER, script.rstrip(b"\n"), 1)
 
 
 def bucket_size(span_ms: int) -> int:
@@ -121,7 +62,7 @@ def bucket_size(span_ms: int) -> int:
     return BUCKET_SIZES_MS[-1]
 
 
-def _series(rows: list[dict[str, Any]]) -> dict[str, Any]:
+def _series(rows: list[dict[str, Any]], config: Config) -> dict[str, Any]:
     """Per provider/model, tokens and cost summed per time bucket; empty buckets are zeros."""
     if not rows:
         return {"bucket_ms": BUCKET_SIZES_MS[0], "start_ms": None, "models": []}
@@ -164,15 +105,23 @@ def _series(rows: list[dict[str, Any]]) -> dict[str, Any]:
         if r["outcome"] == "error":
             p["errors"] += 1
     models = [
-        {"key": f"{provider}/{model}", "provider": provider, "model": model, "points": points}
+        {
+            "key": f"{provider}/{model}",
+            "provider": provider,
+            "model": model,
+            # Without prices the cost is unknown, not $0: the page says so.
+            "priced": prices_of(config, provider, model) is not None,
+            "model_ids": model_ids_of(config, provider, model),
+            "points": points,
+        }
         for (provider, model), points in sorted(per_model.items())
     ]
     return {"bucket_ms": size, "start_ms": first, "models": models}
 
 
-def _totals(rows: list[dict[str, Any]]) -> dict[str, Any]:
+def _totals(calls: list[dict[str, Any]], runs: list[dict[str, Any]]) -> dict[str, Any]:
     def total(key: str) -> int:
-        return sum(int(r[key] or 0) for r in rows)
+        return sum(int(r[key] or 0) for r in calls)
 
     inp, read, write = (
         total("input_tokens"),
@@ -181,28 +130,39 @@ def _totals(rows: list[dict[str, Any]]) -> dict[str, Any]:
     )
     ratio = cache_hit_ratio(inp, read, write)
     return {
-        "calls": len(rows),
-        "errors": sum(1 for r in rows if r["outcome"] == "error"),
+        "runs": len(runs),
+        "failed_runs": sum(1 for r in runs if r["failed"]),
+        "calls": len(calls),
+        "failed_calls": sum(1 for r in calls if r["outcome"] == "error"),
         "input_tokens": inp,
         "output_tokens": total("output_tokens"),
         "cache_read_tokens": read,
         "cache_write_tokens": write,
         "reasoning_tokens": total("reasoning_tokens"),
         "cache_hit_ratio": None if ratio is None else round(ratio, 4),
-        "cost_usd": sum(float(r["cost_usd"] or 0.0) for r in rows),
+        "cost_usd": sum(float(r["cost_usd"] or 0.0) for r in calls),
+        "unpriced_calls": sum(1 for r in calls if r["unpriced"]),
     }
 
 
-async def dashboard_data(store: Store, config: Config, *, limit: int = 100) -> dict[str, Any]:
-    """Recent conversations, recent LLM calls, totals over those calls and per-model series.
+def _limit(limit: int) -> int:
+    return max(1, min(int(limit), MAX_LIMIT))
 
-    Never contains a secret: records hold none, and error texts are scrubbed again here."""
-    limit = max(1, min(int(limit), 1000))
+
+async def dashboard_data(store: Store, config: Config, *, limit: int = 100) -> dict[str, Any]:
+    """Recent runs (failed ones with their message), LLM calls and conversations, totals over
+    those runs and calls, and per-model series.
+
+    Never contains a secret: records hold none, and error texts and titles are scrubbed again
+    here."""
+    limit = _limit(limit)
     secrets = secrets_of(config)
     calls = await store.list_recent_llm_calls(limit)
-    conversations = await store.list_conversations(limit)
-    rows = [_call_row(c, config, secrets) for c in calls]
+    outcomes = await store.list_recent_run_outcomes(limit)
+    conversations = await store.list_conversation_overviews(limit)
+    rows = [call_row(c, config, secrets) for c in calls]
     rows.sort(key=lambda r: int(r["time_ms"]), reverse=True)
+    runs = [run_row(o, config, secrets) for o in outcomes]
     return {
         "generated_at_ms": int(time.time() * 1000),
         "limit": limit,
@@ -212,15 +172,47 @@ async def dashboard_data(store: Store, config: Config, *, limit: int = 100) -> d
                 "display_name": m.display_name,
                 "provider": m.provider.name,
                 "upstream_model": m.settings.model,
+                "priced": m.prices is not None,
             }
             for m in config.models.values()
         ],
-        "totals": _totals(rows),
-        "conversations": [_conversation_row(c) for c in conversations],
+        "totals": _totals(rows, runs),
+        "runs": runs,
+        "conversations": [conversation_row(c, secrets) for c in conversations],
         "llm_calls": rows,
-        "series": _series(rows),
+        "series": _series(rows, config),
     }
 
 
 async def dashboard_json(store: Store, config: Config, *, limit: int = 100) -> bytes:
     return msgspec.json.encode(await dashboard_data(store, config, limit=limit))
+
+
+async def conversation_data(
+    store: Store, config: Config, conversation_id: str, *, limit: int = 200
+) -> dict[str, Any] | None:
+    """One conversation for the drill-down: its overview, its runs and its LLM calls (newest
+    first, at most `limit` of each). None when the store knows no such conversation."""
+    limit = _limit(limit)
+    overview = await store.conversation_overview(conversation_id)
+    if overview is None:
+        return None
+    secrets = secrets_of(config)
+    calls = await store.list_conversation_llm_calls(conversation_id, limit)
+    outcomes = await store.list_conversation_run_outcomes(conversation_id, limit)
+    rows = [call_row(c, config, secrets) for c in calls]
+    rows.sort(key=lambda r: int(r["time_ms"]), reverse=True)
+    return {
+        "generated_at_ms": int(time.time() * 1000),
+        "limit": limit,
+        "conversation": conversation_row(overview, secrets),
+        "runs": [run_row(o, config, secrets) for o in outcomes],
+        "llm_calls": rows,
+    }
+
+
+async def conversation_json(
+    store: Store, config: Config, conversation_id: str, *, limit: int = 200
+) -> bytes | None:
+    data = await conversation_data(store, config, conversation_id, limit=limit)
+    return None if data is None else msgspec.json.encode(data)

@@ -62,31 +62,13 @@ def rpc_label(path: str) -> str:
 
 
 def cache_hit_ratio(input: int, cache_read: int, cache_write: int) -> float | None:
-    """cache_read / (input + cache_read + cache_write); None when nothing was read or written."""
+    """cache_read / (input + cache_read + cache_write); None when nothing was read or written.
+
+    For logs and the dashboard. /metrics exports no ratio: a ratio since start says nothing
+    about the last hour, so the PromQL in docs/operations.md derives it from the token counters
+    over any window."""
     total = input + cache_read + cache_write
     return cache_read / total if total > 0 else None
-
-
-class _CacheRatioCollector(Collector):
-    """`cache_hit_ratio` per provider/model, computed from the token totals at scrape time."""
-
-    def __init__(self, metrics: Metrics) -> None:
-        self._metrics = metrics
-
-    def collect(self) -> Iterable[Metric]:
-        family = GaugeMetricFamily(
-            f"{PREFIX}_llm_cache_hit_ratio",
-            "Prompt cache hit ratio per model: cache_read / (input + cache_read + cache_write)",
-            labels=["provider", "model"],
-        )
-        for (provider, model), (inp, read, write) in self._metrics.cache_totals().items():
-            ratio = cache_hit_ratio(inp, read, write)
-            if ratio is not None:
-                family.add_metric([provider, model], ratio)
-        yield family
-
-    def describe(self) -> Iterable[Metric]:
-        return []
 
 
 class _ServerCacheCollector(Collector):
@@ -131,7 +113,6 @@ class Metrics:
         r = self.registry
         self._lock = threading.Lock()
         self._seen_calls: OrderedDict[str, None] = OrderedDict()
-        self._cache: dict[tuple[str, str], list[int]] = {}
         self._rpc_labels: set[str] = set()
 
         self.rpc_requests = Counter(
@@ -196,7 +177,6 @@ class Metrics:
             registry=r,
         )
         self._unknown_kinds: set[str] = set()
-        r.register(_CacheRatioCollector(self))
 
     def bind_active_runs(self, active_runs: Callable[[], float]) -> None:
         """Read the active-runs gauge from a callback from now on (e.g. the runner's count)."""
@@ -247,14 +227,7 @@ class Metrics:
             self._seen_calls[record.call_id] = None
             if len(self._seen_calls) > MAX_REMEMBERED_CALLS:
                 self._seen_calls.popitem(last=False)
-            provider, model = record.provider or "unknown", record.model or "unknown"
-            inp = record.input_tokens or 0
-            read = record.cache_read_tokens or 0
-            write = record.cache_write_tokens or 0
-            totals = self._cache.setdefault((provider, model), [0, 0, 0])
-            totals[0] += inp
-            totals[1] += read
-            totals[2] += write
+        provider, model = record.provider or "unknown", record.model or "unknown"
         self.llm_calls.labels(provider=provider, model=model, outcome=outcome).inc()
         if record.ttft_ms is not None:
             self.llm_ttft.labels(provider=provider, model=model).observe(record.ttft_ms / 1000)
@@ -263,10 +236,10 @@ class Metrics:
                 record.duration_ms / 1000
             )
         counts = {
-            "input": inp,
+            "input": record.input_tokens or 0,
             "output": record.output_tokens or 0,
-            "cache_read": read,
-            "cache_write": write,
+            "cache_read": record.cache_read_tokens or 0,
+            "cache_write": record.cache_write_tokens or 0,
             "reasoning": record.reasoning_tokens or 0,
         }
         for kind in TOKEN_KINDS:
@@ -286,11 +259,6 @@ class Metrics:
         )
 
     # -- reading -------------------------------------------------------------------------
-
-    def cache_totals(self) -> dict[tuple[str, str], tuple[int, int, int]]:
-        """(input, cache_read, cache_write) token totals per (provider, model)."""
-        with self._lock:
-            return {k: (v[0], v[1], v[2]) for k, v in self._cache.items()}
 
     def render(self) -> tuple[bytes, str]:
         """The Prometheus text exposition and its content type."""

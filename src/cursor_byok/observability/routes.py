@@ -10,22 +10,34 @@
     if method == "GET" and path in GET_ROUTES:
         if not (obs.is_public(path) or authorized):  -> 401
         response = await obs.get(path, query)      # HttpResponse | None
+    ...
+    await obs.aclose()                             # before the store closes
 
-Hooks never raise into the runner: a failure is logged and swallowed.
+Hooks never raise into the runner: a failure is logged and swallowed. Each run's outcome is
+stored (run_outcomes) in the background, for the dashboard.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 from urllib.parse import parse_qs
 
 from ..config import Config
 from ..store.api import LLMCallRecord, Store
-from .dashboard import HTML_CONTENT_TYPE, JSON_CONTENT_TYPE, dashboard_html, dashboard_json
-from .logs import RUN_LOGGER, log_run
+from .dashboard import (
+    HTML_CONTENT_TYPE,
+    JSON_CONTENT_TYPE,
+    conversation_json,
+    dashboard_html,
+    dashboard_json,
+)
+from .logs import RUN_LOGGER, log_run, secrets_of
 from .metrics import Metrics
+from .outcomes import outcome_record
 
 if TYPE_CHECKING:
     from ..transport.runtime.summary import RunSummary
@@ -35,8 +47,9 @@ log = logging.getLogger("cursor_byok.observability")
 METRICS_PATH = "/metrics"
 DASHBOARD_PATHS = ("/dashboard", "/dashboard/")
 SUMMARY_PATH = "/dashboard/api/summary"
+CONVERSATION_PATH = "/dashboard/api/conversation"
 ROOT_PATH = "/"
-GET_ROUTES = (ROOT_PATH, METRICS_PATH, *DASHBOARD_PATHS, SUMMARY_PATH)
+GET_ROUTES = (ROOT_PATH, METRICS_PATH, *DASHBOARD_PATHS, SUMMARY_PATH, CONVERSATION_PATH)
 # What a person who opens the server's address in a browser reads.
 ROOT_TEXT = (
     b"cursor-byok: this address serves Cursor's agent protocol to Cursor clients.\n"
@@ -66,6 +79,8 @@ class Observability:
         self.store = store
         self.metrics = metrics or Metrics()
         self.run_log = logging.getLogger(RUN_LOGGER)
+        self._secrets = secrets_of(config)
+        self._saving: set[asyncio.Task[object]] = set()
 
     # -- runner hooks (RunnerServices.on_llm_call / on_run_end) ----------------------------
 
@@ -84,6 +99,29 @@ class Observability:
             log_run(summary, self.run_log)
         except Exception:
             log.exception("could not log run %s", summary.request_id)
+        try:
+            self._save_outcome(summary)
+        except Exception:
+            log.exception("could not store the outcome of run %s", summary.request_id)
+
+    def _save_outcome(self, summary: RunSummary) -> None:
+        record = outcome_record(summary, int(time.time() * 1000), self._secrets)
+        task: asyncio.Task[object] = asyncio.get_running_loop().create_task(
+            self.store.save_run_outcome(record)
+        )
+        self._saving.add(task)
+
+        def done(t: asyncio.Task[object]) -> None:
+            self._saving.discard(t)
+            if not t.cancelled() and (exc := t.exception()) is not None:
+                log.error("could not store the outcome of run %s: %s", record.request_id, exc)
+
+        task.add_done_callback(done)
+
+    async def aclose(self) -> None:
+        """Wait for the run outcomes still being stored (call before the store closes)."""
+        while self._saving:
+            await asyncio.gather(*self._saving, return_exceptions=True)
 
     def observe_rpc(self, path: str, outcome: str) -> None:
         try:
@@ -128,4 +166,22 @@ class Observability:
                     return HttpResponse(400, JSON_CONTENT_TYPE, b'{"error":"limit: not a number"}')
             body = await dashboard_json(self.store, self.config, limit=limit)
             return HttpResponse(200, JSON_CONTENT_TYPE, body)
+        if path == CONVERSATION_PATH:
+            return await self._conversation(query)
         return None
+
+    async def _conversation(self, query: str) -> HttpResponse:
+        values = parse_qs(query)
+        ids = values.get("id")
+        if not ids or not ids[0]:
+            return HttpResponse(400, JSON_CONTENT_TYPE, b'{"error":"id: missing"}')
+        limit = 200
+        if values.get("limit"):
+            try:
+                limit = int(values["limit"][0])
+            except ValueError:
+                return HttpResponse(400, JSON_CONTENT_TYPE, b'{"error":"limit: not a number"}')
+        body = await conversation_json(self.store, self.config, ids[0], limit=limit)
+        if body is None:
+            return HttpResponse(404, JSON_CONTENT_TYPE, b'{"error":"no such conversation"}')
+        return HttpResponse(200, JSON_CONTENT_TYPE, body)

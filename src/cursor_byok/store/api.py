@@ -142,6 +142,61 @@ class RunRecord(msgspec.Struct, frozen=True, kw_only=True):
     created_at_ms: int
 
 
+class RunOutcomeRecord(msgspec.Struct, frozen=True, kw_only=True):
+    """How one run ended, kept for the dashboard (observability writes it when the run is over;
+    the runtime never reads it back).
+
+    `outcome` is the runtime's word for it (ok, failed, canceled, error), opaque to the store.
+    `error` is the message of a run that failed, None otherwise. `title` is the first words of
+    the run's user message ("" for a run that resumed one). `model` is the model id the run
+    used, or the one the client asked for when this server does not serve it."""
+
+    request_id: str
+    conversation_id: str
+    outcome: str
+    finished_at_ms: int
+    duration_ms: int = 0
+    title: str = ""
+    model: str = ""
+    provider: str = ""
+    error: str | None = None
+    llm_calls: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+    cost_usd: float = 0.0
+
+
+class ConversationOverview(msgspec.Struct, frozen=True, kw_only=True):
+    """One conversation as an operator lists it: counts and sums over its stored LLM calls
+    and run outcomes. A conversation known only from run outcomes (its runs were refused
+    before it began) has version 0, no messages and no created_at_ms."""
+
+    conversation_id: str
+    last_activity_ms: int  # its last commit or its last run outcome, whichever is later
+    created_at_ms: int | None = None
+    version: int = 0
+    message_count: int = 0
+    title: str = ""  # the title of its first run outcome that has one
+    model: str = ""  # the model of its latest run outcome
+    provider: str = ""  # the provider of its latest run outcome, else of its latest call
+    runs: int = 0
+    failed_runs: int = 0  # run outcomes with an error
+    turns: int = 0  # distinct turn ids among its LLM calls
+    llm_calls: int = 0
+    failed_calls: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+    reasoning_tokens: int = 0
+    cost_usd: float = 0.0  # the sum of the costs stored with its calls
+    unpriced_calls: int = 0  # calls with a final status stored without a cost
+    last_error: str | None = None  # the latest error of its failed calls and failed runs
+    last_error_at_ms: int | None = None
+
+
 class TurnMark(msgspec.Struct, frozen=True, kw_only=True):
     """A completed turn as published in a client checkpoint: its blob id, the number of
     messages the conversation had at its end, and `view`: the runtime's encoding of the
@@ -244,5 +299,37 @@ class Store(Protocol):
     async def list_recent_llm_calls(self, limit: int = 50) -> tuple[LLMCallRecord, ...]: ...
 
     async def list_conversations(self, limit: int = 50) -> tuple[ConversationSummary, ...]: ...
+
+    async def save_run_outcome(self, record: RunOutcomeRecord) -> SaveResult:
+        """Insert, or replace the row of the same request_id (a run reopened after a restart
+        ends again); a replacement without a title keeps the stored title. Not durable on its
+        own, like `save_run`."""
+        ...
+
+    async def list_recent_run_outcomes(self, limit: int = 50) -> tuple[RunOutcomeRecord, ...]:
+        """Newest first."""
+        ...
+
+    async def list_conversation_overviews(
+        self, limit: int = 50
+    ) -> tuple[ConversationOverview, ...]:
+        """The most recently active conversations first (see ConversationOverview)."""
+        ...
+
+    async def conversation_overview(self, conversation_id: str) -> ConversationOverview | None:
+        """None when neither a conversation nor a run outcome has this id."""
+        ...
+
+    async def list_conversation_llm_calls(
+        self, conversation_id: str, limit: int = 200
+    ) -> tuple[LLMCallRecord, ...]:
+        """The conversation's calls, newest first."""
+        ...
+
+    async def list_conversation_run_outcomes(
+        self, conversation_id: str, limit: int = 200
+    ) -> tuple[RunOutcomeRecord, ...]:
+        """The conversation's run outcomes, newest first."""
+        ...
 
     async def close(self) -> None: ...

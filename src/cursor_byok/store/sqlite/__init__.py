@@ -9,6 +9,7 @@ package; the Store protocol (store/api.py) is all another backend implements.
     reads.py   point reads on the caller's thread, the rest on a pool of reader threads
     jobs.py    the SQL of each write job
     rows.py    the SQL of each read and the decoders from rows to records
+    activity.py  run outcomes and the per-conversation overview (what an operator looks at)
     errors.py  sqlite3 errors mapped to StoreError classes; why a path cannot be opened
     integrity.py  the quick integrity check before serving, bounded in time
 

@@ -15,17 +15,19 @@ from typing import TYPE_CHECKING, TypeVar
 from ..api import (
     ClientOperationRecord,
     CommitResult,
+    ConversationOverview,
     ConversationRecord,
     ConversationSummary,
     InputCommit,
     LLMCallRecord,
+    RunOutcomeRecord,
     RunRecord,
     SaveResult,
     Store,
     TurnMark,
 )
 from ..errors import StoreClosedError
-from . import jobs, rows
+from . import activity, jobs, rows
 from .reads import INLINE_MESSAGES, Reads
 from .writer import Synchronous, Writer, WriterStats
 
@@ -176,6 +178,41 @@ class SQLiteStore:
             lambda conn: rows.list_conversations(conn, limit), "listing conversations"
         )
 
+    async def list_recent_run_outcomes(self, limit: int = 50) -> tuple[RunOutcomeRecord, ...]:
+        return await self._read(
+            lambda conn: activity.recent_outcomes(conn, limit), "listing run outcomes"
+        )
+
+    async def list_conversation_overviews(
+        self, limit: int = 50
+    ) -> tuple[ConversationOverview, ...]:
+        return await self._read(
+            lambda conn: activity.overviews(conn, limit), "listing conversations", snapshot=True
+        )
+
+    async def conversation_overview(self, conversation_id: str) -> ConversationOverview | None:
+        return await self._read(
+            lambda conn: activity.overview(conn, conversation_id),
+            f"reading conversation {conversation_id!r}",
+            snapshot=True,
+        )
+
+    async def list_conversation_llm_calls(
+        self, conversation_id: str, limit: int = 200
+    ) -> tuple[LLMCallRecord, ...]:
+        return await self._read(
+            lambda conn: activity.conversation_calls(conn, conversation_id, limit),
+            f"listing llm calls of {conversation_id!r}",
+        )
+
+    async def list_conversation_run_outcomes(
+        self, conversation_id: str, limit: int = 200
+    ) -> tuple[RunOutcomeRecord, ...]:
+        return await self._read(
+            lambda conn: activity.conversation_outcomes(conn, conversation_id, limit),
+            f"listing run outcomes of {conversation_id!r}",
+        )
+
     async def find_run(self, request_id: str) -> RunRecord | None:
         def read(conn: sqlite3.Connection) -> RunRecord | None:
             return rows.find_run(conn, request_id)
@@ -246,6 +283,13 @@ class SQLiteStore:
         return await self._write(
             lambda conn: jobs.save_run(conn, record),
             f"saving run {record.request_id!r}",
+            durable=False,
+        )
+
+    async def save_run_outcome(self, record: RunOutcomeRecord) -> SaveResult:
+        return await self._write(
+            lambda conn: activity.save_outcome(conn, record),
+            f"saving the outcome of run {record.request_id!r}",
             durable=False,
         )
 

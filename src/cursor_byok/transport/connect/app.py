@@ -40,11 +40,12 @@ from .http import (
 from .rsgi import WRITE_NOWAIT
 from .service import Codec, Service
 from .sessions import RunHandler, SessionRegistry, TransportLimits
-from .streams import Streams
+from .streams import CANCELED, UNSUPPORTED_MEDIA, Streams
 
 log = logging.getLogger(__name__)
 
 HEALTH_PATH = "/healthz"
+UNKNOWN_RPC = "other"  # the RPC label of a path no RPC has
 
 _UNARY_CODECS: dict[str, UnaryCodec] = {
     "application/proto": "proto",
@@ -80,7 +81,10 @@ class ExtraRoutes(Protocol):
 
     async def get(self, path: str, query: str = "") -> HttpReply | None: ...
 
-    def observe_rpc(self, path: str, outcome: str) -> None: ...
+    def observe_rpc(self, path: str, outcome: str) -> None:
+        """Once per RPC request (unary, Run, RunSSE, BidiAppend): "ok", the Connect code it
+        ended with, "canceled" (the client went away first) or "unsupported_media_type"."""
+        ...
 
 
 class ConnectApp:
@@ -131,11 +135,21 @@ class ConnectApp:
                 await plain(send, 404 if method in ("GET", "HEAD") else 405, b"not found\n")
             elif path == service.run_path:
                 write_nowait = scope.get("extensions", {}).get(WRITE_NOWAIT)
-                await self.streams.run(
-                    receive, send, headers, self.authorized(headers), write_nowait
-                )
+                outcome = CANCELED  # unless the stream returns: the client went away
+                try:
+                    outcome = await self.streams.run(
+                        receive, send, headers, self.authorized(headers), write_nowait
+                    )
+                finally:
+                    self._observe(path, outcome)
             elif path == service.runsse_path:
-                await self.streams.runsse(receive, send, headers, self.authorized(headers))
+                outcome = CANCELED
+                try:
+                    outcome = await self.streams.runsse(
+                        receive, send, headers, self.authorized(headers)
+                    )
+                finally:
+                    self._observe(path, outcome)
             else:
                 await self._unary(path, receive, send, headers)
         except ClientGone:
@@ -214,9 +228,11 @@ class ConnectApp:
             return
         if not known:
             await unary_error(send, codec or "proto", ConnectError("unimplemented", path))
+            self._observe(UNKNOWN_RPC, "unimplemented")  # a scanner's paths are no labels
             return
         if codec is None:
             await unsupported_media(send, headers, "application/proto or application/json")
+            self._observe(path, UNSUPPORTED_MEDIA)
             return
         try:
             declared = int(headers.get("content-length", "0") or 0)

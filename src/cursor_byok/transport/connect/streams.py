@@ -5,6 +5,9 @@ while it writes (full duplex): the first message names the run and starts it. On
 RSGI the run's own task writes each message as it sends it (`_DirectRun`, one write per burst);
 a `RunSSE` (which may come and go and replays from the start) writes from its own task.
 Heartbeats go out after `heartbeat_interval` of silence, first thing on every stream.
+
+Each returns the stream's outcome for the RPC counter: "ok", the Connect code it ended with,
+`CANCELED` when the client went away before the run's end, or `UNSUPPORTED_MEDIA` (HTTP 415).
 """
 
 from __future__ import annotations
@@ -43,6 +46,8 @@ from .service import Service
 from .sessions import Session, SessionRegistry, TransportLimits
 
 MAX_RUNSSE_BODY = 64 * 1024
+CANCELED = "canceled"
+UNSUPPORTED_MEDIA = "unsupported_media_type"  # answered with HTTP 415, no Connect error
 
 _RUNSSE_TYPES: dict[str, StreamProtocol] = {
     "application/connect+proto": "connect",
@@ -70,17 +75,17 @@ class Streams:
 
     async def runsse(
         self, receive: Receive, send: Send, headers: dict[str, str], authorized: bool
-    ) -> None:
+    ) -> str:
         protocol = _RUNSSE_TYPES.get(base_type(headers))
         if protocol is None:
             await unsupported_media(send, headers, CONNECT_PROTO)
-            return
+            return UNSUPPORTED_MEDIA
         ctype = GRPC_WEB_PROTO.encode() if protocol == "grpc-web" else self._runsse_type
         start = stream_start(ctype, runsse=True)
         if not authorized:
             err = ConnectError("unauthenticated", auth_error_text(headers))
             await stream_error(send, start, protocol, err)
-            return
+            return err.code
         try:
             body = await read_body(receive, MAX_RUNSSE_BODY)
             if protocol == "grpc-web":
@@ -103,7 +108,7 @@ class Streams:
             session, _ = self.registry.get_or_create(rid, "runsse", headers)
         except ConnectError as err:
             await stream_error(send, start, protocol, err)
-            return
+            return err.code
         await send(start)
         gone = asyncio.Event()
         watcher = asyncio.get_running_loop().create_task(watch_disconnect(receive, gone, session))
@@ -116,6 +121,7 @@ class Streams:
         finally:
             session.detach()
             watcher.cancel()
+        return _outcome(session)
 
     async def run(
         self,
@@ -124,20 +130,20 @@ class Streams:
         headers: dict[str, str],
         authorized: bool,
         write_nowait: WriteNowait | None = None,
-    ) -> None:
+    ) -> str:
         if base_type(headers) != CONNECT_PROTO:
             await unsupported_media(send, headers, CONNECT_PROTO)
-            return
+            return UNSUPPORTED_MEDIA
         start = stream_start(CONNECT_PROTO.encode())
         if not authorized:
             err = ConnectError("unauthenticated", auth_error_text(headers))
             await stream_error(send, start, "connect", err)
-            return
+            return err.code
         encoding = (headers.get("connect-content-encoding") or "identity").lower()
         if encoding not in ("identity", "gzip"):
             err = ConnectError("unimplemented", f"unsupported compression {encoding!r}")
             await stream_error(send, start, "connect", err)
-            return
+            return err.code
         await send(start)
         gone = asyncio.Event()
         loop = asyncio.get_running_loop()
@@ -149,20 +155,21 @@ class Streams:
         )
         reader = loop.create_task(self._read_run(receive, headers, encoding, ready, gone, direct))
         session: Session | None = None
+        outcome = CANCELED
         try:
             # The reader first: when the first message came with the headers, the run starts
             # before the opening heartbeat is written, and the write overlaps its work.
             await asyncio.sleep(0)
             await write(send, self.heartbeat_frame)
-            session = await self._await_session(send, ready, gone)
+            session, outcome = await self._await_session(send, ready, gone)
             if session is None:
-                return
+                return outcome
             if direct is not None:
                 try:
                     await self._direct_heartbeats(session, direct, gone)
                 finally:
                     session.detach_direct()
-                return
+                return _outcome(session)
             session.attach()
             try:
                 await self._pump(send, session, "connect", gone)
@@ -176,28 +183,30 @@ class Streams:
                 ready.cancel()
             if session is not None and gone.is_set():
                 session.close_input()
+        return outcome if session is None else _outcome(session)
 
     async def _await_session(
         self, send: Send, ready: asyncio.Future[Session], gone: asyncio.Event
-    ) -> Session | None:
-        """Wait for the first client message (it names the run), with heartbeats meanwhile."""
+    ) -> tuple[Session | None, str]:
+        """Wait for the first client message (it names the run), with heartbeats meanwhile.
+        Without a session, the second value is how the stream ended."""
         deadline = time.monotonic() + self.limits.first_message_timeout
         while not ready.done():
             if gone.is_set():
-                return None
+                return None, CANCELED
             left = deadline - time.monotonic()
             if left <= 0:
                 err = ConnectError("deadline_exceeded", "no client message received")
                 await write(send, end_stream_frame(err), more=False)
-                return None
+                return None, err.code
             await asyncio.wait({ready}, timeout=min(self.limits.heartbeat_interval, left))
             if not ready.done() and not gone.is_set():
                 await write(send, self.heartbeat_frame)
         try:
-            return ready.result()
+            return ready.result(), CANCELED
         except ConnectError as err:
             await write(send, end_stream_frame(err), more=False)
-            return None
+            return None, err.code
 
     async def _read_run(
         self,
@@ -303,6 +312,14 @@ class Streams:
                 last_write = time.monotonic()
                 continue
             await session.wait(index, interval - idle)
+
+
+def _outcome(session: Session) -> str:
+    """How the RPC ended: the run's ending once it finished, else the client went away first
+    (a RunSSE may come back for the same run; that is a request of its own)."""
+    if not session.finished:
+        return CANCELED
+    return "ok" if session.ending is None else session.ending.code
 
 
 class WriteNowait(Protocol):

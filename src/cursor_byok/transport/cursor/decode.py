@@ -248,6 +248,7 @@ def decode_run_request(req: agent_pb2.AgentRunRequest) -> RunRequest:
             ),
             mcp_tools=mcp_tools,
             custom_system_prompt=custom,
+            user_text=um.text,
         )
     if kind == "resume_action":
         ra = action.resume_action

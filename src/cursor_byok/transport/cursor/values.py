@@ -53,6 +53,8 @@ class RunRequest:
     # The client's own system prompt addition (AgentRunRequest.custom_system_prompt): it goes
     # into the turn's context as custom instructions, after our prompt and the rules.
     custom_system_prompt: str | None = None
+    # The text the user typed (UserMessage.text), without the attachments decoded around it.
+    user_text: str = ""
 
 
 # -- what one client message is, once matched ------------------------------------------------

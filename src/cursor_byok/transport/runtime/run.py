@@ -63,6 +63,7 @@ from ..cursor import (
     text_delta,
     turn_ended,
 )
+from ..cursor.rpc import agent_title
 from . import records
 from .calls import ModelCalls
 from .checkpoints import Checkpoints, PendingBlob
@@ -210,6 +211,9 @@ class Run:
         self.conversation_id = request.conversation_id
         self.link.conversation_id = request.conversation_id
         self.summary.conversation_id = request.conversation_id
+        self.summary.requested_model = request.model_id or ""
+        if request.user_text.strip():
+            self.summary.title = agent_title(request.user_text)
         self.model = self._resolve_model(request.model_id)
         self.summary.model = self.model.id
         self.summary.provider = self.model.provider.name

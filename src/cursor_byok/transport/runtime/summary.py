@@ -26,6 +26,11 @@ class RunSummary:
     duration_ms: int = 0
     cost_usd: float = 0.0
     error: str | None = None
+    # For the dashboard: the first words of the run's user message (what the client shows as
+    # the chat's name, see NameAgent), and the model id the client asked for, kept apart from
+    # `model` (a metric label) so a name this server does not serve never becomes a label.
+    title: str = ""
+    requested_model: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,149 @@
+"""The rows of the dashboard's JSON: one dict per LLM call, run and conversation.
+
+Every text that may echo a secret (errors, titles) is scrubbed again here, and prices come
+from the configuration, so a model without prices says so instead of costing $0.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from ..config import Config, Prices
+from ..store.api import ConversationOverview, LLMCallRecord, RunOutcomeRecord
+from .logs import redact_text
+from .metrics import FINAL_STATUSES, cache_hit_ratio
+from .outcomes import is_failure
+
+
+def prices_of(config: Config, provider: str | None, upstream_model: str | None) -> Prices | None:
+    """The prices of the first configured model that sends to this provider and upstream model."""
+    for model in config.models.values():
+        if (
+            model.prices is not None
+            and model.provider.name == provider
+            and model.settings.model == upstream_model
+        ):
+            return model.prices
+    return None
+
+
+def model_ids_of(config: Config, provider: str | None, upstream_model: str | None) -> list[str]:
+    """The configured model ids that send to this provider and upstream model."""
+    return [
+        m.id
+        for m in config.models.values()
+        if m.provider.name == provider and m.settings.model == upstream_model
+    ]
+
+
+def _scrub(text: str | None, secrets: Sequence[str]) -> str | None:
+    return redact_text(text, secrets) if text else None
+
+
+def _outcome(record: LLMCallRecord) -> str:
+    return FINAL_STATUSES.get(record.status, record.status)
+
+
+def call_cost(record: LLMCallRecord, config: Config) -> float | None:
+    """The stored cost; for an older record without one, priced from the configuration. None
+    when the model has no prices (or the call has not finished)."""
+    if record.cost_usd is not None:
+        return record.cost_usd
+    if record.status not in FINAL_STATUSES:
+        return None
+    p = prices_of(config, record.provider, record.model)
+    if p is None:
+        return None
+    return (
+        (record.input_tokens or 0) * p.input
+        + (record.output_tokens or 0) * p.output
+        + (record.cache_read_tokens or 0) * p.cache_read
+        + (record.cache_write_tokens or 0) * p.cache_write
+    ) / 1_000_000
+
+
+def call_row(record: LLMCallRecord, config: Config, secrets: Sequence[str]) -> dict[str, Any]:
+    inp = record.input_tokens
+    read = record.cache_read_tokens
+    write = record.cache_write_tokens
+    ratio = cache_hit_ratio(inp or 0, read or 0, write or 0) if inp is not None else None
+    cost = call_cost(record, config)
+    final = record.status in FINAL_STATUSES
+    return {
+        "call_id": record.call_id,
+        "time_ms": record.finished_at_ms or record.created_at_ms,
+        "created_at_ms": record.created_at_ms,
+        "conversation_id": record.conversation_id,
+        "turn_id": record.turn_id,
+        "provider": record.provider,
+        "model": record.model,
+        "api": record.api,
+        "status": record.status,
+        "outcome": _outcome(record),
+        "ttft_ms": record.ttft_ms,
+        "duration_ms": record.duration_ms,
+        "input_tokens": inp,
+        "output_tokens": record.output_tokens,
+        "cache_read_tokens": read,
+        "cache_write_tokens": write,
+        "reasoning_tokens": record.reasoning_tokens,
+        "cache_hit_ratio": None if ratio is None else round(ratio, 4),
+        "cost_usd": cost,
+        # A finished call without a cost: its model has no `prices` in the configuration.
+        "unpriced": final and cost is None,
+        "error": _scrub(record.error, secrets),
+    }
+
+
+def run_row(record: RunOutcomeRecord, config: Config, secrets: Sequence[str]) -> dict[str, Any]:
+    model = config.models.get(record.model)
+    return {
+        "request_id": record.request_id,
+        "conversation_id": record.conversation_id,
+        "time_ms": record.finished_at_ms,
+        "title": _scrub(record.title, secrets) or "",
+        "model": record.model,
+        "provider": record.provider,
+        "outcome": record.outcome,
+        "failed": is_failure(record.outcome),
+        "duration_ms": record.duration_ms,
+        "llm_calls": record.llm_calls,
+        "input_tokens": record.input_tokens,
+        "output_tokens": record.output_tokens,
+        "cache_read_tokens": record.cache_read_tokens,
+        "cache_write_tokens": record.cache_write_tokens,
+        "cost_usd": record.cost_usd,
+        # Its calls went to a model without `prices`: the cost is unknown, not $0.
+        "unpriced": record.llm_calls > 0 and model is not None and model.prices is None,
+        "error": _scrub(record.error, secrets),
+    }
+
+
+def conversation_row(c: ConversationOverview, secrets: Sequence[str]) -> dict[str, Any]:
+    tokens = c.input_tokens + c.output_tokens + c.cache_read_tokens + c.cache_write_tokens
+    return {
+        "id": c.conversation_id,
+        "title": _scrub(c.title, secrets) or "",
+        "model": c.model,
+        "provider": c.provider,
+        "turns": c.turns,
+        "runs": c.runs,
+        "failed_runs": c.failed_runs,
+        "llm_calls": c.llm_calls,
+        "failed_calls": c.failed_calls,
+        "tokens": tokens,
+        "input_tokens": c.input_tokens,
+        "output_tokens": c.output_tokens,
+        "cache_read_tokens": c.cache_read_tokens,
+        "cache_write_tokens": c.cache_write_tokens,
+        "reasoning_tokens": c.reasoning_tokens,
+        "cost_usd": c.cost_usd,
+        "unpriced_calls": c.unpriced_calls,
+        "last_error": _scrub(c.last_error, secrets),
+        "last_error_at_ms": c.last_error_at_ms,
+        "message_count": c.message_count,
+        "version": c.version,
+        "created_at_ms": c.created_at_ms,
+        "updated_at_ms": c.last_activity_ms,
+    }

@@ -1,0 +1,176 @@
+"""The SQL of what an operator looks at: run outcomes (migration 0004) and the per-conversation
+overview the dashboard lists. Kept apart from rows.py and jobs.py, which serve the runtime.
+
+Every function takes the connection it runs on (a reader's, or the writer's inside a job) and
+decides nothing: the sums and "latest" picks are plain SQL over what is stored.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Sequence
+from typing import Any
+
+import msgspec
+
+from ..api import ConversationOverview, LLMCallRecord, RunOutcomeRecord, SaveResult
+from .rows import CALL_FIELDS, CALL_SELECT
+
+OUTCOME_FIELDS: tuple[str, ...] = tuple(f.name for f in msgspec.structs.fields(RunOutcomeRecord))
+_OUTCOME_SELECT = f"SELECT {', '.join(OUTCOME_FIELDS)} FROM run_outcomes"
+_OUTCOME_UPSERT = (
+    f"INSERT INTO run_outcomes ({', '.join(OUTCOME_FIELDS)}) "
+    f"VALUES ({', '.join('?' for _ in OUTCOME_FIELDS)}) "
+    "ON CONFLICT (request_id) DO UPDATE SET "
+    + ", ".join(
+        "title = COALESCE(NULLIF(excluded.title, ''), title)"
+        if f == "title"
+        else f"{f} = excluded.{f}"
+        for f in OUTCOME_FIELDS
+        if f != "request_id"
+    )
+)
+# Newest activity first: a conversation's last commit, or its last run outcome (a conversation
+# whose runs were all refused has no conversations row).
+_RECENT_CONVERSATIONS = """
+SELECT conversation_id, MAX(t) AS last FROM (
+    SELECT conversation_id, updated_at_ms AS t FROM conversations
+    UNION ALL
+    SELECT conversation_id, MAX(finished_at_ms) AS t FROM run_outcomes GROUP BY conversation_id
+) GROUP BY conversation_id ORDER BY last DESC, conversation_id LIMIT ?
+"""
+_FINAL = "('committed', 'failed', 'canceled')"
+_CALL_SUMS = f"""
+SELECT COUNT(*), COUNT(DISTINCT turn_id), SUM(status = 'failed'),
+       COALESCE(SUM(input_tokens), 0), COALESCE(SUM(output_tokens), 0),
+       COALESCE(SUM(cache_read_tokens), 0), COALESCE(SUM(cache_write_tokens), 0),
+       COALESCE(SUM(reasoning_tokens), 0), COALESCE(SUM(cost_usd), 0.0),
+       SUM(status IN {_FINAL} AND cost_usd IS NULL)
+FROM llm_calls WHERE conversation_id = ?
+"""
+
+
+def save_outcome(conn: sqlite3.Connection, record: RunOutcomeRecord) -> SaveResult:
+    known = conn.execute(
+        "SELECT 1 FROM run_outcomes WHERE request_id = ?", (record.request_id,)
+    ).fetchone()
+    conn.execute(_OUTCOME_UPSERT, tuple(getattr(record, f) for f in OUTCOME_FIELDS))
+    return SaveResult(outcome="inserted" if known is None else "updated")
+
+
+def recent_outcomes(conn: sqlite3.Connection, limit: int) -> tuple[RunOutcomeRecord, ...]:
+    rows = conn.execute(
+        f"{_OUTCOME_SELECT} ORDER BY finished_at_ms DESC, request_id LIMIT ?", (limit,)
+    ).fetchall()
+    return tuple(_outcome_from_row(r) for r in rows)
+
+
+def conversation_outcomes(
+    conn: sqlite3.Connection, conversation_id: str, limit: int
+) -> tuple[RunOutcomeRecord, ...]:
+    rows = conn.execute(
+        f"{_OUTCOME_SELECT} WHERE conversation_id = ? "
+        "ORDER BY finished_at_ms DESC, request_id LIMIT ?",
+        (conversation_id, limit),
+    ).fetchall()
+    return tuple(_outcome_from_row(r) for r in rows)
+
+
+def conversation_calls(
+    conn: sqlite3.Connection, conversation_id: str, limit: int
+) -> tuple[LLMCallRecord, ...]:
+    rows = conn.execute(
+        f"{CALL_SELECT} WHERE conversation_id = ? ORDER BY created_at_ms DESC, call_id LIMIT ?",
+        (conversation_id, limit),
+    ).fetchall()
+    return tuple(LLMCallRecord(**dict(zip(CALL_FIELDS, r, strict=True))) for r in rows)
+
+
+def overviews(conn: sqlite3.Connection, limit: int) -> tuple[ConversationOverview, ...]:
+    """Run inside one read transaction: every sum comes from the same snapshot."""
+    recent = conn.execute(_RECENT_CONVERSATIONS, (limit,)).fetchall()
+    return tuple(_overview(conn, cid, last) for cid, last in recent)
+
+
+def overview(conn: sqlite3.Connection, conversation_id: str) -> ConversationOverview | None:
+    row = conn.execute(
+        "SELECT MAX(t) FROM ("
+        "SELECT updated_at_ms AS t FROM conversations WHERE conversation_id = ? "
+        "UNION ALL SELECT finished_at_ms FROM run_outcomes WHERE conversation_id = ?)",
+        (conversation_id, conversation_id),
+    ).fetchone()
+    if row is None or row[0] is None:
+        return None
+    return _overview(conn, conversation_id, int(row[0]))
+
+
+def _overview(conn: sqlite3.Connection, cid: str, last: int) -> ConversationOverview:
+    head = conn.execute(
+        "SELECT version, message_count, created_at_ms FROM conversations WHERE conversation_id = ?",
+        (cid,),
+    ).fetchone()
+    (calls, turns, failed_calls, inp, out, read, write, reasoning, cost, unpriced) = conn.execute(
+        _CALL_SUMS, (cid,)
+    ).fetchone()
+    runs, failed_runs = conn.execute(
+        "SELECT COUNT(*), COUNT(error) FROM run_outcomes WHERE conversation_id = ?", (cid,)
+    ).fetchone()
+    title = conn.execute(
+        "SELECT title FROM run_outcomes WHERE conversation_id = ? AND title <> '' "
+        "ORDER BY finished_at_ms, request_id LIMIT 1",
+        (cid,),
+    ).fetchone()
+    latest_run = conn.execute(
+        "SELECT model, provider FROM run_outcomes WHERE conversation_id = ? "
+        "ORDER BY finished_at_ms DESC, request_id LIMIT 1",
+        (cid,),
+    ).fetchone()
+    latest_call = conn.execute(
+        "SELECT provider FROM llm_calls WHERE conversation_id = ? "
+        "ORDER BY created_at_ms DESC, call_id LIMIT 1",
+        (cid,),
+    ).fetchone()
+    error = _last_error(conn, cid)
+    return ConversationOverview(
+        conversation_id=cid,
+        last_activity_ms=last,
+        created_at_ms=None if head is None else head[2],
+        version=0 if head is None else head[0],
+        message_count=0 if head is None else head[1],
+        title="" if title is None else title[0],
+        model="" if latest_run is None else latest_run[0],
+        provider=(latest_run[1] if latest_run is not None and latest_run[1] else "")
+        or (latest_call[0] or "" if latest_call is not None else ""),
+        runs=runs,
+        failed_runs=failed_runs,
+        turns=turns,
+        llm_calls=calls,
+        failed_calls=failed_calls or 0,
+        input_tokens=inp,
+        output_tokens=out,
+        cache_read_tokens=read,
+        cache_write_tokens=write,
+        reasoning_tokens=reasoning,
+        cost_usd=float(cost),
+        unpriced_calls=unpriced or 0,
+        last_error=None if error is None else error[0],
+        last_error_at_ms=None if error is None else error[1],
+    )
+
+
+def _last_error(conn: sqlite3.Connection, cid: str) -> tuple[str, int] | None:
+    """The latest error of the conversation's failed calls and failed runs."""
+    row = conn.execute(
+        "SELECT error, t FROM ("
+        "SELECT error, COALESCE(finished_at_ms, created_at_ms) AS t FROM llm_calls "
+        "WHERE conversation_id = ? AND status = 'failed' AND error IS NOT NULL "
+        "UNION ALL SELECT error, finished_at_ms FROM run_outcomes "
+        "WHERE conversation_id = ? AND error IS NOT NULL"
+        ") ORDER BY t DESC LIMIT 1",
+        (cid, cid),
+    ).fetchone()
+    return None if row is None else (str(row[0]), int(row[1]))
+
+
+def _outcome_from_row(row: Sequence[Any]) -> RunOutcomeRecord:
+    return RunOutcomeRecord(**dict(zip(OUTCOME_FIELDS, row, strict=True)))
