@@ -59,6 +59,13 @@ class ServerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     fsync_model_calls: bool = False
     # HTTP/2 streams (runs) one client connection may have open at once.
     http2_max_concurrent_streams: int = 1024
+    # What the server holds in memory for runs (docs/operations.md, "Limits and deadlines").
+    run_held_appends_mib: int = 64  # out-of-order appends held for one run
+    run_output_mib: int = 256  # one run's output, kept for a RunSSE that reconnects
+    runs_memory_mib: int = 1024  # every run together: held appends, output, 16 KiB per run
+    unstarted_run_timeout_s: float = 10.0  # a run whose first message has not come is dropped
+    unstarted_runs_per_client: int = 64  # such runs one client (peer address) may have
+    unstarted_mib_per_client: int = 128  # what they may hold
 
     def __repr__(self) -> str:
         token = "set" if self.auth_token else "unset"
@@ -132,6 +139,18 @@ def _validation_message(exc: msgspec.ValidationError) -> str:
     return str(exc).replace("$.", "").replace("`$`", "the top level")
 
 
+def _check_run_limits(server: ServerConfig, where: str) -> None:
+    for key in ("run_held_appends_mib", "run_output_mib", "runs_memory_mib"):
+        if not 1 <= getattr(server, key) <= 1_048_576:
+            raise ConfigError(f"{where}server.{key} must be 1-1048576 (MiB)")
+    if not 1 <= server.unstarted_mib_per_client <= 1_048_576:
+        raise ConfigError(f"{where}server.unstarted_mib_per_client must be 1-1048576 (MiB)")
+    if not 0 < server.unstarted_run_timeout_s <= 3600:
+        raise ConfigError(f"{where}server.unstarted_run_timeout_s must be between 0 and 3600")
+    if not 1 <= server.unstarted_runs_per_client <= 100_000:
+        raise ConfigError(f"{where}server.unstarted_runs_per_client must be 1-100000")
+
+
 def parse_config(
     text: str | bytes, *, env: dict[str, str] | None = None, path: str | None = None
 ) -> Config:
@@ -162,6 +181,7 @@ def parse_config(
         raise ConfigError(f"{where}server.log_format must be 'text' or 'json'")
     if server.log_level.lower() not in LOG_LEVELS:
         raise ConfigError(f"{where}server.log_level must be one of {', '.join(LOG_LEVELS)}")
+    _check_run_limits(server, where)
 
     providers: dict[str, ProviderSettings] = {}
     for name, p in raw.providers.items():
