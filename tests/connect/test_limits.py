@@ -20,7 +20,7 @@ from typing import Any
 import httpx
 import pytest
 
-from cursor_byok.launch import RunningServer, running_server, transport_limits
+from cursor_byok.launch import RunningServer, connect_app, running_server, transport_limits
 from cursor_byok.transport.connect.channel import RunChannel
 from cursor_byok.transport.connect.envelopes import ConnectError
 from cursor_byok.transport.connect.ledger import RUN_COST, client_key
@@ -317,6 +317,7 @@ def test_the_settings_reach_the_transport() -> None:
         "unstarted_mib_per_client = 4\n"
     )
     limits = transport_limits(make_config(extra).server)
+    assert connect_app(make_config(extra), cc.echo_handler).limits == limits
     mib = 1 << 20
     assert (limits.max_held_bytes, limits.max_output_bytes, limits.max_buffered_bytes) == (
         8 * mib,
