@@ -79,6 +79,13 @@ class ServerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     # Seconds the integrity check of the database at start may take; past them the server
     # starts with a warning (`cursor-byok doctor` runs the full check). 0 skips it.
     start_check_s: float = 2.0
+    # What the server holds in memory for runs (docs/operations.md, "Limits and deadlines").
+    run_held_appends_mib: int = 64  # out-of-order appends held for one run
+    run_output_mib: int = 256  # one run's output, kept for a RunSSE that reconnects
+    runs_memory_mib: int = 1024  # every run together: held appends, output, 16 KiB per run
+    unstarted_run_timeout_s: float = 10.0  # a run whose first message has not come is dropped
+    unstarted_runs_per_client: int = 64  # such runs one client (peer address) may have
+    unstarted_mib_per_client: int = 128  # what they may hold
 
     def __repr__(self) -> str:
         token = "set" if self.auth_token else "unset"
@@ -157,6 +164,21 @@ def _validation_message(exc: msgspec.ValidationError) -> str:
     return str(exc).replace("$.", "").replace("`$`", "the top level")
 
 
+def _run_limit_errors(server: ServerConfig) -> list[str]:
+    errors = [
+        f"server.{key} must be 1-1048576 (MiB)"
+        for key in ("run_held_appends_mib", "run_output_mib", "runs_memory_mib")
+        if not 1 <= getattr(server, key) <= 1_048_576
+    ]
+    if not 1 <= server.unstarted_mib_per_client <= 1_048_576:
+        errors.append("server.unstarted_mib_per_client must be 1-1048576 (MiB)")
+    if not 0 < server.unstarted_run_timeout_s <= 3600:
+        errors.append("server.unstarted_run_timeout_s must be between 0 and 3600")
+    if not 1 <= server.unstarted_runs_per_client <= 100_000:
+        errors.append("server.unstarted_runs_per_client must be 1-100000")
+    return errors
+
+
 def parse_config(
     text: str | bytes, *, env: dict[str, str] | None = None, path: str | None = None
 ) -> Config:
@@ -195,6 +217,7 @@ def parse_config(
         errors.append("server.log_format must be 'text' or 'json'")
     if server.log_level.lower() not in LOG_LEVELS:
         errors.append(f"server.log_level must be one of {', '.join(LOG_LEVELS)}")
+    errors += _run_limit_errors(server)
 
     providers: dict[str, ProviderSettings] = {}
     # Providers with a mistake already reported: a model naming one is not a second mistake.

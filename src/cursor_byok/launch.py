@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import errno
 import importlib
 import ipaddress
@@ -140,8 +141,21 @@ def connect_app(
         handler,
         auth_token=server.auth_token,
         runsse_content_type=server.runsse_content_type,
-        limits=limits,
+        limits=limits or transport_limits(server),
         routes=routes,
+    )
+
+
+def transport_limits(server: ServerConfig) -> TransportLimits:
+    """The transport's limits as the configuration sets them (the rest at their defaults)."""
+    mib = 1 << 20
+    return TransportLimits(
+        max_held_bytes=server.run_held_appends_mib * mib,
+        max_output_bytes=server.run_output_mib * mib,
+        max_buffered_bytes=server.runs_memory_mib * mib,
+        unstarted_timeout=server.unstarted_run_timeout_s,
+        max_unstarted_per_client=server.unstarted_runs_per_client,
+        max_unstarted_bytes_per_client=server.unstarted_mib_per_client * mib,
     )
 
 
@@ -491,7 +505,7 @@ def main(argv: list[str] | None = None) -> int:
         overrides["heartbeat_interval"] = args.heartbeat
     if args.orphan_timeout is not None:
         overrides["orphan_timeout"] = args.orphan_timeout
-    limits = TransportLimits(**overrides)
+    limits = dataclasses.replace(transport_limits(config.server), **overrides)
     return serve(config, load_handler(args.handler), limits=limits, host=args.host, port=args.port)
 
 

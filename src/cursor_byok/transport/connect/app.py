@@ -37,6 +37,7 @@ from .http import (
     unary_payload,
     unsupported_media,
 )
+from .ledger import client_key
 from .rsgi import WRITE_NOWAIT
 from .service import Codec, Service
 from .sessions import RunHandler, SessionRegistry, TransportLimits
@@ -104,7 +105,10 @@ class ConnectApp:
         self.routes = routes
         self.limits = limits or TransportLimits()
         self.registry = SessionRegistry(
-            handler, self.limits, error_details_type=service.error_details_type
+            handler,
+            self.limits,
+            error_details_type=service.error_details_type,
+            parse=service.parse_client,
         )
         self.streams = Streams(service, self.registry, self.limits, runsse_content_type)
         self.ready = False
@@ -126,6 +130,8 @@ class ConnectApp:
         method: str = scope["method"]
         headers = headers_of(scope)
         service = self.service
+        peer = scope.get("client")
+        client = client_key(peer[0] if peer else None)
         try:
             if path == HEALTH_PATH:
                 await self._health(method, send)
@@ -138,7 +144,7 @@ class ConnectApp:
                 outcome = CANCELED  # unless the stream returns: the client went away
                 try:
                     outcome = await self.streams.run(
-                        receive, send, headers, self.authorized(headers), write_nowait
+                        receive, send, headers, self.authorized(headers), write_nowait, client
                     )
                 finally:
                     self._observe(path, outcome)
@@ -146,12 +152,12 @@ class ConnectApp:
                 outcome = CANCELED
                 try:
                     outcome = await self.streams.runsse(
-                        receive, send, headers, self.authorized(headers)
+                        receive, send, headers, self.authorized(headers), client
                     )
                 finally:
                     self._observe(path, outcome)
             else:
-                await self._unary(path, receive, send, headers)
+                await self._unary(path, receive, send, headers, client)
         except ClientGone:
             log.debug("client went away: %s", path)
 
@@ -216,7 +222,7 @@ class ConnectApp:
     # -- unary --------------------------------------------------------------------------------
 
     async def _unary(
-        self, path: str, receive: Receive, send: Send, headers: dict[str, str]
+        self, path: str, receive: Receive, send: Send, headers: dict[str, str], client: str = ""
     ) -> None:
         codec = _UNARY_CODECS.get(base_type(headers))
         handler = self.service.unary(path)
@@ -249,7 +255,7 @@ class ConnectApp:
             raw = unary_payload(body, codec, headers, self.limits.max_unary_body)
             try:
                 if handler is None:
-                    self._append(raw, message_codec, headers)
+                    self._append(raw, message_codec, headers, client)
                     response = self.service.append_response(message_codec)
                 else:
                     response = handler(raw, message_codec, headers)
@@ -262,12 +268,14 @@ class ConnectApp:
         await unary_ok(send, codec, response)
         self._observe(path, "ok")
 
-    def _append(self, raw: bytes, codec: Codec, headers: dict[str, str]) -> None:
+    def _append(self, raw: bytes, codec: Codec, headers: dict[str, str], client: str) -> None:
         append = self.service.parse_append(raw, codec)
         request_id = append.request_id or headers.get("x-request-id", "")
         if not request_id:
             raise ConnectError("invalid_argument", "request_id is missing")
-        session, _ = self.registry.get_or_create(request_id, "runsse", headers)
+        session, _ = self.registry.get_or_create(
+            request_id, "runsse", headers, client, first_message=append.seqno == 0
+        )
         session.append(append.seqno, append.payload, append.message)
 
 

@@ -141,6 +141,14 @@ class _Send:
         self._ended = True
 
 
+def _peer(client: str) -> tuple[str, int] | None:
+    """ASGI's `(host, port)` from RSGI's `"host:port"` (IPv6 hosts may come bracketed)."""
+    host, _, port = client.rpartition(":")
+    if not host or not port.isdigit():
+        return None
+    return host.strip("[]"), int(port)
+
+
 def _finished_ok(awaitable: Awaitable[None]) -> bool:
     """True when a finished awaitable succeeded, False when it failed. granian's sends are
     always finished when returned (the bytes were handed over during the call); one that is
@@ -191,6 +199,7 @@ class RsgiBridge:
             "method": scope.method,
             "path": scope.path,
             "query_string": scope.query_string.encode("latin-1"),
+            "client": _peer(getattr(scope, "client", "")),
             "headers": [
                 (k.encode("latin-1"), v.encode("latin-1")) for k, v in scope.headers.items()
             ],

@@ -9,7 +9,12 @@ subscriber (Connect end-stream frame or gRPC-Web trailers).
 
 The `SessionRegistry` creates sessions on first sight (RunSSE or BidiAppend may come first),
 runs one handler task per session, cancels orphaned runs (no subscriber for `orphan_timeout`),
-and forgets finished sessions after `finished_grace`.
+and forgets finished sessions after `finished_grace`. What sessions hold is counted in bytes
+(ledger.py). A run that has had no message in order yet (append_seqno 0 on the shim) has not
+started: it expires after `unstarted_timeout` and, while it waits, counts against its client's
+allowance, so a flood of appends for new request ids cannot fill the table. When the table is
+full, finished runs nobody reads are forgotten first, oldest first: they are kept only for a
+replay that may never be asked for.
 """
 
 from __future__ import annotations
@@ -23,8 +28,10 @@ from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
 from .channel import EndError, Incoming, RunChannel
-from .envelopes import DEFAULT_MAX_FRAME, ConnectError, ErrorDetail
+from .envelopes import ConnectError, ErrorDetail
 from .envelopes import encode_envelope as _envelope
+from .ledger import MIB, RUN_COST, Ledger, LedgerLimits, size_text
+from .limits import TransportLimits as TransportLimits  # where it used to be defined
 
 log = logging.getLogger(__name__)
 
@@ -57,19 +64,6 @@ class RunStartInfo:
 RunHandler = Callable[[RunChannel, RunStartInfo], Awaitable[None]]
 
 
-@dataclass(frozen=True, slots=True)
-class TransportLimits:
-    heartbeat_interval: float = 5.0  # server heartbeat after this much output silence
-    finished_grace: float = 120.0  # finished sessions stay replayable this long
-    orphan_timeout: float = 60.0  # a live run with no subscriber this long is cancelled
-    reap_interval: float = 1.0
-    max_sessions: int = 10_000
-    max_held_appends: int = 1024  # out-of-order appends held per session
-    max_frame_size: int = DEFAULT_MAX_FRAME
-    max_unary_body: int = 2 * DEFAULT_MAX_FRAME + 4096  # hex doubles the payload
-    first_message_timeout: float = 60.0  # a run without its first client message is dropped
-
-
 class DirectOutput(Protocol):
     """A subscriber that writes synchronously: the session hands it every message the moment
     it is sent (and the ending the moment the run finishes), with no task in between."""
@@ -91,18 +85,36 @@ class Session:
         transport: Transport,
         *,
         max_held: int = 1024,
+        max_held_bytes: int = 64 * MIB,
+        max_output_bytes: int = 256 * MIB,
         clock: Callable[[], float] = time.monotonic,
         error_details_type: str = "",
+        client: str = "",
+        ledger: Ledger | None = None,
+        on_finish: Callable[[Session], None] | None = None,
+        waiting: bool = True,
+        parse: Callable[[bytes], object] | None = None,
     ) -> None:
         self._request_id = request_id
         self._details_type = error_details_type
         self.transport: Transport = transport
         self._clock = clock
         self._max_held = max_held
+        self._max_held_bytes = max_held_bytes
+        self._max_output_bytes = max_output_bytes
+        self.client = client  # whose allowance it counts against until it starts
+        self._ledger = ledger
+        self._on_finish = on_finish
+        # Held appends keep only their bytes and are parsed again when delivered: a parsed
+        # message holds a copy of its fields, which doubled what a held append cost.
+        self._parse = parse
+        self.started = False  # see `_begin`
+        self.awaiting_start = waiting  # neither started nor finished (ledger.py)
         self._inbox: asyncio.Queue[Incoming | None] = asyncio.Queue()
         self._next_seqno = 0
         self._held: dict[int, tuple[bytes, object]] = {}
         self._adopt_next = False  # take the next append's seqno as the next in order
+        self.held_bytes = 0
         self._input_closed = False
         self.history: list[bytes] = []
         self.history_bytes = 0
@@ -134,6 +146,7 @@ class Session:
         self._router = handler
         if handler is None:
             return
+        self._begin()  # e.g. a resumed run: its first message came from the store
         while not self._inbox.empty():
             item = self._inbox.get_nowait()
             if item is None:  # input ended: receive() keeps saying so
@@ -159,14 +172,25 @@ class Session:
         """Start in-order delivery at `seqno` (see `continue_client_numbering`)."""
         self._adopt_next = False
         self._next_seqno = max(self._next_seqno, seqno)
-        while self._next_seqno in self._held:
-            self._deliver(*self._held.pop(self._next_seqno))
+        self._deliver_held()
 
     def send(self, frame: bytes) -> None:
         if self._finished:
             log.debug("run %s: dropping a message sent after finish", self._request_id)
             return
         frame = _envelope(frame)
+        try:
+            if self.history_bytes + len(frame) > self._max_output_bytes:
+                limit = size_text(self._max_output_bytes)
+                raise ConnectError(
+                    "resource_exhausted",
+                    f"the run's output exceeds {limit}, the most one run may keep for replay",
+                )
+            self._charge(len(frame))
+        except ConnectError as err:
+            log.warning("run %s: ending the run: %s", self._request_id, err.message)
+            self.fail(err)
+            return
         self.history.append(frame)
         self.history_bytes += len(frame)
         if self._direct is not None:
@@ -190,6 +214,9 @@ class Session:
         self.ending = error
         self.finished_at = self._clock()
         self.close_input()
+        self._settle()
+        if self._on_finish is not None:
+            self._on_finish(self)
         if self._direct is not None:
             self._direct.flush(self)
         self._wake()
@@ -205,6 +232,8 @@ class Session:
         if not self._input_closed:
             self._input_closed = True
             self._held.clear()
+            self._release(self.held_bytes)
+            self.held_bytes = 0
             self._inbox.put_nowait(None)
 
     @property
@@ -234,14 +263,31 @@ class Session:
                     f"too many out-of-order appends held (limit {self._max_held}); "
                     f"waiting for append_seqno {self._next_seqno}",
                 )
-            self._held[seqno] = (payload, message)
+            if self.held_bytes + len(payload) > self._max_held_bytes:
+                raise ConnectError(
+                    "resource_exhausted",
+                    f"out-of-order appends held for this run would exceed "
+                    f"{size_text(self._max_held_bytes)}; waiting for append_seqno "
+                    f"{self._next_seqno}",
+                )
+            self._charge(len(payload))  # raises, holding nothing more, when there is no room
+            self._held[seqno] = (payload, None if self._parse is not None else message)
+            self.held_bytes += len(payload)
             return True
         self._deliver(payload, message)
-        while self._next_seqno in self._held:
-            self._deliver(*self._held.pop(self._next_seqno))
+        self._deliver_held()
         return True
 
+    def _deliver_held(self) -> None:
+        """Deliver the held appends that are next in order, releasing what they held."""
+        while self._next_seqno in self._held:
+            held, msg = self._held.pop(self._next_seqno)
+            self.held_bytes -= len(held)
+            self._release(len(held))
+            self._deliver(held, msg if self._parse is None else self._parse(held))
+
     def _deliver(self, payload: bytes, message: object) -> None:
+        self._begin()
         incoming = Incoming(f"{self._request_id}:{self._next_seqno}", payload, message)
         self._next_seqno += 1
         if self._router is not None:
@@ -256,6 +302,31 @@ class Session:
     @property
     def held(self) -> int:
         return len(self._held)
+
+    @property
+    def cost(self) -> int:
+        """The bytes this run is charged for (ledger.py)."""
+        return RUN_COST + self.held_bytes + self.history_bytes
+
+    def _charge(self, n: int) -> None:
+        if self._ledger is not None:
+            self._ledger.charge(self, n)
+
+    def _release(self, n: int) -> None:
+        if self._ledger is not None and n:
+            self._ledger.refund(self, n)
+
+    def _begin(self) -> None:
+        """The run has its first message (from the client, or from the store for a resumed
+        run, whose handler then routes): from now on it is a run that started."""
+        self.started = True
+        self._settle()
+
+    def _settle(self) -> None:
+        if self.awaiting_start:
+            self.awaiting_start = False
+            if self._ledger is not None:
+                self._ledger.settled(self)
 
     def _wake(self) -> None:
         self._changed.set()
@@ -306,12 +377,25 @@ class SessionRegistry:
         *,
         clock: Callable[[], float] = time.monotonic,
         error_details_type: str = "",
+        parse: Callable[[bytes], object] | None = None,
     ) -> None:
+        """`parse`: the service's parser of client messages (see `Session`)."""
         self._handler = handler
+        self._parse = parse
         self._details_type = error_details_type
         self.limits = limits or TransportLimits()
         self._clock = clock
         self._sessions: dict[str, Session] = {}
+        self._finished: dict[str, Session] = {}  # in the order they finished
+        lim = self.limits
+        self.ledger = Ledger(
+            LedgerLimits(
+                lim.max_buffered_bytes,
+                lim.max_unstarted_per_client,
+                lim.max_unstarted_bytes_per_client,
+            ),
+            lambda need: self._forget_finished(need=need),
+        )
         self._reaper: asyncio.Task[None] | None = None
         self._tasks: set[asyncio.Task[None]] = set()
 
@@ -336,12 +420,21 @@ class SessionRegistry:
             t.cancel()
         if tasks:
             await asyncio.wait(tasks, timeout=5)
-        self._sessions.clear()
+        for rid in list(self._sessions):
+            self._remove(rid)
 
     def get_or_create(
-        self, request_id: str, transport: Transport, headers: Mapping[str, str] | None = None
+        self,
+        request_id: str,
+        transport: Transport,
+        headers: Mapping[str, str] | None = None,
+        client: str = "",
+        *,
+        first_message: bool = False,
     ) -> tuple[Session, bool]:
-        """The session for `request_id`, created (and its handler started) if new."""
+        """The session for `request_id`, created (and its handler started) if new. `client`:
+        whose allowance a new run counts against (ledger.client_key) while it waits for its
+        first message; `first_message`: the caller delivers that message right away."""
         session = self._sessions.get(request_id)
         if session is not None:
             if session.transport != transport:
@@ -351,18 +444,28 @@ class SessionRegistry:
                 )
             return session, False
         if len(self._sessions) >= self.limits.max_sessions:
-            self.reap()
+            self._forget_finished(entries=len(self._sessions) - self.limits.max_sessions + 1)
+            if len(self._sessions) >= self.limits.max_sessions:
+                self.reap()
             if len(self._sessions) >= self.limits.max_sessions:
                 raise ConnectError(
                     "resource_exhausted", f"too many runs (limit {self.limits.max_sessions})"
                 )
+        self.ledger.admit(client, waiting=not first_message)
         self.start()
         session = Session(
             request_id,
             transport,
             max_held=self.limits.max_held_appends,
+            max_held_bytes=self.limits.max_held_bytes,
+            max_output_bytes=self.limits.max_output_bytes,
             clock=self._clock,
             error_details_type=self._details_type,
+            client=client,
+            ledger=self.ledger,
+            on_finish=self._finished_now,
+            waiting=not first_message,
+            parse=self._parse,
         )
         self._sessions[request_id] = session
         info = RunStartInfo(
@@ -389,6 +492,29 @@ class SessionRegistry:
                 log.error("run %s: handler returned without finish()", session.request_id)
                 session.finish(EndError("internal", "run ended without a result"))
 
+    def _finished_now(self, session: Session) -> None:
+        if self._sessions.get(session.request_id) is session:
+            self._finished[session.request_id] = session
+
+    def _remove(self, request_id: str) -> None:
+        session = self._sessions.pop(request_id)
+        self._finished.pop(request_id, None)
+        self.ledger.forget(session)
+
+    def _forget_finished(self, *, entries: int = 0, need: int = 0) -> None:
+        """Forget finished runs nobody is reading, oldest first, until `entries` runs and
+        `need` bytes are free: their output is kept only for a replay that may never come."""
+        gone: list[str] = []
+        for rid, s in self._finished.items():
+            if entries <= 0 and need <= 0:
+                break
+            if s.subscribers == 0:
+                gone.append(rid)
+                entries -= 1
+                need -= s.cost
+        for rid in gone:
+            self._remove(rid)
+
     def reap(self) -> None:
         now = self._clock()
         lim = self.limits
@@ -396,15 +522,15 @@ class SessionRegistry:
             if s.finished:
                 assert s.finished_at is not None
                 if s.subscribers == 0 and now - s.finished_at >= lim.finished_grace:
-                    del self._sessions[rid]
-            elif (
-                s.next_seqno == 0
-                and not s.history
-                and now - s.created_at >= lim.first_message_timeout
-            ):
-                # e.g. a RunSSE for an unknown or long-gone request_id: nothing will ever come
+                    self._remove(rid)
+            elif not s.started and now - s.created_at >= lim.unstarted_timeout:
+                # e.g. a RunSSE for an unknown or long-gone request_id, or appends whose
+                # append_seqno 0 never comes: nothing will ever start
                 log.info("run %s: no first client message, giving up", rid)
-                s.fail(ConnectError("deadline_exceeded", "no client message arrived"))
+                late = f"no run request arrived within {lim.unstarted_timeout:g} s"
+                s.fail(ConnectError("deadline_exceeded", late))
+                if s.subscribers == 0:
+                    self._remove(rid)
             elif s.subscribers == 0 and now - s.detached_at >= lim.orphan_timeout:
                 log.info("run %s: no client for %.0f s, cancelling", rid, lim.orphan_timeout)
                 s.fail(ConnectError("canceled", "client went away"))

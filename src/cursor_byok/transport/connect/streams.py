@@ -74,7 +74,12 @@ class Streams:
         self._runsse_type = runsse_content_type.encode("latin-1")
 
     async def runsse(
-        self, receive: Receive, send: Send, headers: dict[str, str], authorized: bool
+        self,
+        receive: Receive,
+        send: Send,
+        headers: dict[str, str],
+        authorized: bool,
+        client: str = "",
     ) -> str:
         protocol = _RUNSSE_TYPES.get(base_type(headers))
         if protocol is None:
@@ -105,7 +110,7 @@ class Streams:
             rid = rid or headers.get("x-request-id", "")
             if not rid:
                 raise ConnectError("invalid_argument", "request_id is missing")
-            session, _ = self.registry.get_or_create(rid, "runsse", headers)
+            session, _ = self.registry.get_or_create(rid, "runsse", headers, client)
         except ConnectError as err:
             await stream_error(send, start, protocol, err)
             return err.code
@@ -130,6 +135,7 @@ class Streams:
         headers: dict[str, str],
         authorized: bool,
         write_nowait: WriteNowait | None = None,
+        client: str = "",
     ) -> str:
         if base_type(headers) != CONNECT_PROTO:
             await unsupported_media(send, headers, CONNECT_PROTO)
@@ -153,7 +159,9 @@ class Streams:
             if write_nowait is not None
             else None
         )
-        reader = loop.create_task(self._read_run(receive, headers, encoding, ready, gone, direct))
+        reader = loop.create_task(
+            self._read_run(receive, headers, encoding, ready, gone, direct, client)
+        )
         session: Session | None = None
         outcome = CANCELED
         try:
@@ -216,6 +224,7 @@ class Streams:
         ready: asyncio.Future[Session],
         gone: asyncio.Event,
         direct: _DirectRun | None = None,
+        client: str = "",
     ) -> None:
         reader = EnvelopeReader(self.limits.max_frame_size, encoding)
         session: Session | None = None
@@ -232,7 +241,7 @@ class Streams:
                     except ValueError as exc:
                         raise ConnectError("invalid_argument", f"frame is {exc}") from None
                     if session is None:
-                        session = self._create_run_session(msg, headers)
+                        session = self._create_run_session(msg, headers, client)
                         if direct is not None:
                             # Written from the run's own task as it sends: no hop through
                             # this stream's task for any message.
@@ -259,10 +268,12 @@ class Streams:
             session.close_input()
             session.wake()
 
-    def _create_run_session(self, first: object, headers: dict[str, str]) -> Session:
+    def _create_run_session(self, first: object, headers: dict[str, str], client: str) -> Session:
         rid = headers.get("x-request-id") or self.service.stream_request_id(first)
         rid = rid or str(uuid.uuid4())
-        session, created = self.registry.get_or_create(rid, "run", headers)
+        session, created = self.registry.get_or_create(
+            rid, "run", headers, client, first_message=True
+        )
         if not created:
             raise ConnectError("already_exists", f"request_id {rid!r} is already in use")
         return session
