@@ -100,6 +100,8 @@ class ProviderConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     headers: dict[str, str] = {}
     connect_timeout_s: float = 30.0
     read_timeout_s: float = 300.0
+    first_output_timeout_s: float = 300.0
+    idle_timeout_s: float = 120.0
 
     def __repr__(self) -> str:
         return f"ProviderConfig(api={self.api!r}, base_url={self.base_url!r})"
@@ -228,6 +230,11 @@ def parse_config(
             errors.append(f"{key}.api: unknown api {p.api!r}; use one of {list(APIS)}")
             broken.add(name)
             continue
+        deadlines = ("first_output_timeout_s", "idle_timeout_s")
+        if bad := [f for f in deadlines if not 0 < getattr(p, f) <= 86400]:
+            errors.extend(f"{key}.{f} must be between 0 and 86400 seconds" for f in bad)
+            broken.add(name)
+            continue
         api_key = p.api_key
         if api_key is None and p.api_key_env:
             api_key = env.get(p.api_key_env)
@@ -252,6 +259,8 @@ def parse_config(
             headers=p.headers,
             connect_timeout_s=p.connect_timeout_s,
             read_timeout_s=p.read_timeout_s,
+            first_output_timeout_s=p.first_output_timeout_s,
+            idle_timeout_s=p.idle_timeout_s,
         )
 
     models: dict[str, Model] = {}

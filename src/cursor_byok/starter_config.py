@@ -41,7 +41,10 @@ log_level = "info"            # debug, info, warning or error (cursor-byok serve
 
 # ---------------------------------------------------------------------------------------------
 # Providers: where requests go. `api` is one of openai-chat, openai-responses, anthropic,
-# gemini. `base_url` defaults to the vendor's public endpoint.
+# gemini. `base_url` defaults to the vendor's public endpoint. Deadlines of a model call, in
+# seconds: first_output_timeout_s (300: to the first text, thinking or tool call; raise it
+# for a slow local server or long hidden reasoning), idle_timeout_s (120: between them),
+# connect_timeout_s (30), read_timeout_s (300: one read).
 #
 # Models: each [models.<id>] is one entry in the client's model picker; <id> is what clients
 # select. `model` is the upstream model name (defaults to <id>), `name` the display name,

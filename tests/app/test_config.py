@@ -49,6 +49,11 @@ def test_issue_example_parses() -> None:
         (('host = "127.0.0.1"', 'host = "0.0.0.0"'), "server.auth_token"),
         (("reasoning = true", "reasoning = true\nbogus = 1"), "bogus"),
         (("[server]", "[server\n"), "not valid TOML"),
+        (('api = "openai-chat"', 'api = "openai-chat"\nidle_timeout_s = 0'), "idle_timeout_s"),
+        (
+            ('api = "openai-chat"', 'api = "openai-chat"\nfirst_output_timeout_s = -1'),
+            "providers.openai.first_output_timeout_s",
+        ),
     ],
 )
 def test_bad_config_names_the_key(edit: tuple[str, str], needle: str) -> None:
@@ -56,6 +61,17 @@ def test_bad_config_names_the_key(edit: tuple[str, str], needle: str) -> None:
         parse_config(GOOD.replace(*edit), env=ENV)
     assert needle in str(info.value)
     assert KEY not in str(info.value)
+
+
+def test_provider_output_deadlines() -> None:
+    default = parse_config(GOOD, env=ENV).providers["openai"]
+    assert (default.first_output_timeout_s, default.idle_timeout_s) == (300.0, 120.0)
+    text = GOOD.replace(
+        'api = "openai-chat"',
+        'api = "openai-chat"\nfirst_output_timeout_s = 900\nidle_timeout_s = 30',
+    )
+    set_ = parse_config(text, env=ENV).providers["openai"]
+    assert (set_.first_output_timeout_s, set_.idle_timeout_s) == (900.0, 30.0)
 
 
 def test_non_loopback_with_token_is_allowed() -> None:

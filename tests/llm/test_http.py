@@ -238,12 +238,12 @@ async def test_aclose_aborts_the_request_at_once() -> None:
 
 async def test_aclose_while_another_task_waits_in_recv() -> None:
     async with fake_upstream() as up:
-        reply = Reply.events([])
+        reply = Reply.events(["one"])
         reply.hang_after = True
         up.push(reply)
         a = adapter(up.base_url)
         s = a.call(REQUEST, SETTINGS)
-        assert isinstance(await s.recv(), StartEvent)
+        assert [type(await s.recv()) for _ in range(3)] == [StartEvent, TextStart, TextDelta]
         waiter = asyncio.create_task(s.recv())
         await asyncio.sleep(0.05)
         await s.aclose()

@@ -127,7 +127,9 @@ async def test_aclose_while_the_sink_holds_an_event_waits_for_it_then_aborts() -
 
 async def test_aclose_between_events_aborts_through_the_sink_at_once() -> None:
     async with fake_upstream() as up:
-        up.push(Reply(chunks=[RECORDED[:200]], hang_after=True))
+        # Up to the first content event (`start` goes out with it), then silence.
+        first_delta = RECORDED.index(b"\n\n", RECORDED.index(b"content_block_delta")) + 2
+        up.push(Reply(chunks=[RECORDED[:first_delta]], hang_after=True))
         a = adapter(up.base_url)
         stream = a.send(a.prepare(REQUEST, SETTINGS))
         sink = Sink()

@@ -385,7 +385,9 @@ async def test_http_429_retry_after_ms_is_honored(collect: Collect) -> None:
         await a.aclose()
 
 
-async def test_http_error_after_start_is_not_retried(collect: Collect) -> None:
+async def test_in_band_error_without_status_is_not_retried(collect: Collect) -> None:
+    """An error event after the 200, before any content: a lone error (nothing was output),
+    not retried since it gives no status and is not transient."""
     error_chunk = json.dumps({"error": {"code": 502, "message": "Provider returned error"}})
     async with fake_upstream() as up:
         up.push(Reply.events([error_chunk]))
@@ -394,8 +396,8 @@ async def test_http_error_after_start_is_not_retried(collect: Collect) -> None:
         t = FakeTime()
         stream = wrap(a, t=t).call(REQUEST, SETTINGS)
         events = await collect(stream)
-        assert isinstance(events[0], StartEvent) and isinstance(events[-1], ErrorEvent)
-        assert "Provider returned error" in events[-1].error_message
+        assert len(events) == 1 and isinstance(events[0], ErrorEvent)
+        assert "Provider returned error" in events[0].error_message
         assert len(up.requests) == 1 and stream.attempts == 1 and t.delays == []
         await a.aclose()
 

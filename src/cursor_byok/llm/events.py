@@ -2,7 +2,8 @@
 
 A stream is `start`, then per content block `*_start`, `*_delta`..., `*_end`, and exactly one
 terminal event: `done` (the final AssistantMessage) or `error`. A request that fails before the
-provider answered yields a lone `error` with no `start`.
+provider output anything (a text, thinking or tool-call delta) yields a lone `error` with no
+`start`.
 
 `content_index` is a position in the assistant message's content, never a provider index.
 `partial` is a live view of the message being assembled (see `PartialView`), shared by every event

@@ -2,9 +2,11 @@
 
 An adapter supplies three pure pieces: `prepare` (request -> exact bytes), `auth_headers` (added
 at send time so stored requests hold no secret) and a `StreamDecoder` (SSE events -> native
-events through a `MessageAssembler`). This module owns the socket: it emits `start` once the
-provider answered 2xx, turns HTTP errors, timeouts, broken connections and undecodable streams
-into one `error` event, and aborts the request at once on `aclose()`.
+events through a `MessageAssembler`). This module owns the socket: after a 2xx it emits `start`
+with the first content event (a call that fails before any content is a lone `error`: nothing
+was output, so it may be retried or failed over), turns HTTP errors, timeouts, broken
+connections, undecodable streams and missed output deadlines (llm/deadlines.py) into one
+`error` event, and aborts the request at once on `aclose()`.
 
 Reading runs in its own task, so `aclose()` from any task cancels the read immediately instead
 of waiting for the next chunk. That task feeds a queue for `recv`, or awaits the consumer's sink
@@ -26,6 +28,7 @@ import httpx
 import msgspec
 
 from .assembler import MessageAssembler
+from .deadlines import Deadline, OutputWatch, missed
 from .events import (
     DoneEvent,
     ErrorEvent,
@@ -53,6 +56,10 @@ WAITED_S = 0.00005
 # the transport's writer). A sink needs none: it has the event written already.
 FIRST_CONTENT_YIELDS = 4
 CONTENT_EVENTS = (TextDelta, ThinkingDelta, ToolCallStart, ToolCallDelta)
+# What lets the events held before the first content go (see `_before_output`); past this many
+# held events they go anyway, so a provider sending empty blocks cannot fill memory.
+_RELEASING = (*CONTENT_EVENTS, DoneEvent)
+MAX_HELD_EVENTS = 256
 
 
 class StreamDecoder(Protocol):
@@ -249,6 +256,7 @@ class HttpResponseStream:
         self._delivered_terminal = False
         self._closed = False
         self._received = False  # `recv` was called
+        self._answered = False  # the provider's response head came
 
     def start(self) -> None:
         """Open the request now rather than at the first `recv` when a loop is running, so the
@@ -345,10 +353,31 @@ class HttpResponseStream:
             await self._emit(self._fail("aborted: the stream was closed", reason="aborted"))
 
     async def _read(self) -> None:
+        provider = self._adapter.provider
+        watch = OutputWatch(
+            first_output_s=provider.first_output_timeout_s, idle_s=provider.idle_timeout_s
+        )
+        try:
+            await self._exchange(watch)
+        except asyncio.CancelledError:
+            if (deadline := watch.claim()) is None:
+                raise
+            # Past the first-output deadline nothing was output (the held events are dropped):
+            # a failure before output, retried or failed over like a refused connection.
+            await self._emit(
+                self._fail(
+                    missed(provider.name, deadline, watch.limit(deadline), answered=self._answered),
+                    transient=deadline is Deadline.FIRST_OUTPUT,
+                )
+            )
+        finally:
+            watch.stop()
+
+    async def _exchange(self, watch: OutputWatch) -> None:
         adapter = self._adapter
         name = adapter.provider.name
         try:
-            response = await adapter.open_exchange(self._prepared)
+            response = await watch.wait(adapter.open_exchange(self._prepared))
         except _CONNECT_TIMEOUTS as exc:
             await self._emit(self._fail(f"{name}: timed out connecting: {exc}", transient=True))
             return
@@ -358,9 +387,10 @@ class HttpResponseStream:
         except _HTTP_ERRORS as exc:
             await self._emit(self._fail(f"{name}: could not connect: {exc}", transient=True))
             return
+        self._answered = True
         try:
             if response.status >= 400:
-                body = await _read_bounded(response)
+                body = await watch.wait(_read_bounded(response))
                 detail = adapter.error_message(response.status, body)
                 await self._emit(
                     self._fail(
@@ -370,7 +400,8 @@ class HttpResponseStream:
                     )
                 )
                 return
-            await self._emit(self._assembler.start())
+            # Until the first content event, `start` and what follows it wait in `held`.
+            held: list[ResponseEvent] | None = [self._assembler.start()]
             decoder = adapter.new_decoder(self._assembler)
             parser = SSEParser()
             chunks = response.chunks()
@@ -383,17 +414,32 @@ class HttpResponseStream:
             content_seen = False
             turns = 0  # loop turns owed before decoding on
             busy_from = settled = time.monotonic()
-            async for chunk in chunks:
+            while True:
+                watch.waiting = True  # the one wait the output deadlines may cut
+                try:
+                    chunk = await chunks.__anext__()
+                except StopAsyncIteration:
+                    break
+                finally:
+                    watch.waiting = False
                 arrived = time.monotonic()
                 if arrived - settled >= WAITED_S:
                     busy_from = arrived  # the read waited: the loop had its turns
                 for sse in parser.feed(chunk):
                     for event in decoder.feed(sse):
-                        await self._emit(event)
-                        if not content_seen and isinstance(event, CONTENT_EVENTS):
-                            content_seen = True
-                            turns = first_turns
+                        if isinstance(event, CONTENT_EVENTS):
+                            if content_seen:
+                                watch.last_output = arrived
+                            else:
+                                watch.first_output(arrived)
+                                content_seen = True
+                                turns = first_turns
+                        if held is None:
+                            await self._emit(event)
+                        else:
+                            held = await self._before_output(held, event)
                     if self._queued_terminal:
+                        watch.stop()
                         await _drain(chunks)  # so the connection goes back to the pool
                         return
                     settled = time.monotonic()
@@ -402,14 +448,14 @@ class HttpResponseStream:
                             await asyncio.sleep(0)
                         turns = 0
                         busy_from = settled = time.monotonic()
-            for sse in parser.finish():
-                for event in decoder.feed(sse):
-                    await self._emit(event)
-            if not self._queued_terminal:
-                for event in decoder.finish():
-                    await self._emit(event)
-            if not self._queued_terminal:
-                await self._emit(self._fail(f"{name}: the stream ended without a final event"))
+            watch.stop()
+            ends = [event for sse in parser.finish() for event in decoder.feed(sse)]
+            if not ends or not isinstance(ends[-1], DoneEvent | ErrorEvent):
+                ends += decoder.finish()
+            if not ends or not isinstance(ends[-1], DoneEvent | ErrorEvent):
+                ends.append(self._fail(f"{name}: the stream ended without a final event"))
+            for event in ends:
+                held = await self._before_output(held, event)
         except _Closed:
             raise
         except _TIMEOUTS:
@@ -424,6 +470,27 @@ class HttpResponseStream:
             await self._emit(self._fail(f"{name}: could not decode the provider stream: {exc!r}"))
         finally:
             await response.aclose()
+
+    async def _before_output(
+        self, held: list[ResponseEvent] | None, event: ResponseEvent
+    ) -> list[ResponseEvent] | None:
+        """Hold `event` while no content came, or let the held ones go; None once they went.
+
+        Held, a call that fails before any content ends in a lone `error`, which tells the
+        retry policy (and fallbacks) that nothing was output, as for a refused connection."""
+        if held is None:
+            await self._emit(event)
+            return None
+        if isinstance(event, ErrorEvent):
+            await self._emit(event)  # the held `start` and empty blocks are dropped
+            return None
+        if isinstance(event, _RELEASING) or len(held) >= MAX_HELD_EVENTS:
+            for earlier in held:
+                await self._emit(earlier)
+            await self._emit(event)
+            return None
+        held.append(event)
+        return held
 
 
 async def _drain(

@@ -2,7 +2,8 @@
 
 `RetryingLLM` wraps any `LLM`. A call is retried only when it failed before anything was
 emitted (the first event is a lone `error`, no `start`) and the failure is one that may pass:
-a connect failure (`transient`) or HTTP 429 / 5xx overload statuses. A retry resends the very
+a connect failure or a missed first-output deadline (`transient`), or HTTP 429 / 5xx overload
+statuses. A retry resends the very
 same `PreparedRequest` (same bytes, so the provider's prompt cache still matches). Once a
 `start` went out nothing is retried: the consumer already saw output.
 

@@ -34,7 +34,10 @@ class ProviderSettings(msgspec.Struct, frozen=True, omit_defaults=True):
     api_key: str | None = msgspec.field(default=None)
     headers: dict[str, str] = {}
     connect_timeout_s: float = 30.0
-    read_timeout_s: float = 300.0
+    read_timeout_s: float = 300.0  # one read (or the response head) waiting for bytes
+    # Content events (text, thinking, tool-call deltas), not bytes: see llm/deadlines.py.
+    first_output_timeout_s: float = 300.0  # from the send to the first one
+    idle_timeout_s: float = 120.0  # from one to the next
 
     def __repr__(self) -> str:  # keep the key out of reprs that end up in logs
         return f"ProviderSettings(name={self.name!r}, api={self.api!r}, base_url={self.base_url!r})"
