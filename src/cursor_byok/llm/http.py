@@ -102,6 +102,16 @@ def parse_retry_after(headers: Mapping[str, str], now: float | None = None) -> i
     return max(0, int((when - (now if now is not None else time.time())) * 1000))
 
 
+def not_followed(status: int, headers: Mapping[str, str]) -> str:
+    """Why a 3xx (or an interim status a client passed on) ends the call. Redirects are not
+    followed: the prompt and the key would go wherever the answer points."""
+    if not 300 <= status < 400:
+        return "an unexpected non-final status"
+    location = headers.get("location")
+    where = f"redirected to {location[:300]}" if location else "redirected (no location)"
+    return f"{where}; redirects are not followed, set the provider's base_url to the final address"
+
+
 def error_text_from_body(body: bytes) -> str:
     """The human part of a provider error body: `error.message`, `message`, or the raw text."""
     text = body.decode("utf-8", errors="replace").strip()
@@ -389,9 +399,12 @@ class HttpResponseStream:
             return
         self._answered = True
         try:
-            if response.status >= 400:
-                body = await watch.wait(_read_bounded(response))
-                detail = adapter.error_message(response.status, body)
+            if not 200 <= response.status < 300:
+                if response.status >= 400:
+                    body = await watch.wait(_read_bounded(response))
+                    detail = adapter.error_message(response.status, body)
+                else:
+                    detail = not_followed(response.status, response.fields)
                 await self._emit(
                     self._fail(
                         f"{name} HTTP {response.status}: {detail}",

@@ -13,7 +13,10 @@ request written in one `write`; response bodies framed by `Transfer-Encoding: ch
 connections pooled per origin and reused only after a body was read to its end; a pooled
 connection the server closed meanwhile is retried once on a fresh one when the request
 cannot have reached it; hostile sizes (status line and headers over 64 KiB, a chunk size
-line over 1 KiB) are errors. Timeouts: connect (including TLS) and each read.
+line over 1 KiB) are errors. Interim responses (100, 103) are skipped, a 101 is refused, a 3xx
+is returned like any final status (http.py refuses it: redirects are not followed). Every
+failure, a reset or a TLS error included, is a `WireError`. Timeouts: connect (including TLS)
+and each read. tests/llm/test_wire_http.py and test_wire_tls.py hold these cases.
 
 What it leaves to httpx: proxies. `HttpAdapter` uses httpx whenever a proxy variable is set.
 """
@@ -22,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import ssl
 import zlib
 from collections.abc import AsyncIterator, Awaitable, Sequence
@@ -36,6 +40,8 @@ MAX_CHUNK_LINE = 1024
 READ_SIZE = 64 * 1024
 MAX_IDLE_PER_ORIGIN = 16
 PROXY_VARIABLES = ("https_proxy", "http_proxy", "all_proxy")
+# RFC 9112 chunk-size: hex digits only (int(x, 16) also takes "-1", "0x5" and "5_0")
+_CHUNK_SIZE = re.compile(rb"[0-9A-Fa-f]{1,16}")
 
 
 class WireError(Exception):
@@ -165,7 +171,7 @@ class WireResponse:
             return
         if self._framing == "length":
             while self._left > 0:
-                data = await _read(reader.read(min(self._left, READ_SIZE)), timeout)
+                data = await _read_body(reader, min(self._left, READ_SIZE), timeout)
                 if not data:
                     raise WireProtocolError("the connection closed before the body's end")
                 self._left -= len(data)
@@ -173,7 +179,7 @@ class WireResponse:
             self._complete = True
             return
         if self._framing == "close":
-            while data := await _read(reader.read(READ_SIZE), timeout):
+            while data := await _read_body(reader, READ_SIZE, timeout):
                 yield data
             self._complete = True
             self._keep_alive = False
@@ -184,10 +190,9 @@ class WireResponse:
             while (line := buf.line(MAX_CHUNK_LINE, "chunk size line")) is None:
                 await buf.fill("chunk size line")
             size_text = line.split(b";", 1)[0].strip()
-            try:
-                size = int(size_text, 16)
-            except ValueError:
-                raise WireProtocolError(f"bad chunk size {size_text[:40]!r}") from None
+            if not _CHUNK_SIZE.fullmatch(size_text):
+                raise WireProtocolError(f"bad chunk size {size_text[:40]!r}")
+            size = int(size_text, 16)
             if size == 0:
                 while True:
                     while (trailer := buf.line(MAX_HEAD_BYTES, "trailer")) is None:
@@ -234,7 +239,7 @@ class _Buffer:
         return len(self.data) - self.pos
 
     async def fill(self, what: str) -> None:
-        more = await _read(self.reader.read(READ_SIZE), self.timeout)
+        more = await _read_body(self.reader, READ_SIZE, self.timeout)
         if not more:
             raise WireProtocolError(f"the connection closed inside a {what}")
         self.data = self.data[self.pos :] + more
@@ -288,7 +293,7 @@ class WireClient:
                 status, reason, response_headers = await _response_head(
                     conn.reader, self.read_timeout
                 )
-            except (ConnectionError, WireProtocolError) as exc:
+            except (OSError, WireProtocolError) as exc:  # TLS errors (ssl.SSLError) included
                 conn.close()
                 # A pooled connection the server had closed: nothing was read, so the request
                 # cannot have been processed; try once more on a new connection.
@@ -390,9 +395,21 @@ async def _read(awaitable: Awaitable[T], timeout: float) -> T:
         raise WireTimeout(f"no data for {timeout:g} s") from None
 
 
+async def _read_body(reader: asyncio.StreamReader, size: int, timeout: float) -> bytes:
+    """A read of the body: a reset or TLS failure is a `WireError` like a close would be."""
+    try:
+        async with asyncio.timeout(timeout):
+            return await reader.read(size)
+    except TimeoutError:
+        raise WireTimeout(f"no data for {timeout:g} s") from None
+    except OSError as exc:
+        raise WireProtocolError(f"connection lost mid-body: {exc}") from None
+
+
 async def _response_head(
     reader: asyncio.StreamReader, timeout: float
 ) -> tuple[int, str, list[tuple[str, str]]]:
+    interim = 0  # the status of an interim response already read
     while True:
         try:
             async with asyncio.timeout(timeout):
@@ -400,6 +417,10 @@ async def _response_head(
         except TimeoutError:
             raise WireTimeout(f"connected, but no response came within {timeout:g} s") from None
         except asyncio.IncompleteReadError as exc:
+            if interim:  # the server had the request: not "nothing received", no retry
+                raise WireProtocolError(
+                    f"the connection closed after an interim {interim} response"
+                ) from None
             if not exc.partial:
                 raise ConnectionResetError("closed before any response byte") from None
             raise WireProtocolError("the connection closed inside the response head") from None
@@ -408,7 +429,7 @@ async def _response_head(
         lines = raw[:-4].decode("latin-1").split("\r\n")
         version, _, rest = lines[0].partition(" ")
         code, _, reason = rest.partition(" ")
-        if not version.startswith("HTTP/1.") or len(code) != 3 or not code.isdigit():
+        if not version.startswith("HTTP/1.") or len(code) != 3 or not _ascii_digits(code):
             raise WireProtocolError(f"bad status line {lines[0][:80]!r}")
         status = int(code)
         headers: list[tuple[str, str]] = []
@@ -417,9 +438,19 @@ async def _response_head(
             if not sep or not name or name != name.strip():
                 raise WireProtocolError(f"bad header line {line[:80]!r}")
             headers.append((name.lower(), value.strip()))
-        if 100 <= status < 200 and status != 101:
+        if status == 101:  # what follows is not HTTP: never read it as a body
+            raise WireProtocolError(
+                "unexpected 101 Switching Protocols: a provider call asks for no upgrade"
+            )
+        if 100 <= status < 200:
+            interim = status
             continue  # an interim response (100 Continue, 103 Early Hints)
         return status, reason, headers
+
+
+def _ascii_digits(text: str) -> bool:
+    """`str.isdigit` alone also takes "²", which `int()` refuses."""
+    return text.isascii() and text.isdigit()
 
 
 def _response(
@@ -442,7 +473,7 @@ def _response(
         framing = "chunked"
     elif "content-length" in values:
         text = values["content-length"].split(",")[0].strip()
-        if not text.isdigit():
+        if not _ascii_digits(text):
             conn.close()
             raise WireProtocolError(f"bad content-length {text[:40]!r}")
         framing, left = "length", int(text)
