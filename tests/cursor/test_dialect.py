@@ -24,7 +24,7 @@ from cursor_byok.llm.events import (
 )
 from cursor_byok.llm.types import AssistantMessage, ImageContent, TextContent, ToolCall, Usage
 from cursor_byok.transport import cursor as d
-from cursor_byok.transport.cursor import decode, encode
+from cursor_byok.transport.cursor import decode, encode, values
 from cursor_byok.transport.cursor.decode import ExecControl, ExecReply, KvReply
 from cursor_byok.transport.cursor.proto import agent_pb2 as a
 from cursor_byok.transport.cursor.proto import aiserver_pb2 as ai
@@ -64,7 +64,7 @@ def test_capture_decodes_into_index_facts(name: str) -> None:
     r = event.request
     assert r.conversation_id == CONVERSATION
     assert r.model_id == "grok-4.6"
-    assert r.action == "user_message"
+    assert r.action == "user_message_action"
     assert r.mode == mode
     assert r.user_message is not None
     # The typed text is the last text part; the IDE's visible file comes before it.
@@ -142,15 +142,14 @@ def test_missing_conversation_id_is_a_dialect_error() -> None:
         decode.decode_run_request(req)
 
 
-def test_cancel_only_and_unsupported_actions_are_errors() -> None:
+def test_every_action_decodes_and_only_an_empty_one_is_an_error() -> None:
     req = a.AgentRunRequest(conversation_id="c")
     req.action.cancel_action.reason = "stop"
-    with pytest.raises(d.DialectError, match="cancel_action"):
-        decode.decode_run_request(req)
+    r = decode.decode_run_request(req)
+    assert r.action == "cancel_action" and r.payload == values.CancelTurn(reason="stop")
     req = a.AgentRunRequest(conversation_id="c")
     req.action.summarize_action.SetInParent()
-    with pytest.raises(d.DialectError, match="summarize_action"):
-        decode.decode_run_request(req)
+    assert decode.decode_run_request(req).action == "summarize_action"
     with pytest.raises(d.DialectError, match="no action"):
         decode.decode_run_request(a.AgentRunRequest(conversation_id="c"))
 
@@ -160,7 +159,7 @@ def test_resume_action_with_context() -> None:
     req.action.resume_action.request_context.env.shell = "bash"
     req.conversation_state.mode = a.AGENT_MODE_PLAN
     r = decode.decode_run_request(req)
-    assert r.action == "resume"
+    assert r.action == "resume_action"
     assert r.user_message is None
     assert r.inline_context is not None and r.inline_context.environment is not None
     assert r.inline_context.environment.shell == "bash"
