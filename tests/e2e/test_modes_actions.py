@@ -106,9 +106,16 @@ def mcp_tool(name: str) -> agent_pb2.McpToolDefinition:
 
 
 def moded_request(
-    text: str, mode: str, conversation_id: str | None = None, *, mcp: str | None = None
+    text: str,
+    mode: str,
+    conversation_id: str | None = None,
+    *,
+    mcp: str | None = None,
+    state: agent_pb2.ConversationStateStructure | None = None,
 ) -> agent_pb2.AgentClientMessage:
     req = agent_pb2.AgentRunRequest(conversation_id=conversation_id or str(uuid.uuid4()))
+    if state is not None:
+        req.conversation_state.CopyFrom(state)
     req.requested_model.model_id = "brain-1"
     uma = req.action.user_message_action
     uma.user_message.text = text
@@ -258,8 +265,24 @@ async def test_config_switches_a_tool_off_and_vision_sets_supports_images(
 # -- point 8: every ConversationAction --------------------------------------------------------
 
 
-def _action_request(fill: Callable[[agent_pb2.ConversationAction], None], cid: str) -> Any:
+def last_checkpoint(reader: Reader) -> agent_pb2.ConversationStateStructure:
+    states = [
+        m.conversation_checkpoint_update
+        for m in reader.messages
+        if m.HasField("conversation_checkpoint_update")
+    ]
+    assert states, reader.kinds
+    return states[-1]
+
+
+def _action_request(
+    fill: Callable[[agent_pb2.ConversationAction], None],
+    cid: str,
+    state: agent_pb2.ConversationStateStructure | None = None,
+) -> Any:
     req = agent_pb2.AgentRunRequest(conversation_id=cid)
+    if state is not None:
+        req.conversation_state.CopyFrom(state)
     req.requested_model.model_id = "brain-1"
     fill(req.action)
     return agent_pb2.AgentClientMessage(run_request=req)
@@ -374,13 +397,15 @@ async def test_a_shell_command_action_is_recorded_for_the_next_turn(
     server: ServerProcess, upstream: FakeUpstream, transport: str
 ) -> None:
     """`!make test` typed into the chat: an empty successful turn, no model call; the command
-    is in the history the next turn's model call reads."""
+    is in the history the next turn's model call reads. Each request carries the checkpoint
+    the previous run ended with, as the IDE does."""
     cid = str(uuid.uuid4())
     command = f"make test-{uuid.uuid4().hex[:6]}"
     first = unique("hello first")
     async with open_run(server, transport) as (send, reader):
         await send(moded_request(first, "agent", cid))
         assert await reader.wait_end() == {}
+    state = last_checkpoint(reader)
 
     def shell(a: agent_pb2.ConversationAction) -> None:
         a.shell_command_action.shell_command.command = command
@@ -388,13 +413,15 @@ async def test_a_shell_command_action_is_recorded_for_the_next_turn(
 
     before = len(upstream.requests)
     async with open_run(server, transport) as (send, reader):
-        await send(_action_request(shell, cid))
+        await send(_action_request(shell, cid, state))
         end = await reader.wait_end()
     assert end == {} and reader.turn_ended and execs(reader) == []
+    after = last_checkpoint(reader)
+    assert len(after.turns) == len(state.turns) + 1  # the note is a turn of the checkpoint
     assert len(upstream.requests) == before
     later = unique("what did I run?")
     async with open_run(server, transport) as (send, reader):
-        await send(moded_request(later, "agent", cid))
+        await send(moded_request(later, "agent", cid, state=after))
         assert await reader.wait_end() == {}
     (body,) = chat_requests(upstream, later)
     users = [m for m in body["messages"] if m["role"] == "user"]
