@@ -42,6 +42,7 @@ class App:
             llm_for=lambda m: registry.llm(m.provider),
             tool_timeout_s=config.server.tool_timeout_s,
             fsync_model_calls=config.server.fsync_model_calls,
+            disabled_tools=tuple(config.server.disabled_tools),
             on_llm_call=obs.on_llm_call,
             on_run_end=obs.on_run_end,
             on_unknown_event=obs.metrics.observe_unknown_event,

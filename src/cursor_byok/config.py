@@ -21,6 +21,7 @@ from .config_shape import check_shape, key_path
 from .llm.model_names import ModelNames, NameClash, UnknownDefault
 from .llm.models import Model, Prices
 from .llm.settings import Api, ModelSettings, ProviderSettings, ReasoningEffort
+from .loop.catalogue import TOOLS_BY_NAME
 
 __all__ = [
     "CONFIG_ENV",
@@ -86,6 +87,8 @@ class ServerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     unstarted_run_timeout_s: float = 10.0  # a run whose first message has not come is dropped
     unstarted_runs_per_client: int = 64  # such runs one client (peer address) may have
     unstarted_mib_per_client: int = 128  # what they may hold
+    # Catalogue tools (docs/tools.md) never offered to the model, in any mode.
+    disabled_tools: list[str] = []
 
     def __repr__(self) -> str:
         token = "set" if self.auth_token else "unset"
@@ -121,6 +124,9 @@ class ModelConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     extra_headers: dict[str, str] = {}
     prices: Prices | None = None
     aliases: list[str] = []  # other names clients may ask for; unique across all models
+    vision: bool = (
+        False  # reads images: AvailableModels says supports_images, so the IDE sends them
+    )
 
 
 class RawConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -220,6 +226,11 @@ def parse_config(
     if server.log_level.lower() not in LOG_LEVELS:
         errors.append(f"server.log_level must be one of {', '.join(LOG_LEVELS)}")
     errors += _run_limit_errors(server)
+    if unknown := [n for n in server.disabled_tools if n not in TOOLS_BY_NAME]:
+        errors.append(
+            f"server.disabled_tools: unknown tool(s) {unknown}; the catalogue's tools are "
+            f"{', '.join(TOOLS_BY_NAME)}"
+        )
 
     providers: dict[str, ProviderSettings] = {}
     # Providers with a mistake already reported: a model naming one is not a second mistake.
@@ -295,6 +306,7 @@ def parse_config(
             context_window=m.context_window,
             prices=m.prices,
             aliases=tuple(m.aliases),
+            vision=m.vision,
         )
     if errors:
         raise ConfigError(*errors, path=path)

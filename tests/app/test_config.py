@@ -118,3 +118,16 @@ def test_cli_reports_config_error(
 def test_cli_help_exits_zero(capsys: pytest.CaptureFixture[str]) -> None:
     assert main([]) == 0
     assert "serve" in capsys.readouterr().out
+
+
+def test_vision_and_disabled_tools() -> None:
+    cfg = parse_config(GOOD, env=ENV)
+    assert cfg.models["gpt-5"].vision is False and cfg.server.disabled_tools == []
+    text = GOOD.replace(
+        'database = "cursor-byok.db"', 'database = "x.db"\ndisabled_tools = ["Shell"]'
+    )
+    cfg = parse_config(text + "vision = true\n", env=ENV)
+    assert cfg.models["gpt-5"].vision is True and cfg.server.disabled_tools == ["Shell"]
+    bad = GOOD.replace('database = "cursor-byok.db"', 'disabled_tools = ["Shel"]')
+    with pytest.raises(ConfigError, match=r"server.disabled_tools: unknown tool\(s\) \['Shel'\]"):
+        parse_config(bad, env=ENV)

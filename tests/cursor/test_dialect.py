@@ -23,8 +23,10 @@ from cursor_byok.llm.events import (
     ToolCallStart,
 )
 from cursor_byok.llm.types import AssistantMessage, ImageContent, TextContent, ToolCall, Usage
+from cursor_byok.loop import render_tools
+from cursor_byok.loop.catalogue import Switches
 from cursor_byok.transport import cursor as d
-from cursor_byok.transport.cursor import decode, encode
+from cursor_byok.transport.cursor import decode, encode, values
 from cursor_byok.transport.cursor.decode import ExecControl, ExecReply, KvReply
 from cursor_byok.transport.cursor.proto import agent_pb2 as a
 from cursor_byok.transport.cursor.proto import aiserver_pb2 as ai
@@ -64,7 +66,7 @@ def test_capture_decodes_into_index_facts(name: str) -> None:
     r = event.request
     assert r.conversation_id == CONVERSATION
     assert r.model_id == "grok-4.6"
-    assert r.action == "user_message"
+    assert r.action == "user_message_action"
     assert r.mode == mode
     assert r.user_message is not None
     # The typed text is the last text part; the IDE's visible file comes before it.
@@ -142,15 +144,14 @@ def test_missing_conversation_id_is_a_dialect_error() -> None:
         decode.decode_run_request(req)
 
 
-def test_cancel_only_and_unsupported_actions_are_errors() -> None:
+def test_every_action_decodes_and_only_an_empty_one_is_an_error() -> None:
     req = a.AgentRunRequest(conversation_id="c")
     req.action.cancel_action.reason = "stop"
-    with pytest.raises(d.DialectError, match="cancel_action"):
-        decode.decode_run_request(req)
+    r = decode.decode_run_request(req)
+    assert r.action == "cancel_action" and r.payload == values.CancelTurn(reason="stop")
     req = a.AgentRunRequest(conversation_id="c")
     req.action.summarize_action.SetInParent()
-    with pytest.raises(d.DialectError, match="summarize_action"):
-        decode.decode_run_request(req)
+    assert decode.decode_run_request(req).action == "summarize_action"
     with pytest.raises(d.DialectError, match="no action"):
         decode.decode_run_request(a.AgentRunRequest(conversation_id="c"))
 
@@ -160,7 +161,7 @@ def test_resume_action_with_context() -> None:
     req.action.resume_action.request_context.env.shell = "bash"
     req.conversation_state.mode = a.AGENT_MODE_PLAN
     r = decode.decode_run_request(req)
-    assert r.action == "resume"
+    assert r.action == "resume_action"
     assert r.user_message is None
     assert r.inline_context is not None and r.inline_context.environment is not None
     assert r.inline_context.environment.shell == "bash"
@@ -522,3 +523,70 @@ def test_unavailable_end() -> None:
     assert details.error == ai.ErrorDetails.ERROR_INTERNAL
     assert details.details.title == "Server storage busy"
     assert details.details.detail == end.message and details.details.is_retryable is True
+
+
+def test_action_payloads_and_modes_decode() -> None:
+    req = a.AgentRunRequest(conversation_id="c", subagent_type_name="explore")
+    req.suppress_subagent_progress_update_tool = True
+    req.action.user_message_action.user_message.text = "child"
+    r = decode.decode_run_request(req)
+    assert r.mode == "subagent" and r.suppress_subagent_progress_update_tool is True
+    req = a.AgentRunRequest(conversation_id="c")
+    epa = req.action.execute_plan_action
+    epa.plan.plan = "from the plan field"
+    epa.execution_mode = a.AGENT_MODE_DEBUG
+    epa.plan_id = "p1"
+    epa.request_context.env.shell = "zsh"
+    r = decode.decode_run_request(req)
+    assert r.action == "execute_plan_action" and r.mode == "debug" and r.user_message is None
+    assert r.payload == values.ExecutePlan(
+        plan_text="from the plan field", plan_id="p1", execution_mode="debug"
+    )
+    assert r.inline_context is not None and r.inline_context.environment is not None
+    assert r.inline_context.environment.shell == "zsh"
+    req = a.AgentRunRequest(conversation_id="c")
+    req.action.start_plan_action.user_message.text = "plan it"
+    r = decode.decode_run_request(req)
+    assert r.mode == "plan" and r.user_text == "plan it" and r.payload == values.StartPlan()
+    req = a.AgentRunRequest(conversation_id="c")
+    c = req.action.background_task_completion_action.completions.add()
+    c.task_id, c.kind, c.status = (
+        "t",
+        a.BACKGROUND_TASK_KIND_SUBAGENT,
+        a.BACKGROUND_TASK_STATUS_ERROR,
+    )
+    c.reason = a.BACKGROUND_TASK_COMPLETION_REASON_TASK_PROGRESS
+    r = decode.decode_run_request(req)
+    assert r.payload == values.BackgroundCompletions(
+        completions=(
+            values.BackgroundCompletion(
+                task_id="t",
+                kind=values.BackgroundTaskKind.SUBAGENT,
+                status=values.BackgroundTaskStatus.ERROR,
+                finished=False,
+            ),
+        )
+    )
+    req = a.AgentRunRequest(conversation_id="c")
+    req.action.inject_context_action.system_context = b"\xff\x00"  # any bytes parse
+    r = decode.decode_run_request(a.AgentRunRequest.FromString(req.SerializeToString()))
+    assert r.payload == values.InjectContext(system_context=b"\xff\x00")
+
+
+def test_request_context_tool_flags_reach_the_turn_context() -> None:
+    rc = a.RequestContext(web_search_enabled=True, read_lints_enabled=False)
+    ctx = d.merge_context(
+        decode.decode_request_context(rc),
+        (),
+        (),
+        mode="agent",
+        suppress_subagent_progress_update_tool=True,
+        disabled_tools=("Delete",),
+    )
+    assert ctx.switches == Switches(
+        web_search_enabled=True,
+        read_lints_enabled=False,
+        suppress_subagent_progress_update_tool=True,
+        disabled_tools=("Delete",),
+    )
+    assert "Delete" not in [t.name for t in render_tools(ctx)]

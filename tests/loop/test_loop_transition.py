@@ -42,6 +42,7 @@ from cursor_byok.loop import (
     side_effects,
     transition,
 )
+from cursor_byok.loop.catalogue import Mode, offered
 from cursor_byok.loop.results import CANCELED_RESULT_TEXT
 from cursor_byok.loop.transition import CallEnd, CallOutcome
 from tests.loop.loop_helpers import assistant_messages, feed, result, start, stream, tool_call, user
@@ -527,14 +528,12 @@ def test_tools_native_first_then_mcp_sorted() -> None:
 
 
 @pytest.mark.parametrize("mode", ["ask", "plan"])
-def test_read_only_modes_offer_only_tools_without_side_effects(mode: str) -> None:
+def test_read_only_modes_offer_the_mode_table_and_mcp_tools(mode: str) -> None:
     ctx = TurnContext(mcp_tools=MCP, mode=mode)
     s = started(ctx)
-    assert [t.name for t in build_tools(None, s.committed)] == ["Read", "LS", "Grep", "Glob"]
+    expected = [*offered(Mode(mode)), "alpha", "zeta"]
+    assert [t.name for t in build_tools(None, s.committed)] == expected
     assert f"{mode} mode" in build_prompt(None, s.committed)
-    ts, _ = stream(s, FauxResponse.tool_calls([tool_call("a", "Shell", command="rm -rf /")]))
-    answer = ts[-1].state.committed.messages[-1]
-    assert isinstance(answer, ToolResultMessage) and "unknown tool 'Shell'" in answer.text
 
 
 def test_prompt_has_environment_rules_and_is_deterministic() -> None:

@@ -36,3 +36,4 @@ class Model(msgspec.Struct, frozen=True):
     context_window: int
     prices: Prices | None
     aliases: tuple[str, ...] = ()  # other names clients may ask for (llm/model_names.py)
+    vision: bool = False  # the model reads images (AvailableModels.supports_images)

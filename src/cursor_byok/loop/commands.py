@@ -28,6 +28,7 @@ class CallLLM(_Command, frozen=True, tag="call_llm"):
     call_id: str
     request: RequestMessages
     messages_hash: str
+    catalogue_version: int = 0  # the tool catalogue the request's tools come from
 
 
 class ResendLLM(_Command, frozen=True, tag="resend_llm"):

@@ -11,9 +11,12 @@ import msgspec
 
 from cursor_byok.llm.types import ToolDefinition
 
+from .catalogue import DEFAULT_SWITCHES, Switches
+
 DEFAULT_MAX_LLM_CALLS = 100
 
-# Modes in which the model may only look, never change anything: side-effect tools are withheld.
+# Modes in which the model should only look: the prompt says so; in ask mode the server also
+# refuses the calls that would change the workspace (catalogue.REFUSED).
 READ_ONLY_MODES: frozenset[str] = frozenset({"ask", "plan"})
 
 
@@ -49,8 +52,9 @@ class TurnContext(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unknow
       attached documents). They are prepended, as text parts, to the user message that starts
       the turn; they are never written into older messages.
     - `custom_instructions`: free text appended to the system prompt.
-    - `mode`: "agent" (all tools), "ask" or "plan" (read-only tools only, see READ_ONLY_MODES).
-      Any other value is treated as "agent".
+    - `mode`: the mode whose tools are offered (catalogue.MODES: agent, ask, plan, debug,
+      multitask, subagent); any other value offers agent's tools.
+    - `switches`: the run's gate values (client flags, our config) that switch tools off.
     - `max_llm_calls`: at most this many LLM calls per turn; one more fails the turn.
     """
 
@@ -62,6 +66,7 @@ class TurnContext(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unknow
     supplements: tuple[str, ...] = ()
     custom_instructions: str | None = None
     mode: str = "agent"
+    switches: Switches = DEFAULT_SWITCHES
     max_llm_calls: int = DEFAULT_MAX_LLM_CALLS
 
     @property

@@ -30,6 +30,14 @@ class Start(_Input, frozen=True, tag="start"):
     history: tuple[llm.Message, ...] = ()
 
 
+class Note(_Input, frozen=True, tag="note"):
+    """Something the user did outside a turn that the model should know of later (a command
+    typed into the chat's terminal): `message` joins the history, no model call is made, and
+    the run ends with an empty turn."""
+
+    message: llm.UserMessage
+
+
 class LLMEvent(_Input, frozen=True, tag="llm_event"):
     """One event of the stream opened for `call_id`."""
 
@@ -107,7 +115,16 @@ class Rewind(_Input, frozen=True, tag="rewind"):
 
 
 Input: TypeAlias = (
-    Start | LLMEvent | ToolResult | UserMessage | Cancel | Supersede | Resume | ToolLost | Rewind
+    Start
+    | Note
+    | LLMEvent
+    | ToolResult
+    | UserMessage
+    | Cancel
+    | Supersede
+    | Resume
+    | ToolLost
+    | Rewind
 )
 
 # The same class, for callers that also import the LLM's UserMessage.

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 from cursor_byok.llm.types import ToolDefinition
 
+from .catalogue import Mode, mode_of, offered
 from .context import DEFAULT_CONTEXT, Environment, TurnContext
 from .inputs import Input, Start
 from .state import ConversationState
-from .tools import NATIVE_TOOL_NAMES, NATIVE_TOOLS
+from .tools import NATIVE_BY_NAME
 
 BASE_INSTRUCTIONS = """\
 You are a coding agent working inside the user's editor. You help with software tasks by \
@@ -37,8 +38,12 @@ say so.
 check. Use Markdown; put code in fenced blocks."""
 
 READ_ONLY_NOTE = """\
-This conversation is in {mode} mode: you may only look, not change anything. The tools you have \
-do not modify files or run commands; answer from what you can read."""
+This conversation is in {mode} mode: look, do not change anything. Do not edit, write or delete \
+files and do not run commands that change the workspace; answer from what you can read."""
+
+ASK_NOTE = """\
+In ask mode the server refuses every call that writes, edits or deletes a file or runs a command; \
+such a call only returns an error."""
 
 PLAN_NOTE = """\
 Produce a plan: the steps you would take, the files involved and the risks. Do not carry it \
@@ -72,6 +77,8 @@ def render_prompt(context: TurnContext) -> str:
     sections = [BASE_INSTRUCTIONS]
     if context.read_only:
         sections.append(READ_ONLY_NOTE.format(mode=context.mode))
+        if mode_of(context.mode) is Mode.ASK:
+            sections.append(ASK_NOTE)
         if context.mode == "plan":
             sections.append(PLAN_NOTE)
     env_lines = _environment_lines(context.environment)
@@ -90,16 +97,15 @@ def render_prompt(context: TurnContext) -> str:
 
 
 def render_tools(context: TurnContext) -> tuple[ToolDefinition, ...]:
-    """Native tools in catalogue order, then MCP tools sorted by name.
+    """The mode's native tools in catalogue order (catalogue.offered), then the MCP tools sorted
+    by name, in every mode (the real Cursor does not withhold them in ask or plan).
 
-    Read-only modes keep only the native tools without side effects and no MCP tools (MCP tools
-    count as side-effecting). An MCP tool whose name is already taken (by a native tool or an
-    earlier MCP tool of the same name) is left out, so names stay unique.
+    An MCP tool whose name is already taken (by a native tool or an earlier MCP tool of the same
+    name) is left out, so names stay unique.
     """
-    if context.read_only:
-        return tuple(t.definition for t in NATIVE_TOOLS if not t.side_effects)
-    out = [t.definition for t in NATIVE_TOOLS]
-    taken = set(NATIVE_TOOL_NAMES)
+    names = offered(mode_of(context.mode), context.switches)
+    out = [NATIVE_BY_NAME[name].definition for name in names]
+    taken = set(NATIVE_BY_NAME)
     for tool in sorted(context.mcp_tools, key=lambda t: t.name):
         if tool.name in taken:
             continue

@@ -32,8 +32,25 @@ def _clip(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[:limit] + f"... [{len(text) - limit} more chars]"
 
 
-def synthetic_result(call: ToolCall, tool_names: tuple[str, ...]) -> ToolResultMessage | None:
-    """The loop's own answer to a call the client cannot run, or None if the client should."""
+def refused_result(call: ToolCall, mode: str) -> ToolResultMessage:
+    return error_result(
+        call,
+        f"Error: {call.name} is not allowed in {mode} mode, which never changes the workspace; "
+        "the call was not run. Answer from what you can read, or ask the user to switch to "
+        "agent mode to make changes.",
+    )
+
+
+def synthetic_result(
+    call: ToolCall,
+    tool_names: tuple[str, ...],
+    refused: frozenset[str] = frozenset(),
+    mode: str = "",
+) -> ToolResultMessage | None:
+    """The loop's own answer to a call the client cannot run or must not run (a tool the mode
+    refuses), or None if the client should."""
+    if call.name in refused:
+        return refused_result(call, mode)
     if call.name not in tool_names:
         return error_result(
             call,
@@ -66,6 +83,17 @@ def unknown_outcome_result(call: ToolCall) -> ToolResultMessage:
         f"Error: this {call.name} call was sent to the client, but its answer was lost (the "
         "server restarted or the connection dropped). Its outcome is unknown and it was not "
         "run again. Check the current state before retrying it.",
+    )
+
+
+def loop_answer(text: str) -> AssistantMessage:
+    """The loop's own answer to a run that needs no model call (never appended to history)."""
+    return AssistantMessage(
+        content=(TextContent(text=text),) if text else (),
+        api="loop",
+        provider="cursor-byok",
+        model="",
+        stop_reason="stop",
     )
 
 

@@ -44,7 +44,7 @@ from cursor_byok.llm.types import (
 )
 from cursor_byok.llm.types import UserMessage as LLMUserMessage
 
-from . import ids, view
+from . import catalogue, ids, view
 from .commands import (
     CONTINUE_LLM,
     WAIT_INPUT,
@@ -63,6 +63,7 @@ from .inputs import (
     Input,
     LLMEvent,
     LostCause,
+    Note,
     Resume,
     Rewind,
     Start,
@@ -75,6 +76,7 @@ from .prompt import render_prompt, render_tools
 from .results import (
     CANCELED_RESULT_TEXT,
     error_result,
+    loop_answer,
     loop_failure,
     synthetic_result,
     timed_out_result,
@@ -145,6 +147,8 @@ def transition(state: RuntimeState, input: Input) -> Transition:
             t = _on_tool_result(state, input)
         case Start():
             t = _on_start(state, input)
+        case Note():
+            t = _on_note(state, input)
         case UserMessage():
             t = _on_user_message(state, input)
         case Cancel() | Supersede():
@@ -257,7 +261,13 @@ def _call_llm(c: ConversationState) -> Transition:
         status=Status.WAITING_LLM,
         waiting=AwaitLLM(call_id=call, messages_hash=digest),
     )
-    return _settle(c2, (), CallLLM(call_id=call, request=request, messages_hash=digest))
+    command = CallLLM(
+        call_id=call,
+        request=request,
+        messages_hash=digest,
+        catalogue_version=catalogue.CATALOGUE_VERSION,
+    )
+    return _settle(c2, (), command)
 
 
 def opening_message(context: TurnContext, user_message: LLMUserMessage) -> LLMUserMessage:
@@ -329,6 +339,21 @@ def _on_start(state: RuntimeState, input: Start) -> Transition:
         c = _with(c, *input.history)
     t = _begin_turn(c, input.context, opening_message(input.context, input.user_message))
     return _prepend((), t, call_end)
+
+
+def _on_note(state: RuntimeState, input: Note) -> Transition:
+    """A note from outside a turn: appended to the history (a busy turn of a run that is gone
+    is closed first, as for Start); no model call; the run ends with an empty answer that is
+    not appended. The conversation is then FINAL, so a replay of this input ends the same way.
+    """
+    c = state.committed
+    call_end: CallEnd | None = None
+    if c.busy:
+        c, _, call_end = _close_turn(c, "superseded by a newer request")
+    c2 = _commit(
+        _with(c, input.message), status=Status.FINAL, waiting=None, queued=(), queued_context=None
+    )
+    return _settle(c2, (), Final(message=loop_answer("")), call_end=call_end)
 
 
 def _follow_up_context(c: ConversationState, input: UserMessage) -> TurnContext | None:
@@ -473,7 +498,9 @@ def _advance(c: ConversationState, local: tuple[LocalResult, ...] = ()) -> Trans
     waiting = c.waiting
     assert isinstance(waiting, AwaitClient)
     early = list(waiting.early)
-    names = tuple(t.name for t in render_tools(_context(c)))
+    context = _context(c)
+    names = tuple(t.name for t in render_tools(context))
+    refused = catalogue.refused(catalogue.mode_of(context.mode))
     added: list[Message] = []
     answered = list(local)
     i = waiting.next
@@ -481,7 +508,7 @@ def _advance(c: ConversationState, local: tuple[LocalResult, ...] = ()) -> Trans
         call = waiting.calls[i]
         result = _take_early(early, call.id)
         if result is None:
-            result = synthetic_result(call, names)
+            result = synthetic_result(call, names, refused, context.mode)
             if result is not None:
                 index = _content_index(c.messages, call.id)
                 answered.append(LocalResult(call, waiting.call_id, index, result))

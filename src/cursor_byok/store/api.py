@@ -111,6 +111,9 @@ class LLMCallRecord(msgspec.Struct, frozen=True, kw_only=True):
     cost_usd: float | None = None
     error: str | None = None
     finished_at_ms: int | None = None
+    # The tool catalogue version the request was built with (loop/catalogue.py): a change
+    # between two calls of a conversation explains a prompt-cache miss. None before 0005.
+    catalogue_version: int | None = None
 
 
 class ClientOperationRecord(msgspec.Struct, frozen=True, kw_only=True):

@@ -30,6 +30,7 @@ from .ends import (
     internal_end,
     provider_error_end,
     unavailable_end,
+    unimplemented_end,
 )
 from .history import DialectError, history_from_root_prompt_blobs
 from .link import ClientLink
@@ -52,6 +53,7 @@ from .values import (
     RunAction,
     RunRequest,
     RunRequested,
+    ShellCommandRun,
     Stray,
     ToolFinished,
     ToolProgress,
@@ -83,6 +85,7 @@ __all__ = [
     "RunAction",
     "RunRequest",
     "RunRequested",
+    "ShellCommandRun",
     "Stray",
     "StreamEncoder",
     "ToolFinished",
@@ -101,4 +104,5 @@ __all__ = [
     "turn_blob",
     "turn_ended",
     "unavailable_end",
+    "unimplemented_end",
 ]

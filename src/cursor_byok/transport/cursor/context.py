@@ -24,6 +24,7 @@ from typing import Any
 from google.protobuf import json_format  # type: ignore[import-untyped,unused-ignore]
 
 from ...llm.canonical import sorted_value
+from ...loop.catalogue import Switches
 from ...loop.context import Environment, TurnContext
 from .mcp import McpDefinition, McpIndex
 from .proto import agent_pb2
@@ -55,6 +56,10 @@ class ClientContext:
     git: str | None = None
     supplements: tuple[str, ...] = ()  # file contents the model should read with the message
     custom_subagents: int = 0  # how many custom subagents it named (none are offered here)
+    # Tool gates (loop/catalogue.py Gate); None: the client did not say.
+    web_search_enabled: bool | None = None  # RequestContext.web_search_enabled (17)
+    web_fetch_enabled: bool | None = None  # RequestContext.web_fetch_enabled (24)
+    read_lints_enabled: bool | None = None  # RequestContext.read_lints_enabled (35)
 
 
 @dataclass(frozen=True, slots=True)
@@ -223,6 +228,9 @@ def decode_request_context(rc: agent_pb2.RequestContext) -> ClientContext:
             for path in sorted(rc.file_contents)
         ),
         custom_subagents=len(rc.custom_subagents),
+        web_search_enabled=rc.web_search_enabled if rc.HasField("web_search_enabled") else None,
+        web_fetch_enabled=rc.web_fetch_enabled if rc.HasField("web_fetch_enabled") else None,
+        read_lints_enabled=rc.read_lints_enabled if rc.HasField("read_lints_enabled") else None,
     )
 
 
@@ -236,10 +244,13 @@ def merge_context(
     *,
     mode: str,
     custom_instructions: str | None = None,
+    suppress_subagent_progress_update_tool: bool | None = None,
+    disabled_tools: tuple[str, ...] = (),
 ) -> TurnContext:
     """One TurnContext from every context source. Rules keep a fixed order (parts in the order
     given, then the inline context's rules, skills and MCP instructions) and duplicates are
-    dropped, so the system prompt is the same for the same inputs."""
+    dropped, so the system prompt is the same for the same inputs. The tool gates come from
+    the inline context's flags, the run request's and our config's `disabled_tools`."""
     rules: list[str] = []
     definitions: list[McpDefinition] = []
     for part in parts:
@@ -265,4 +276,11 @@ def merge_context(
         supplements=supplements,
         custom_instructions=custom_instructions or None,
         mode=mode,
+        switches=Switches(
+            web_search_enabled=inline.web_search_enabled if inline is not None else None,
+            web_fetch_enabled=inline.web_fetch_enabled if inline is not None else None,
+            read_lints_enabled=inline.read_lints_enabled if inline is not None else None,
+            suppress_subagent_progress_update_tool=suppress_subagent_progress_update_tool,
+            disabled_tools=disabled_tools,
+        ),
     )

@@ -25,16 +25,31 @@ from .context import decode_request_context, mcp_definition
 from .history import DialectError, history_from_conversation_history
 from .proto import agent_pb2
 from .values import (
+    ActionPayload,
+    AskQuestionCompletion,
+    BackgroundCompletion,
+    BackgroundCompletions,
+    BackgroundTaskKind,
+    BackgroundTaskStatus,
     CancelRequested,
+    CancelSubagent,
+    CancelTurn,
     ClientHeartbeat,
     ContextRef,
+    ExecutePlan,
     FollowUp,
+    GoalContinuation,
     HistoryRefs,
+    InjectContext,
     InteractionAnswered,
+    MovedToBackground,
+    Notifications,
     ResumeRequested,
     RunAction,
     RunRequest,
     RunRequested,
+    ShellCommandRun,
+    StartPlan,
     UnknownEvent,
 )
 
@@ -199,7 +214,119 @@ def _model_id(req: agent_pb2.AgentRunRequest) -> str | None:
     return None
 
 
+def _payload(action: agent_pb2.ConversationAction, kind: str) -> ActionPayload | None:
+    """The native value of an action other than user_message/resume (None for those)."""
+    match kind:
+        case "cancel_action":
+            return CancelTurn(reason=action.cancel_action.reason)
+        case "summarize_action":
+            return None
+        case "shell_command_action":
+            sca = action.shell_command_action
+            return ShellCommandRun(command=sca.shell_command.command, exec_id=sca.exec_id)
+        case "start_plan_action":
+            return StartPlan(is_spec=action.start_plan_action.is_spec)
+        case "execute_plan_action":
+            epa = action.execute_plan_action
+            text = epa.plan_file_content if epa.HasField("plan_file_content") else ""
+            if not text and epa.HasField("plan"):
+                text = epa.plan.plan
+            return ExecutePlan(
+                plan_text=text,
+                plan_file_uri=epa.plan_file_uri,
+                plan_file_path=epa.plan_file_path,
+                plan_id=epa.plan_id,
+                execution_mode=(
+                    mode_name(epa.execution_mode) if epa.HasField("execution_mode") else "agent"
+                ),
+                kickoff_message_id=epa.kickoff_message_id,
+            )
+        case "async_ask_question_completion_action":
+            aq = action.async_ask_question_completion_action
+            return AskQuestionCompletion(
+                original_tool_call_id=aq.original_tool_call_id,
+                original_args=json_format.MessageToDict(
+                    aq.original_args, preserving_proto_field_name=True
+                ),
+                result=json_format.MessageToDict(aq.result, preserving_proto_field_name=True),
+            )
+        case "cancel_subagent_action":
+            return CancelSubagent(subagent_id=action.cancel_subagent_action.subagent_id)
+        case "background_task_completion_action":
+            return BackgroundCompletions(
+                completions=tuple(
+                    _completion(c) for c in action.background_task_completion_action.completions
+                )
+            )
+        case "background_shell_action":
+            return MovedToBackground(tool_call_id=action.background_shell_action.tool_call_id)
+        case "background_subagent_action":
+            return MovedToBackground(tool_call_id=action.background_subagent_action.tool_call_id)
+        case "subscription_notification_action":
+            notes = action.subscription_notification_action.notifications
+            return Notifications(messages=tuple(decode_user_message(um) for um in notes))
+        case "goal_continuation_action":
+            return GoalContinuation()
+        case "inject_context_action":
+            ica = action.inject_context_action
+            which = ica.WhichOneof("payload")
+            return InjectContext(
+                injection_id=ica.injection_id,
+                expected_run_id=ica.expected_run_id,
+                user_context=ica.user_context if which == "user_context" else None,
+                system_context=ica.system_context if which == "system_context" else None,
+            )
+    raise DialectError(f"the action {kind} is not known to this server")
+
+
+_TASK_KINDS = {
+    agent_pb2.BACKGROUND_TASK_KIND_SHELL: BackgroundTaskKind.SHELL,
+    agent_pb2.BACKGROUND_TASK_KIND_SUBAGENT: BackgroundTaskKind.SUBAGENT,
+}
+_TASK_STATUSES = {
+    agent_pb2.BACKGROUND_TASK_STATUS_SUCCESS: BackgroundTaskStatus.SUCCESS,
+    agent_pb2.BACKGROUND_TASK_STATUS_ERROR: BackgroundTaskStatus.ERROR,
+    agent_pb2.BACKGROUND_TASK_STATUS_ABORTED: BackgroundTaskStatus.ABORTED,
+}
+
+
+def _completion(c: agent_pb2.BackgroundTaskCompletion) -> BackgroundCompletion:
+    return BackgroundCompletion(
+        task_id=c.task_id,
+        kind=_TASK_KINDS.get(c.kind, BackgroundTaskKind.UNSPECIFIED),
+        status=_TASK_STATUSES.get(c.status, BackgroundTaskStatus.UNSPECIFIED),
+        finished=c.reason != agent_pb2.BACKGROUND_TASK_COMPLETION_REASON_TASK_PROGRESS,
+        title=c.title,
+        detail=c.detail,
+        output_path=c.output_path,
+        subagent_id=c.subagent_id,
+        tool_call_id=c.tool_call_id,
+    )
+
+
+def _action_context(
+    action: agent_pb2.ConversationAction, kind: str
+) -> agent_pb2.RequestContext | None:
+    """The inline RequestContext an action carries itself, if any."""
+    match kind:
+        case "user_message_action":
+            owner: Any = action.user_message_action
+        case "resume_action":
+            owner = action.resume_action
+        case "start_plan_action":
+            owner = action.start_plan_action
+        case "execute_plan_action":
+            owner = action.execute_plan_action
+        case "subscription_notification_action":
+            owner = action.subscription_notification_action
+        case _:
+            return None
+    return owner.request_context if owner.HasField("request_context") else None
+
+
 def decode_run_request(req: agent_pb2.AgentRunRequest) -> RunRequest:
+    """A run request, whatever its action: every ConversationAction variant decodes (a variant
+    the runtime does not serve yet is its own RunAction, never a decoding error)."""
     conversation_id = req.conversation_id if req.HasField("conversation_id") else ""
     if not conversation_id:
         raise DialectError("the run_request has no conversation_id; the client must send one")
@@ -207,6 +334,8 @@ def decode_run_request(req: agent_pb2.AgentRunRequest) -> RunRequest:
         raise DialectError("the run_request has no action (expected user_message_action)")
     action = req.action
     kind = action.WhichOneof("action")
+    if kind is None:
+        raise DialectError("the run_request's action is empty (expected user_message_action)")
     state = req.conversation_state
     history = HistoryRefs(
         root_prompt_blob_ids=tuple(bytes(b) for b in state.root_prompt_messages_json),
@@ -217,63 +346,61 @@ def decode_run_request(req: agent_pb2.AgentRunRequest) -> RunRequest:
     dynamic = (
         parts.dynamic_context if parts is not None and parts.HasField("dynamic_context") else None
     )
-    mcp_tools = tuple(mcp_definition(d) for d in req.mcp_tools.mcp_tools)
+    own = _action_context(action, kind)
+    inline = own if own is not None else dynamic
     state_mode = mode_name(state.mode) if state.HasField("mode") else "agent"
-    custom = req.custom_system_prompt if req.HasField("custom_system_prompt") else None
-    model_id = _model_id(req)
+    subagent = req.HasField("subagent_type_name") and bool(req.subagent_type_name)
+    suppress = (
+        req.suppress_subagent_progress_update_tool
+        if req.HasField("suppress_subagent_progress_update_tool")
+        else None
+    )
+    um: agent_pb2.UserMessage | None = None
+    mode = state_mode
+    payload: ActionPayload | None = None
+    inline_history: tuple[Any, ...] = ()
     if kind == "user_message_action":
         uma = action.user_message_action
         if not uma.HasField("user_message"):
             raise DialectError("the user_message_action carries no user_message")
         um = uma.user_message
-        inline = uma.request_context if uma.HasField("request_context") else dynamic
+        if uma.HasField("conversation_history"):
+            inline_history = history_from_conversation_history(uma.conversation_history)
+    elif kind != "resume_action":
+        payload = _payload(action, kind)
+        if kind == "start_plan_action":
+            spa = action.start_plan_action
+            um = spa.user_message if spa.HasField("user_message") else None
+            mode = "plan"
+        elif isinstance(payload, ExecutePlan):
+            mode = payload.execution_mode
+    if um is not None:
         if not um.text and um.HasField("text_blob_id"):
             raise DialectError(
                 "the user message text is only referenced by blob (text_blob_id); this server "
                 "needs it inline in UserMessage.text"
             )
-        return RunRequest(
-            conversation_id=conversation_id,
-            model_id=model_id,
-            action=RunAction.USER_MESSAGE,
-            user_message=decode_user_message(um),
-            mode=mode_name(um.mode) if um.mode else state_mode,
-            inline_context=decode_request_context(inline) if inline is not None else None,
-            context_refs=refs,
-            history=history,
-            inline_history=(
-                history_from_conversation_history(uma.conversation_history)
-                if uma.HasField("conversation_history")
-                else ()
-            ),
-            mcp_tools=mcp_tools,
-            custom_system_prompt=custom,
-            user_text=um.text,
-        )
-    if kind == "resume_action":
-        ra = action.resume_action
-        inline = ra.request_context if ra.HasField("request_context") else dynamic
-        return RunRequest(
-            conversation_id=conversation_id,
-            model_id=model_id,
-            action=RunAction.RESUME,
-            user_message=None,
-            mode=state_mode,
-            inline_context=decode_request_context(inline) if inline is not None else None,
-            context_refs=refs,
-            history=history,
-            mcp_tools=mcp_tools,
-            custom_system_prompt=custom,
-        )
-    if kind == "cancel_action":
-        raise DialectError(
-            "a run_request cannot start with cancel_action; send cancel_action as a "
-            "conversation_action on the stream of the run to cancel"
-        )
-    if kind is None:
-        raise DialectError("the run_request's action is empty (expected user_message_action)")
-    raise DialectError(
-        f"the action {kind} is not supported by this server; send a user_message_action"
+        if kind == "user_message_action" and um.mode:
+            mode = mode_name(um.mode)
+    if subagent:
+        mode = "subagent"
+    return RunRequest(
+        conversation_id=conversation_id,
+        model_id=_model_id(req),
+        action=RunAction(kind),
+        user_message=decode_user_message(um) if um is not None else None,
+        mode=mode,
+        inline_context=decode_request_context(inline) if inline is not None else None,
+        context_refs=refs,
+        history=history,
+        inline_history=inline_history,
+        mcp_tools=tuple(mcp_definition(d) for d in req.mcp_tools.mcp_tools),
+        custom_system_prompt=req.custom_system_prompt
+        if req.HasField("custom_system_prompt")
+        else None,
+        user_text=um.text if um is not None else "",
+        suppress_subagent_progress_update_tool=suppress,
+        payload=payload,
     )
 
 

@@ -14,6 +14,7 @@ __all__ = [
     "internal_end",
     "provider_error_end",
     "unavailable_end",
+    "unimplemented_end",
 ]
 
 
@@ -118,5 +119,21 @@ def unavailable_end(message: str, title: str) -> Ending:
             message,
             retryable=True,
             expected=False,
+        ),
+    )
+
+
+def unimplemented_end(message: str) -> Ending:
+    """An action this server decodes but does not serve yet: Connect `unimplemented`, shown
+    as a custom message naming the action (the IDE's button did nothing it could retry)."""
+    return Ending(
+        "unimplemented",
+        message,
+        _details(
+            aiserver_pb2.ErrorDetails.ERROR_CUSTOM_MESSAGE,
+            "Not supported by this server",
+            message,
+            retryable=False,
+            expected=True,
         ),
     )

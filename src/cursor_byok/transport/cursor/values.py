@@ -17,8 +17,147 @@ from .mcp import McpDefinition
 
 
 class RunAction(enum.StrEnum):
-    USER_MESSAGE = "user_message"  # a new turn
-    RESUME = "resume"  # continue the conversation's turn where it stands
+    """Which `ConversationAction` started the run; the value is the action's field name."""
+
+    USER_MESSAGE = "user_message_action"  # a new turn
+    RESUME = "resume_action"  # continue the conversation's turn where it stands
+    CANCEL = "cancel_action"
+    SUMMARIZE = "summarize_action"
+    SHELL_COMMAND = "shell_command_action"
+    START_PLAN = "start_plan_action"
+    EXECUTE_PLAN = "execute_plan_action"
+    ASK_QUESTION_COMPLETION = "async_ask_question_completion_action"
+    CANCEL_SUBAGENT = "cancel_subagent_action"
+    BACKGROUND_TASK_COMPLETION = "background_task_completion_action"
+    BACKGROUND_SHELL = "background_shell_action"
+    BACKGROUND_SUBAGENT = "background_subagent_action"
+    SUBSCRIPTION_NOTIFICATION = "subscription_notification_action"
+    GOAL_CONTINUATION = "goal_continuation_action"
+    INJECT_CONTEXT = "inject_context_action"
+
+
+# -- what an action other than a user message carries ---------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ShellCommandRun:
+    """The user ran a `!` command in the chat (shell_command_action)."""
+
+    command: str
+    exec_id: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class StartPlan:
+    """start_plan_action: the run's user message is in RunRequest.user_message."""
+
+    is_spec: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ExecutePlan:
+    """execute_plan_action (the Build button): the plan and the mode to build it in."""
+
+    plan_text: str = ""  # plan_file_content, else plan.plan
+    plan_file_uri: str = ""
+    plan_file_path: str = ""
+    plan_id: str = ""
+    execution_mode: str = "agent"  # absent: agent
+    kickoff_message_id: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class AskQuestionCompletion:
+    """async_ask_question_completion_action: late answers to an AskQuestion call."""
+
+    original_tool_call_id: str
+    original_args: dict[str, Any] = field(default_factory=dict)
+    result: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class CancelSubagent:
+    subagent_id: str
+
+
+class BackgroundTaskKind(enum.StrEnum):
+    UNSPECIFIED = "unspecified"
+    SHELL = "shell"
+    SUBAGENT = "subagent"
+
+
+class BackgroundTaskStatus(enum.StrEnum):
+    UNSPECIFIED = "unspecified"
+    SUCCESS = "success"
+    ERROR = "error"
+    ABORTED = "aborted"
+
+
+@dataclass(frozen=True, slots=True)
+class BackgroundCompletion:
+    task_id: str
+    kind: BackgroundTaskKind
+    status: BackgroundTaskStatus
+    finished: bool  # reason TASK_FINISHED (False: a progress note)
+    title: str = ""
+    detail: str = ""
+    output_path: str = ""
+    subagent_id: str = ""
+    tool_call_id: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class BackgroundCompletions:
+    completions: tuple[BackgroundCompletion, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class MovedToBackground:
+    """background_shell_action / background_subagent_action: the user backgrounded a call."""
+
+    tool_call_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class Notifications:
+    """subscription_notification_action."""
+
+    messages: tuple[UserMessage, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class GoalContinuation:
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class InjectContext:
+    injection_id: str = ""
+    expected_run_id: str = ""
+    user_context: bytes | None = None
+    system_context: bytes | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class CancelTurn:
+    """cancel_action as the first action of a run."""
+
+    reason: str = ""
+
+
+ActionPayload: TypeAlias = (
+    ShellCommandRun
+    | StartPlan
+    | ExecutePlan
+    | AskQuestionCompletion
+    | CancelSubagent
+    | BackgroundCompletions
+    | MovedToBackground
+    | Notifications
+    | GoalContinuation
+    | InjectContext
+    | CancelTurn
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +194,10 @@ class RunRequest:
     custom_system_prompt: str | None = None
     # The text the user typed (UserMessage.text), without the attachments decoded around it.
     user_text: str = ""
+    # AgentRunRequest.suppress_subagent_progress_update_tool (22); None: not said.
+    suppress_subagent_progress_update_tool: bool | None = None
+    # What an action other than user_message/resume carries (None for those two).
+    payload: ActionPayload | None = None
 
 
 # -- what one client message is, once matched ------------------------------------------------

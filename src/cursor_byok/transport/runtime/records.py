@@ -107,6 +107,7 @@ def planned_call(
         provider=model.provider.name,
         model=prepared.model,
         api=model.provider.api,
+        catalogue_version=command.catalogue_version or None,
     )
 
 

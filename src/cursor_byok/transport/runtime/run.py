@@ -29,6 +29,7 @@ from ...loop import (
     Input,
     LLMEvent,
     LostCause,
+    Note,
     ResendLLM,
     Resume,
     Rewind,
@@ -55,6 +56,7 @@ from ..cursor import (
     RunAction,
     RunRequest,
     RunRequested,
+    ShellCommandRun,
     StreamEncoder,
     bad_request_end,
     canceled_end,
@@ -62,9 +64,11 @@ from ..cursor import (
     merge_context,
     text_delta,
     turn_ended,
+    unimplemented_end,
 )
 from ..cursor.rpc import agent_title
 from . import records
+from .actions import ROUTES, Route, shell_command_note
 from .calls import ModelCalls
 from .checkpoints import Checkpoints, PendingBlob
 from .context import client_history, context_parts, turn_context
@@ -285,6 +289,21 @@ class Run:
 
     async def _begin(self, input_id: str, request: RunRequest) -> None:
         assert self.checkpoints is not None
+        route = ROUTES[request.action]
+        match route.route:
+            case Route.UNIMPLEMENTED:
+                raise RunFailed(unimplemented_end(route.why))
+            case Route.EMPTY_TURN:
+                log.info(
+                    "run %s: %s ends as an empty turn", self.channel.request_id, request.action
+                )
+                self.channel.send(turn_ended(self.summary.usage))
+                self._end(None, "ok")
+                return
+            case Route.TURN | Route.RESUME | Route.NOTE:
+                pass
+            case _:
+                assert_never(route.route)
         cid = request.conversation_id
         stored = await self.conv.load()
         # Input commits belong to a stored conversation: without one there is nothing to find.
@@ -298,6 +317,9 @@ class Run:
             await self._apply(await self._resume(None), None)
             self.turn_id = self.state.committed.turn_id
             return
+        if isinstance(request.payload, ShellCommandRun):
+            await self._apply(Note(message=shell_command_note(request.payload)), input_id)
+            return
         if request.user_message is None:
             raise RunFailed(bad_request_end("the run request carries no user message"))
         history: tuple[Any, ...] = ()
@@ -305,7 +327,9 @@ class Run:
             history = await client_history(request, self.requests, self.runner.client_blobs)
         self._parts = await context_parts(request, self.requests, self.runner.client_blobs)
         self._mcp_tools = request.mcp_tools
-        context = await turn_context(request, self._parts, self.requests)
+        context = await turn_context(
+            request, self._parts, self.requests, self.services.disabled_tools
+        )
         start = Start(user_message=request.user_message, context=context, history=history)
         await self._apply(start, input_id)
         self.turn_id = self.state.committed.turn_id
@@ -347,6 +371,12 @@ class Run:
             self._mcp_tools,
             mode=stored.mode if stored is not None else "agent",
             custom_instructions=stored.custom_instructions if stored is not None else None,
+            suppress_subagent_progress_update_tool=(
+                stored.switches.suppress_subagent_progress_update_tool
+                if stored is not None
+                else None
+            ),
+            disabled_tools=self.services.disabled_tools,
         )
 
     async def _consume(self) -> None:

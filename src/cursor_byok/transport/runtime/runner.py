@@ -48,6 +48,7 @@ class RunnerServices:
     context_timeout_s: float = 30.0
     supersede_timeout_s: float = 15.0
     fsync_model_calls: bool = False
+    disabled_tools: tuple[str, ...] = ()  # server.disabled_tools: catalogue tools switched off
     # Observability hooks; each runs outside the transport's path and must not raise.
     on_llm_call: Callable[[LLMCallRecord], None] | None = None
     on_run_end: Callable[[RunSummary], None] | None = None

@@ -81,6 +81,19 @@ class BackgroundTaskCompletionReason(int, metaclass=_enum_type_wrapper.EnumTypeW
     BACKGROUND_TASK_COMPLETION_REASON_UNSPECIFIED: _ClassVar[BackgroundTaskCompletionReason]
     BACKGROUND_TASK_COMPLETION_REASON_TASK_FINISHED: _ClassVar[BackgroundTaskCompletionReason]
     BACKGROUND_TASK_COMPLETION_REASON_TASK_PROGRESS: _ClassVar[BackgroundTaskCompletionReason]
+
+class BackgroundTaskKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    BACKGROUND_TASK_KIND_UNSPECIFIED: _ClassVar[BackgroundTaskKind]
+    BACKGROUND_TASK_KIND_SHELL: _ClassVar[BackgroundTaskKind]
+    BACKGROUND_TASK_KIND_SUBAGENT: _ClassVar[BackgroundTaskKind]
+
+class BackgroundTaskStatus(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    BACKGROUND_TASK_STATUS_UNSPECIFIED: _ClassVar[BackgroundTaskStatus]
+    BACKGROUND_TASK_STATUS_SUCCESS: _ClassVar[BackgroundTaskStatus]
+    BACKGROUND_TASK_STATUS_ERROR: _ClassVar[BackgroundTaskStatus]
+    BACKGROUND_TASK_STATUS_ABORTED: _ClassVar[BackgroundTaskStatus]
 AGENT_MODE_UNSPECIFIED: AgentMode
 AGENT_MODE_AGENT: AgentMode
 AGENT_MODE_ASK: AgentMode
@@ -125,6 +138,13 @@ SUBAGENT_RUN_STATUS_ABORTED: SubagentRunStatus
 BACKGROUND_TASK_COMPLETION_REASON_UNSPECIFIED: BackgroundTaskCompletionReason
 BACKGROUND_TASK_COMPLETION_REASON_TASK_FINISHED: BackgroundTaskCompletionReason
 BACKGROUND_TASK_COMPLETION_REASON_TASK_PROGRESS: BackgroundTaskCompletionReason
+BACKGROUND_TASK_KIND_UNSPECIFIED: BackgroundTaskKind
+BACKGROUND_TASK_KIND_SHELL: BackgroundTaskKind
+BACKGROUND_TASK_KIND_SUBAGENT: BackgroundTaskKind
+BACKGROUND_TASK_STATUS_UNSPECIFIED: BackgroundTaskStatus
+BACKGROUND_TASK_STATUS_SUCCESS: BackgroundTaskStatus
+BACKGROUND_TASK_STATUS_ERROR: BackgroundTaskStatus
+BACKGROUND_TASK_STATUS_ABORTED: BackgroundTaskStatus
 
 class BidiRequestId(_message.Message):
     __slots__ = ("request_id",)
@@ -420,7 +440,7 @@ class RequestedModel(_message.Message):
     def __init__(self, model_id: _Optional[str] = ..., max_mode: _Optional[bool] = ..., parameters: _Optional[_Iterable[_Union[RequestedModel.ModelParameterValue, _Mapping]]] = ..., api_key_credentials: _Optional[_Union[ApiKeyCredentials, _Mapping]] = ..., azure_credentials: _Optional[_Union[AzureCredentials, _Mapping]] = ..., bedrock_credentials: _Optional[_Union[BedrockCredentials, _Mapping]] = ..., built_in_model: _Optional[bool] = ..., is_variant_string_representation: _Optional[bool] = ...) -> None: ...
 
 class ConversationAction(_message.Message):
-    __slots__ = ("user_message_action", "resume_action", "cancel_action", "summarize_action", "shell_command_action", "start_plan_action", "execute_plan_action", "async_ask_question_completion_action", "triggering_auth_id", "triggering_user_info", "request_context_parts")
+    __slots__ = ("user_message_action", "resume_action", "cancel_action", "summarize_action", "shell_command_action", "start_plan_action", "execute_plan_action", "async_ask_question_completion_action", "cancel_subagent_action", "background_task_completion_action", "background_shell_action", "background_subagent_action", "subscription_notification_action", "goal_continuation_action", "inject_context_action", "triggering_auth_id", "triggering_user_info", "request_context_parts")
     USER_MESSAGE_ACTION_FIELD_NUMBER: _ClassVar[int]
     RESUME_ACTION_FIELD_NUMBER: _ClassVar[int]
     CANCEL_ACTION_FIELD_NUMBER: _ClassVar[int]
@@ -429,6 +449,13 @@ class ConversationAction(_message.Message):
     START_PLAN_ACTION_FIELD_NUMBER: _ClassVar[int]
     EXECUTE_PLAN_ACTION_FIELD_NUMBER: _ClassVar[int]
     ASYNC_ASK_QUESTION_COMPLETION_ACTION_FIELD_NUMBER: _ClassVar[int]
+    CANCEL_SUBAGENT_ACTION_FIELD_NUMBER: _ClassVar[int]
+    BACKGROUND_TASK_COMPLETION_ACTION_FIELD_NUMBER: _ClassVar[int]
+    BACKGROUND_SHELL_ACTION_FIELD_NUMBER: _ClassVar[int]
+    BACKGROUND_SUBAGENT_ACTION_FIELD_NUMBER: _ClassVar[int]
+    SUBSCRIPTION_NOTIFICATION_ACTION_FIELD_NUMBER: _ClassVar[int]
+    GOAL_CONTINUATION_ACTION_FIELD_NUMBER: _ClassVar[int]
+    INJECT_CONTEXT_ACTION_FIELD_NUMBER: _ClassVar[int]
     TRIGGERING_AUTH_ID_FIELD_NUMBER: _ClassVar[int]
     TRIGGERING_USER_INFO_FIELD_NUMBER: _ClassVar[int]
     REQUEST_CONTEXT_PARTS_FIELD_NUMBER: _ClassVar[int]
@@ -440,10 +467,17 @@ class ConversationAction(_message.Message):
     start_plan_action: StartPlanAction
     execute_plan_action: ExecutePlanAction
     async_ask_question_completion_action: AsyncAskQuestionCompletionAction
+    cancel_subagent_action: CancelSubagentAction
+    background_task_completion_action: BackgroundTaskCompletionAction
+    background_shell_action: BackgroundShellAction
+    background_subagent_action: BackgroundSubagentAction
+    subscription_notification_action: SubscriptionNotificationAction
+    goal_continuation_action: GoalContinuationAction
+    inject_context_action: InjectContextAction
     triggering_auth_id: str
     triggering_user_info: TriggeringUserInfo
     request_context_parts: RequestContextParts
-    def __init__(self, user_message_action: _Optional[_Union[UserMessageAction, _Mapping]] = ..., resume_action: _Optional[_Union[ResumeAction, _Mapping]] = ..., cancel_action: _Optional[_Union[CancelAction, _Mapping]] = ..., summarize_action: _Optional[_Union[SummarizeAction, _Mapping]] = ..., shell_command_action: _Optional[_Union[ShellCommandAction, _Mapping]] = ..., start_plan_action: _Optional[_Union[StartPlanAction, _Mapping]] = ..., execute_plan_action: _Optional[_Union[ExecutePlanAction, _Mapping]] = ..., async_ask_question_completion_action: _Optional[_Union[AsyncAskQuestionCompletionAction, _Mapping]] = ..., triggering_auth_id: _Optional[str] = ..., triggering_user_info: _Optional[_Union[TriggeringUserInfo, _Mapping]] = ..., request_context_parts: _Optional[_Union[RequestContextParts, _Mapping]] = ...) -> None: ...
+    def __init__(self, user_message_action: _Optional[_Union[UserMessageAction, _Mapping]] = ..., resume_action: _Optional[_Union[ResumeAction, _Mapping]] = ..., cancel_action: _Optional[_Union[CancelAction, _Mapping]] = ..., summarize_action: _Optional[_Union[SummarizeAction, _Mapping]] = ..., shell_command_action: _Optional[_Union[ShellCommandAction, _Mapping]] = ..., start_plan_action: _Optional[_Union[StartPlanAction, _Mapping]] = ..., execute_plan_action: _Optional[_Union[ExecutePlanAction, _Mapping]] = ..., async_ask_question_completion_action: _Optional[_Union[AsyncAskQuestionCompletionAction, _Mapping]] = ..., cancel_subagent_action: _Optional[_Union[CancelSubagentAction, _Mapping]] = ..., background_task_completion_action: _Optional[_Union[BackgroundTaskCompletionAction, _Mapping]] = ..., background_shell_action: _Optional[_Union[BackgroundShellAction, _Mapping]] = ..., background_subagent_action: _Optional[_Union[BackgroundSubagentAction, _Mapping]] = ..., subscription_notification_action: _Optional[_Union[SubscriptionNotificationAction, _Mapping]] = ..., goal_continuation_action: _Optional[_Union[GoalContinuationAction, _Mapping]] = ..., inject_context_action: _Optional[_Union[InjectContextAction, _Mapping]] = ..., triggering_auth_id: _Optional[str] = ..., triggering_user_info: _Optional[_Union[TriggeringUserInfo, _Mapping]] = ..., request_context_parts: _Optional[_Union[RequestContextParts, _Mapping]] = ...) -> None: ...
 
 class RequestContextParts(_message.Message):
     __slots__ = ("rules_blob_id", "rules_byte_length", "skills_blob_id", "skills_byte_length", "subagents_blob_id", "subagents_byte_length", "mcps_blob_id", "mcps_byte_length", "dynamic_context")
@@ -536,16 +570,24 @@ class ConversationPlan(_message.Message):
     def __init__(self, plan: _Optional[str] = ...) -> None: ...
 
 class ExecutePlanAction(_message.Message):
-    __slots__ = ("request_context", "plan", "plan_file_uri", "plan_file_content")
+    __slots__ = ("request_context", "plan", "plan_file_uri", "plan_file_content", "execution_mode", "kickoff_message_id", "plan_id", "plan_file_path")
     REQUEST_CONTEXT_FIELD_NUMBER: _ClassVar[int]
     PLAN_FIELD_NUMBER: _ClassVar[int]
     PLAN_FILE_URI_FIELD_NUMBER: _ClassVar[int]
     PLAN_FILE_CONTENT_FIELD_NUMBER: _ClassVar[int]
+    EXECUTION_MODE_FIELD_NUMBER: _ClassVar[int]
+    KICKOFF_MESSAGE_ID_FIELD_NUMBER: _ClassVar[int]
+    PLAN_ID_FIELD_NUMBER: _ClassVar[int]
+    PLAN_FILE_PATH_FIELD_NUMBER: _ClassVar[int]
     request_context: RequestContext
     plan: ConversationPlan
     plan_file_uri: str
     plan_file_content: str
-    def __init__(self, request_context: _Optional[_Union[RequestContext, _Mapping]] = ..., plan: _Optional[_Union[ConversationPlan, _Mapping]] = ..., plan_file_uri: _Optional[str] = ..., plan_file_content: _Optional[str] = ...) -> None: ...
+    execution_mode: AgentMode
+    kickoff_message_id: str
+    plan_id: str
+    plan_file_path: str
+    def __init__(self, request_context: _Optional[_Union[RequestContext, _Mapping]] = ..., plan: _Optional[_Union[ConversationPlan, _Mapping]] = ..., plan_file_uri: _Optional[str] = ..., plan_file_content: _Optional[str] = ..., execution_mode: _Optional[_Union[AgentMode, str]] = ..., kickoff_message_id: _Optional[str] = ..., plan_id: _Optional[str] = ..., plan_file_path: _Optional[str] = ...) -> None: ...
 
 class AsyncAskQuestionCompletionAction(_message.Message):
     __slots__ = ("original_tool_call_id", "original_args", "result")
@@ -556,6 +598,80 @@ class AsyncAskQuestionCompletionAction(_message.Message):
     original_args: AskQuestionArgs
     result: AskQuestionResult
     def __init__(self, original_tool_call_id: _Optional[str] = ..., original_args: _Optional[_Union[AskQuestionArgs, _Mapping]] = ..., result: _Optional[_Union[AskQuestionResult, _Mapping]] = ...) -> None: ...
+
+class CancelSubagentAction(_message.Message):
+    __slots__ = ("subagent_id",)
+    SUBAGENT_ID_FIELD_NUMBER: _ClassVar[int]
+    subagent_id: str
+    def __init__(self, subagent_id: _Optional[str] = ...) -> None: ...
+
+class BackgroundTaskCompletion(_message.Message):
+    __slots__ = ("task_id", "kind", "status", "title", "detail", "output_path", "thread_id", "reason", "subagent_id", "tool_call_id")
+    TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    TITLE_FIELD_NUMBER: _ClassVar[int]
+    DETAIL_FIELD_NUMBER: _ClassVar[int]
+    OUTPUT_PATH_FIELD_NUMBER: _ClassVar[int]
+    THREAD_ID_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    SUBAGENT_ID_FIELD_NUMBER: _ClassVar[int]
+    TOOL_CALL_ID_FIELD_NUMBER: _ClassVar[int]
+    task_id: str
+    kind: BackgroundTaskKind
+    status: BackgroundTaskStatus
+    title: str
+    detail: str
+    output_path: str
+    thread_id: str
+    reason: BackgroundTaskCompletionReason
+    subagent_id: str
+    tool_call_id: str
+    def __init__(self, task_id: _Optional[str] = ..., kind: _Optional[_Union[BackgroundTaskKind, str]] = ..., status: _Optional[_Union[BackgroundTaskStatus, str]] = ..., title: _Optional[str] = ..., detail: _Optional[str] = ..., output_path: _Optional[str] = ..., thread_id: _Optional[str] = ..., reason: _Optional[_Union[BackgroundTaskCompletionReason, str]] = ..., subagent_id: _Optional[str] = ..., tool_call_id: _Optional[str] = ...) -> None: ...
+
+class BackgroundTaskCompletionAction(_message.Message):
+    __slots__ = ("completions",)
+    COMPLETIONS_FIELD_NUMBER: _ClassVar[int]
+    completions: _containers.RepeatedCompositeFieldContainer[BackgroundTaskCompletion]
+    def __init__(self, completions: _Optional[_Iterable[_Union[BackgroundTaskCompletion, _Mapping]]] = ...) -> None: ...
+
+class BackgroundShellAction(_message.Message):
+    __slots__ = ("tool_call_id",)
+    TOOL_CALL_ID_FIELD_NUMBER: _ClassVar[int]
+    tool_call_id: str
+    def __init__(self, tool_call_id: _Optional[str] = ...) -> None: ...
+
+class BackgroundSubagentAction(_message.Message):
+    __slots__ = ("tool_call_id",)
+    TOOL_CALL_ID_FIELD_NUMBER: _ClassVar[int]
+    tool_call_id: str
+    def __init__(self, tool_call_id: _Optional[str] = ...) -> None: ...
+
+class SubscriptionNotificationAction(_message.Message):
+    __slots__ = ("notifications", "request_context", "send_to_interaction_listener")
+    NOTIFICATIONS_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_CONTEXT_FIELD_NUMBER: _ClassVar[int]
+    SEND_TO_INTERACTION_LISTENER_FIELD_NUMBER: _ClassVar[int]
+    notifications: _containers.RepeatedCompositeFieldContainer[UserMessage]
+    request_context: RequestContext
+    send_to_interaction_listener: bool
+    def __init__(self, notifications: _Optional[_Iterable[_Union[UserMessage, _Mapping]]] = ..., request_context: _Optional[_Union[RequestContext, _Mapping]] = ..., send_to_interaction_listener: _Optional[bool] = ...) -> None: ...
+
+class GoalContinuationAction(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class InjectContextAction(_message.Message):
+    __slots__ = ("injection_id", "expected_run_id", "user_context", "system_context")
+    INJECTION_ID_FIELD_NUMBER: _ClassVar[int]
+    EXPECTED_RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    USER_CONTEXT_FIELD_NUMBER: _ClassVar[int]
+    SYSTEM_CONTEXT_FIELD_NUMBER: _ClassVar[int]
+    injection_id: str
+    expected_run_id: str
+    user_context: bytes
+    system_context: bytes
+    def __init__(self, injection_id: _Optional[str] = ..., expected_run_id: _Optional[str] = ..., user_context: _Optional[bytes] = ..., system_context: _Optional[bytes] = ...) -> None: ...
 
 class ConversationHistory(_message.Message):
     __slots__ = ("messages", "replace_user_info")

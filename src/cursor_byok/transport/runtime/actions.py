@@ -1,0 +1,75 @@
+"""What a run does for the action that started it (`RunRequest.action`), before the loop sees
+anything: a turn for the loop, a clear `unimplemented` for an action a later issue builds, or
+an empty successful turn for an action no issue builds (cursor-native-tools.md §3.7).
+
+This is routing, not a decision about the conversation: every variant has one fixed route,
+listed here so docs/dialect.md can show the table. Never invalid_argument for a known action.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+from ...llm.types import TextContent, UserMessage
+from ..cursor import RunAction, ShellCommandRun
+
+
+class Route(enum.StrEnum):
+    TURN = "turn"  # a user message: the loop starts a turn
+    RESUME = "resume"  # the loop continues the conversation's turn
+    UNIMPLEMENTED = "unimplemented"  # decoded, not served yet: Connect unimplemented
+    EMPTY_TURN = "empty turn"  # turn_ended at once; nothing recorded
+    NOTE = "note"  # recorded in the history (loop Note), then an empty turn
+
+
+@dataclass(frozen=True, slots=True)
+class ActionRoute:
+    route: Route
+    why: str = ""  # for UNIMPLEMENTED: what the client is told
+
+
+def _later(what: str) -> ActionRoute:
+    return ActionRoute(Route.UNIMPLEMENTED, f"this server does not support {what} yet")
+
+
+ROUTES: dict[RunAction, ActionRoute] = {
+    RunAction.USER_MESSAGE: ActionRoute(Route.TURN),
+    RunAction.RESUME: ActionRoute(Route.RESUME),
+    # A run request that only cancels: starting it already superseded the conversation's busy
+    # run (Runner.claim), which is what the user asked for.
+    RunAction.CANCEL: ActionRoute(Route.EMPTY_TURN),
+    RunAction.SUMMARIZE: _later("summarize_action (/summarize)"),
+    RunAction.SHELL_COMMAND: ActionRoute(Route.NOTE),
+    RunAction.START_PLAN: _later("start_plan_action (plan mode from a message)"),
+    RunAction.EXECUTE_PLAN: _later("execute_plan_action (Build)"),
+    RunAction.ASK_QUESTION_COMPLETION: _later(
+        "async_ask_question_completion_action (late answers to a question)"
+    ),
+    RunAction.CANCEL_SUBAGENT: _later("cancel_subagent_action (stopping a subagent)"),
+    RunAction.BACKGROUND_TASK_COMPLETION: _later(
+        "background_task_completion_action (a background task finished)"
+    ),
+    RunAction.BACKGROUND_SHELL: _later("background_shell_action (moving a shell to background)"),
+    RunAction.BACKGROUND_SUBAGENT: _later(
+        "background_subagent_action (moving a subagent to background)"
+    ),
+    RunAction.SUBSCRIPTION_NOTIFICATION: ActionRoute(Route.EMPTY_TURN),
+    RunAction.GOAL_CONTINUATION: ActionRoute(Route.EMPTY_TURN),
+    RunAction.INJECT_CONTEXT: ActionRoute(Route.EMPTY_TURN),
+}
+
+
+def shell_command_note(run: ShellCommandRun) -> UserMessage:
+    """What the history keeps of a command the user ran from the chat ([U]: the action carries
+    no output, so only the command is known)."""
+    return UserMessage(
+        content=(
+            TextContent(
+                text=(
+                    "(The user ran this command in their terminal, outside this conversation's "
+                    f"tools; its output is not known here:)\n```\n{run.command}\n```"
+                )
+            ),
+        )
+    )
