@@ -21,6 +21,7 @@ from google.protobuf import json_format  # type: ignore[import-untyped,unused-ig
 
 from ...llm.types import ImageContent, TextContent, UserContent
 from ...llm.types import UserMessage as LlmUserMessage
+from .background import background_shell_notice, completion_notice
 from .context import decode_request_context, mcp_definition
 from .history import DialectError, history_from_conversation_history
 from .proto import agent_pb2
@@ -265,6 +266,30 @@ def decode_run_request(req: agent_pb2.AgentRunRequest) -> RunRequest:
             mcp_tools=mcp_tools,
             custom_system_prompt=custom,
         )
+    if kind in ("background_task_completion_action", "background_shell_action"):
+        if kind == "background_shell_action":
+            run_action, notice = (
+                RunAction.BACKGROUND_SHELL,
+                background_shell_notice(action.background_shell_action),
+            )
+        else:
+            run_action, notice = (
+                RunAction.BACKGROUND_COMPLETION,
+                completion_notice(action.background_task_completion_action),
+            )
+        return RunRequest(
+            conversation_id=conversation_id,
+            model_id=model_id,
+            action=run_action,
+            user_message=notice,
+            mode=state_mode,
+            inline_context=decode_request_context(dynamic) if dynamic is not None else None,
+            context_refs=refs,
+            history=history,
+            mcp_tools=mcp_tools,
+            custom_system_prompt=custom,
+            user_text=notice.text,
+        )
     if kind == "cancel_action":
         raise DialectError(
             "a run_request cannot start with cancel_action; send cancel_action as a "
@@ -339,6 +364,9 @@ def decode_client_message(msg: agent_pb2.AgentClientMessage) -> Decoded:
                 return _follow_up(action)
             if which == "resume_action":
                 return ResumeRequested()
+            if which == "background_task_completion_action":
+                # On a run still going: the notice joins it like a follow-up message.
+                return FollowUp(completion_notice(action.background_task_completion_action))
             return UnknownEvent(kind=f"conversation_action.{which or 'empty'}")
         case "interaction_response":
             return _answer(msg.interaction_response)

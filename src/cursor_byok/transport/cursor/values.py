@@ -19,6 +19,9 @@ from .mcp import McpDefinition
 class RunAction(enum.StrEnum):
     USER_MESSAGE = "user_message"  # a new turn
     RESUME = "resume"  # continue the conversation's turn where it stands
+    # A turn the client starts with no user message: `user_message` is the dialect's notice.
+    BACKGROUND_COMPLETION = "background_task_completion"  # background shells/subagents ended
+    BACKGROUND_SHELL = "background_shell"  # the user moved a running Shell to the background
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,10 +124,12 @@ class ContextReceived:
 
 @dataclass(frozen=True, slots=True)
 class ToolProgress:
-    """The tool call `operation_id` goes on; `frames` are to be sent now."""
+    """The tool call `operation_id` goes on; `frames` are to be sent now. With
+    `wake_after_ms` the call waits on a timer: call `ClientLink.wake_tool` that much later."""
 
     operation_id: str
     frames: tuple[bytes, ...]
+    wake_after_ms: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
