@@ -25,6 +25,7 @@ from cursor_byok.transport.cursor.tools import (
     placeholder_tool_call,
     sanitize_tool_call_id,
 )
+from cursor_byok.transport.cursor.tools.await_shell import AwaitShellMachine
 from cursor_byok.transport.cursor.tools.files import (
     DeleteMachine,
     LsMachine,
@@ -32,7 +33,6 @@ from cursor_byok.transport.cursor.tools.files import (
     StrReplaceMachine,
     WriteMachine,
 )
-from cursor_byok.transport.cursor.tools.await_shell import AwaitShellMachine
 from cursor_byok.transport.cursor.tools.search import GlobMachine, GrepMachine
 from cursor_byok.transport.cursor.tools.shell import ShellMachine
 from tests.cursor.tool_support import (
@@ -459,7 +459,8 @@ _JSON = st.recursive(
 )
 _KEYS = st.sampled_from(
     [
-        "command", "working_directory", "block_until_ms", "shell_id", "path", "offset", "limit", "contents",
+        "command", "working_directory", "block_until_ms", "shell_id", "path", "offset",
+        "limit", "contents",
         "old_string", "new_string", "replace_all", "pattern", "glob", "output_mode",
         "case_insensitive", "glob_pattern", "target_directory", "q",
     ]
