@@ -9,6 +9,8 @@ from typing import Any
 import pytest
 
 from cursor_byok.llm.types import ToolCall
+from cursor_byok.transport.cursor import FollowUp, RunAction
+from cursor_byok.transport.cursor import decode as dialect
 from cursor_byok.transport.cursor.proto import agent_pb2 as a
 from cursor_byok.transport.cursor.tools import Send, ToolMachine, machine_for
 from cursor_byok.transport.cursor.tools.await_shell import POLL_MS, parse_terminal_file
@@ -208,3 +210,43 @@ def test_await_shell_unknown_shell() -> None:
     done = finished(tool.feed(missing, T0))
     assert done.result.is_error and "no terminal file" in done.result.text
     assert completed(done).await_tool_call.result.error.error.startswith("Error: shell 8")
+
+
+# -- the background actions, decoded ----------------------------------------------------------
+
+
+def _completion() -> a.BackgroundTaskCompletionAction:
+    action = a.BackgroundTaskCompletionAction()
+    c = action.completions.add(
+        task_id="4", kind=a.BACKGROUND_TASK_KIND_SHELL, status=a.BACKGROUND_TASK_STATUS_SUCCESS
+    )
+    c.reason = a.BACKGROUND_TASK_COMPLETION_REASON_TASK_FINISHED
+    return action
+
+
+def test_background_actions_start_runs_with_a_notice() -> None:
+    req = a.AgentRunRequest(conversation_id="c")
+    req.action.background_task_completion_action.CopyFrom(_completion())
+    req.action.request_context_parts.dynamic_context.env.terminals_folder = FOLDER
+    r = dialect.decode_run_request(req)
+    assert r.action == RunAction.BACKGROUND_COMPLETION and r.user_message is not None
+    assert r.user_message.text == (
+        "[Notice from the client, not typed by the user: background work changed.]\n"
+        "- Background shell 4 finished successfully.\n"
+        'Use AwaitShell (block_until_ms 0) on shell_id "4" to read the final output, then '
+        "carry on with the task."
+    )
+    assert r.inline_context is not None and r.inline_context.environment is not None
+    assert r.inline_context.environment.terminals_folder == FOLDER
+    req = a.AgentRunRequest(conversation_id="c")
+    req.action.background_shell_action.tool_call_id = "toolu_5"
+    r = dialect.decode_run_request(req)
+    assert r.action == RunAction.BACKGROUND_SHELL and r.user_message is not None
+    assert "Shell call toolu_5 to the background" in r.user_message.text
+
+
+def test_a_completion_on_a_running_run_is_a_follow_up() -> None:
+    action = a.ConversationAction(background_task_completion_action=_completion())
+    ev = dialect.decode_client_message(a.AgentClientMessage(conversation_action=action))
+    assert isinstance(ev, FollowUp)
+    assert ev.message.text.startswith("[Notice from the client")

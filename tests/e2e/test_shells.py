@@ -134,6 +134,13 @@ async def test_shell_past_block_time_is_backgrounded_and_the_turn_goes_on(
             reason=agent_pb2.SHELL_BACKGROUND_REASON_TIMEOUT,
         )
         await send(shell_stream(esm.id, backgrounded=bg))
+        # The terminal shell_result the IDE sends after it: the call is already over.
+        late = agent_pb2.ShellResult(
+            success=agent_pb2.ShellSuccess(command="npm run dev", shell_id=3, pid=4242),
+            is_background=True,
+            terminals_folder=TERMINALS,
+        )
+        await send(exec_reply(esm.id, shell_result=late))
         end = await reader.wait_end()
     assert end == {} and reader.turn_ended
     (started,) = cards(reader, "tool_call_started")
