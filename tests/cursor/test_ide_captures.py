@@ -15,6 +15,7 @@ from google.protobuf.json_format import MessageToDict
 from google.protobuf.message import Message
 from google.protobuf.unknown_fields import UnknownFieldSet
 
+from cursor_byok.transport.cursor.decode import decode_run_request
 from cursor_byok.transport.cursor.proto import agent_pb2 as a
 from tests.paths import CURSOR_FIXTURES
 
@@ -273,3 +274,10 @@ def test_debug_mode_config_only_in_debug_frame(cap: Capture) -> None:
             "http://127.0.0.1:7578/ingest/cfb18c16-5f53-419c-8f4f-eeba675c8f89"
         )
         assert cfg.session_id == "7d3028"
+
+
+def test_the_terminals_folder_reaches_the_turn_context(cap: Capture) -> None:
+    """AwaitShell reads background shells' output under the folder the IDE names."""
+    request = decode_run_request(cap.msg.run_request)
+    assert request.inline_context is not None and request.inline_context.environment
+    assert request.inline_context.environment.terminals_folder == f"{PROJECT}/terminals"

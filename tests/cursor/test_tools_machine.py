@@ -25,6 +25,7 @@ from cursor_byok.transport.cursor.tools import (
     placeholder_tool_call,
     sanitize_tool_call_id,
 )
+from cursor_byok.transport.cursor.tools.await_shell import AwaitShellMachine
 from cursor_byok.transport.cursor.tools.files import (
     DeleteMachine,
     LsMachine,
@@ -89,6 +90,7 @@ def test_the_table_covers_exactly_the_native_tools_in_catalogue_order() -> None:
         "LS": LsMachine,
         "Grep": GrepMachine,
         "Glob": GlobMachine,
+        "AwaitShell": AwaitShellMachine,
     }
 
 
@@ -101,16 +103,16 @@ def test_machine_for_picks_the_family_by_name(name: str) -> None:
     assert tool.exec_ids == frozenset()
 
 
-def test_machine_for_passes_the_conversation_and_the_shell_timeout() -> None:
+def test_machine_for_passes_the_conversation_and_the_shell_block_time() -> None:
     tool = machine_for(
         ToolCall(id="toolu_1", name="Shell", arguments={"command": "x"}),
         call_id="c",
         model_call_id="m",
         conversation_id="conv-9",
-        shell_timeout_ms=7_000,
+        shell_block_ms=7_000,
     )
     args = esm(decode(tool.start(Ids(), T0).frames)).shell_stream_args
-    assert (args.conversation_id, args.timeout, args.hard_timeout) == ("conv-9", 7_000, 7_000)
+    assert (args.conversation_id, args.timeout) == ("conv-9", 7_000)
 
 
 def test_names_are_case_sensitive_and_unknown_names_are_mcp() -> None:
@@ -457,7 +459,8 @@ _JSON = st.recursive(
 )
 _KEYS = st.sampled_from(
     [
-        "command", "working_directory", "timeout_ms", "path", "offset", "limit", "contents",
+        "command", "working_directory", "block_until_ms", "shell_id", "path", "offset",
+        "limit", "contents",
         "old_string", "new_string", "replace_all", "pattern", "glob", "output_mode",
         "case_insensitive", "glob_pattern", "target_directory", "q",
     ]

@@ -11,7 +11,7 @@ import pytest
 from cursor_byok.llm.types import TextContent, ToolResultMessage
 from cursor_byok.transport.cursor.proto import agent_pb2 as a
 from cursor_byok.transport.cursor.tools import (
-    DEFAULT_SHELL_TIMEOUT_MS,
+    DEFAULT_BLOCK_UNTIL_MS,
     MAX_RESULT_CHARS,
     Phase,
     Send,
@@ -45,8 +45,8 @@ def test_shell_streamed_then_result_then_close() -> None:
         "/w",
         "toolu_1",
     )
-    assert args.timeout == DEFAULT_SHELL_TIMEOUT_MS and args.conversation_id == "conv"
-    assert args.close_stdin and args.timeout_behavior == a.TIMEOUT_BEHAVIOR_CANCEL
+    assert args.timeout == DEFAULT_BLOCK_UNTIL_MS and args.conversation_id == "conv"
+    assert args.close_stdin and args.timeout_behavior == a.TIMEOUT_BEHAVIOR_BACKGROUND
     assert tool.exec_ids == {1}
 
     assert tool.feed(stream(1, start=a.ShellStreamStart()), T0 + 1) == Send(())
@@ -103,7 +103,7 @@ def test_shell_empty_stream_event_is_ignored() -> None:
 
 
 def test_shell_nonzero_exit_from_failure_result_uses_streamed_output() -> None:
-    tool, _, _ = start("Shell", {"command": "false", "timeout_ms": 5000})
+    tool, _, _ = start("Shell", {"command": "false", "block_until_ms": 5000})
     tool.feed(stream(1, stdout=a.ShellStreamStdout(data="partial")), T0)
     failure = a.ShellResult(failure=a.ShellFailure(command="false", exit_code=2))
     done = finished(tool.feed(reply(1, shell_result=failure), T0 + 1))
@@ -112,10 +112,11 @@ def test_shell_nonzero_exit_from_failure_result_uses_streamed_output() -> None:
     assert completed(done).shell_tool_call.result.failure.exit_code == 2
 
 
-def test_shell_timeout_argument_is_milliseconds() -> None:
-    _, out, _ = start("Shell", {"command": "sleep 1", "timeout_ms": 5000})
-    assert esm(out).shell_stream_args.timeout == 5000
-    assert esm(out).shell_stream_args.hard_timeout == 5000
+def test_shell_block_until_ms_is_the_background_timeout_in_milliseconds() -> None:
+    _, out, _ = start("Shell", {"command": "sleep 1", "block_until_ms": 5000})
+    args = esm(out).shell_stream_args
+    assert args.timeout == 5000 and args.timeout_behavior == a.TIMEOUT_BEHAVIOR_BACKGROUND
+    assert args.hard_timeout == 86_400_000
 
 
 def test_shell_stream_exit_then_close_without_result() -> None:
@@ -143,11 +144,15 @@ def test_shell_backgrounded_keeps_what_was_streamed() -> None:
     tool.feed(stream(1, stdout=a.ShellStreamStdout(data="listening\n")), T0)
     done = finished(tool.feed(stream(1, backgrounded=a.ShellStreamBackgrounded(shell_id=7)), T0))
     assert done.result.text == (
-        "The command was moved to the background (shell 7); its further output is not "
-        "available here.\nstdout:\nlistening\n"
+        "The command is still running: it was moved to the background after 30000 ms "
+        "(block_until_ms) as shell 7; the client did not say where its output goes. Call "
+        'AwaitShell with shell_id "7" to wait for it. The output so far follows.\n'
+        "stdout:\nlistening\n"
     )
     assert not done.result.is_error
-    assert completed(done).shell_tool_call.result.success.stdout == "listening\n"
+    result = completed(done).shell_tool_call.result
+    assert result.success.stdout == "listening\n" and result.success.shell_id == 7
+    assert result.is_background
 
 
 @pytest.mark.parametrize(
@@ -229,7 +234,7 @@ def test_shell_output_is_not_doubled_when_the_result_repeats_the_stream() -> Non
 
 
 def test_shell_huge_timeout_is_clamped_not_crashing() -> None:
-    _, out, _ = start("Shell", {"command": "x", "timeout_ms": 10**15})
+    _, out, _ = start("Shell", {"command": "x", "block_until_ms": 10**15})
     assert esm(out).shell_stream_args.timeout == 2**31 - 1
 
 

@@ -310,17 +310,6 @@ def _cancel_subagent(a: agent_pb2.ConversationAction) -> None:
     a.cancel_subagent_action.subagent_id = "sub-1"
 
 
-def _background_completion(a: agent_pb2.ConversationAction) -> None:
-    c = a.background_task_completion_action.completions.add()
-    c.task_id = "t1"
-    c.kind = agent_pb2.BACKGROUND_TASK_KIND_SHELL
-    c.status = agent_pb2.BACKGROUND_TASK_STATUS_SUCCESS
-
-
-def _background_shell(a: agent_pb2.ConversationAction) -> None:
-    a.background_shell_action.tool_call_id = "call_s1"
-
-
 def _background_subagent(a: agent_pb2.ConversationAction) -> None:
     a.background_subagent_action.tool_call_id = "call_t1"
 
@@ -348,8 +337,6 @@ UNIMPLEMENTED = {
     "execute_plan_action": _execute_plan,
     "async_ask_question_completion_action": _ask_completion,
     "cancel_subagent_action": _cancel_subagent,
-    "background_task_completion_action": _background_completion,
-    "background_shell_action": _background_shell,
     "background_subagent_action": _background_subagent,
 }
 EMPTY_TURN = {

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 from pathlib import Path
 
@@ -108,3 +109,37 @@ def test_omp_agent_writes_then_reads_on_the_client(
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:] + server.log()[-3000:]
     assert (work / "notes.txt").read_text() == token
     assert "The file says:" in proc.stdout and token in proc.stdout
+
+
+def test_omp_runs_a_shell_with_block_until_ms_to_completion(
+    realclient: Path, server: ServerProcess, upstream: FakeUpstream, tmp_path: Path
+) -> None:
+    """oh-my-pi never backgrounds and reads ShellArgs.timeout as seconds: a Shell sent with
+    Cursor's background behaviour still runs to its end on the client, and the turn ends."""
+    work = tmp_path / "work"
+    work.mkdir()
+    args = {
+        "command": "sleep 1 && printf shell-made > made-by-shell.txt && echo done-writing",
+        "block_until_ms": 500,
+        "description": "Write a marker file",
+    }
+    prompt = f"[tool Shell {json.dumps(args)}]"
+    proc = subprocess.run(
+        [str(realclient / "omp-run.sh"), server.url, prompt],
+        cwd=work,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        env={**os.environ, "OMP_MODEL": "cursor/brain-1", "OMP_MODE": "text"},
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:] + server.log()[-3000:]
+    assert (work / "made-by-shell.txt").read_text() == "shell-made"
+    assert "The tool said: Exit code: 0" in proc.stdout and "done-writing" in proc.stdout
+    bodies = [json.loads(r.body) for r in upstream.requests]
+    after = [b for b in bodies if any(m["role"] == "tool" for m in b["messages"])][-1]
+    tool = [m for m in after["messages"] if m["role"] == "tool"][-1]
+    # It ran past its block time (0.5 s) to the end: the client adds its wall time (>= 1 s).
+    assert tool["content"].startswith("Exit code: 0\nstdout:\ndone-writing\n")
+    wall = re.search(r"Wall time: ([0-9.]+) seconds", tool["content"])
+    assert wall is not None and float(wall[1]) >= 1.0, tool["content"]

@@ -519,6 +519,7 @@ def test_tools_native_first_then_mcp_sorted() -> None:
         "LS",
         "Grep",
         "Glob",
+        "AwaitShell",
         "alpha",
         "zeta",
     ]

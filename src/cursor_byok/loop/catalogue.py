@@ -20,7 +20,7 @@ from typing import assert_never
 import msgspec
 
 # Bump on every change to the table below (or to what a mode offers).
-CATALOGUE_VERSION = 2
+CATALOGUE_VERSION = 3
 
 
 class Mode(enum.StrEnum):
@@ -92,7 +92,7 @@ TOOLS: tuple[CatalogueTool, ...] = (
     ),
     _tool("Grep", ISSUE_NATIVE, _B),
     _tool("Glob", ISSUE_NATIVE, _B),
-    _tool("AwaitShell", ISSUE_NATIVE, _N),
+    _tool("AwaitShell", ISSUE_NATIVE, _B),
     _tool(
         "WriteShellStdin",
         ISSUE_NATIVE,

@@ -28,6 +28,9 @@ class Environment(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unknow
     workspace_paths: tuple[str, ...] = ()
     cwd: str | None = None
     time_zone: str | None = None
+    # Where the client writes background shells' output (RequestContextEnv.terminals_folder);
+    # AwaitShell reads it there. Not part of the system prompt.
+    terminals_folder: str | None = None
 
 
 class McpRoute(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unknown_fields=True):

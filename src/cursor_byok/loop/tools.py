@@ -41,13 +41,21 @@ def _string(description: str) -> dict[str, Any]:
     return {"type": "string", "description": description}
 
 
+# Cursor's own default: a command still running after 30 s moves to the background.
+DEFAULT_BLOCK_UNTIL_MS = 30_000
+# AwaitShell's longest wait as Cursor's tool states it (the runtime's tool deadline is lower).
+MAX_AWAIT_MS = 7_140_000
+
 SHELL = ToolSpec(
     name="Shell",
     description=(
         "Run a command in the user's shell on their machine and return its exit code and "
         "output. Use it for builds, tests, git and other command-line work. The command runs "
-        "non-interactively; avoid commands that wait for input or never exit. Ask before "
-        "running anything destructive or irreversible."
+        "non-interactively; avoid commands that wait for input. A command still running after "
+        "block_until_ms keeps running in the background: the result then gives its shell id "
+        "and the file its output goes to, and AwaitShell waits for it. Set block_until_ms to 0 "
+        "for servers and watchers that never exit. Ask before running anything destructive or "
+        "irreversible."
     ),
     parameters=_object(
         {
@@ -56,10 +64,33 @@ SHELL = ToolSpec(
                 "Directory to run in; defaults to the workspace root. Absolute, or relative "
                 "to the workspace root."
             ),
-            "timeout_ms": {
+            "block_until_ms": {
                 "type": "integer",
-                "minimum": 1,
-                "description": "Stop the command after this many milliseconds.",
+                "minimum": 0,
+                "description": (
+                    "How long to wait for the command before leaving it running in the "
+                    f"background, in milliseconds (default {DEFAULT_BLOCK_UNTIL_MS}; 0 starts "
+                    "it in the background at once)."
+                ),
+            },
+            "description": _string("A short label (five to ten words) shown with the command."),
+            "notify_on_output": {
+                "type": "object",
+                "description": (
+                    "For a command left in the background: ask to be told when its output "
+                    "matches a pattern."
+                ),
+                "properties": {
+                    "pattern": _string("Regular expression matched against the output."),
+                    "reason": _string("A label of at most five words for the notification."),
+                    "debounce_ms": {
+                        "type": "integer",
+                        "minimum": 5000,
+                        "description": "Least time between two notifications (at least 5000).",
+                    },
+                },
+                "required": ["pattern", "reason"],
+                "additionalProperties": False,
             },
         },
         ["command"],
@@ -189,8 +220,51 @@ GLOB = ToolSpec(
     side_effects=False,
 )
 
+AWAIT_SHELL = ToolSpec(
+    name="AwaitShell",
+    description=(
+        "Wait for a command that Shell left running in the background, then report whether it "
+        "has finished, its exit code and the latest part of its output. Give the shell id from "
+        "the Shell result. With pattern, stop waiting as soon as the output matches it; with "
+        "block_until_ms 0, only check the current state."
+    ),
+    parameters=_object(
+        {
+            "shell_id": _string("The shell id the Shell result named."),
+            "block_until_ms": {
+                "type": "integer",
+                "minimum": 0,
+                "maximum": MAX_AWAIT_MS,
+                "description": (
+                    f"Longest wait in milliseconds (default {DEFAULT_BLOCK_UNTIL_MS}; 0 checks "
+                    "once)."
+                ),
+            },
+            "pattern": _string(
+                "Regular expression (multiline) over the output that ends the wait on a match."
+            ),
+            "waiting_for_subagent": {
+                "type": "boolean",
+                "description": "Set when the wait is for a subagent rather than a shell.",
+            },
+        },
+        ["shell_id"],
+    ),
+    side_effects=False,
+)
+
 # Fixed order: this is the order the model sees (part of the cached request prefix).
-NATIVE_TOOLS: tuple[ToolSpec, ...] = (SHELL, READ, WRITE, STR_REPLACE, DELETE, LS, GREP, GLOB)
+NATIVE_TOOLS: tuple[ToolSpec, ...] = (
+    SHELL,
+    READ,
+    WRITE,
+    STR_REPLACE,
+    DELETE,
+    LS,
+    GREP,
+    GLOB,
+    AWAIT_SHELL,
+)
 NATIVE_BY_NAME: dict[str, ToolSpec] = {t.name: t for t in NATIVE_TOOLS}
 NATIVE_TOOL_NAMES: tuple[str, ...] = tuple(t.name for t in NATIVE_TOOLS)
 READ_ONLY_TOOL_NAMES: frozenset[str] = frozenset(t.name for t in NATIVE_TOOLS if not t.side_effects)

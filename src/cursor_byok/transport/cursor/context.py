@@ -188,6 +188,7 @@ def environment_of(env: agent_pb2.RequestContextEnv) -> Environment:
         workspace_paths=tuple(env.workspace_paths),
         cwd=cwd or None,
         time_zone=env.time_zone or None,
+        terminals_folder=env.terminals_folder or None,
     )
 
 

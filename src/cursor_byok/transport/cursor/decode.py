@@ -21,6 +21,7 @@ from google.protobuf import json_format  # type: ignore[import-untyped,unused-ig
 
 from ...llm.types import ImageContent, TextContent, UserContent
 from ...llm.types import UserMessage as LlmUserMessage
+from .background import background_shell_notice, completion_notice
 from .context import decode_request_context, mcp_definition
 from .history import DialectError, history_from_conversation_history
 from .proto import agent_pb2
@@ -374,6 +375,11 @@ def decode_run_request(req: agent_pb2.AgentRunRequest) -> RunRequest:
             mode = "plan"
         elif isinstance(payload, ExecutePlan):
             mode = payload.execution_mode
+    notice: LlmUserMessage | None = None
+    if kind == "background_shell_action":
+        notice = background_shell_notice(action.background_shell_action)
+    elif kind == "background_task_completion_action":
+        notice = completion_notice(action.background_task_completion_action)
     if um is not None:
         if not um.text and um.HasField("text_blob_id"):
             raise DialectError(
@@ -388,7 +394,7 @@ def decode_run_request(req: agent_pb2.AgentRunRequest) -> RunRequest:
         conversation_id=conversation_id,
         model_id=_model_id(req),
         action=RunAction(kind),
-        user_message=decode_user_message(um) if um is not None else None,
+        user_message=decode_user_message(um) if um is not None else notice,
         mode=mode,
         inline_context=decode_request_context(inline) if inline is not None else None,
         context_refs=refs,
@@ -398,7 +404,7 @@ def decode_run_request(req: agent_pb2.AgentRunRequest) -> RunRequest:
         custom_system_prompt=req.custom_system_prompt
         if req.HasField("custom_system_prompt")
         else None,
-        user_text=um.text if um is not None else "",
+        user_text=um.text if um is not None else (notice.text if notice is not None else ""),
         suppress_subagent_progress_update_tool=suppress,
         payload=payload,
     )
@@ -466,6 +472,9 @@ def decode_client_message(msg: agent_pb2.AgentClientMessage) -> Decoded:
                 return _follow_up(action)
             if which == "resume_action":
                 return ResumeRequested()
+            if which == "background_task_completion_action":
+                # On a run still going: the notice joins it like a follow-up message.
+                return FollowUp(completion_notice(action.background_task_completion_action))
             return UnknownEvent(kind=f"conversation_action.{which or 'empty'}")
         case "interaction_response":
             return _answer(msg.interaction_response)

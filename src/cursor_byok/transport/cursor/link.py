@@ -124,11 +124,22 @@ class ClientLink:
         if operation_id is None or machine is None:
             what = reply.kind if isinstance(reply, ExecControl) else "reply"
             return Stray("exec", f"exec {what} for id {exec_id}, which nothing waits on")
-        step = machine.feed(reply.message, self._now_ms())
+        return self._step(operation_id, machine, machine.feed(reply.message, self._now_ms()))
+
+    def wake_tool(self, operation_id: str) -> Inbound:
+        """The time a `ToolProgress.wake_after_ms` asked for has passed."""
+        machine = self._tools.get(operation_id)
+        if machine is None:
+            return Stray("wake", f"tool call {operation_id} is over")
+        return self._step(operation_id, machine, machine.wake(self._now_ms()))
+
+    def _step(
+        self, operation_id: str, machine: ToolMachine, step: Send | Finished | Ignored
+    ) -> Inbound:
         match step:
-            case Send(frames=frames):
+            case Send(frames=frames, wake_after_ms=wake):
                 self._own(operation_id, machine)
-                return ToolProgress(operation_id, frames)
+                return ToolProgress(operation_id, frames, wake)
             case Finished(result=result, card=card):
                 self._forget(operation_id)
                 return ToolFinished(operation_id, result, card)
@@ -187,7 +198,13 @@ class ClientLink:
     # -- tools ------------------------------------------------------------------------------
 
     def _machine(
-        self, call: ToolCall, llm_call_id: str, content_index: int, route: McpRoute | None
+        self,
+        call: ToolCall,
+        llm_call_id: str,
+        content_index: int,
+        route: McpRoute | None,
+        terminals_folder: str | None = None,
+        budget_ms: int | None = None,
     ) -> ToolMachine:
         return machine_for(
             call,
@@ -195,6 +212,8 @@ class ClientLink:
             model_call_id=llm_call_id,
             conversation_id=self.conversation_id,
             mcp=McpTool.of_route(route) if route is not None else None,
+            terminals_folder=terminals_folder,
+            budget_ms=budget_ms,
         )
 
     def tool_running(self, operation_id: str) -> bool:
@@ -208,10 +227,15 @@ class ClientLink:
         llm_call_id: str,
         content_index: int,
         route: McpRoute | None = None,
+        terminals_folder: str | None = None,
+        budget_ms: int | None = None,
     ) -> Started:
         """tool_call_started and the first exec of the call; `early` when the call cannot run
-        and its answer is known at once (no exec was sent)."""
-        machine = self._machine(call, llm_call_id, content_index, route)
+        and its answer is known at once (no exec was sent). `terminals_folder` is the
+        client's, `budget_ms` the runner's deadline for the call."""
+        machine = self._machine(
+            call, llm_call_id, content_index, route, terminals_folder, budget_ms
+        )
         self._tools[operation_id] = machine
 
         def alloc() -> int:

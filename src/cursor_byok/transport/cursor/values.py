@@ -264,10 +264,12 @@ class ContextReceived:
 
 @dataclass(frozen=True, slots=True)
 class ToolProgress:
-    """The tool call `operation_id` goes on; `frames` are to be sent now."""
+    """The tool call `operation_id` goes on; `frames` are to be sent now. With
+    `wake_after_ms` the call waits on a timer: call `ClientLink.wake_tool` that much later."""
 
     operation_id: str
     frames: tuple[bytes, ...]
+    wake_after_ms: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -47,10 +47,9 @@ ROUTES: dict[RunAction, ActionRoute] = {
         "async_ask_question_completion_action (late answers to a question)"
     ),
     RunAction.CANCEL_SUBAGENT: _later("cancel_subagent_action (stopping a subagent)"),
-    RunAction.BACKGROUND_TASK_COMPLETION: _later(
-        "background_task_completion_action (a background task finished)"
-    ),
-    RunAction.BACKGROUND_SHELL: _later("background_shell_action (moving a shell to background)"),
+    # The dialect wrote the run's user message: a notice of what the client reported.
+    RunAction.BACKGROUND_TASK_COMPLETION: ActionRoute(Route.TURN),
+    RunAction.BACKGROUND_SHELL: ActionRoute(Route.TURN),
     RunAction.BACKGROUND_SUBAGENT: _later(
         "background_subagent_action (moving a subagent to background)"
     ),

@@ -24,6 +24,7 @@ from ..cursor import (
     ClientLink,
     ContextReceived,
     FollowUp,
+    Inbound,
     InteractionAnswered,
     Malformed,
     ResumeRequested,
@@ -76,29 +77,38 @@ class ClientMessages:
         self._unknown_event = unknown_event
 
     def __call__(self, incoming: Incoming) -> None:
-        inbound = self.link.receive(incoming.message)
+        self._route(self.link.receive(incoming.message), incoming.input_id)
+
+    def _wake(self, operation_id: str) -> None:
+        """A tool call's timer is up (AwaitShell between two reads)."""
+        if not self.channel.finished:
+            self._route(self.link.wake_tool(operation_id), f"{operation_id}:wake")
+
+    def _route(self, inbound: Inbound, input_id: str) -> None:
         rid = self.channel.request_id
         match inbound:
             case BlobReceived() | BlobStored() | ContextReceived() | InteractionAnswered():
                 if not self.requests.resolve(inbound):
                     log.debug("run %s: an answer nothing waits for: %r", rid, inbound)
-            case ToolProgress(frames=frames):
+            case ToolProgress(operation_id=op, frames=frames, wake_after_ms=wake):
                 for frame in frames:
                     self.channel.send(frame)
+                if wake is not None:
+                    asyncio.get_running_loop().call_later(wake / 1000, self._wake, op)
             case ToolFinished(operation_id=op, result=result, card=card):
                 self.channel.send(card)
                 self.inbox.put_nowait(self.tool_result(op, result))
             case CancelRequested(reason=reason):
                 cancel = Cancel(reason=reason) if reason else Cancel()
-                self.inbox.put_nowait(Work(cancel, incoming.input_id))
+                self.inbox.put_nowait(Work(cancel, input_id))
             case FollowUp(message=message, context=client_context, mode=mode):
                 context = (
                     self._follow_up_context(client_context) if client_context is not None else None
                 )
                 follow = UserMessage(message=message, context=context, mode=mode)
-                self.inbox.put_nowait(Work(follow, incoming.input_id))
+                self.inbox.put_nowait(Work(follow, input_id))
             case ResumeRequested():
-                self.inbox.put_nowait(Work(None, incoming.input_id))
+                self.inbox.put_nowait(Work(None, input_id))
             case RunRequested():
                 log.warning("run %s: a second run_request was ignored", rid)
             case ClientHeartbeat():

@@ -79,6 +79,8 @@ class ToolCalls:
             llm_call_id=command.llm_call_id,
             content_index=command.content_index,
             route=route,
+            terminals_folder=context.environment.terminals_folder if context else None,
+            budget_ms=int(self.timeout_s * 1000),
         )
         flight = _InFlight(record=record, started_ms=self._now_ms())
         if started.early is None:

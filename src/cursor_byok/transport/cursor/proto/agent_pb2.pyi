@@ -2145,7 +2145,7 @@ class EditToolCallDelta(_message.Message):
     def __init__(self, stream_content_delta: _Optional[str] = ...) -> None: ...
 
 class ToolCall(_message.Message):
-    __slots__ = ("shell_tool_call", "delete_tool_call", "glob_tool_call", "grep_tool_call", "read_tool_call", "update_todos_tool_call", "read_todos_tool_call", "edit_tool_call", "ls_tool_call", "read_lints_tool_call", "mcp_tool_call", "create_plan_tool_call", "web_search_tool_call", "task_tool_call", "list_mcp_resources_tool_call", "read_mcp_resource_tool_call", "ask_question_tool_call", "fetch_tool_call", "switch_mode_tool_call", "write_shell_stdin_tool_call", "truncated_tool_call", "web_fetch_tool_call", "tool_call_id", "started_at_ms", "completed_at_ms")
+    __slots__ = ("shell_tool_call", "delete_tool_call", "glob_tool_call", "grep_tool_call", "read_tool_call", "update_todos_tool_call", "read_todos_tool_call", "edit_tool_call", "ls_tool_call", "read_lints_tool_call", "mcp_tool_call", "create_plan_tool_call", "web_search_tool_call", "task_tool_call", "list_mcp_resources_tool_call", "read_mcp_resource_tool_call", "ask_question_tool_call", "fetch_tool_call", "switch_mode_tool_call", "write_shell_stdin_tool_call", "truncated_tool_call", "web_fetch_tool_call", "await_tool_call", "tool_call_id", "started_at_ms", "completed_at_ms")
     SHELL_TOOL_CALL_FIELD_NUMBER: _ClassVar[int]
     DELETE_TOOL_CALL_FIELD_NUMBER: _ClassVar[int]
     GLOB_TOOL_CALL_FIELD_NUMBER: _ClassVar[int]
@@ -2168,6 +2168,7 @@ class ToolCall(_message.Message):
     WRITE_SHELL_STDIN_TOOL_CALL_FIELD_NUMBER: _ClassVar[int]
     TRUNCATED_TOOL_CALL_FIELD_NUMBER: _ClassVar[int]
     WEB_FETCH_TOOL_CALL_FIELD_NUMBER: _ClassVar[int]
+    AWAIT_TOOL_CALL_FIELD_NUMBER: _ClassVar[int]
     TOOL_CALL_ID_FIELD_NUMBER: _ClassVar[int]
     STARTED_AT_MS_FIELD_NUMBER: _ClassVar[int]
     COMPLETED_AT_MS_FIELD_NUMBER: _ClassVar[int]
@@ -2193,10 +2194,93 @@ class ToolCall(_message.Message):
     write_shell_stdin_tool_call: WriteShellStdinToolCall
     truncated_tool_call: TruncatedToolCall
     web_fetch_tool_call: WebFetchToolCall
+    await_tool_call: AwaitToolCall
     tool_call_id: str
     started_at_ms: int
     completed_at_ms: int
-    def __init__(self, shell_tool_call: _Optional[_Union[ShellToolCall, _Mapping]] = ..., delete_tool_call: _Optional[_Union[DeleteToolCall, _Mapping]] = ..., glob_tool_call: _Optional[_Union[GlobToolCall, _Mapping]] = ..., grep_tool_call: _Optional[_Union[GrepToolCall, _Mapping]] = ..., read_tool_call: _Optional[_Union[ReadToolCall, _Mapping]] = ..., update_todos_tool_call: _Optional[_Union[UpdateTodosToolCall, _Mapping]] = ..., read_todos_tool_call: _Optional[_Union[ReadTodosToolCall, _Mapping]] = ..., edit_tool_call: _Optional[_Union[EditToolCall, _Mapping]] = ..., ls_tool_call: _Optional[_Union[LsToolCall, _Mapping]] = ..., read_lints_tool_call: _Optional[_Union[ReadLintsToolCall, _Mapping]] = ..., mcp_tool_call: _Optional[_Union[McpToolCall, _Mapping]] = ..., create_plan_tool_call: _Optional[_Union[CreatePlanToolCall, _Mapping]] = ..., web_search_tool_call: _Optional[_Union[WebSearchToolCall, _Mapping]] = ..., task_tool_call: _Optional[_Union[TaskToolCall, _Mapping]] = ..., list_mcp_resources_tool_call: _Optional[_Union[ListMcpResourcesToolCall, _Mapping]] = ..., read_mcp_resource_tool_call: _Optional[_Union[ReadMcpResourceToolCall, _Mapping]] = ..., ask_question_tool_call: _Optional[_Union[AskQuestionToolCall, _Mapping]] = ..., fetch_tool_call: _Optional[_Union[FetchToolCall, _Mapping]] = ..., switch_mode_tool_call: _Optional[_Union[SwitchModeToolCall, _Mapping]] = ..., write_shell_stdin_tool_call: _Optional[_Union[WriteShellStdinToolCall, _Mapping]] = ..., truncated_tool_call: _Optional[_Union[TruncatedToolCall, _Mapping]] = ..., web_fetch_tool_call: _Optional[_Union[WebFetchToolCall, _Mapping]] = ..., tool_call_id: _Optional[str] = ..., started_at_ms: _Optional[int] = ..., completed_at_ms: _Optional[int] = ...) -> None: ...
+    def __init__(self, shell_tool_call: _Optional[_Union[ShellToolCall, _Mapping]] = ..., delete_tool_call: _Optional[_Union[DeleteToolCall, _Mapping]] = ..., glob_tool_call: _Optional[_Union[GlobToolCall, _Mapping]] = ..., grep_tool_call: _Optional[_Union[GrepToolCall, _Mapping]] = ..., read_tool_call: _Optional[_Union[ReadToolCall, _Mapping]] = ..., update_todos_tool_call: _Optional[_Union[UpdateTodosToolCall, _Mapping]] = ..., read_todos_tool_call: _Optional[_Union[ReadTodosToolCall, _Mapping]] = ..., edit_tool_call: _Optional[_Union[EditToolCall, _Mapping]] = ..., ls_tool_call: _Optional[_Union[LsToolCall, _Mapping]] = ..., read_lints_tool_call: _Optional[_Union[ReadLintsToolCall, _Mapping]] = ..., mcp_tool_call: _Optional[_Union[McpToolCall, _Mapping]] = ..., create_plan_tool_call: _Optional[_Union[CreatePlanToolCall, _Mapping]] = ..., web_search_tool_call: _Optional[_Union[WebSearchToolCall, _Mapping]] = ..., task_tool_call: _Optional[_Union[TaskToolCall, _Mapping]] = ..., list_mcp_resources_tool_call: _Optional[_Union[ListMcpResourcesToolCall, _Mapping]] = ..., read_mcp_resource_tool_call: _Optional[_Union[ReadMcpResourceToolCall, _Mapping]] = ..., ask_question_tool_call: _Optional[_Union[AskQuestionToolCall, _Mapping]] = ..., fetch_tool_call: _Optional[_Union[FetchToolCall, _Mapping]] = ..., switch_mode_tool_call: _Optional[_Union[SwitchModeToolCall, _Mapping]] = ..., write_shell_stdin_tool_call: _Optional[_Union[WriteShellStdinToolCall, _Mapping]] = ..., truncated_tool_call: _Optional[_Union[TruncatedToolCall, _Mapping]] = ..., web_fetch_tool_call: _Optional[_Union[WebFetchToolCall, _Mapping]] = ..., await_tool_call: _Optional[_Union[AwaitToolCall, _Mapping]] = ..., tool_call_id: _Optional[str] = ..., started_at_ms: _Optional[int] = ..., completed_at_ms: _Optional[int] = ...) -> None: ...
+
+class AwaitToolCall(_message.Message):
+    __slots__ = ("args", "result")
+    ARGS_FIELD_NUMBER: _ClassVar[int]
+    RESULT_FIELD_NUMBER: _ClassVar[int]
+    args: AwaitArgs
+    result: AwaitResult
+    def __init__(self, args: _Optional[_Union[AwaitArgs, _Mapping]] = ..., result: _Optional[_Union[AwaitResult, _Mapping]] = ...) -> None: ...
+
+class AwaitArgs(_message.Message):
+    __slots__ = ("task_id", "block_until_ms", "regex")
+    TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    BLOCK_UNTIL_MS_FIELD_NUMBER: _ClassVar[int]
+    REGEX_FIELD_NUMBER: _ClassVar[int]
+    task_id: str
+    block_until_ms: int
+    regex: str
+    def __init__(self, task_id: _Optional[str] = ..., block_until_ms: _Optional[int] = ..., regex: _Optional[str] = ...) -> None: ...
+
+class AwaitError(_message.Message):
+    __slots__ = ("error",)
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    error: str
+    def __init__(self, error: _Optional[str] = ...) -> None: ...
+
+class AwaitResult(_message.Message):
+    __slots__ = ("complete", "still_running", "error", "success")
+    COMPLETE_FIELD_NUMBER: _ClassVar[int]
+    STILL_RUNNING_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    SUCCESS_FIELD_NUMBER: _ClassVar[int]
+    complete: AwaitTaskComplete
+    still_running: AwaitTaskStillRunning
+    error: AwaitError
+    success: AwaitSuccess
+    def __init__(self, complete: _Optional[_Union[AwaitTaskComplete, _Mapping]] = ..., still_running: _Optional[_Union[AwaitTaskStillRunning, _Mapping]] = ..., error: _Optional[_Union[AwaitError, _Mapping]] = ..., success: _Optional[_Union[AwaitSuccess, _Mapping]] = ...) -> None: ...
+
+class AwaitSuccess(_message.Message):
+    __slots__ = ("complete", "still_running")
+    COMPLETE_FIELD_NUMBER: _ClassVar[int]
+    STILL_RUNNING_FIELD_NUMBER: _ClassVar[int]
+    complete: AwaitTaskComplete
+    still_running: AwaitTaskStillRunning
+    def __init__(self, complete: _Optional[_Union[AwaitTaskComplete, _Mapping]] = ..., still_running: _Optional[_Union[AwaitTaskStillRunning, _Mapping]] = ...) -> None: ...
+
+class AwaitTaskComplete(_message.Message):
+    __slots__ = ("task_id", "runtime_ms", "output_file_path", "output_length", "regex_requested", "regex_match", "exit_code", "wake_reason")
+    TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    RUNTIME_MS_FIELD_NUMBER: _ClassVar[int]
+    OUTPUT_FILE_PATH_FIELD_NUMBER: _ClassVar[int]
+    OUTPUT_LENGTH_FIELD_NUMBER: _ClassVar[int]
+    REGEX_REQUESTED_FIELD_NUMBER: _ClassVar[int]
+    REGEX_MATCH_FIELD_NUMBER: _ClassVar[int]
+    EXIT_CODE_FIELD_NUMBER: _ClassVar[int]
+    WAKE_REASON_FIELD_NUMBER: _ClassVar[int]
+    task_id: str
+    runtime_ms: int
+    output_file_path: str
+    output_length: int
+    regex_requested: bool
+    regex_match: str
+    exit_code: int
+    wake_reason: str
+    def __init__(self, task_id: _Optional[str] = ..., runtime_ms: _Optional[int] = ..., output_file_path: _Optional[str] = ..., output_length: _Optional[int] = ..., regex_requested: _Optional[bool] = ..., regex_match: _Optional[str] = ..., exit_code: _Optional[int] = ..., wake_reason: _Optional[str] = ...) -> None: ...
+
+class AwaitTaskStillRunning(_message.Message):
+    __slots__ = ("task_id", "runtime_ms", "output_file_path", "output_length", "regex_requested", "regex_match", "wake_reason")
+    TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    RUNTIME_MS_FIELD_NUMBER: _ClassVar[int]
+    OUTPUT_FILE_PATH_FIELD_NUMBER: _ClassVar[int]
+    OUTPUT_LENGTH_FIELD_NUMBER: _ClassVar[int]
+    REGEX_REQUESTED_FIELD_NUMBER: _ClassVar[int]
+    REGEX_MATCH_FIELD_NUMBER: _ClassVar[int]
+    WAKE_REASON_FIELD_NUMBER: _ClassVar[int]
+    task_id: str
+    runtime_ms: int
+    output_file_path: str
+    output_length: int
+    regex_requested: bool
+    regex_match: str
+    wake_reason: str
+    def __init__(self, task_id: _Optional[str] = ..., runtime_ms: _Optional[int] = ..., output_file_path: _Optional[str] = ..., output_length: _Optional[int] = ..., regex_requested: _Optional[bool] = ..., regex_match: _Optional[str] = ..., wake_reason: _Optional[str] = ...) -> None: ...
 
 class ShellToolCall(_message.Message):
     __slots__ = ("args", "result", "description")
@@ -3383,7 +3467,7 @@ class ShellCommandParsingResult(_message.Message):
     def __init__(self, parsing_failed: _Optional[bool] = ..., executable_commands: _Optional[_Iterable[_Union[ShellCommandParsingResult.ExecutableCommand, _Mapping]]] = ..., has_redirects: _Optional[bool] = ..., has_command_substitution: _Optional[bool] = ..., all_redirects_are_dev_null: _Optional[bool] = ...) -> None: ...
 
 class ShellArgs(_message.Message):
-    __slots__ = ("command", "working_directory", "timeout", "tool_call_id", "simple_commands", "has_input_redirect", "has_output_redirect", "parsing_result", "requested_sandbox_policy", "file_output_threshold_bytes", "is_background", "skip_approval", "timeout_behavior", "hard_timeout", "description", "close_stdin", "conversation_id")
+    __slots__ = ("command", "working_directory", "timeout", "tool_call_id", "simple_commands", "has_input_redirect", "has_output_redirect", "parsing_result", "requested_sandbox_policy", "file_output_threshold_bytes", "is_background", "skip_approval", "timeout_behavior", "hard_timeout", "description", "close_stdin", "output_notification", "conversation_id")
     COMMAND_FIELD_NUMBER: _ClassVar[int]
     WORKING_DIRECTORY_FIELD_NUMBER: _ClassVar[int]
     TIMEOUT_FIELD_NUMBER: _ClassVar[int]
@@ -3400,6 +3484,7 @@ class ShellArgs(_message.Message):
     HARD_TIMEOUT_FIELD_NUMBER: _ClassVar[int]
     DESCRIPTION_FIELD_NUMBER: _ClassVar[int]
     CLOSE_STDIN_FIELD_NUMBER: _ClassVar[int]
+    OUTPUT_NOTIFICATION_FIELD_NUMBER: _ClassVar[int]
     CONVERSATION_ID_FIELD_NUMBER: _ClassVar[int]
     command: str
     working_directory: str
@@ -3417,8 +3502,21 @@ class ShellArgs(_message.Message):
     hard_timeout: int
     description: str
     close_stdin: bool
+    output_notification: ShellOutputNotificationConfig
     conversation_id: str
-    def __init__(self, command: _Optional[str] = ..., working_directory: _Optional[str] = ..., timeout: _Optional[int] = ..., tool_call_id: _Optional[str] = ..., simple_commands: _Optional[_Iterable[str]] = ..., has_input_redirect: _Optional[bool] = ..., has_output_redirect: _Optional[bool] = ..., parsing_result: _Optional[_Union[ShellCommandParsingResult, _Mapping]] = ..., requested_sandbox_policy: _Optional[_Union[SandboxPolicy, _Mapping]] = ..., file_output_threshold_bytes: _Optional[int] = ..., is_background: _Optional[bool] = ..., skip_approval: _Optional[bool] = ..., timeout_behavior: _Optional[_Union[TimeoutBehavior, str]] = ..., hard_timeout: _Optional[int] = ..., description: _Optional[str] = ..., close_stdin: _Optional[bool] = ..., conversation_id: _Optional[str] = ...) -> None: ...
+    def __init__(self, command: _Optional[str] = ..., working_directory: _Optional[str] = ..., timeout: _Optional[int] = ..., tool_call_id: _Optional[str] = ..., simple_commands: _Optional[_Iterable[str]] = ..., has_input_redirect: _Optional[bool] = ..., has_output_redirect: _Optional[bool] = ..., parsing_result: _Optional[_Union[ShellCommandParsingResult, _Mapping]] = ..., requested_sandbox_policy: _Optional[_Union[SandboxPolicy, _Mapping]] = ..., file_output_threshold_bytes: _Optional[int] = ..., is_background: _Optional[bool] = ..., skip_approval: _Optional[bool] = ..., timeout_behavior: _Optional[_Union[TimeoutBehavior, str]] = ..., hard_timeout: _Optional[int] = ..., description: _Optional[str] = ..., close_stdin: _Optional[bool] = ..., output_notification: _Optional[_Union[ShellOutputNotificationConfig, _Mapping]] = ..., conversation_id: _Optional[str] = ...) -> None: ...
+
+class ShellOutputNotificationConfig(_message.Message):
+    __slots__ = ("pattern", "reason", "debounce", "notification_limit")
+    PATTERN_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    DEBOUNCE_FIELD_NUMBER: _ClassVar[int]
+    NOTIFICATION_LIMIT_FIELD_NUMBER: _ClassVar[int]
+    pattern: str
+    reason: str
+    debounce: float
+    notification_limit: int
+    def __init__(self, pattern: _Optional[str] = ..., reason: _Optional[str] = ..., debounce: _Optional[float] = ..., notification_limit: _Optional[int] = ...) -> None: ...
 
 class ShellResult(_message.Message):
     __slots__ = ("success", "failure", "timeout", "rejected", "spawn_error", "permission_denied", "sandbox_policy", "is_background", "terminals_folder", "pid")

@@ -14,6 +14,7 @@ serialized `AgentServerMessage`s. docs/dialect.md has the full mapping:
     LS          ls_args                           ToolCall.ls_tool_call        files.py
     Grep        grep_args                         ToolCall.grep_tool_call      search.py
     Glob        grep_args (files_with_matches)    ToolCall.glob_tool_call      search.py
+    AwaitShell  read_args of the terminal file    ToolCall.await_tool_call     await_shell.py
     MCP tools   mcp_args                          ToolCall.mcp_tool_call       mcp.py
 """
 
@@ -26,11 +27,12 @@ from ....llm.types import ToolCall
 from ....loop.tools import NATIVE_TOOL_NAMES
 from ..mcp import McpTool
 from ..proto import agent_pb2
+from .await_shell import AwaitShellMachine
 from .cards import sanitize_tool_call_id
 from .files import DeleteMachine, LsMachine, ReadMachine, StrReplaceMachine, WriteMachine
 from .format import MAX_RESULT_CHARS, clip_middle, format_grep, format_ls, format_read, format_shell
 from .machine import (
-    DEFAULT_SHELL_TIMEOUT_MS,
+    DEFAULT_BLOCK_UNTIL_MS,
     Finished,
     Ignored,
     Phase,
@@ -45,7 +47,7 @@ from .search import GlobMachine, GrepMachine
 from .shell import ShellMachine
 
 __all__ = [
-    "DEFAULT_SHELL_TIMEOUT_MS",
+    "DEFAULT_BLOCK_UNTIL_MS",
     "MAX_RESULT_CHARS",
     "NATIVE_MACHINES",
     "Finished",
@@ -78,6 +80,7 @@ NATIVE_MACHINES: Mapping[str, type[ToolMachine]] = MappingProxyType(
         "LS": LsMachine,
         "Grep": GrepMachine,
         "Glob": GlobMachine,
+        "AwaitShell": AwaitShellMachine,
     }
 )
 
@@ -95,11 +98,19 @@ def machine_for(
     model_call_id: str,
     conversation_id: str,
     mcp: McpTool | None = None,
-    shell_timeout_ms: int = DEFAULT_SHELL_TIMEOUT_MS,
+    shell_block_ms: int = DEFAULT_BLOCK_UNTIL_MS,
+    terminals_folder: str | None = None,
+    budget_ms: int | None = None,
 ) -> ToolMachine:
     """The machine for one call. `mcp` is the route of an MCP tool (None when the name is not
-    known: it goes out as it is); native tools ignore it."""
-    settings = ToolSettings(conversation_id=conversation_id, shell_timeout_ms=shell_timeout_ms)
+    known: it goes out as it is); native tools ignore it. `terminals_folder` is the client's
+    (RequestContextEnv.terminals_folder), `budget_ms` the runner's deadline for one call."""
+    settings = ToolSettings(
+        conversation_id=conversation_id,
+        shell_block_ms=shell_block_ms,
+        terminals_folder=terminals_folder,
+        budget_ms=budget_ms,
+    )
     native = NATIVE_MACHINES.get(call.name)
     if native is None:
         return McpMachine(

@@ -26,12 +26,13 @@ from typing import Any, ClassVar
 from google.protobuf.message import Message  # type: ignore[import-untyped,unused-ignore]
 
 from ....llm.types import ImageContent, TextContent, ToolCall, ToolResultMessage, UserContent
+from ....loop.tools import DEFAULT_BLOCK_UNTIL_MS
 from ..proto import agent_pb2
 from . import args as a
 from . import cards
 
 __all__ = [
-    "DEFAULT_SHELL_TIMEOUT_MS",
+    "DEFAULT_BLOCK_UNTIL_MS",
     "Finished",
     "Handlers",
     "Ignored",
@@ -43,9 +44,9 @@ __all__ = [
     "ToolSettings",
 ]
 
-# The Shell tool's default limit when the model gives none (milliseconds on the wire); the
-# runner's own tool deadline bounds every exec anyway.
-DEFAULT_SHELL_TIMEOUT_MS = 120_000
+# DEFAULT_BLOCK_UNTIL_MS: how long Shell waits before the client moves a command to the
+# background when the model gives no block_until_ms (Cursor's default; loop/tools.py says it to
+# the model); the runner's own tool deadline bounds every exec.
 
 
 class Phase(enum.Enum):
@@ -55,11 +56,12 @@ class Phase(enum.Enum):
     RUNNING = "running"  # the first exec request is out
     WRITING = "writing"  # StrReplace: the file was read and edited, the write is out
     RETRYING = "retrying"  # Glob: the client refused the empty pattern, the "." retry is out
+    SLEEPING = "sleeping"  # AwaitShell: between two reads, until the caller's `wake`
     DONE = "done"  # a result exists (Finished, Started.early or complete_locally)
     ABORTED = "aborted"  # `abort` was called while an exec was out; the loop writes the result
 
 
-_WAITING = frozenset({Phase.RUNNING, Phase.WRITING, Phase.RETRYING})
+_WAITING = frozenset({Phase.RUNNING, Phase.WRITING, Phase.RETRYING, Phase.SLEEPING})
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,7 +69,11 @@ class ToolSettings:
     """What a call needs from the conversation it runs in."""
 
     conversation_id: str
-    shell_timeout_ms: int = DEFAULT_SHELL_TIMEOUT_MS
+    shell_block_ms: int = DEFAULT_BLOCK_UNTIL_MS
+    # RequestContextEnv.terminals_folder: where the client writes background shells' output.
+    terminals_folder: str | None = None
+    # The runner's deadline for one call (tool_timeout_s); a call that waits stays inside it.
+    budget_ms: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,9 +95,11 @@ class Started:
 
 @dataclass(frozen=True, slots=True)
 class Send:
-    """The message was taken; send these frames now (maybe none). The call goes on."""
+    """The message was taken; send these frames now (maybe none). The call goes on. With
+    `wake_after_ms` the call waits on nothing: the caller calls `wake` that much later."""
 
     frames: tuple[bytes, ...] = ()
+    wake_after_ms: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -191,6 +199,12 @@ class ToolMachine:
             )
         return handler(self, getattr(message, kind), now_ms)
 
+    def wake(self, now_ms: int) -> Step:
+        """The time a `Send(wake_after_ms=...)` asked for has passed."""
+        if self._phase is not Phase.SLEEPING:
+            return Ignored(f"the {self.tool_call.name} call is not sleeping")
+        return self._on_wake(now_ms)
+
     def abort(self) -> tuple[bytes, ...]:
         """exec_server_control_message.abort for each exec still out; nothing is waited on
         after it. The result is the loop's to write (then `complete_locally` gives its card)."""
@@ -236,6 +250,9 @@ class ToolMachine:
             f"argument(s) {', '.join(missing)}. Call it again with all required arguments."
         )
 
+    def _on_wake(self, now_ms: int) -> Step:
+        raise NotImplementedError
+
     def _on_stream_close(self, now_ms: int) -> Finished:
         """The exec stream closed while its result was still waited on."""
         return self._finish_error(
@@ -270,6 +287,12 @@ class ToolMachine:
         self._exec_ids.clear()
         self._phase = phase
         return Send((self._exec(field, request),))
+
+    def _sleep(self, ms: int) -> Send:
+        """Wait `ms` with nothing out: the caller wakes the call (`wake`)."""
+        self._exec_ids.clear()
+        self._phase = Phase.SLEEPING
+        return Send(wake_after_ms=ms)
 
     def _finish(
         self,
