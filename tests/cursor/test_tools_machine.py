@@ -34,6 +34,7 @@ from cursor_byok.transport.cursor.tools.files import (
 )
 from cursor_byok.transport.cursor.tools.search import GlobMachine, GrepMachine
 from cursor_byok.transport.cursor.tools.shell import ShellMachine
+from cursor_byok.transport.cursor.tools.todos import TodoWriteMachine
 from tests.cursor.tool_support import (
     T0,
     Ids,
@@ -89,6 +90,7 @@ def test_the_table_covers_exactly_the_native_tools_in_catalogue_order() -> None:
         "LS": LsMachine,
         "Grep": GrepMachine,
         "Glob": GlobMachine,
+        "TodoWrite": TodoWriteMachine,
     }
 
 

@@ -518,6 +518,7 @@ def test_tools_native_first_then_mcp_sorted() -> None:
         "LS",
         "Grep",
         "Glob",
+        "TodoWrite",
         "alpha",
         "zeta",
     ]
@@ -530,7 +531,8 @@ def test_tools_native_first_then_mcp_sorted() -> None:
 def test_read_only_modes_offer_only_tools_without_side_effects(mode: str) -> None:
     ctx = TurnContext(mcp_tools=MCP, mode=mode)
     s = started(ctx)
-    assert [t.name for t in build_tools(None, s.committed)] == ["Read", "LS", "Grep", "Glob"]
+    names = [t.name for t in build_tools(None, s.committed)]
+    assert names == ["Read", "LS", "Grep", "Glob", "TodoWrite"]
     assert f"{mode} mode" in build_prompt(None, s.committed)
     ts, _ = stream(s, FauxResponse.tool_calls([tool_call("a", "Shell", command="rm -rf /")]))
     answer = ts[-1].state.committed.messages[-1]

@@ -23,6 +23,7 @@ from cursor_byok.llm.types import Message, ToolCall, ToolResultMessage, UserMess
 
 from . import ids
 from .context import TurnContext
+from .todos import TodoItem
 from .view import WHOLE_LOG, Span
 
 
@@ -94,6 +95,10 @@ class ConversationState(_Value, frozen=True):
     queued_context: TurnContext | None = None
     log: tuple[Message, ...] = ()  # every committed message, append-only
     view: tuple[Span, ...] = WHOLE_LOG
+    # The todo list (TodoWrite, todos.py): always `todos.replay(todo_seed, messages)`.
+    todos: tuple[TodoItem, ...] = ()
+    # The IDE's checkpoint todos, taken once for a conversation this server did not know.
+    todo_seed: tuple[TodoItem, ...] = ()
 
     @classmethod
     def new(cls, conversation_id: str) -> ConversationState:

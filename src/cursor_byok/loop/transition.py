@@ -44,7 +44,7 @@ from cursor_byok.llm.types import (
 )
 from cursor_byok.llm.types import UserMessage as LLMUserMessage
 
-from . import ids, view
+from . import ids, todos, view
 from .commands import (
     CONTINUE_LLM,
     WAIT_INPUT,
@@ -91,6 +91,7 @@ from .state import (
     Status,
     _KindNode,
 )
+from .todos import TodoUpdate
 from .tools import side_effects
 
 _replace = msgspec.structs.replace
@@ -119,12 +120,14 @@ class CallEnd(msgspec.Struct, frozen=True, omit_defaults=True):
 
 class LocalResult(msgspec.Struct, frozen=True):
     """A tool call the loop answered itself: `result` is in the history; the client's card
-    for the call (`llm_call_id`, `content_index`) is still to be completed."""
+    for the call (`llm_call_id`, `content_index`) is still to be completed. `todos`: a
+    TodoWrite the loop applied (its card shows the submitted items and the merged list)."""
 
     call: ToolCall
     llm_call_id: str
     content_index: int
     result: ToolResultMessage
+    todos: TodoUpdate | None = None
 
 
 class Transition(msgspec.Struct, frozen=True):
@@ -327,6 +330,8 @@ def _on_start(state: RuntimeState, input: Start) -> Transition:
         c, _, call_end = _close_turn(c, "superseded by a newer request")
     if not c.log and input.history:
         c = _with(c, *input.history)
+    if c.commit == 0 and input.todos:  # the client's list, for a conversation new to us
+        c = _replace(c, todos=input.todos, todo_seed=input.todos)
     t = _begin_turn(c, input.context, opening_message(input.context, input.user_message))
     return _prepend((), t, call_end)
 
@@ -476,19 +481,29 @@ def _advance(c: ConversationState, local: tuple[LocalResult, ...] = ()) -> Trans
     names = tuple(t.name for t in render_tools(_context(c)))
     added: list[Message] = []
     answered = list(local)
+    todo_list = c.todos
     i = waiting.next
     while i < len(waiting.calls):
         call = waiting.calls[i]
         result = _take_early(early, call.id)
         if result is None:
             result = synthetic_result(call, names)
+            update: TodoUpdate | None = None
+            if result is None and call.name == todos.TODO_WRITE:
+                done = todos.write(todo_list, call)
+                if isinstance(done, tuple):
+                    update, result = done
+                    todo_list = update.todos
+                else:
+                    result = done
             if result is not None:
                 index = _content_index(c.messages, call.id)
-                answered.append(LocalResult(call, waiting.call_id, index, result))
+                answered.append(LocalResult(call, waiting.call_id, index, result, update))
         if result is None:
             op = ids.operation_id(waiting.call_id, call.id)
             c2 = _commit(
                 _with(c, *added),
+                todos=todo_list,
                 status=Status.WAITING_CLIENT,
                 waiting=_replace(waiting, next=i, operation_id=op, early=tuple(early)),
             )
@@ -501,7 +516,7 @@ def _advance(c: ConversationState, local: tuple[LocalResult, ...] = ()) -> Trans
             return _settle(c2, (), command, local=tuple(answered))
         added.append(result)
         i += 1
-    c2 = _replace(_flush_queue(_with(c, *added)), waiting=None)
+    c2 = _replace(_flush_queue(_with(c, *added)), waiting=None, todos=todo_list)
     return _replace(_call_llm(c2), local_results=tuple(answered))
 
 
@@ -650,10 +665,12 @@ def _on_rewind(state: RuntimeState, input: Rewind) -> Transition:
     restored = view.reopened(input.view, len(c.log))
     if view.closed(restored, len(c.log)) == view.closed(c.view, len(c.log)):
         return _ignore(state)  # already there
+    messages = view.materialize(restored, c.log)
     c2 = _commit(
         c,
         view=restored,
-        messages=view.materialize(restored, c.log),
+        messages=messages,
+        todos=todos.replay(c.todo_seed, messages),  # the list as it was at the kept turn
         status=Status.READY,
         waiting=None,
         queued=(),

@@ -14,6 +14,7 @@ serialized `AgentServerMessage`s. docs/dialect.md has the full mapping:
     LS          ls_args                           ToolCall.ls_tool_call        files.py
     Grep        grep_args                         ToolCall.grep_tool_call      search.py
     Glob        grep_args (files_with_matches)    ToolCall.glob_tool_call      search.py
+    TodoWrite   none (the loop answers it)        ToolCall.update_todos_tool_call  todos.py
     MCP tools   mcp_args                          ToolCall.mcp_tool_call       mcp.py
 """
 
@@ -43,6 +44,7 @@ from .machine import (
 from .mcp import McpMachine
 from .search import GlobMachine, GrepMachine
 from .shell import ShellMachine
+from .todos import TodoWriteMachine, decode_todo, todo_items
 
 __all__ = [
     "DEFAULT_SHELL_TIMEOUT_MS",
@@ -55,9 +57,11 @@ __all__ = [
     "Send",
     "Started",
     "Step",
+    "TodoWriteMachine",
     "ToolMachine",
     "ToolSettings",
     "clip_middle",
+    "decode_todo",
     "format_grep",
     "format_ls",
     "format_read",
@@ -65,6 +69,7 @@ __all__ = [
     "machine_for",
     "placeholder_tool_call",
     "sanitize_tool_call_id",
+    "todo_items",
 ]
 
 # Native tool name → its machine, in the catalogue's order. Every other name is an MCP tool.
@@ -78,6 +83,7 @@ NATIVE_MACHINES: Mapping[str, type[ToolMachine]] = MappingProxyType(
         "LS": LsMachine,
         "Grep": GrepMachine,
         "Glob": GlobMachine,
+        "TodoWrite": TodoWriteMachine,
     }
 )
 
