@@ -82,7 +82,7 @@ def test_replace_is_answered_by_the_loop_and_the_model_reads_the_list() -> None:
     call = todo_call(
         "t1", False, item("a", "write the parser", "pending"), item("b", "test it", "pending")
     )
-    s, t = after_call(s0, call)
+    _, t = after_call(s0, call)
     c = t.state.committed
     before = s0.committed
     assistant = c.log[1]
