@@ -130,6 +130,7 @@ def test_placeholder_tool_call_per_family() -> None:
         "LS": "ls_tool_call",
         "Grep": "grep_tool_call",
         "Glob": "glob_tool_call",
+        "TodoWrite": "update_todos_tool_call",
         "my_mcp": "mcp_tool_call",
     }
     for name, variant in variants.items():

@@ -106,8 +106,7 @@ async def test_todo_write_is_answered_by_the_server_with_its_card(
     kinds = [k for k in reader.kinds if k != "interaction_update.heartbeat"]
     partial = [m for m in reader.messages if kind(m) == "interaction_update.partial_tool_call"]
     assert partial and all(
-        update(m, "partial_tool_call").tool_call.HasField("update_todos_tool_call")
-        for m in partial
+        update(m, "partial_tool_call").tool_call.HasField("update_todos_tool_call") for m in partial
     )
     (started,) = [m for m in reader.messages if kind(m) == "interaction_update.tool_call_started"]
     (done,) = [m for m in reader.messages if kind(m) == "interaction_update.tool_call_completed"]
@@ -203,9 +202,7 @@ async def test_todos_survive_kill9_between_turns_and_ours_win(
         todos=[a.TodoItem(id="b", status=COMPLETED), a.TodoItem(id="c", content="ship it")],
         merge=True,
     )
-    assert card.result.success == a.UpdateTodosSuccess(
-        todos=merged, total_count=3, was_merge=True
-    )
+    assert card.result.success == a.UpdateTodosSuccess(todos=merged, total_count=3, was_merge=True)
     assert last_tool_text(upstream, prompt) == (
         "The todo list was merged into; it now has 3 item(s):\n"
         "- [in_progress] a: read the spec\n"
