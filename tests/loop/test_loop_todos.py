@@ -10,13 +10,14 @@ import msgspec
 import pytest
 
 from cursor_byok.llm.faux import FauxResponse
-from cursor_byok.llm.types import TextContent, ToolCall, ToolResultMessage
+from cursor_byok.llm.types import AssistantMessage, TextContent, ToolCall, ToolResultMessage
 from cursor_byok.loop import (
     CallLLM,
     LocalResult,
     RuntimeState,
     Start,
     Status,
+    ToolResult,
     TurnContext,
     UserMessage,
     transition,
@@ -269,3 +270,54 @@ def test_the_state_round_trips_through_json_with_its_todos() -> None:
     data = msgspec.json.encode(c)
     assert msgspec.json.decode(data, type=type(c)) == c
     assert b'"todos":[{"id":"a","content":"write the parser","status":"pending"}' in data
+
+
+def test_an_imported_historys_own_todo_calls_are_covered_by_the_seed() -> None:
+    """A conversation that moves to this server with its history and checkpoint list: the
+    history's TodoWrite calls are not replayed over the seed, not even after a rewind."""
+    old_call = todo_call("h1", False, item("h", "old plan", "pending"), item("i", "x", "pending"))
+    history = (
+        user("earlier"),
+        AssistantMessage(
+            content=(old_call,), api="cursor", provider="cursor", model="m", stop_reason="toolUse"
+        ),
+        tool_result(old_call, "done"),
+        AssistantMessage(
+            content=(TextContent(text="ok"),),
+            api="cursor",
+            provider="cursor",
+            model="m",
+            stop_reason="stop",
+        ),
+    )
+    seed = (TodoItem("s", "from the IDE", DONE),)
+    t = transition(
+        RuntimeState.new(CID), Start(user_message=user("go"), history=history, todos=seed)
+    )
+    c0 = t.state.committed
+    assert (c0.todos, c0.todo_seed, c0.todo_from) == (seed, seed, 4)
+    s, _ = after_call(t.state, todo_call("t1", True, item("n", "new", "pending")))
+    ts, _ = stream(s, FauxResponse.text("ok"))
+    turn1 = ts[-1].state
+    assert turn1.committed.todos == (*seed, TodoItem("n", "new", P))
+    first_end = views.closed(turn1.committed.view, len(turn1.committed.log))
+    t2 = transition(turn1, UserMessage(message=user("more")))
+    s2, _ = after_call(t2.state, todo_call("t2", False, item("z", "other", "pending")))
+    ts, _ = stream(s2, FauxResponse.text("ok"))
+    back = transition(ts[-1].state, Rewind(view=first_end)).state.committed
+    assert back.todos == turn1.committed.todos
+
+
+def test_a_client_answer_to_a_todo_write_call_is_ignored() -> None:
+    read = ToolCall(id="r1", name="Read", arguments={"path": "f"})
+    todo = todo_call("t1", False, item("a", "x", "pending"))
+    ts, _ = stream(first_turn(), FauxResponse.tool_calls([read, todo]))
+    waiting = ts[-1].state
+    assert waiting.committed.status == Status.WAITING_CLIENT
+    stray = transition(waiting, ToolResult(message=tool_result(todo, "client says hi")))
+    assert stray.state is waiting
+    done = transition(waiting, ToolResult(message=tool_result(read, "file")))
+    assert done.state.committed.todos == (TodoItem("a", "x", P),)
+    assert done.state.committed.messages[-1] == tool_result(
+        todo, "The todo list was replaced; it now has 1 item(s):\n- [pending] a: x"
+    )

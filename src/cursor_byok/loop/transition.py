@@ -92,7 +92,7 @@ from .state import (
     _KindNode,
 )
 from .todos import TodoUpdate
-from .tools import side_effects
+from .tools import LOCAL_TOOL_NAMES, side_effects
 
 _replace = msgspec.structs.replace
 
@@ -330,7 +330,9 @@ def _on_start(state: RuntimeState, input: Start) -> Transition:
         c, _, call_end = _close_turn(c, "superseded by a newer request")
     if not c.log and input.history:
         c = _with(c, *input.history)
-    if c.commit == 0 and input.todos:  # the client's list, for a conversation new to us
+    if c.commit == 0 and c.log:  # the client's history and list, for a conversation new to us
+        c = _replace(c, todos=input.todos, todo_seed=input.todos, todo_from=len(c.log))
+    elif c.commit == 0 and input.todos:
         c = _replace(c, todos=input.todos, todo_seed=input.todos)
     t = _begin_turn(c, input.context, opening_message(input.context, input.user_message))
     return _prepend((), t, call_end)
@@ -539,6 +541,8 @@ def _on_tool_result(state: RuntimeState, input: ToolResult) -> Transition:
     if index is None or index < waiting.next:  # unknown, or already answered
         return _ignore(state)
     call = waiting.calls[index]
+    if call.name in LOCAL_TOOL_NAMES:  # the loop answers these; a client's answer is stray
+        return _ignore(state)
     if result.tool_name != call.name:  # the pairing is by id; keep the name the model used
         result = _replace(result, tool_name=call.name)
     if index > waiting.next:  # a later call answered first: keep it until its turn
@@ -670,10 +674,24 @@ def _on_rewind(state: RuntimeState, input: Rewind) -> Transition:
         c,
         view=restored,
         messages=messages,
-        todos=todos.replay(c.todo_seed, messages),  # the list as it was at the kept turn
+        todos=_replay_todos(c, restored),  # the list as it was at the kept turn
         status=Status.READY,
         waiting=None,
         queued=(),
         queued_context=None,
     )
     return _settle(c2, (), WAIT_INPUT)
+
+
+def _replay_todos(
+    c: ConversationState, active: tuple[view.Span, ...]
+) -> tuple[todos.TodoItem, ...]:
+    """The todo list `active` implies: the seed, then the TodoWrite calls it selects from log
+    position `todo_from` on (an imported history's own calls are covered by the seed)."""
+    if c.todo_from:
+        active = tuple(
+            view.Span(max(s.start, c.todo_from), s.end)
+            for s in active
+            if s.end is None or s.end > c.todo_from
+        )
+    return todos.replay(c.todo_seed, view.materialize(active, c.log))
