@@ -135,6 +135,9 @@ async def test_todo_write_is_answered_by_the_server_with_its_card(
     (tool,) = [m for m in second["messages"] if m["role"] == "tool"]
     assert tool["tool_call_id"] == "call_t1" and content_text(tool["content"]) == AB_TEXT
     assert "".join(reader.texts).startswith("Let me check.The tool said: The todo list was")
+    # The next request extends the first (prompt cache): same tools, same prefix.
+    assert second["tools"] == first["tools"]
+    assert second["messages"][: len(first["messages"])] == first["messages"]
     names = [t["function"]["name"] for t in first["tools"]]
     assert names[-1] == "TodoWrite" and names.index("TodoWrite") == 8
 

@@ -8,6 +8,8 @@ from typing import Any
 
 import msgspec
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from cursor_byok.llm.faux import FauxResponse
 from cursor_byok.llm.types import AssistantMessage, TextContent, ToolCall, ToolResultMessage
@@ -321,3 +323,47 @@ def test_a_client_answer_to_a_todo_write_call_is_ignored() -> None:
     assert done.state.committed.messages[-1] == tool_result(
         todo, "The todo list was replaced; it now has 1 item(s):\n- [pending] a: x"
     )
+
+
+_ids = st.sampled_from(["a", "b", "c", "d"])
+_statuses = st.sampled_from(["pending", "in_progress", "completed", "cancelled", "bogus"])
+_items = st.lists(
+    st.fixed_dictionaries(
+        {"id": _ids},
+        optional={"content": st.sampled_from(["x", "y"]), "status": _statuses},
+    ),
+    max_size=4,
+)
+_steps = st.lists(
+    st.one_of(
+        st.tuples(st.just("write"), st.booleans(), _items),
+        st.tuples(st.just("rewind"), st.integers(0, 10), st.just([])),
+    ),
+    max_size=12,
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(steps=_steps)
+def test_the_list_is_always_what_the_active_history_implies(
+    steps: list[tuple[str, Any, list[dict[str, Any]]]],
+) -> None:
+    s = RuntimeState.new(CID)
+    ends: list[tuple[views.Span, ...]] = []
+    n = 0
+    for kind_, arg, items in steps:
+        if kind_ == "rewind":
+            if not ends:
+                continue
+            s = transition(s, Rewind(view=ends[arg % len(ends)])).state
+        else:
+            n += 1
+            s = transition(s, start(f"turn {n}")).state
+            call = ToolCall(id=f"t{n}", name="TodoWrite", arguments={"todos": items, "merge": arg})
+            s, _ = after_call(s, call)
+            ts, _ = stream(s, FauxResponse.text("ok"))
+            s = ts[-1].state
+            ends.append(views.closed(s.committed.view, len(s.committed.log)))
+        c = s.committed
+        assert c.todos == replay(c.todo_seed, c.messages)
+        assert len({t.id for t in c.todos}) == len(c.todos)
