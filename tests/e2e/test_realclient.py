@@ -108,3 +108,21 @@ def test_omp_agent_writes_then_reads_on_the_client(
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:] + server.log()[-3000:]
     assert (work / "notes.txt").read_text() == token
     assert "The file says:" in proc.stdout and token in proc.stdout
+
+
+def test_omp_todo_write_is_answered_by_the_server(
+    realclient: Path, server: ServerProcess, upstream: FakeUpstream
+) -> None:
+    # The brain's pattern ends at the first "}]": the array closes with " ]".
+    prompt = (
+        '[tool TodoWrite {"merge": false, "todos": [{"id": "a", "content": "plan", '
+        '"status": "in_progress"}, {"id": "b", "content": "do", "status": "pending"} ]}]'
+    )
+    r = drive(realclient, server.url, "--prompt", prompt, "--tool", "--exec", "--model", "brain-1")
+    assert r.returncode == 0, r.stdout + r.stderr + server.log()
+    assert "[exec]" not in r.stdout  # nothing ran on the client
+    text = "The todo list was replaced; it now has 2 item(s):\n- [in_progress] a: plan"
+    assert deltas(r.stdout, "text_delta").startswith("Let me check.The tool said: " + text)
+    body = last_chat_request(upstream)
+    tool_msgs = [m for m in body["messages"] if m["role"] == "tool"]
+    assert tool_msgs[-1]["content"] == text + "\n- [pending] b: do"
