@@ -457,6 +457,7 @@ def test_encoder_tool_call_partials_keep_three_distinct_ids() -> None:
         ("LS", "ls_tool_call"),
         ("Grep", "grep_tool_call"),
         ("Glob", "glob_tool_call"),
+        ("TodoWrite", "update_todos_tool_call"),
         ("get_weather", "mcp_tool_call"),
     ],
 )

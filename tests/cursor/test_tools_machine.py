@@ -35,6 +35,7 @@ from cursor_byok.transport.cursor.tools.files import (
 )
 from cursor_byok.transport.cursor.tools.search import GlobMachine, GrepMachine
 from cursor_byok.transport.cursor.tools.shell import ShellMachine
+from cursor_byok.transport.cursor.tools.todos import TodoWriteMachine
 from tests.cursor.tool_support import (
     T0,
     Ids,
@@ -91,6 +92,7 @@ def test_the_table_covers_exactly_the_native_tools_in_catalogue_order() -> None:
         "Grep": GrepMachine,
         "Glob": GlobMachine,
         "AwaitShell": AwaitShellMachine,
+        "TodoWrite": TodoWriteMachine,
     }
 
 
@@ -130,6 +132,7 @@ def test_placeholder_tool_call_per_family() -> None:
         "LS": "ls_tool_call",
         "Grep": "grep_tool_call",
         "Glob": "glob_tool_call",
+        "TodoWrite": "update_todos_tool_call",
         "my_mcp": "mcp_tool_call",
     }
     for name, variant in variants.items():

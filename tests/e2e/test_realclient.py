@@ -143,3 +143,21 @@ def test_omp_runs_a_shell_with_block_until_ms_to_completion(
     assert tool["content"].startswith("Exit code: 0\nstdout:\ndone-writing\n")
     wall = re.search(r"Wall time: ([0-9.]+) seconds", tool["content"])
     assert wall is not None and float(wall[1]) >= 1.0, tool["content"]
+
+
+def test_omp_todo_write_is_answered_by_the_server(
+    realclient: Path, server: ServerProcess, upstream: FakeUpstream
+) -> None:
+    # The brain's pattern ends at the first "}]": the array closes with " ]".
+    prompt = (
+        '[tool TodoWrite {"merge": false, "todos": [{"id": "a", "content": "plan", '
+        '"status": "in_progress"}, {"id": "b", "content": "do", "status": "pending"} ]}]'
+    )
+    r = drive(realclient, server.url, "--prompt", prompt, "--tool", "--exec", "--model", "brain-1")
+    assert r.returncode == 0, r.stdout + r.stderr + server.log()
+    assert "[exec]" not in r.stdout  # nothing ran on the client
+    text = "The todo list was replaced; it now has 2 item(s):\n- [in_progress] a: plan"
+    assert deltas(r.stdout, "text_delta").startswith("Let me check.The tool said: " + text)
+    body = last_chat_request(upstream)
+    tool_msgs = [m for m in body["messages"] if m["role"] == "tool"]
+    assert tool_msgs[-1]["content"] == text + "\n- [pending] b: do"

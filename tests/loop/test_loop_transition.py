@@ -520,6 +520,7 @@ def test_tools_native_first_then_mcp_sorted() -> None:
         "Grep",
         "Glob",
         "AwaitShell",
+        "TodoWrite",
         "alpha",
         "zeta",
     ]

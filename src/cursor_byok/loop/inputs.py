@@ -12,6 +12,7 @@ from cursor_byok.llm import types as llm
 from cursor_byok.llm.events import ResponseEvent
 
 from .context import DEFAULT_CONTEXT, TurnContext
+from .todos import TodoItem
 from .view import Span
 
 
@@ -23,11 +24,14 @@ class Start(_Input, frozen=True, tag="start"):
     """A run request: the user's message and the context for this turn.
 
     `history`: messages the client holds for a conversation this server has never seen; they
-    open the log of a new conversation (ignored once it has one)."""
+    open the log of a new conversation (ignored once it has one). `todos`: the todo list of the
+    client's checkpoint, taken on the same terms (our own list wins once we know the
+    conversation)."""
 
     user_message: llm.UserMessage
     context: TurnContext = DEFAULT_CONTEXT
     history: tuple[llm.Message, ...] = ()
+    todos: tuple[TodoItem, ...] = ()
 
 
 class Note(_Input, frozen=True, tag="note"):

@@ -23,6 +23,7 @@ from cursor_byok.llm.types import Message, ToolCall, ToolResultMessage, UserMess
 
 from . import ids
 from .context import TurnContext
+from .todos import TodoItem
 from .view import WHOLE_LOG, Span
 
 
@@ -94,6 +95,13 @@ class ConversationState(_Value, frozen=True):
     queued_context: TurnContext | None = None
     log: tuple[Message, ...] = ()  # every committed message, append-only
     view: tuple[Span, ...] = WHOLE_LOG
+    # The todo list (TodoWrite, todos.py): the seed, then the TodoWrite calls of the active
+    # history from log position `todo_from` on (transition._replay_todos).
+    todos: tuple[TodoItem, ...] = ()
+    # The IDE's checkpoint todos, taken once for a conversation this server did not know; the
+    # history it brought (log[:todo_from]) is covered by them, its TodoWrite calls are not replayed.
+    todo_seed: tuple[TodoItem, ...] = ()
+    todo_from: int = 0
 
     @classmethod
     def new(cls, conversation_id: str) -> ConversationState:

@@ -1,6 +1,7 @@
 """The native tool catalogue, as data.
 
-Every tool runs on the user's machine through the Cursor client. `side_effects` says whether a
+Every tool runs on the user's machine through the Cursor client, except the local ones
+(`LOCAL_TOOL_NAMES`: TodoWrite), which the loop answers itself. `side_effects` says whether a
 call can change anything there (files, processes): the loop uses it to decide whether a call
 whose answer was lost may be sent again, and read-only modes offer only the tools without side
 effects.
@@ -253,6 +254,48 @@ AWAIT_SHELL = ToolSpec(
     side_effects=False,
 )
 
+
+TODO_WRITE = ToolSpec(
+    name="TodoWrite",
+    description=(
+        "Keep a visible checklist of the steps of a larger task; the user sees it as a panel. "
+        "Use it for work of three or more distinct steps, not for a single quick change. "
+        "Mark one item in_progress when you start on it and completed as soon as it is done. "
+        "With merge true the items you send update the existing ones by id and new ids are "
+        "added; with merge false they replace the whole list. Returns the full list."
+    ),
+    parameters=_object(
+        {
+            "todos": {
+                "type": "array",
+                "minItems": 2,
+                "description": "The items to write.",
+                "items": _object(
+                    {
+                        "id": _string("A short identifier, unique within the list."),
+                        "content": _string("What the step is, in a few words."),
+                        "status": {
+                            "type": "string",
+                            "enum": ["pending", "in_progress", "completed", "cancelled"],
+                            "description": "Where the step stands.",
+                        },
+                    },
+                    ["id", "content", "status"],
+                ),
+            },
+            "merge": {
+                "type": "boolean",
+                "description": (
+                    "true: update the listed items by id and keep the others; false: replace "
+                    "the list with these items."
+                ),
+            },
+        },
+        ["todos", "merge"],
+    ),
+    side_effects=False,  # server state only: nothing on the user's machine changes
+)
+
 # Fixed order: this is the order the model sees (part of the cached request prefix).
 NATIVE_TOOLS: tuple[ToolSpec, ...] = (
     SHELL,
@@ -264,7 +307,10 @@ NATIVE_TOOLS: tuple[ToolSpec, ...] = (
     GREP,
     GLOB,
     AWAIT_SHELL,
+    TODO_WRITE,
 )
+# Tools the server answers itself (no exec goes to the client).
+LOCAL_TOOL_NAMES: frozenset[str] = frozenset({TODO_WRITE.name})
 NATIVE_BY_NAME: dict[str, ToolSpec] = {t.name: t for t in NATIVE_TOOLS}
 NATIVE_TOOL_NAMES: tuple[str, ...] = tuple(t.name for t in NATIVE_TOOLS)
 READ_ONLY_TOOL_NAMES: frozenset[str] = frozenset(t.name for t in NATIVE_TOOLS if not t.side_effects)

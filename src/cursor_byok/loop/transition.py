@@ -44,7 +44,7 @@ from cursor_byok.llm.types import (
 )
 from cursor_byok.llm.types import UserMessage as LLMUserMessage
 
-from . import catalogue, ids, view
+from . import catalogue, ids, todos, view
 from .commands import (
     CONTINUE_LLM,
     WAIT_INPUT,
@@ -93,7 +93,8 @@ from .state import (
     Status,
     _KindNode,
 )
-from .tools import side_effects
+from .todos import TodoUpdate
+from .tools import LOCAL_TOOL_NAMES, side_effects
 
 _replace = msgspec.structs.replace
 
@@ -121,12 +122,14 @@ class CallEnd(msgspec.Struct, frozen=True, omit_defaults=True):
 
 class LocalResult(msgspec.Struct, frozen=True):
     """A tool call the loop answered itself: `result` is in the history; the client's card
-    for the call (`llm_call_id`, `content_index`) is still to be completed."""
+    for the call (`llm_call_id`, `content_index`) is still to be completed. `todos`: a
+    TodoWrite the loop applied (its card shows the submitted items and the merged list)."""
 
     call: ToolCall
     llm_call_id: str
     content_index: int
     result: ToolResultMessage
+    todos: TodoUpdate | None = None
 
 
 class Transition(msgspec.Struct, frozen=True):
@@ -337,6 +340,10 @@ def _on_start(state: RuntimeState, input: Start) -> Transition:
         c, _, call_end = _close_turn(c, "superseded by a newer request")
     if not c.log and input.history:
         c = _with(c, *input.history)
+    if c.commit == 0 and c.log:  # the client's history and list, for a conversation new to us
+        c = _replace(c, todos=input.todos, todo_seed=input.todos, todo_from=len(c.log))
+    elif c.commit == 0 and input.todos:
+        c = _replace(c, todos=input.todos, todo_seed=input.todos)
     t = _begin_turn(c, input.context, opening_message(input.context, input.user_message))
     return _prepend((), t, call_end)
 
@@ -503,19 +510,29 @@ def _advance(c: ConversationState, local: tuple[LocalResult, ...] = ()) -> Trans
     refused = catalogue.refused(catalogue.mode_of(context.mode))
     added: list[Message] = []
     answered = list(local)
+    todo_list = c.todos
     i = waiting.next
     while i < len(waiting.calls):
         call = waiting.calls[i]
         result = _take_early(early, call.id)
         if result is None:
             result = synthetic_result(call, names, refused, context.mode)
+            update: TodoUpdate | None = None
+            if result is None and call.name == todos.TODO_WRITE:
+                done = todos.write(todo_list, call)
+                if isinstance(done, tuple):
+                    update, result = done
+                    todo_list = update.todos
+                else:
+                    result = done
             if result is not None:
                 index = _content_index(c.messages, call.id)
-                answered.append(LocalResult(call, waiting.call_id, index, result))
+                answered.append(LocalResult(call, waiting.call_id, index, result, update))
         if result is None:
             op = ids.operation_id(waiting.call_id, call.id)
             c2 = _commit(
                 _with(c, *added),
+                todos=todo_list,
                 status=Status.WAITING_CLIENT,
                 waiting=_replace(waiting, next=i, operation_id=op, early=tuple(early)),
             )
@@ -528,7 +545,7 @@ def _advance(c: ConversationState, local: tuple[LocalResult, ...] = ()) -> Trans
             return _settle(c2, (), command, local=tuple(answered))
         added.append(result)
         i += 1
-    c2 = _replace(_flush_queue(_with(c, *added)), waiting=None)
+    c2 = _replace(_flush_queue(_with(c, *added)), waiting=None, todos=todo_list)
     return _replace(_call_llm(c2), local_results=tuple(answered))
 
 
@@ -551,6 +568,8 @@ def _on_tool_result(state: RuntimeState, input: ToolResult) -> Transition:
     if index is None or index < waiting.next:  # unknown, or already answered
         return _ignore(state)
     call = waiting.calls[index]
+    if call.name in LOCAL_TOOL_NAMES:  # the loop answers these; a client's answer is stray
+        return _ignore(state)
     if result.tool_name != call.name:  # the pairing is by id; keep the name the model used
         result = _replace(result, tool_name=call.name)
     if index > waiting.next:  # a later call answered first: keep it until its turn
@@ -677,13 +696,29 @@ def _on_rewind(state: RuntimeState, input: Rewind) -> Transition:
     restored = view.reopened(input.view, len(c.log))
     if view.closed(restored, len(c.log)) == view.closed(c.view, len(c.log)):
         return _ignore(state)  # already there
+    messages = view.materialize(restored, c.log)
     c2 = _commit(
         c,
         view=restored,
-        messages=view.materialize(restored, c.log),
+        messages=messages,
+        todos=_replay_todos(c, restored),  # the list as it was at the kept turn
         status=Status.READY,
         waiting=None,
         queued=(),
         queued_context=None,
     )
     return _settle(c2, (), WAIT_INPUT)
+
+
+def _replay_todos(
+    c: ConversationState, active: tuple[view.Span, ...]
+) -> tuple[todos.TodoItem, ...]:
+    """The todo list `active` implies: the seed, then the TodoWrite calls it selects from log
+    position `todo_from` on (an imported history's own calls are covered by the seed)."""
+    if c.todo_from:
+        active = tuple(
+            view.Span(max(s.start, c.todo_from), s.end)
+            for s in active
+            if s.end is None or s.end > c.todo_from
+        )
+    return todos.replay(c.todo_seed, view.materialize(active, c.log))

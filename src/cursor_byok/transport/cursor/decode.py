@@ -25,6 +25,7 @@ from .background import background_shell_notice, completion_notice
 from .context import decode_request_context, mcp_definition
 from .history import DialectError, history_from_conversation_history
 from .proto import agent_pb2
+from .tools.todos import decode_todo
 from .values import (
     ActionPayload,
     AskQuestionCompletion,
@@ -341,6 +342,7 @@ def decode_run_request(req: agent_pb2.AgentRunRequest) -> RunRequest:
     history = HistoryRefs(
         root_prompt_blob_ids=tuple(bytes(b) for b in state.root_prompt_messages_json),
         turn_blob_ids=tuple(bytes(b) for b in state.turns),
+        todos=tuple(t for t in (decode_todo(bytes(b)) for b in state.todos) if t is not None),
     )
     parts = action.request_context_parts if action.HasField("request_context_parts") else None
     refs = _context_refs(parts) if parts is not None else ()

@@ -28,8 +28,9 @@ from ...llm.events import (
     ToolCallStart,
 )
 from ...llm.types import Usage
+from ...loop.todos import TodoItem
 from .proto import agent_pb2
-from .tools import placeholder_tool_call
+from .tools import placeholder_tool_call, todo_items
 
 __all__ = [
     "HEARTBEAT",
@@ -115,12 +116,14 @@ def request_context_exec(exec_id: int) -> bytes:
     )
 
 
-def checkpoint(turn_blob_ids: Sequence[bytes]) -> bytes:
-    """`conversation_checkpoint_update` listing one blob per completed turn."""
+def checkpoint(turn_blob_ids: Sequence[bytes], todos: Sequence[TodoItem] = ()) -> bytes:
+    """`conversation_checkpoint_update` listing one blob per completed turn and the todo list
+    (`todos` (3): each TodoItem serialized inline, as GoL writes it; reference §3.4 [S])."""
     return bytes(
         agent_pb2.AgentServerMessage(
             conversation_checkpoint_update=agent_pb2.ConversationStateStructure(
-                turns=list(turn_blob_ids)
+                turns=list(turn_blob_ids),
+                todos=[t.SerializeToString() for t in todo_items(todos)],
             )
         ).SerializeToString()
     )

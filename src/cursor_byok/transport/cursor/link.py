@@ -24,12 +24,13 @@ from google.protobuf.message import DecodeError  # type: ignore[import-untyped,u
 
 from ...llm.types import ToolCall, ToolResultMessage
 from ...loop.context import McpRoute
+from ...loop.todos import TodoUpdate
 from . import encode
 from .context import decode_request_context
 from .decode import DialectError, ExecControl, ExecReply, KvReply, decode_client_message
 from .mcp import McpTool
 from .proto import agent_pb2
-from .tools import Finished, Ignored, Send, Started, ToolMachine, machine_for
+from .tools import Finished, Ignored, Send, Started, TodoWriteMachine, ToolMachine, machine_for
 from .values import (
     BlobReceived,
     BlobStored,
@@ -265,10 +266,14 @@ class ClientLink:
         llm_call_id: str,
         content_index: int,
         route: McpRoute | None = None,
-    ) -> bytes:
-        """The completed card of a call the loop answered itself."""
+        todos: TodoUpdate | None = None,
+    ) -> tuple[bytes, ...]:
+        """The card frames of a call the loop answered itself: its completion (an error card),
+        or for a TodoWrite it applied (`todos`) the started and completed cards of the list."""
         machine = self._machine(call, llm_call_id, content_index, route)
-        return machine.complete_locally(result, self._now_ms())
+        if todos is not None and isinstance(machine, TodoWriteMachine):
+            return machine.complete_todos(todos, result, self._now_ms())
+        return (machine.complete_locally(result, self._now_ms()),)
 
     def _own(self, operation_id: str, machine: ToolMachine) -> None:
         for exec_id in machine.exec_ids:

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeAlias
 
 from ...llm.types import Message, ToolResultMessage, UserMessage
+from ...loop.todos import TodoItem
 from .context import ClientContext
 from .mcp import McpDefinition
 
@@ -171,10 +172,12 @@ class ContextRef:
 
 @dataclass(frozen=True, slots=True)
 class HistoryRefs:
-    """Blob ids of the client's checkpoint (`conversation_state`)."""
+    """Blob ids of the client's checkpoint (`conversation_state`), and its todo list (read
+    only for a conversation this server does not know: ours wins)."""
 
     root_prompt_blob_ids: tuple[bytes, ...] = ()
     turn_blob_ids: tuple[bytes, ...] = ()
+    todos: tuple[TodoItem, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -330,7 +330,12 @@ class Run:
         context = await turn_context(
             request, self._parts, self.requests, self.services.disabled_tools
         )
-        start = Start(user_message=request.user_message, context=context, history=history)
+        start = Start(
+            user_message=request.user_message,
+            context=context,
+            history=history,
+            todos=() if stored else request.history.todos,  # our own list wins
+        )
         await self._apply(start, input_id)
         self.turn_id = self.state.committed.turn_id
 
@@ -513,15 +518,15 @@ class Run:
             context = t.state.committed.context
             routes = {r.name: r for r in context.mcp_routes} if context is not None else {}
             for local in t.local_results:
-                send(
-                    self.link.local_card(
-                        local.call,
-                        local.result,
-                        llm_call_id=local.llm_call_id,
-                        content_index=local.content_index,
-                        route=routes.get(local.call.name),
-                    )
-                )
+                for frame in self.link.local_card(
+                    local.call,
+                    local.result,
+                    llm_call_id=local.llm_call_id,
+                    content_index=local.content_index,
+                    route=routes.get(local.call.name),
+                    todos=local.todos,
+                ):
+                    send(frame)
 
     async def _execute(self, t: Transition, prepared: PreparedRequest | None = None) -> None:
         """Design §6 `runCommand`. Idempotent: a call already streaming or a tool already on

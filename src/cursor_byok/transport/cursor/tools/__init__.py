@@ -15,6 +15,7 @@ serialized `AgentServerMessage`s. docs/dialect.md has the full mapping:
     Grep        grep_args                         ToolCall.grep_tool_call      search.py
     Glob        grep_args (files_with_matches)    ToolCall.glob_tool_call      search.py
     AwaitShell  read_args of the terminal file    ToolCall.await_tool_call     await_shell.py
+    TodoWrite   none (the loop answers it)        ToolCall.update_todos_tool_call  todos.py
     MCP tools   mcp_args                          ToolCall.mcp_tool_call       mcp.py
 """
 
@@ -45,6 +46,7 @@ from .machine import (
 from .mcp import McpMachine
 from .search import GlobMachine, GrepMachine
 from .shell import ShellMachine
+from .todos import TodoWriteMachine, decode_todo, todo_items
 
 __all__ = [
     "DEFAULT_BLOCK_UNTIL_MS",
@@ -57,9 +59,11 @@ __all__ = [
     "Send",
     "Started",
     "Step",
+    "TodoWriteMachine",
     "ToolMachine",
     "ToolSettings",
     "clip_middle",
+    "decode_todo",
     "format_grep",
     "format_ls",
     "format_read",
@@ -67,6 +71,7 @@ __all__ = [
     "machine_for",
     "placeholder_tool_call",
     "sanitize_tool_call_id",
+    "todo_items",
 ]
 
 # Native tool name → its machine, in the catalogue's order. Every other name is an MCP tool.
@@ -81,6 +86,7 @@ NATIVE_MACHINES: Mapping[str, type[ToolMachine]] = MappingProxyType(
         "Grep": GrepMachine,
         "Glob": GlobMachine,
         "AwaitShell": AwaitShellMachine,
+        "TodoWrite": TodoWriteMachine,
     }
 )
 

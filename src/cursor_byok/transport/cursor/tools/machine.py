@@ -218,11 +218,14 @@ class ToolMachine:
         """tool_call_completed for a call the loop answered itself (unknown tool, invalid
         arguments, canceled, timed out, outcome lost): the card with its args and an error
         result holding `result`'s text. It does not abort: call `abort` for execs still out."""
+        return self.complete_with(self._error_card(result.text or "the call was not run"), now_ms)
+
+    def complete_with(self, tc: agent_pb2.ToolCall, now_ms: int) -> bytes:
+        """tool_call_completed carrying `tc`, for a call answered without the client."""
         if self._phase is Phase.DONE:
-            raise RuntimeError(f"complete_locally() called on {self!r}: its card is out")
+            raise RuntimeError(f"a completion for {self!r} was asked twice: its card is out")
         if self.started_at_ms is None:
             self.started_at_ms = now_ms
-        tc = self._error_card(result.text or "the call was not run")
         self._phase = Phase.DONE
         return cards.completed_frame(
             self.call_id, self.model_call_id, tc, self.started_at_ms, now_ms
