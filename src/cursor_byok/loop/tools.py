@@ -150,25 +150,46 @@ LS = ToolSpec(
     side_effects=False,
 )
 
+
+def _count(description: str) -> dict[str, Any]:
+    return {"type": "integer", "minimum": 0, "description": description}
+
+
+# Names and parameters as Cursor's (users' rules name them); the descriptions are ours.
 GREP = ToolSpec(
     name="Grep",
     description=(
-        "Search file contents with a regular expression (ripgrep syntax). Returns matching "
-        "lines, the names of matching files, or match counts, depending on output_mode."
+        "Search file contents with a regular expression (ripgrep syntax) on the user's "
+        "machine. Returns matching lines with their numbers, the names of matching files, or "
+        "match counts per file, depending on output_mode. Use glob or type to limit the files, "
+        "and head_limit with offset to page through long answers."
     ),
     parameters=_object(
         {
             "pattern": _string("The regular expression to search for."),
             "path": _string("File or directory to search; defaults to the workspace root."),
             "glob": _string("Only search files whose path matches this glob, e.g. '*.py'."),
+            "type": _string("Only search files of this ripgrep type, e.g. 'py' or 'rust'."),
             "output_mode": {
                 "type": "string",
                 "enum": ["content", "files_with_matches", "count"],
-                "description": "What to return; defaults to content.",
+                "description": (
+                    "content: matching lines; files_with_matches: file names; count: matches "
+                    "per file. Defaults to content."
+                ),
             },
-            "case_insensitive": {
+            "-A": _count("Lines of context after each match (content mode)."),
+            "-B": _count("Lines of context before each match (content mode)."),
+            "-C": _count("Lines of context before and after each match (content mode)."),
+            "-i": {"type": "boolean", "description": "Ignore letter case when matching."},
+            "head_limit": _count(
+                "Return at most this many entries: matching lines in content mode, files in "
+                "the other modes."
+            ),
+            "offset": _count("Skip this many entries first; with head_limit, pages on."),
+            "multiline": {
                 "type": "boolean",
-                "description": "Ignore letter case when matching.",
+                "description": "Let the pattern span lines ('.' also matches newlines).",
             },
         },
         ["pattern"],
@@ -178,10 +199,14 @@ GREP = ToolSpec(
 
 GLOB = ToolSpec(
     name="Glob",
-    description="Find files whose path matches a glob pattern, e.g. 'src/**/*.ts'.",
+    description=(
+        "Find files whose path matches a glob pattern. A pattern that does not start with "
+        "'**/' is searched for at any depth ('*.ts' finds every TypeScript file). Returns one "
+        "path per line."
+    ),
     parameters=_object(
         {
-            "glob_pattern": _string("The glob pattern to match."),
+            "glob_pattern": _string("The glob pattern to match, e.g. 'src/**/*.ts'."),
             "target_directory": _string("Directory to search in; defaults to the workspace root."),
         },
         ["glob_pattern"],

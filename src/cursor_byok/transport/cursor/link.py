@@ -60,8 +60,13 @@ def parse_client_message(payload: bytes) -> agent_pb2.AgentClientMessage:
 
 
 class ClientLink:
-    def __init__(self, *, conversation_id: str, now_ms: Callable[[], int]) -> None:
+    def __init__(
+        self, *, conversation_id: str, now_ms: Callable[[], int], vision: bool = False
+    ) -> None:
         self.conversation_id = conversation_id
+        # Whether the run's model sees images (a Read of an image then attaches it); the
+        # runtime sets it once the model is known.
+        self.vision = vision
         self._now_ms = now_ms
         self._exec_ids = 0
         self._kv_ids = 0
@@ -195,6 +200,7 @@ class ClientLink:
             model_call_id=llm_call_id,
             conversation_id=self.conversation_id,
             mcp=McpTool.of_route(route) if route is not None else None,
+            vision=self.vision,
         )
 
     def tool_running(self, operation_id: str) -> bool:

@@ -215,6 +215,9 @@ class Run:
         if request.user_text.strip():
             self.summary.title = agent_title(request.user_text)
         self.model = self._resolve_model(request.model_id)
+        # Whether a Read of an image attaches it: the model's `vision` setting, which lands
+        # with the model catalogue flags (issue 14, point 8); until then images are described.
+        self.link.vision = getattr(self.model.settings, "vision", False) is True
         self.summary.model = self.model.id
         self.summary.provider = self.model.provider.name
         self.calls = ModelCalls(

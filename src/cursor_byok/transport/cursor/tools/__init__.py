@@ -96,10 +96,13 @@ def machine_for(
     conversation_id: str,
     mcp: McpTool | None = None,
     shell_timeout_ms: int = DEFAULT_SHELL_TIMEOUT_MS,
+    vision: bool = False,
 ) -> ToolMachine:
     """The machine for one call. `mcp` is the route of an MCP tool (None when the name is not
-    known: it goes out as it is); native tools ignore it."""
-    settings = ToolSettings(conversation_id=conversation_id, shell_timeout_ms=shell_timeout_ms)
+    known: it goes out as it is); native tools ignore it. `vision`: the model sees images."""
+    settings = ToolSettings(
+        conversation_id=conversation_id, shell_timeout_ms=shell_timeout_ms, vision=vision
+    )
     native = NATIVE_MACHINES.get(call.name)
     if native is None:
         return McpMachine(

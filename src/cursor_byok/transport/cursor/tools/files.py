@@ -12,6 +12,7 @@ from ....llm.types import ToolCall
 from ..proto import agent_pb2
 from .args import get_bool, get_int, positive_int32, str_or_empty
 from .format import format_ls, format_read
+from .images import image_read_result
 from .machine import Finished, Handlers, Phase, Step, ToolMachine, ToolSettings
 
 __all__ = ["DeleteMachine", "LsMachine", "ReadMachine", "StrReplaceMachine", "WriteMachine"]
@@ -117,6 +118,14 @@ class ReadMachine(_PathMachine):
         ok.path = s.path or path
         ok.total_lines = max(s.total_lines, 0)
         ok.file_size = max(min(s.file_size, 2**32 - 1), 0)
+        if s.WhichOneof("output") == "data":
+            image = image_read_result(path, s.data, vision=self.settings.vision)
+            if image is not None:
+                text, images = image
+                ok.is_empty = False
+                if images:
+                    ok.data = s.data  # the card shows what the model was shown
+                return self._finish(text, tc, now_ms, images=images)
         if content is None:
             ok.is_empty = False
             ok.content = ""

@@ -68,6 +68,8 @@ class ToolSettings:
 
     conversation_id: str
     shell_timeout_ms: int = DEFAULT_SHELL_TIMEOUT_MS
+    # Whether the turn's model can see images: a Read of an image then gives the image itself.
+    vision: bool = False
 
 
 @dataclass(frozen=True, slots=True)
