@@ -32,6 +32,8 @@ from cursor_byok.transport.cursor.tools.files import (
     StrReplaceMachine,
     WriteMachine,
 )
+from cursor_byok.transport.cursor.tools.lints import ReadLintsMachine
+from cursor_byok.transport.cursor.tools.notebook import EditNotebookMachine
 from cursor_byok.transport.cursor.tools.search import GlobMachine, GrepMachine
 from cursor_byok.transport.cursor.tools.shell import ShellMachine
 from tests.cursor.tool_support import (
@@ -60,6 +62,13 @@ TOOL_ARGS: dict[str, dict[str, Any]] = {
     "LS": {"path": "."},
     "Grep": {"pattern": "p"},
     "Glob": {"glob_pattern": "*"},
+    "ReadLints": {"paths": ["f"]},
+    "EditNotebook": {
+        "target_notebook": "n.ipynb",
+        "cell_idx": 0,
+        "is_new_cell": True,
+        "new_string": "x",
+    },
     "some_mcp": {"k": [1, {"v": None}]},
 }
 REPLY_KINDS = [f.name for f in a.ExecClientMessage.DESCRIPTOR.oneofs_by_name["message"].fields]
@@ -89,6 +98,8 @@ def test_the_table_covers_exactly_the_native_tools_in_catalogue_order() -> None:
         "LS": LsMachine,
         "Grep": GrepMachine,
         "Glob": GlobMachine,
+        "ReadLints": ReadLintsMachine,
+        "EditNotebook": EditNotebookMachine,
     }
 
 
@@ -128,6 +139,8 @@ def test_placeholder_tool_call_per_family() -> None:
         "LS": "ls_tool_call",
         "Grep": "grep_tool_call",
         "Glob": "glob_tool_call",
+        "ReadLints": "read_lints_tool_call",
+        "EditNotebook": "edit_tool_call",
         "my_mcp": "mcp_tool_call",
     }
     for name, variant in variants.items():

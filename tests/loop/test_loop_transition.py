@@ -518,6 +518,8 @@ def test_tools_native_first_then_mcp_sorted() -> None:
         "LS",
         "Grep",
         "Glob",
+        "ReadLints",
+        "EditNotebook",
         "alpha",
         "zeta",
     ]
@@ -530,7 +532,13 @@ def test_tools_native_first_then_mcp_sorted() -> None:
 def test_read_only_modes_offer_only_tools_without_side_effects(mode: str) -> None:
     ctx = TurnContext(mcp_tools=MCP, mode=mode)
     s = started(ctx)
-    assert [t.name for t in build_tools(None, s.committed)] == ["Read", "LS", "Grep", "Glob"]
+    assert [t.name for t in build_tools(None, s.committed)] == [
+        "Read",
+        "LS",
+        "Grep",
+        "Glob",
+        "ReadLints",
+    ]
     assert f"{mode} mode" in build_prompt(None, s.committed)
     ts, _ = stream(s, FauxResponse.tool_calls([tool_call("a", "Shell", command="rm -rf /")]))
     answer = ts[-1].state.committed.messages[-1]
@@ -554,9 +562,9 @@ def test_prompt_has_environment_rules_and_is_deterministic() -> None:
 
 
 def test_side_effects() -> None:
-    for name in ("Shell", "Write", "StrReplace", "Delete"):
+    for name in ("Shell", "Write", "StrReplace", "Delete", "EditNotebook"):
         assert side_effects(name)
-    for name in ("Read", "LS", "Grep", "Glob"):
+    for name in ("Read", "LS", "Grep", "Glob", "ReadLints"):
         assert not side_effects(name)
     assert side_effects("mcp_tool")  # every MCP tool may change something
     assert side_effects("whatever")

@@ -52,6 +52,9 @@ class TurnContext(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unknow
     - `mode`: "agent" (all tools), "ask" or "plan" (read-only tools only, see READ_ONLY_MODES).
       Any other value is treated as "agent".
     - `max_llm_calls`: at most this many LLM calls per turn; one more fails the turn.
+    - `read_lints`: whether ReadLints is offered; false only when the client's request said
+      `read_lints_enabled = false` (a client that says nothing gets it, and can answer it with
+      an empty list).
     """
 
     rules: tuple[str, ...] = ()
@@ -63,6 +66,7 @@ class TurnContext(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unknow
     custom_instructions: str | None = None
     mode: str = "agent"
     max_llm_calls: int = DEFAULT_MAX_LLM_CALLS
+    read_lints: bool = True
 
     @property
     def read_only(self) -> bool:

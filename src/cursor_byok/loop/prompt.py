@@ -93,12 +93,14 @@ def render_tools(context: TurnContext) -> tuple[ToolDefinition, ...]:
     """Native tools in catalogue order, then MCP tools sorted by name.
 
     Read-only modes keep only the native tools without side effects and no MCP tools (MCP tools
-    count as side-effecting). An MCP tool whose name is already taken (by a native tool or an
-    earlier MCP tool of the same name) is left out, so names stay unique.
+    count as side-effecting). ReadLints is left out when the client switched it off. An MCP
+    tool whose name is already taken (by a native tool or an earlier MCP tool of the same name)
+    is left out, so names stay unique.
     """
+    native = [t for t in NATIVE_TOOLS if context.read_lints or t.name != "ReadLints"]
     if context.read_only:
-        return tuple(t.definition for t in NATIVE_TOOLS if not t.side_effects)
-    out = [t.definition for t in NATIVE_TOOLS]
+        return tuple(t.definition for t in native if not t.side_effects)
+    out = [t.definition for t in native]
     taken = set(NATIVE_TOOL_NAMES)
     for tool in sorted(context.mcp_tools, key=lambda t: t.name):
         if tool.name in taken:

@@ -214,8 +214,90 @@ GLOB = ToolSpec(
     side_effects=False,
 )
 
-# Fixed order: this is the order the model sees (part of the cached request prefix).
-NATIVE_TOOLS: tuple[ToolSpec, ...] = (SHELL, READ, WRITE, STR_REPLACE, DELETE, LS, GREP, GLOB)
+READ_LINTS = ToolSpec(
+    name="ReadLints",
+    description=(
+        "Get the problems the editor reports for files (linter warnings, type and compile "
+        "errors), each with its line, column and severity. Check the files you edited before "
+        "you finish; leave paths out for the whole workspace."
+    ),
+    parameters=_object(
+        {
+            "paths": {
+                "type": "array",
+                "items": {"type": "string"},
+                "description": "Files or directories to check, absolute or workspace-relative.",
+            }
+        },
+        [],
+    ),
+    side_effects=False,
+)
+
+# The cell languages Cursor's EditNotebook names.
+CELL_LANGUAGES = (
+    "python",
+    "markdown",
+    "javascript",
+    "typescript",
+    "r",
+    "sql",
+    "shell",
+    "raw",
+    "other",
+)
+
+EDIT_NOTEBOOK = ToolSpec(
+    name="EditNotebook",
+    description=(
+        "Edit one cell of a Jupyter notebook (.ipynb), or insert a new cell. To edit, give the "
+        "cell's index and the exact text in it to replace (it must occur once in that cell); "
+        "to insert, set is_new_cell and give the new cell's text, which goes in at cell_idx. "
+        "Inserting cell 0 of a notebook that does not exist creates it. Outputs and metadata "
+        "are kept."
+    ),
+    parameters=_object(
+        {
+            "target_notebook": _string(
+                "Path of the notebook, absolute or relative to the workspace root."
+            ),
+            "cell_idx": {
+                "type": "number",
+                "description": "0-based index of the cell to edit, or where the new cell goes.",
+            },
+            "is_new_cell": {
+                "type": "boolean",
+                "description": "true: insert a new cell at cell_idx; false: edit that cell.",
+            },
+            "cell_language": {
+                "type": "string",
+                "enum": list(CELL_LANGUAGES),
+                "description": "The cell's language; markdown and raw make those cell kinds.",
+            },
+            "old_string": _string(
+                "The exact text in the cell to replace; empty when inserting a new cell."
+            ),
+            "new_string": _string("The replacement text, or the whole text of a new cell."),
+        },
+        ["target_notebook", "cell_idx", "is_new_cell", "cell_language", "old_string", "new_string"],
+    ),
+    side_effects=True,
+)
+
+# Fixed order: this is the order the model sees (part of the cached request prefix). New tools
+# go at the end, so a catalogue change leaves the earlier definitions' bytes as they were.
+NATIVE_TOOLS: tuple[ToolSpec, ...] = (
+    SHELL,
+    READ,
+    WRITE,
+    STR_REPLACE,
+    DELETE,
+    LS,
+    GREP,
+    GLOB,
+    READ_LINTS,
+    EDIT_NOTEBOOK,
+)
 NATIVE_BY_NAME: dict[str, ToolSpec] = {t.name: t for t in NATIVE_TOOLS}
 NATIVE_TOOL_NAMES: tuple[str, ...] = tuple(t.name for t in NATIVE_TOOLS)
 READ_ONLY_TOOL_NAMES: frozenset[str] = frozenset(t.name for t in NATIVE_TOOLS if not t.side_effects)

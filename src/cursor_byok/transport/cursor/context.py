@@ -55,6 +55,7 @@ class ClientContext:
     git: str | None = None
     supplements: tuple[str, ...] = ()  # file contents the model should read with the message
     custom_subagents: int = 0  # how many custom subagents it named (none are offered here)
+    read_lints: bool | None = None  # RequestContext.read_lints_enabled (None: not said)
 
 
 @dataclass(frozen=True, slots=True)
@@ -223,6 +224,7 @@ def decode_request_context(rc: agent_pb2.RequestContext) -> ClientContext:
             for path in sorted(rc.file_contents)
         ),
         custom_subagents=len(rc.custom_subagents),
+        read_lints=rc.read_lints_enabled if rc.HasField("read_lints_enabled") else None,
     )
 
 
@@ -248,7 +250,9 @@ def merge_context(
     environment = Environment()
     git: str | None = None
     supplements: tuple[str, ...] = ()
+    read_lints = True
     if inline is not None:
+        read_lints = inline.read_lints is not False
         rules.extend(inline.rules)
         definitions.extend(inline.tools)
         environment = inline.environment or environment
@@ -265,4 +269,5 @@ def merge_context(
         supplements=supplements,
         custom_instructions=custom_instructions or None,
         mode=mode,
+        read_lints=read_lints,
     )

@@ -14,6 +14,8 @@ serialized `AgentServerMessage`s. docs/dialect.md has the full mapping:
     LS          ls_args                           ToolCall.ls_tool_call        files.py
     Grep        grep_args                         ToolCall.grep_tool_call      search.py
     Glob        grep_args (files_with_matches)    ToolCall.glob_tool_call      search.py
+    ReadLints   diagnostics_args, one per path    ToolCall.read_lints_tool_call lints.py
+    EditNotebook read_args, then write_args       ToolCall.edit_tool_call      notebook.py
     MCP tools   mcp_args                          ToolCall.mcp_tool_call       mcp.py
 """
 
@@ -29,6 +31,7 @@ from ..proto import agent_pb2
 from .cards import sanitize_tool_call_id
 from .files import DeleteMachine, LsMachine, ReadMachine, StrReplaceMachine, WriteMachine
 from .format import MAX_RESULT_CHARS, clip_middle, format_grep, format_ls, format_read, format_shell
+from .lints import ReadLintsMachine
 from .machine import (
     DEFAULT_SHELL_TIMEOUT_MS,
     Finished,
@@ -41,6 +44,7 @@ from .machine import (
     ToolSettings,
 )
 from .mcp import McpMachine
+from .notebook import EditNotebookMachine
 from .search import GlobMachine, GrepMachine
 from .shell import ShellMachine
 
@@ -78,6 +82,8 @@ NATIVE_MACHINES: Mapping[str, type[ToolMachine]] = MappingProxyType(
         "LS": LsMachine,
         "Grep": GrepMachine,
         "Glob": GlobMachine,
+        "ReadLints": ReadLintsMachine,
+        "EditNotebook": EditNotebookMachine,
     }
 )
 

@@ -15,7 +15,16 @@ from .format import format_ls, format_read
 from .images import image_read_result
 from .machine import Finished, Handlers, Phase, Step, ToolMachine, ToolSettings
 
-__all__ = ["DeleteMachine", "LsMachine", "ReadMachine", "StrReplaceMachine", "WriteMachine"]
+__all__ = [
+    "DeleteMachine",
+    "EditMachine",
+    "LsMachine",
+    "ReadMachine",
+    "StrReplaceMachine",
+    "WriteMachine",
+    "read_failure",
+    "read_text",
+]
 
 
 def read_failure(result: agent_pb2.ReadResult, path: str) -> str | None:
@@ -162,7 +171,7 @@ class ReadMachine(_PathMachine):
 # -- Write and StrReplace ----------------------------------------------------------------------
 
 
-class _EditMachine(_PathMachine):
+class EditMachine(_PathMachine):
     """Write and StrReplace: the edit card, and the write that ends both."""
 
     CARD = "edit_tool_call"
@@ -215,7 +224,7 @@ class _EditMachine(_PathMachine):
         return self._finish(failure + self.FAILED_NOTE, tc, now_ms, is_error=True)
 
 
-class WriteMachine(_EditMachine):
+class WriteMachine(EditMachine):
     REQUIRED = ("path", "contents")
 
     @property
@@ -237,10 +246,10 @@ class WriteMachine(_EditMachine):
         ok.lines_added = lines
         return f"Wrote {self.path} ({lines} lines)."
 
-    HANDLERS: ClassVar[Handlers] = {Phase.RUNNING: {"write_result": _EditMachine._on_write}}
+    HANDLERS: ClassVar[Handlers] = {Phase.RUNNING: {"write_result": EditMachine._on_write}}
 
 
-class StrReplaceMachine(_EditMachine):
+class StrReplaceMachine(EditMachine):
     REQUIRED = ("path", "old_string", "new_string")
     FAILED_NOTE = " The edit was not applied."
 
@@ -331,7 +340,7 @@ class StrReplaceMachine(_EditMachine):
     # other kind is an unexpected one.
     HANDLERS: ClassVar[Handlers] = {
         Phase.RUNNING: {"read_result": _on_read},
-        Phase.WRITING: {"write_result": _EditMachine._on_write},
+        Phase.WRITING: {"write_result": EditMachine._on_write},
     }
 
 
