@@ -80,7 +80,7 @@ def test_no_paths_asks_for_the_whole_workspace() -> None:
 
 
 def test_failures_per_path_and_all_failed_is_an_error() -> None:
-    tool, out, _ = start("ReadLints", {"paths": ["/w/gone.py", "/w/ok.py"]})
+    tool, _out, _ = start("ReadLints", {"paths": ["/w/gone.py", "/w/ok.py"]})
     tool.feed(reply(1, diagnostics_result=a.DiagnosticsResult(
         file_not_found=a.DiagnosticsFileNotFound(path="/w/gone.py"))), T0)  # fmt: skip
     done = finished(tool.feed(reply(2, diagnostics_result=found("/w/ok.py")), T0))

@@ -153,7 +153,7 @@ def test_machine_reads_edits_and_writes_the_notebook() -> None:
 def test_machine_refusals_send_no_write() -> None:
     args = {"target_notebook": "/w/n.ipynb", "cell_idx": 0, "is_new_cell": False,
             "old_string": "absent", "new_string": "y"}  # fmt: skip
-    tool, out, ids = start("EditNotebook", args)
+    tool, _out, ids = start("EditNotebook", args)
     result = a.ReadResult(success=a.ReadSuccess(content=TEXT))
     done = finished(tool.feed(reply(1, read_result=result), T0))
     assert done.result.is_error and "old_string was not found in cell 0" in done.result.text
