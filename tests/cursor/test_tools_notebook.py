@@ -183,3 +183,18 @@ def test_machine_refusals_send_no_write() -> None:
         _tool, started, ids = begin("EditNotebook", bad)
         assert started.early is not None and why in started.early.result.text
         assert ids.next == 1
+
+
+def test_a_not_found_error_counts_as_a_missing_notebook() -> None:
+    """oh-my-pi answers a read of a missing file with an error saying "not found"."""
+    args = {"target_notebook": "/w/new.ipynb", "cell_idx": 0, "is_new_cell": True,
+            "cell_language": "python", "old_string": "", "new_string": "1"}  # fmt: skip
+    tool, _out, _ = start("EditNotebook", args)
+    error = a.ReadResult(error=a.ReadError(error="Path '/w/new.ipynb' not found"))
+    (write,) = sent(tool.feed(reply(1, read_result=error), T0))
+    assert json.loads(write.exec_server_message.write_args.file_text)["cells"][0]["source"] == ["1"]
+    # Any other read error is the model's error, and nothing is written.
+    tool, _out, ids = start("EditNotebook", args)
+    error = a.ReadResult(error=a.ReadError(error="EIO"))
+    done = finished(tool.feed(reply(1, read_result=error), T0))
+    assert done.result.text == "Error reading /w/new.ipynb: EIO" and ids.next == 2

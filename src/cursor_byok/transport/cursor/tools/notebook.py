@@ -155,6 +155,14 @@ def edit_notebook(
     return NotebookEdit(text=text, summary=summary, lines_removed=removed, lines_added=added)
 
 
+def _missing(result: agent_pb2.ReadResult) -> bool:
+    """Whether the read says the file does not exist. oh-my-pi answers a missing file with an
+    `error` saying "not found" rather than `file_not_found`; both count."""
+    if result.HasField("file_not_found"):
+        return True
+    return result.HasField("error") and "not found" in result.error.error.lower()
+
+
 class EditNotebookMachine(EditMachine):
     REQUIRED = ("target_notebook", "new_string")
     FAILED_NOTE = " The notebook was not changed."
@@ -194,7 +202,7 @@ class EditNotebookMachine(EditMachine):
     def _on_read(self, result: agent_pb2.ReadResult, now_ms: int) -> Step:
         path = self.path
         original: str | None = None
-        if not result.HasField("file_not_found"):
+        if not _missing(result):
             failure = read_failure(result, path)
             if failure is not None:
                 return self._refuse(failure, now_ms)
