@@ -70,8 +70,10 @@ SHELL = ToolSpec(
 READ = ToolSpec(
     name="Read",
     description=(
-        "Read a text file from the user's machine. Returns the lines with their numbers. "
-        "For large files pass offset and limit to read one part at a time."
+        "Read a file from the user's machine. A text file comes back as its lines with their "
+        "numbers; for large files pass offset and limit to read one part at a time. An image "
+        "(PNG, JPEG, GIF, WebP) is shown to you as the image when you can view images, and "
+        "otherwise described by its type, size and dimensions."
     ),
     parameters=_object(
         {
