@@ -66,7 +66,11 @@ def tool_message(upstream: FakeUpstream, prompt: str) -> dict[str, Any]:
     """The tool result the model reads: in the second upstream request of the turn."""
     bodies = chat_requests(upstream, prompt)
     assert len(bodies) == 2, len(bodies)
-    (tool,) = [m for m in bodies[1]["messages"] if m["role"] == "tool"]
+    first, second = bodies
+    # The second request extends the first (prompt cache): same tools, same earlier messages.
+    assert second["tools"] == first["tools"]
+    assert second["messages"][: len(first["messages"])] == first["messages"]
+    (tool,) = [m for m in second["messages"] if m["role"] == "tool"]
     assert tool["tool_call_id"] == "call_t1"
     return tool
 
