@@ -33,6 +33,8 @@ from cursor_byok.transport.cursor.tools.files import (
     StrReplaceMachine,
     WriteMachine,
 )
+from cursor_byok.transport.cursor.tools.lints import ReadLintsMachine
+from cursor_byok.transport.cursor.tools.notebook import EditNotebookMachine
 from cursor_byok.transport.cursor.tools.search import GlobMachine, GrepMachine
 from cursor_byok.transport.cursor.tools.shell import ShellMachine
 from cursor_byok.transport.cursor.tools.todos import TodoWriteMachine
@@ -62,6 +64,13 @@ TOOL_ARGS: dict[str, dict[str, Any]] = {
     "LS": {"path": "."},
     "Grep": {"pattern": "p"},
     "Glob": {"glob_pattern": "*"},
+    "ReadLints": {"paths": ["f"]},
+    "EditNotebook": {
+        "target_notebook": "n.ipynb",
+        "cell_idx": 0,
+        "is_new_cell": True,
+        "new_string": "x",
+    },
     "some_mcp": {"k": [1, {"v": None}]},
 }
 REPLY_KINDS = [f.name for f in a.ExecClientMessage.DESCRIPTOR.oneofs_by_name["message"].fields]
@@ -93,6 +102,8 @@ def test_the_table_covers_exactly_the_native_tools_in_catalogue_order() -> None:
         "Glob": GlobMachine,
         "AwaitShell": AwaitShellMachine,
         "TodoWrite": TodoWriteMachine,
+        "ReadLints": ReadLintsMachine,
+        "EditNotebook": EditNotebookMachine,
     }
 
 
@@ -133,6 +144,8 @@ def test_placeholder_tool_call_per_family() -> None:
         "Grep": "grep_tool_call",
         "Glob": "glob_tool_call",
         "TodoWrite": "update_todos_tool_call",
+        "ReadLints": "read_lints_tool_call",
+        "EditNotebook": "edit_tool_call",
         "my_mcp": "mcp_tool_call",
     }
     for name, variant in variants.items():

@@ -520,6 +520,8 @@ def test_tools_native_first_then_mcp_sorted() -> None:
         "Grep",
         "Glob",
         "AwaitShell",
+        "EditNotebook",
+        "ReadLints",
         "TodoWrite",
         "alpha",
         "zeta",
@@ -555,9 +557,9 @@ def test_prompt_has_environment_rules_and_is_deterministic() -> None:
 
 
 def test_side_effects() -> None:
-    for name in ("Shell", "Write", "StrReplace", "Delete"):
+    for name in ("Shell", "Write", "StrReplace", "Delete", "EditNotebook"):
         assert side_effects(name)
-    for name in ("Read", "LS", "Grep", "Glob"):
+    for name in ("Read", "LS", "Grep", "Glob", "ReadLints"):
         assert not side_effects(name)
     assert side_effects("mcp_tool")  # every MCP tool may change something
     assert side_effects("whatever")

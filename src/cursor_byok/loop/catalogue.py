@@ -20,7 +20,7 @@ from typing import assert_never
 import msgspec
 
 # Bump on every change to the table below (or to what a mode offers).
-CATALOGUE_VERSION = 4
+CATALOGUE_VERSION = 5
 
 
 class Mode(enum.StrEnum):
@@ -103,8 +103,8 @@ TOOLS: tuple[CatalogueTool, ...] = (
             "can otherwise only be killed"
         ),
     ),
-    _tool("EditNotebook", ISSUE_NATIVE, _N),
-    _tool("ReadLints", ISSUE_NATIVE, _N, Gate.READ_LINTS_ENABLED),
+    _tool("EditNotebook", ISSUE_NATIVE, _B),
+    _tool("ReadLints", ISSUE_NATIVE, _B, Gate.READ_LINTS_ENABLED),
     _tool("TodoWrite", ISSUE_NATIVE, _B),
     _tool("CreatePlan", ISSUE_NATIVE, _N),
     _tool("AskQuestion", ISSUE_NATIVE, _N),

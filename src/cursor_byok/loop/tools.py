@@ -102,8 +102,10 @@ SHELL = ToolSpec(
 READ = ToolSpec(
     name="Read",
     description=(
-        "Read a text file from the user's machine. Returns the lines with their numbers. "
-        "For large files pass offset and limit to read one part at a time."
+        "Read a file from the user's machine. A text file comes back as its lines with their "
+        "numbers; for large files pass offset and limit to read one part at a time. An image "
+        "(PNG, JPEG, GIF, WebP) is shown to you as the image when you can view images, and "
+        "otherwise described by its type, size and dimensions."
     ),
     parameters=_object(
         {
@@ -182,25 +184,46 @@ LS = ToolSpec(
     side_effects=False,
 )
 
+
+def _count(description: str) -> dict[str, Any]:
+    return {"type": "integer", "minimum": 0, "description": description}
+
+
+# Names and parameters as Cursor's (users' rules name them); the descriptions are ours.
 GREP = ToolSpec(
     name="Grep",
     description=(
-        "Search file contents with a regular expression (ripgrep syntax). Returns matching "
-        "lines, the names of matching files, or match counts, depending on output_mode."
+        "Search file contents with a regular expression (ripgrep syntax) on the user's "
+        "machine. Returns matching lines with their numbers, the names of matching files, or "
+        "match counts per file, depending on output_mode. Use glob or type to limit the files, "
+        "and head_limit with offset to page through long answers."
     ),
     parameters=_object(
         {
             "pattern": _string("The regular expression to search for."),
             "path": _string("File or directory to search; defaults to the workspace root."),
             "glob": _string("Only search files whose path matches this glob, e.g. '*.py'."),
+            "type": _string("Only search files of this ripgrep type, e.g. 'py' or 'rust'."),
             "output_mode": {
                 "type": "string",
                 "enum": ["content", "files_with_matches", "count"],
-                "description": "What to return; defaults to content.",
+                "description": (
+                    "content: matching lines; files_with_matches: file names; count: matches "
+                    "per file. Defaults to content."
+                ),
             },
-            "case_insensitive": {
+            "-A": _count("Lines of context after each match (content mode)."),
+            "-B": _count("Lines of context before each match (content mode)."),
+            "-C": _count("Lines of context before and after each match (content mode)."),
+            "-i": {"type": "boolean", "description": "Ignore letter case when matching."},
+            "head_limit": _count(
+                "Return at most this many entries: matching lines in content mode, files in "
+                "the other modes."
+            ),
+            "offset": _count("Skip this many entries first; with head_limit, pages on."),
+            "multiline": {
                 "type": "boolean",
-                "description": "Ignore letter case when matching.",
+                "description": "Let the pattern span lines ('.' also matches newlines).",
             },
         },
         ["pattern"],
@@ -210,10 +233,14 @@ GREP = ToolSpec(
 
 GLOB = ToolSpec(
     name="Glob",
-    description="Find files whose path matches a glob pattern, e.g. 'src/**/*.ts'.",
+    description=(
+        "Find files whose path matches a glob pattern. A pattern that does not start with "
+        "'**/' is searched for at any depth ('*.ts' finds every TypeScript file). Returns one "
+        "path per line."
+    ),
     parameters=_object(
         {
-            "glob_pattern": _string("The glob pattern to match."),
+            "glob_pattern": _string("The glob pattern to match, e.g. 'src/**/*.ts'."),
             "target_directory": _string("Directory to search in; defaults to the workspace root."),
         },
         ["glob_pattern"],
@@ -250,6 +277,27 @@ AWAIT_SHELL = ToolSpec(
             },
         },
         ["shell_id"],
+    ),
+    side_effects=False,
+)
+
+
+READ_LINTS = ToolSpec(
+    name="ReadLints",
+    description=(
+        "Get the problems the editor reports for files (linter warnings, type and compile "
+        "errors), each with its line, column and severity. Check the files you edited before "
+        "you finish; leave paths out for the whole workspace."
+    ),
+    parameters=_object(
+        {
+            "paths": {
+                "type": "array",
+                "items": {"type": "string"},
+                "description": "Files or directories to check, absolute or workspace-relative.",
+            }
+        },
+        [],
     ),
     side_effects=False,
 )
@@ -297,6 +345,58 @@ TODO_WRITE = ToolSpec(
 )
 
 # Fixed order: this is the order the model sees (part of the cached request prefix).
+# The cell languages Cursor's EditNotebook names.
+CELL_LANGUAGES = (
+    "python",
+    "markdown",
+    "javascript",
+    "typescript",
+    "r",
+    "sql",
+    "shell",
+    "raw",
+    "other",
+)
+
+EDIT_NOTEBOOK = ToolSpec(
+    name="EditNotebook",
+    description=(
+        "Edit one cell of a Jupyter notebook (.ipynb), or insert a new cell. To edit, give the "
+        "cell's index and the exact text in it to replace (it must occur once in that cell); "
+        "to insert, set is_new_cell and give the new cell's text, which goes in at cell_idx. "
+        "Inserting cell 0 of a notebook that does not exist creates it. Outputs and metadata "
+        "are kept."
+    ),
+    parameters=_object(
+        {
+            "target_notebook": _string(
+                "Path of the notebook, absolute or relative to the workspace root."
+            ),
+            "cell_idx": {
+                "type": "number",
+                "description": "0-based index of the cell to edit, or where the new cell goes.",
+            },
+            "is_new_cell": {
+                "type": "boolean",
+                "description": "true: insert a new cell at cell_idx; false: edit that cell.",
+            },
+            "cell_language": {
+                "type": "string",
+                "enum": list(CELL_LANGUAGES),
+                "description": "The cell's language; markdown and raw make those cell kinds.",
+            },
+            "old_string": _string(
+                "The exact text in the cell to replace; empty when inserting a new cell."
+            ),
+            "new_string": _string("The replacement text, or the whole text of a new cell."),
+        },
+        ["target_notebook", "cell_idx", "is_new_cell", "cell_language", "old_string", "new_string"],
+    ),
+    side_effects=True,
+)
+
+# Fixed order: this is the order the model sees (part of the cached request prefix). New tools
+# go at the end, so a catalogue change leaves the earlier definitions' bytes as they were.
 NATIVE_TOOLS: tuple[ToolSpec, ...] = (
     SHELL,
     READ,
@@ -308,6 +408,8 @@ NATIVE_TOOLS: tuple[ToolSpec, ...] = (
     GLOB,
     AWAIT_SHELL,
     TODO_WRITE,
+    READ_LINTS,
+    EDIT_NOTEBOOK,
 )
 # Tools the server answers itself (no exec goes to the client).
 LOCAL_TOOL_NAMES: frozenset[str] = frozenset({TODO_WRITE.name})

@@ -61,8 +61,13 @@ def parse_client_message(payload: bytes) -> agent_pb2.AgentClientMessage:
 
 
 class ClientLink:
-    def __init__(self, *, conversation_id: str, now_ms: Callable[[], int]) -> None:
+    def __init__(
+        self, *, conversation_id: str, now_ms: Callable[[], int], vision: bool = False
+    ) -> None:
         self.conversation_id = conversation_id
+        # Whether the run's model sees images (a Read of an image then attaches it); the
+        # runtime sets it once the model is known.
+        self.vision = vision
         self._now_ms = now_ms
         self._exec_ids = 0
         self._kv_ids = 0
@@ -215,6 +220,7 @@ class ClientLink:
             mcp=McpTool.of_route(route) if route is not None else None,
             terminals_folder=terminals_folder,
             budget_ms=budget_ms,
+            vision=self.vision,
         )
 
     def tool_running(self, operation_id: str) -> bool:

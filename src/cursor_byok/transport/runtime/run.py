@@ -219,6 +219,8 @@ class Run:
         if request.user_text.strip():
             self.summary.title = agent_title(request.user_text)
         self.model = self._resolve_model(request.model_id)
+        # Whether a Read of an image attaches it (else it is described): the model's `vision`.
+        self.link.vision = self.model.vision
         self.summary.model = self.model.id
         self.summary.provider = self.model.provider.name
         self.calls = ModelCalls(

@@ -16,6 +16,8 @@ serialized `AgentServerMessage`s. docs/dialect.md has the full mapping:
     Glob        grep_args (files_with_matches)    ToolCall.glob_tool_call      search.py
     AwaitShell  read_args of the terminal file    ToolCall.await_tool_call     await_shell.py
     TodoWrite   none (the loop answers it)        ToolCall.update_todos_tool_call  todos.py
+    ReadLints   diagnostics_args, one per path    ToolCall.read_lints_tool_call lints.py
+    EditNotebook read_args, then write_args       ToolCall.edit_tool_call      notebook.py
     MCP tools   mcp_args                          ToolCall.mcp_tool_call       mcp.py
 """
 
@@ -32,6 +34,7 @@ from .await_shell import AwaitShellMachine
 from .cards import sanitize_tool_call_id
 from .files import DeleteMachine, LsMachine, ReadMachine, StrReplaceMachine, WriteMachine
 from .format import MAX_RESULT_CHARS, clip_middle, format_grep, format_ls, format_read, format_shell
+from .lints import ReadLintsMachine
 from .machine import (
     DEFAULT_BLOCK_UNTIL_MS,
     Finished,
@@ -44,6 +47,7 @@ from .machine import (
     ToolSettings,
 )
 from .mcp import McpMachine
+from .notebook import EditNotebookMachine
 from .search import GlobMachine, GrepMachine
 from .shell import ShellMachine
 from .todos import TodoWriteMachine, decode_todo, todo_items
@@ -87,6 +91,8 @@ NATIVE_MACHINES: Mapping[str, type[ToolMachine]] = MappingProxyType(
         "Glob": GlobMachine,
         "AwaitShell": AwaitShellMachine,
         "TodoWrite": TodoWriteMachine,
+        "ReadLints": ReadLintsMachine,
+        "EditNotebook": EditNotebookMachine,
     }
 )
 
@@ -107,15 +113,18 @@ def machine_for(
     shell_block_ms: int = DEFAULT_BLOCK_UNTIL_MS,
     terminals_folder: str | None = None,
     budget_ms: int | None = None,
+    vision: bool = False,
 ) -> ToolMachine:
     """The machine for one call. `mcp` is the route of an MCP tool (None when the name is not
     known: it goes out as it is); native tools ignore it. `terminals_folder` is the client's
-    (RequestContextEnv.terminals_folder), `budget_ms` the runner's deadline for one call."""
+    (RequestContextEnv.terminals_folder), `budget_ms` the runner's deadline for one call,
+    `vision` whether the model sees images."""
     settings = ToolSettings(
         conversation_id=conversation_id,
         shell_block_ms=shell_block_ms,
         terminals_folder=terminals_folder,
         budget_ms=budget_ms,
+        vision=vision,
     )
     native = NATIVE_MACHINES.get(call.name)
     if native is None:

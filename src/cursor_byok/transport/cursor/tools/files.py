@@ -12,9 +12,19 @@ from ....llm.types import ToolCall
 from ..proto import agent_pb2
 from .args import get_bool, get_int, positive_int32, str_or_empty
 from .format import format_ls, format_read
+from .images import image_read_result
 from .machine import Finished, Handlers, Phase, Step, ToolMachine, ToolSettings
 
-__all__ = ["DeleteMachine", "LsMachine", "ReadMachine", "StrReplaceMachine", "WriteMachine"]
+__all__ = [
+    "DeleteMachine",
+    "EditMachine",
+    "LsMachine",
+    "ReadMachine",
+    "StrReplaceMachine",
+    "WriteMachine",
+    "read_failure",
+    "read_text",
+]
 
 
 def read_failure(result: agent_pb2.ReadResult, path: str) -> str | None:
@@ -117,6 +127,14 @@ class ReadMachine(_PathMachine):
         ok.path = s.path or path
         ok.total_lines = max(s.total_lines, 0)
         ok.file_size = max(min(s.file_size, 2**32 - 1), 0)
+        if s.WhichOneof("output") == "data":
+            image = image_read_result(path, s.data, vision=self.settings.vision)
+            if image is not None:
+                text, images = image
+                ok.is_empty = False
+                if images:
+                    ok.data = s.data  # the card shows what the model was shown
+                return self._finish(text, tc, now_ms, images=images)
         if content is None:
             ok.is_empty = False
             ok.content = ""
@@ -153,7 +171,7 @@ class ReadMachine(_PathMachine):
 # -- Write and StrReplace ----------------------------------------------------------------------
 
 
-class _EditMachine(_PathMachine):
+class EditMachine(_PathMachine):
     """Write and StrReplace: the edit card, and the write that ends both."""
 
     CARD = "edit_tool_call"
@@ -206,7 +224,7 @@ class _EditMachine(_PathMachine):
         return self._finish(failure + self.FAILED_NOTE, tc, now_ms, is_error=True)
 
 
-class WriteMachine(_EditMachine):
+class WriteMachine(EditMachine):
     REQUIRED = ("path", "contents")
 
     @property
@@ -228,10 +246,10 @@ class WriteMachine(_EditMachine):
         ok.lines_added = lines
         return f"Wrote {self.path} ({lines} lines)."
 
-    HANDLERS: ClassVar[Handlers] = {Phase.RUNNING: {"write_result": _EditMachine._on_write}}
+    HANDLERS: ClassVar[Handlers] = {Phase.RUNNING: {"write_result": EditMachine._on_write}}
 
 
-class StrReplaceMachine(_EditMachine):
+class StrReplaceMachine(EditMachine):
     REQUIRED = ("path", "old_string", "new_string")
     FAILED_NOTE = " The edit was not applied."
 
@@ -322,7 +340,7 @@ class StrReplaceMachine(_EditMachine):
     # other kind is an unexpected one.
     HANDLERS: ClassVar[Handlers] = {
         Phase.RUNNING: {"read_result": _on_read},
-        Phase.WRITING: {"write_result": _EditMachine._on_write},
+        Phase.WRITING: {"write_result": EditMachine._on_write},
     }
 
 

@@ -113,60 +113,85 @@ def format_ls(root: agent_pb2.LsDirectoryTreeNode) -> str:
     return clip_middle("\n".join(out))
 
 
-def _union_lines(union: agent_pb2.GrepUnionResult) -> tuple[list[str], bool]:
-    """One workspace's grep answer as lines, and whether the client cut it."""
+def _union_lines(union: agent_pb2.GrepUnionResult) -> tuple[list[str], bool, int | None]:
+    """One workspace's grep answer as lines, whether the client cut it, and the head limit it
+    says it applied (None when it says nothing)."""
     lines: list[str] = []
     match union.WhichOneof("result"):
         case "files":
-            lines.extend(union.files.files)
-            return lines, union.files.client_truncated or union.files.ripgrep_truncated
+            r = union.files
+            lines.extend(r.files)
+            limit = r.head_limit_applied if r.HasField("head_limit_applied") else None
+            return lines, r.client_truncated or r.ripgrep_truncated, limit
         case "count":
-            lines.extend(f"{c.file}: {c.count}" for c in union.count.counts)
-            return lines, union.count.client_truncated or union.count.ripgrep_truncated
+            c = union.count
+            lines.extend(f"{fc.file}: {fc.count}" for fc in c.counts)
+            limit = c.head_limit_applied if c.HasField("head_limit_applied") else None
+            return lines, c.client_truncated or c.ripgrep_truncated, limit
         case "content":
-            for fm in union.content.matches:
+            m = union.content
+            for fm in m.matches:
                 lines.append(f"{fm.file}:")
-                for m in fm.matches:
-                    sep = "-" if m.is_context_line else ":"
-                    cut = " [line truncated]" if m.content_truncated else ""
-                    lines.append(f"  {m.line_number}{sep} {m.content}{cut}")
-            return lines, union.content.client_truncated or union.content.ripgrep_truncated
+                for match in fm.matches:
+                    sep = "-" if match.is_context_line else ":"
+                    cut = " [line truncated]" if match.content_truncated else ""
+                    lines.append(f"  {match.line_number}{sep} {match.content}{cut}")
+            limit = m.head_limit_applied if m.HasField("head_limit_applied") else None
+            return lines, m.client_truncated or m.ripgrep_truncated, limit
         case _:
-            return lines, False
+            return lines, False, None
 
 
-def format_grep(success: agent_pb2.GrepSuccess, *, files_only_label: str = "No matches.") -> str:
-    """Workspace results in key order; the active editor's result only when there are none."""
+def format_grep(
+    success: agent_pb2.GrepSuccess, *, offset: int = 0, files_only_label: str = "No matches."
+) -> str:
+    """Workspace results in key order; the active editor's result only when there are none.
+    A cut answer says so, and where to page on when the client applied a head limit."""
     lines: list[str] = []
     truncated = False
+    limits: list[int] = []
     keys = sorted(success.workspace_results)
-    for key in keys:
-        part, cut = _union_lines(success.workspace_results[key])
-        lines.extend(part)
-        truncated = truncated or cut
+    unions = [success.workspace_results[key] for key in keys]
     if success.HasField("active_editor_result") and not keys:
-        part, cut = _union_lines(success.active_editor_result)
+        unions.append(success.active_editor_result)
+    for union in unions:
+        part, cut, limit = _union_lines(union)
         lines.extend(part)
         truncated = truncated or cut
+        if limit:
+            limits.append(limit)
     if not lines:
         return files_only_label
     text = "\n".join(lines)
-    if truncated:
+    if truncated and limits:
+        text += (
+            f"\n[At least {offset + max(limits)} results; more exist. Page on with "
+            f"offset={offset + max(limits)} and the same head_limit, or narrow the search.]"
+        )
+    elif truncated:
         text += "\n[Results were truncated by the client; narrow the search to see more.]"
     return clip_middle(text)
 
 
-def grep_files(success: agent_pb2.GrepSuccess) -> list[str]:
-    """The file names of a grep answer, whatever its output mode (Glob asks files_with_matches,
-    but a client may answer in another mode)."""
+def grep_files(success: agent_pb2.GrepSuccess) -> tuple[list[str], int, bool, bool]:
+    """The file names of a grep answer whatever its output mode (Glob asks files_with_matches,
+    but a client may answer in another mode), the total the client counted, and whether the
+    client or ripgrep cut the list."""
     files: list[str] = []
+    total = 0
+    client_cut = rg_cut = False
     for key in sorted(success.workspace_results):
         union = success.workspace_results[key]
         match union.WhichOneof("result"):
             case "files":
-                files.extend(union.files.files)
+                r = union.files
+                files.extend(r.files)
+                total += max(r.total_files, len(r.files))
+                client_cut, rg_cut = client_cut or r.client_truncated, rg_cut or r.ripgrep_truncated
             case "content":
                 files.extend(m.file for m in union.content.matches)
+                total += len(union.content.matches)
             case "count":
                 files.extend(c.file for c in union.count.counts)
-    return files
+                total += max(union.count.total_files, len(union.count.counts))
+    return files, total, client_cut, rg_cut

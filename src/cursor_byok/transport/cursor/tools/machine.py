@@ -74,6 +74,8 @@ class ToolSettings:
     terminals_folder: str | None = None
     # The runner's deadline for one call (tool_timeout_s); a call that waits stays inside it.
     budget_ms: int | None = None
+    # Whether the turn's model can see images: a Read of an image then gives the image itself.
+    vision: bool = False
 
 
 @dataclass(frozen=True, slots=True)
