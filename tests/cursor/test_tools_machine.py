@@ -32,6 +32,11 @@ from cursor_byok.transport.cursor.tools.files import (
     StrReplaceMachine,
     WriteMachine,
 )
+from cursor_byok.transport.cursor.tools.queries import (
+    AskQuestionMachine,
+    CreatePlanMachine,
+    SwitchModeMachine,
+)
 from cursor_byok.transport.cursor.tools.search import GlobMachine, GrepMachine
 from cursor_byok.transport.cursor.tools.shell import ShellMachine
 from tests.cursor.tool_support import (
@@ -89,6 +94,9 @@ def test_the_table_covers_exactly_the_native_tools_in_catalogue_order() -> None:
         "LS": LsMachine,
         "Grep": GrepMachine,
         "Glob": GlobMachine,
+        "CreatePlan": CreatePlanMachine,
+        "AskQuestion": AskQuestionMachine,
+        "SwitchMode": SwitchModeMachine,
     }
 
 

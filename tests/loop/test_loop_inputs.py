@@ -360,7 +360,13 @@ def test_a_follow_up_when_idle_starts_a_turn_with_its_own_context_and_mode() -> 
     )
     assert isinstance(t.command, CallLLM)
     assert "ask mode" in t.command.request.system_prompt
-    assert {d.name for d in t.command.request.tools} == {"Read", "LS", "Grep", "Glob"}
+    assert {d.name for d in t.command.request.tools} == {
+        "Read",
+        "LS",
+        "Grep",
+        "Glob",
+        "AskQuestion",
+    }
 
 
 def test_a_mode_alone_changes_only_the_mode_of_the_stored_context() -> None:

@@ -518,6 +518,8 @@ def test_tools_native_first_then_mcp_sorted() -> None:
         "LS",
         "Grep",
         "Glob",
+        "AskQuestion",
+        "SwitchMode",
         "alpha",
         "zeta",
     ]
@@ -526,11 +528,16 @@ def test_tools_native_first_then_mcp_sorted() -> None:
     assert set(read.parameters["properties"]) == {"path", "offset", "limit"}
 
 
-@pytest.mark.parametrize("mode", ["ask", "plan"])
-def test_read_only_modes_offer_only_tools_without_side_effects(mode: str) -> None:
+@pytest.mark.parametrize(
+    ("mode", "queries"), [("ask", ["AskQuestion"]), ("plan", ["CreatePlan", "AskQuestion"])]
+)
+def test_read_only_modes_offer_only_tools_without_side_effects(
+    mode: str, queries: list[str]
+) -> None:
     ctx = TurnContext(mcp_tools=MCP, mode=mode)
     s = started(ctx)
-    assert [t.name for t in build_tools(None, s.committed)] == ["Read", "LS", "Grep", "Glob"]
+    names = [t.name for t in build_tools(None, s.committed)]
+    assert names == ["Read", "LS", "Grep", "Glob", *queries]
     assert f"{mode} mode" in build_prompt(None, s.committed)
     ts, _ = stream(s, FauxResponse.tool_calls([tool_call("a", "Shell", command="rm -rf /")]))
     answer = ts[-1].state.committed.messages[-1]

@@ -315,7 +315,7 @@ async def test_a_follow_up_brings_its_mode_to_the_next_model_call(tmp_path: Path
     assert await client.ended() is None
     second = server.llm.calls[1].request
     assert "ask mode" in second.system_prompt
-    assert {t.name for t in second.tools} == {"Read", "LS", "Grep", "Glob"}
+    assert {t.name for t in second.tools} == {"Read", "LS", "Grep", "Glob", "AskQuestion"}
     assert second.messages[-1].text == "only look, change nothing"  # type: ignore[union-attr]
 
 

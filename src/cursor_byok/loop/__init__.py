@@ -5,7 +5,8 @@ Public API (see docs/loop.md):
     state      RuntimeState, ConversationState, PendingResponse, AwaitLLM, AwaitClient, Status
     view       Span (the active history as a view over the append-only log)
     inputs     Start, LLMEvent, ToolResult, UserMessage (alias UserMessageInput), Cancel,
-               Supersede, Resume (ToolOperation), ToolLost (LostCause), Rewind, Input
+               Supersede, Resume (ToolOperation), ToolLost (LostCause), Rewind, Input; ToolEffect
+               (PlanCreated, ModeSwitched) on a ToolResult; PlanBuild on a Start
     context    TurnContext, Environment, McpRoute
     commands   ContinueLLM, CallLLM, ResendLLM, CallClient, WaitInput, Final, Failed
                (FailureKind), Canceled, Command
@@ -32,10 +33,14 @@ from .inputs import (
     Input,
     LLMEvent,
     LostCause,
+    ModeSwitched,
+    PlanBuild,
+    PlanCreated,
     Resume,
     Rewind,
     Start,
     Supersede,
+    ToolEffect,
     ToolLost,
     ToolOperation,
     ToolResult,
@@ -50,6 +55,7 @@ from .state import (
     AwaitLLM,
     ConversationState,
     PendingResponse,
+    PlanRecord,
     RuntimeState,
     Status,
     Waiting,
@@ -94,7 +100,11 @@ __all__ = [
     "LoopError",
     "LostCause",
     "McpRoute",
+    "ModeSwitched",
     "PendingResponse",
+    "PlanBuild",
+    "PlanCreated",
+    "PlanRecord",
     "ResendLLM",
     "Resume",
     "Rewind",
@@ -103,6 +113,7 @@ __all__ = [
     "Start",
     "Status",
     "Supersede",
+    "ToolEffect",
     "ToolLost",
     "ToolOperation",
     "ToolResult",

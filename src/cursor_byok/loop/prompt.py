@@ -12,7 +12,7 @@ from cursor_byok.llm.types import ToolDefinition
 from .context import DEFAULT_CONTEXT, Environment, TurnContext
 from .inputs import Input, Start
 from .state import ConversationState
-from .tools import NATIVE_TOOL_NAMES, NATIVE_TOOLS
+from .tools import NATIVE_TOOLS, offered_in
 
 BASE_INSTRUCTIONS = """\
 You are a coding agent working inside the user's editor. You help with software tasks by \
@@ -96,10 +96,11 @@ def render_tools(context: TurnContext) -> tuple[ToolDefinition, ...]:
     count as side-effecting). An MCP tool whose name is already taken (by a native tool or an
     earlier MCP tool of the same name) is left out, so names stay unique.
     """
+    native = [t for t in NATIVE_TOOLS if offered_in(t.name, context.mode)]
     if context.read_only:
-        return tuple(t.definition for t in NATIVE_TOOLS if not t.side_effects)
-    out = [t.definition for t in NATIVE_TOOLS]
-    taken = set(NATIVE_TOOL_NAMES)
+        return tuple(t.definition for t in native if not t.side_effects)
+    out = [t.definition for t in native]
+    taken = {t.name for t in NATIVE_TOOLS}
     for tool in sorted(context.mcp_tools, key=lambda t: t.name):
         if tool.name in taken:
             continue

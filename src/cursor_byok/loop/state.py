@@ -73,9 +73,21 @@ class AwaitClient(_Waiting, frozen=True, tag="client"):
     next: int
     operation_id: str
     early: tuple[ToolResultMessage, ...] = ()
+    # A call of this message asked for the turn to end once all are answered (CreatePlan).
+    ends_turn: bool = False
 
 
 Waiting: TypeAlias = AwaitLLM | AwaitClient
+
+
+class PlanRecord(_Value, frozen=True):
+    """The conversation's plan, as the last successful CreatePlan left it: what a Build
+    carries out when the IDE does not send the plan itself."""
+
+    text: str
+    uri: str = ""
+    name: str = ""
+    overview: str = ""
 
 
 class ConversationState(_Value, frozen=True):
@@ -94,6 +106,7 @@ class ConversationState(_Value, frozen=True):
     queued_context: TurnContext | None = None
     log: tuple[Message, ...] = ()  # every committed message, append-only
     view: tuple[Span, ...] = WHOLE_LOG
+    plan: PlanRecord | None = None  # the plan the last CreatePlan saved (a Build's fallback)
 
     @classmethod
     def new(cls, conversation_id: str) -> ConversationState:

@@ -536,16 +536,24 @@ class ConversationPlan(_message.Message):
     def __init__(self, plan: _Optional[str] = ...) -> None: ...
 
 class ExecutePlanAction(_message.Message):
-    __slots__ = ("request_context", "plan", "plan_file_uri", "plan_file_content")
+    __slots__ = ("request_context", "plan", "plan_file_uri", "plan_file_content", "execution_mode", "kickoff_message_id", "plan_id", "plan_file_path")
     REQUEST_CONTEXT_FIELD_NUMBER: _ClassVar[int]
     PLAN_FIELD_NUMBER: _ClassVar[int]
     PLAN_FILE_URI_FIELD_NUMBER: _ClassVar[int]
     PLAN_FILE_CONTENT_FIELD_NUMBER: _ClassVar[int]
+    EXECUTION_MODE_FIELD_NUMBER: _ClassVar[int]
+    KICKOFF_MESSAGE_ID_FIELD_NUMBER: _ClassVar[int]
+    PLAN_ID_FIELD_NUMBER: _ClassVar[int]
+    PLAN_FILE_PATH_FIELD_NUMBER: _ClassVar[int]
     request_context: RequestContext
     plan: ConversationPlan
     plan_file_uri: str
     plan_file_content: str
-    def __init__(self, request_context: _Optional[_Union[RequestContext, _Mapping]] = ..., plan: _Optional[_Union[ConversationPlan, _Mapping]] = ..., plan_file_uri: _Optional[str] = ..., plan_file_content: _Optional[str] = ...) -> None: ...
+    execution_mode: AgentMode
+    kickoff_message_id: str
+    plan_id: str
+    plan_file_path: str
+    def __init__(self, request_context: _Optional[_Union[RequestContext, _Mapping]] = ..., plan: _Optional[_Union[ConversationPlan, _Mapping]] = ..., plan_file_uri: _Optional[str] = ..., plan_file_content: _Optional[str] = ..., execution_mode: _Optional[_Union[AgentMode, str]] = ..., kickoff_message_id: _Optional[str] = ..., plan_id: _Optional[str] = ..., plan_file_path: _Optional[str] = ...) -> None: ...
 
 class AsyncAskQuestionCompletionAction(_message.Message):
     __slots__ = ("original_tool_call_id", "original_args", "result")
@@ -2717,12 +2725,14 @@ class AskQuestionArgs(_message.Message):
 class AskQuestionSuccess(_message.Message):
     __slots__ = ("answers",)
     class Answer(_message.Message):
-        __slots__ = ("question_id", "selected_option_ids")
+        __slots__ = ("question_id", "selected_option_ids", "freeform_text")
         QUESTION_ID_FIELD_NUMBER: _ClassVar[int]
         SELECTED_OPTION_IDS_FIELD_NUMBER: _ClassVar[int]
+        FREEFORM_TEXT_FIELD_NUMBER: _ClassVar[int]
         question_id: str
         selected_option_ids: _containers.RepeatedScalarFieldContainer[str]
-        def __init__(self, question_id: _Optional[str] = ..., selected_option_ids: _Optional[_Iterable[str]] = ...) -> None: ...
+        freeform_text: str
+        def __init__(self, question_id: _Optional[str] = ..., selected_option_ids: _Optional[_Iterable[str]] = ..., freeform_text: _Optional[str] = ...) -> None: ...
     ANSWERS_FIELD_NUMBER: _ClassVar[int]
     answers: _containers.RepeatedCompositeFieldContainer[AskQuestionSuccess.Answer]
     def __init__(self, answers: _Optional[_Iterable[_Union[AskQuestionSuccess.Answer, _Mapping]]] = ...) -> None: ...

@@ -15,6 +15,9 @@ serialized `AgentServerMessage`s. docs/dialect.md has the full mapping:
     Grep        grep_args                         ToolCall.grep_tool_call      search.py
     Glob        grep_args (files_with_matches)    ToolCall.glob_tool_call      search.py
     MCP tools   mcp_args                          ToolCall.mcp_tool_call       mcp.py
+    CreatePlan  query create_plan_request_query   ToolCall.create_plan_tool_call   queries.py
+    AskQuestion query ask_question_interaction_query  ToolCall.ask_question_tool_call
+    SwitchMode  query switch_mode_request_query   ToolCall.switch_mode_tool_call   queries.py
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ from .machine import (
     ToolSettings,
 )
 from .mcp import McpMachine
+from .queries import AskQuestionMachine, CreatePlanMachine, QueryMachine, SwitchModeMachine
 from .search import GlobMachine, GrepMachine
 from .shell import ShellMachine
 
@@ -52,6 +56,7 @@ __all__ = [
     "Ignored",
     "McpMachine",
     "Phase",
+    "QueryMachine",
     "Send",
     "Started",
     "Step",
@@ -78,6 +83,9 @@ NATIVE_MACHINES: Mapping[str, type[ToolMachine]] = MappingProxyType(
         "LS": LsMachine,
         "Grep": GrepMachine,
         "Glob": GlobMachine,
+        "CreatePlan": CreatePlanMachine,
+        "AskQuestion": AskQuestionMachine,
+        "SwitchMode": SwitchModeMachine,
     }
 )
 
@@ -96,10 +104,13 @@ def machine_for(
     conversation_id: str,
     mcp: McpTool | None = None,
     shell_timeout_ms: int = DEFAULT_SHELL_TIMEOUT_MS,
+    mode: str = "agent",
 ) -> ToolMachine:
     """The machine for one call. `mcp` is the route of an MCP tool (None when the name is not
     known: it goes out as it is); native tools ignore it."""
-    settings = ToolSettings(conversation_id=conversation_id, shell_timeout_ms=shell_timeout_ms)
+    settings = ToolSettings(
+        conversation_id=conversation_id, shell_timeout_ms=shell_timeout_ms, mode=mode
+    )
     native = NATIVE_MACHINES.get(call.name)
     if native is None:
         return McpMachine(
