@@ -84,6 +84,14 @@ def cards(reader: Reader, kind: str) -> list[a.ToolCall]:
     ]
 
 
+def checkpoint_modes(reader: Reader) -> list[int]:
+    return [
+        m.conversation_checkpoint_update.mode
+        for m in reader.messages
+        if m.WhichOneof("message") == "conversation_checkpoint_update"
+    ]
+
+
 def tool_messages(body: dict[str, Any]) -> list[str]:
     return [content_text(m["content"]) for m in body["messages"] if m["role"] == "tool"]
 
@@ -269,7 +277,9 @@ def answered(result: a.AskQuestionResult) -> Callable[[int], a.AgentClientMessag
 
 
 def only_tool_result(upstream: FakeUpstream, prompt: str) -> str:
-    _first, second = chat_requests(upstream, prompt)
+    first, second = chat_requests(upstream, prompt)
+    assert second["messages"][: len(first["messages"])] == first["messages"]  # extended
+    assert tool_names(second) == tool_names(first)
     (text,) = tool_messages(second)
     return text
 
@@ -450,6 +460,11 @@ async def test_an_approved_switch_changes_the_mode_for_the_next_model_call(
     first, second = chat_requests(upstream, prompt)
     assert tool_names(first) == AGENT_TOOLS and "plan mode" not in system_text(first)
     assert tool_names(second) == PLAN_TOOLS and "plan mode" in system_text(second)
+    # The turn's checkpoint carries the new mode (ConversationStateStructure.mode, 10).
+    assert checkpoint_modes(reader) == [a.AGENT_MODE_PLAN]
+    # The history of the turn is one request extended by the next (the mode changes the
+    # system prompt and tools, never the messages).
+    assert second["messages"][1 : len(first["messages"])] == first["messages"][1:]
     assert tool_messages(second) == [
         "The user approved: the conversation is now in plan mode (was agent). Its tools apply "
         "from your next step."
@@ -468,6 +483,8 @@ async def test_a_rejected_switch_keeps_the_mode_and_the_model_reads_why(
     assert done.switch_mode_tool_call.result.rejected.reason == "keep going"
     first, second = chat_requests(upstream, prompt)
     assert tool_names(second) == tool_names(first) == AGENT_TOOLS
+    assert checkpoint_modes(reader) == [a.AGENT_MODE_AGENT]
+    assert second["messages"][: len(first["messages"])] == first["messages"]
     assert tool_messages(second) == [
         "The user declined switching to plan mode: keep going. Stay in agent mode."
     ]
