@@ -11,11 +11,13 @@ import json
 import re
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from cursor_byok.transport.cursor.proto import agent_pb2 as a
+from tests.e2e.test_crash_recovery import Crashable
 from tests.e2e.test_run_h2 import h2_run
 from tests.e2e.test_shim import (
     Reader,
@@ -513,3 +515,39 @@ async def test_a_rejected_exec_is_a_result_the_model_reads(
     (done,) = cards(reader, "tool_call_completed")
     assert done.WhichOneof("tool") == "read_tool_call"
     assert only_tool_result(upstream, prompt) == "The user rejected reading secret.env: private"
+
+
+# -- the plan survives a restart --------------------------------------------------------------
+
+
+async def test_a_plan_survives_a_kill_9_between_the_plan_and_build(
+    upstream: FakeUpstream, tmp_path: Path
+) -> None:
+    crashable = Crashable(upstream, tmp_path)
+    try:
+        server = crashable.start()
+        marker = uuid.uuid4().hex[:8]
+        plan = f"{PLAN_TEXT}\n3. Survive ({marker})."
+        prompt = tool_prompt("CreatePlan", {"plan": plan, "name": "Survivor"})
+        message = with_mode(run_request(prompt), a.AGENT_MODE_PLAN)
+        uri = f"file:///plans/{marker}.plan.md"
+        async with ide(server, "shim") as (send, reader):
+            await send(message)
+            asked = await reader.wait_for(query_of("create_plan_request_query"))
+            result = a.CreatePlanResult(success=a.CreatePlanSuccess(), plan_uri=uri)
+            response = a.CreatePlanRequestResponse(result=result)
+            await send(respond(asked.interaction_query.id, create_plan_request_response=response))
+            assert await reader.wait_end() == {} and reader.turn_ended
+        crashable.kill9()
+        server = crashable.start()
+        build = a.ConversationAction(execute_plan_action=a.ExecutePlanAction())
+        build.execute_plan_action.request_context.CopyFrom(request_context())
+        async with ide(server, "h2") as (send, reader):
+            await send(action_request(message.run_request.conversation_id, build))
+            assert await reader.wait_end() == {} and reader.turn_ended
+        _plan_turn, body = chat_requests(upstream, marker)
+        last = content_text(body["messages"][-1]["content"])
+        # The IDE sent neither text nor URI: both come from the restarted server's store.
+        assert f"It is saved at {uri}." in last and f"<plan>\n{plan}\n</plan>" in last
+    finally:
+        crashable.close()
