@@ -115,3 +115,9 @@ def test_a_build_without_any_plan_asks_to_read_the_file() -> None:
     build = Start(user_message=user(""), build=PlanBuild(uri="file:///r.md"))
     text = transition(RuntimeState.new(CID), build).state.committed.messages[-1].text  # type: ignore[union-attr]
     assert "Read it from file:///r.md first." in text
+
+
+def test_plan_mode_tells_the_model_to_hand_the_plan_over_with_create_plan() -> None:
+    t = transition(RuntimeState.new(CID), start("go", TurnContext(mode="plan")))
+    assert isinstance(t.command, CallLLM)
+    assert "hand it to the user with CreatePlan" in t.command.request.system_prompt
