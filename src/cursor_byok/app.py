@@ -41,6 +41,7 @@ class App:
             store=store,
             llm_for=lambda m: registry.llm(m.provider),
             tool_timeout_s=config.server.tool_timeout_s,
+            question_timeout_s=config.server.question_timeout_s,
             fsync_model_calls=config.server.fsync_model_calls,
             disabled_tools=tuple(config.server.disabled_tools),
             on_llm_call=obs.on_llm_call,

@@ -68,6 +68,8 @@ class ServerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     log_format: str = "text"
     log_level: str = "info"  # debug, info, warning or error
     tool_timeout_s: float = 600.0  # a tool the client never answers becomes an error result
+    # An AskQuestion form or a SwitchMode approval waits on a person: its own, longer bound.
+    question_timeout_s: float = 1800.0
     # true: fsync the commit before every model call too (power-loss safe; the disk's fsync
     # time is added to every first token). false: that commit survives a crash of the server
     # at once and a power loss from the next tool or end-of-turn commit on.
@@ -217,6 +219,8 @@ def parse_config(
         errors.append("server.certificate and server.private_key go together")
     if not 0 < server.tool_timeout_s <= 86400:
         errors.append("server.tool_timeout_s must be between 0 and 86400 seconds")
+    if not 0 < server.question_timeout_s <= 86400:
+        errors.append("server.question_timeout_s must be between 0 and 86400 seconds")
     if not 0 <= server.start_check_s <= 86400:
         errors.append("server.start_check_s must be between 0 and 86400 seconds")
     if not 1 <= server.http2_max_concurrent_streams <= 100_000:

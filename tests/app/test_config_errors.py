@@ -138,3 +138,18 @@ def test_a_missing_key_variable_and_a_bad_port_together() -> None:
         "server.port must be 1-65535, got 0",
         "providers.o.api_key_env: environment variable NOPE_VAR is not set",
     )
+
+
+def test_question_timeout_is_read_and_bounded_with_the_other_mistakes() -> None:
+    base = '[providers.p]\napi = "openai-chat"\nbase_url = "http://127.0.0.1:9/v1"\n'
+    config = parse_config("[server]\nquestion_timeout_s = 90\n" + base, env={}, path="c.toml")
+    assert config.server.question_timeout_s == 90
+    assert parse_config(base, env={}, path="c.toml").server.question_timeout_s == 1800
+    with pytest.raises(ConfigError) as info:
+        parse_config(
+            "[server]\nquestion_timeout_s = 0\ntool_timeout_s = 0\n" + base, env={}, path="c.toml"
+        )
+    assert list(info.value.problems) == [
+        "server.tool_timeout_s must be between 0 and 86400 seconds",
+        "server.question_timeout_s must be between 0 and 86400 seconds",
+    ]

@@ -35,6 +35,11 @@ from cursor_byok.transport.cursor.tools.files import (
 )
 from cursor_byok.transport.cursor.tools.lints import ReadLintsMachine
 from cursor_byok.transport.cursor.tools.notebook import EditNotebookMachine
+from cursor_byok.transport.cursor.tools.queries import (
+    AskQuestionMachine,
+    CreatePlanMachine,
+    SwitchModeMachine,
+)
 from cursor_byok.transport.cursor.tools.search import GlobMachine, GrepMachine
 from cursor_byok.transport.cursor.tools.shell import ShellMachine
 from cursor_byok.transport.cursor.tools.todos import TodoWriteMachine
@@ -104,6 +109,9 @@ def test_the_table_covers_exactly_the_native_tools_in_catalogue_order() -> None:
         "TodoWrite": TodoWriteMachine,
         "ReadLints": ReadLintsMachine,
         "EditNotebook": EditNotebookMachine,
+        "CreatePlan": CreatePlanMachine,
+        "AskQuestion": AskQuestionMachine,
+        "SwitchMode": SwitchModeMachine,
     }
 
 

@@ -212,7 +212,7 @@ async def test_read_lints_one_exec_per_path(
     )
     first_body = chat_requests(upstream, prompt)[0]
     names = [t["function"]["name"] for t in first_body["tools"]]
-    assert names[-3:] == ["EditNotebook", "ReadLints", "TodoWrite"]  # catalogue order
+    assert names.index("EditNotebook") < names.index("ReadLints")  # catalogue order
 
 
 async def test_read_lints_is_not_offered_when_the_client_switched_it_off(

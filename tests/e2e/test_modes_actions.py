@@ -292,20 +292,6 @@ def _summarize(a: agent_pb2.ConversationAction) -> None:
     a.summarize_action.SetInParent()
 
 
-def _start_plan(a: agent_pb2.ConversationAction) -> None:
-    a.start_plan_action.user_message.text = "plan a cache"
-    a.start_plan_action.is_spec = True
-
-
-def _execute_plan(a: agent_pb2.ConversationAction) -> None:
-    a.execute_plan_action.plan_file_content = "1. do it"
-    a.execute_plan_action.execution_mode = agent_pb2.AGENT_MODE_AGENT
-
-
-def _ask_completion(a: agent_pb2.ConversationAction) -> None:
-    a.async_ask_question_completion_action.original_tool_call_id = "call_q1"
-
-
 def _cancel_subagent(a: agent_pb2.ConversationAction) -> None:
     a.cancel_subagent_action.subagent_id = "sub-1"
 
@@ -333,9 +319,6 @@ def _inject(a: agent_pb2.ConversationAction) -> None:
 
 UNIMPLEMENTED = {
     "summarize_action": _summarize,
-    "start_plan_action": _start_plan,
-    "execute_plan_action": _execute_plan,
-    "async_ask_question_completion_action": _ask_completion,
     "cancel_subagent_action": _cancel_subagent,
     "background_subagent_action": _background_subagent,
 }

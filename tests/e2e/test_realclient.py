@@ -161,3 +161,41 @@ def test_omp_todo_write_is_answered_by_the_server(
     body = last_chat_request(upstream)
     tool_msgs = [m for m in body["messages"] if m["role"] == "tool"]
     assert tool_msgs[-1]["content"] == text + "\n- [pending] b: do"
+
+
+@pytest.mark.parametrize(
+    ("name", "args", "expected"),
+    [
+        (
+            "AskQuestion",
+            '{"questions": [{"id": "db", "prompt": "Which?", "options": '
+            '[{"id": "a", "label": "A"}, {"id": "b", "label": "B"} ] } ] }',
+            "The user declined to answer the question(s): Interactive questions are not "
+            "implemented by this client",
+        ),
+        (
+            "SwitchMode",
+            '{"target_mode_id": "plan"}',
+            "The user declined switching to plan mode: Mode switches are not implemented by "
+            "this client. Stay in agent mode.",
+        ),
+    ],
+)
+def test_omp_rejects_a_query_tool_and_the_turn_ends_normally(
+    realclient: Path,
+    server: ServerProcess,
+    upstream: FakeUpstream,
+    name: str,
+    args: str,
+    expected: str,
+) -> None:
+    """oh-my-pi answers AskQuestion and SwitchMode queries with a rejection: the model reads
+    it as the tool's result and the turn ends with its answer (issue 14, point 9)."""
+    prompt = f"[tool {name} {args}]"
+    r = drive(realclient, server.url, "--prompt", prompt, "--tool", "--exec", "--model", "brain-1")
+    assert r.returncode == 0, r.stdout + r.stderr + server.log()
+    assert r.stdout.strip().endswith("DRIVE OK")
+    body = last_chat_request(upstream)
+    (tool,) = [m for m in body["messages"] if m["role"] == "tool"]
+    assert tool["content"] == expected
+    assert deltas(r.stdout, "text_delta").endswith(f"The tool said: {expected}")

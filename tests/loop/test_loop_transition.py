@@ -523,6 +523,8 @@ def test_tools_native_first_then_mcp_sorted() -> None:
         "EditNotebook",
         "ReadLints",
         "TodoWrite",
+        "AskQuestion",
+        "SwitchMode",
         "alpha",
         "zeta",
     ]

@@ -5,7 +5,8 @@ Public API (see docs/loop.md):
     state      RuntimeState, ConversationState, PendingResponse, AwaitLLM, AwaitClient, Status
     view       Span (the active history as a view over the append-only log)
     inputs     Start, LLMEvent, ToolResult, UserMessage (alias UserMessageInput), Cancel,
-               Supersede, Resume (ToolOperation), ToolLost (LostCause), Rewind, Input
+               Supersede, Resume (ToolOperation), ToolLost (LostCause), Rewind, Input; ToolEffect
+               (PlanCreated, ModeSwitched) on a ToolResult; PlanBuild on a Start
     context    TurnContext, Environment, McpRoute
     commands   ContinueLLM, CallLLM, ResendLLM, CallClient, WaitInput, Final, Failed
                (FailureKind), Canceled, Command
@@ -32,11 +33,15 @@ from .inputs import (
     Input,
     LLMEvent,
     LostCause,
+    ModeSwitched,
     Note,
+    PlanBuild,
+    PlanCreated,
     Resume,
     Rewind,
     Start,
     Supersede,
+    ToolEffect,
     ToolLost,
     ToolOperation,
     ToolResult,
@@ -51,6 +56,7 @@ from .state import (
     AwaitLLM,
     ConversationState,
     PendingResponse,
+    PlanRecord,
     RuntimeState,
     Status,
     Waiting,
@@ -95,8 +101,12 @@ __all__ = [
     "LoopError",
     "LostCause",
     "McpRoute",
+    "ModeSwitched",
     "Note",
     "PendingResponse",
+    "PlanBuild",
+    "PlanCreated",
+    "PlanRecord",
     "ResendLLM",
     "Resume",
     "Rewind",
@@ -105,6 +115,7 @@ __all__ = [
     "Start",
     "Status",
     "Supersede",
+    "ToolEffect",
     "ToolLost",
     "ToolOperation",
     "ToolResult",

@@ -20,7 +20,7 @@ from typing import assert_never
 import msgspec
 
 # Bump on every change to the table below (or to what a mode offers).
-CATALOGUE_VERSION = 5
+CATALOGUE_VERSION = 6
 
 
 class Mode(enum.StrEnum):
@@ -106,9 +106,9 @@ TOOLS: tuple[CatalogueTool, ...] = (
     _tool("EditNotebook", ISSUE_NATIVE, _B),
     _tool("ReadLints", ISSUE_NATIVE, _B, Gate.READ_LINTS_ENABLED),
     _tool("TodoWrite", ISSUE_NATIVE, _B),
-    _tool("CreatePlan", ISSUE_NATIVE, _N),
-    _tool("AskQuestion", ISSUE_NATIVE, _N),
-    _tool("SwitchMode", ISSUE_NATIVE, _N),
+    _tool("CreatePlan", ISSUE_NATIVE, _B),
+    _tool("AskQuestion", ISSUE_NATIVE, _B),
+    _tool("SwitchMode", ISSUE_NATIVE, _B),
     _tool("Task", ISSUE_SUBAGENTS, _N),
     _tool(
         "UpdateCurrentStep",

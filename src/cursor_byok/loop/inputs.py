@@ -32,6 +32,9 @@ class Start(_Input, frozen=True, tag="start"):
     context: TurnContext = DEFAULT_CONTEXT
     history: tuple[llm.Message, ...] = ()
     todos: tuple[TodoItem, ...] = ()
+    # Set for a Build: the turn opens with the loop's own message carrying the plan, and
+    # `user_message` is not used.
+    build: PlanBuild | None = None
 
 
 class Note(_Input, frozen=True, tag="note"):
@@ -49,10 +52,40 @@ class LLMEvent(_Input, frozen=True, tag="llm_event"):
     event: ResponseEvent
 
 
+class PlanCreated(msgspec.Struct, frozen=True, tag="plan_created", omit_defaults=True):
+    """A CreatePlan call succeeded: the IDE saved `plan` as the document at `uri`."""
+
+    plan: str
+    uri: str = ""
+    name: str = ""
+    overview: str = ""
+
+
+class ModeSwitched(msgspec.Struct, frozen=True, tag="mode_switched"):
+    """The user approved a SwitchMode call: the conversation moves to `mode`."""
+
+    mode: str
+
+
+ToolEffect: TypeAlias = PlanCreated | ModeSwitched
+
+
 class ToolResult(_Input, frozen=True, tag="tool_result"):
-    """The client's answer to a tool call, matched by `message.tool_call_id` only."""
+    """The client's answer to a tool call, matched by `message.tool_call_id` only.
+
+    `effect`: what the answer means for the conversation beyond the text the model reads (a
+    plan the IDE saved, a mode the user approved); the loop decides what follows from it."""
 
     message: llm.ToolResultMessage
+    effect: ToolEffect | None = None
+
+
+class PlanBuild(msgspec.Struct, frozen=True, omit_defaults=True):
+    """The IDE's Build button (execute_plan_action): carry out a plan. `plan` and `uri` are
+    what the IDE sent (empty: use the conversation's recorded plan)."""
+
+    plan: str = ""
+    uri: str = ""
 
 
 class UserMessage(_Input, frozen=True, tag="user_message"):

@@ -47,7 +47,8 @@ such a call only returns an error."""
 
 PLAN_NOTE = """\
 Produce a plan: the steps you would take, the files involved and the risks. Do not carry it \
-out; the user will switch to agent mode when they are ready."""
+out. When the plan is ready, hand it to the user with CreatePlan: they review it and start the \
+work with its Build button."""
 
 
 def turn_context(input: Input | None, state: ConversationState) -> TurnContext:

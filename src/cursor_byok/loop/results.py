@@ -9,9 +9,10 @@ from cursor_byok.llm.types import (
     ThinkingContent,
     ToolCall,
     ToolResultMessage,
+    UserMessage,
 )
 
-from .state import BlockKind, PendingResponse
+from .state import BlockKind, PendingResponse, PlanRecord
 
 CANCELED_RESULT_TEXT = "canceled by the user"
 # Bounds on what a synthetic error result quotes back to the model.
@@ -137,3 +138,21 @@ def validate_response(message: AssistantMessage, pending: PendingResponse | None
         if streamed != final:
             return f"the final message has blocks {list(final)}, the stream had {list(streamed)}"
     return None
+
+
+def build_message(plan: PlanRecord) -> UserMessage:
+    """The message that opens a Build turn (the IDE's Build button sends no text): the plan
+    itself, so the model has it in its context whatever happened to the plan file."""
+    where = f" It is saved at {plan.uri}." if plan.uri else ""
+    if not plan.text.strip():
+        read = f" Read it from {plan.uri} first." if plan.uri else ""
+        text = (
+            "The user pressed Build: carry out the plan made earlier in this conversation."
+            f"{where}{read} Work through it step by step and report what you did."
+        )
+        return UserMessage(content=(TextContent(text=text),))
+    text = (
+        "The user pressed Build: carry out this plan now, step by step, and report what you "
+        f"did.{where}\n\n<plan>\n{plan.text.strip()}\n</plan>"
+    )
+    return UserMessage(content=(TextContent(text=text),))

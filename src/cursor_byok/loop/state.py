@@ -74,9 +74,21 @@ class AwaitClient(_Waiting, frozen=True, tag="client"):
     next: int
     operation_id: str
     early: tuple[ToolResultMessage, ...] = ()
+    # A call of this message asked for the turn to end once all are answered (CreatePlan).
+    ends_turn: bool = False
 
 
 Waiting: TypeAlias = AwaitLLM | AwaitClient
+
+
+class PlanRecord(_Value, frozen=True):
+    """The conversation's plan, as the last successful CreatePlan left it: what a Build
+    carries out when the IDE does not send the plan itself."""
+
+    text: str
+    uri: str = ""
+    name: str = ""
+    overview: str = ""
 
 
 class ConversationState(_Value, frozen=True):
@@ -102,6 +114,7 @@ class ConversationState(_Value, frozen=True):
     # history it brought (log[:todo_from]) is covered by them, its TodoWrite calls are not replayed.
     todo_seed: tuple[TodoItem, ...] = ()
     todo_from: int = 0
+    plan: PlanRecord | None = None  # the plan the last CreatePlan saved (a Build's fallback)
 
     @classmethod
     def new(cls, conversation_id: str) -> ConversationState:

@@ -344,7 +344,6 @@ TODO_WRITE = ToolSpec(
     side_effects=False,  # server state only: nothing on the user's machine changes
 )
 
-# Fixed order: this is the order the model sees (part of the cached request prefix).
 # The cell languages Cursor's EditNotebook names.
 CELL_LANGUAGES = (
     "python",
@@ -395,8 +394,103 @@ EDIT_NOTEBOOK = ToolSpec(
     side_effects=True,
 )
 
-# Fixed order: this is the order the model sees (part of the cached request prefix). New tools
-# go at the end, so a catalogue change leaves the earlier definitions' bytes as they were.
+# The three tools the IDE answers with its own UI (an interaction query, not an exec). They
+# change nothing on the machine themselves, so read-only modes keep them. Names and parameters
+# are Cursor's (reference §2.11-2.13); the descriptions are ours.
+CREATE_PLAN = ToolSpec(
+    name="CreatePlan",
+    description=(
+        "Hand the user a written plan for the task: the editor saves it as a plan document "
+        "they can review and then build with one button. Use it in plan mode once you know "
+        "what to do; the turn ends after it. Calling it again without a name revises the "
+        "same plan."
+    ),
+    parameters={
+        "type": "object",
+        "properties": {
+            "plan": _string("The plan in Markdown; its first line is an H1 title."),
+            "overview": _string("One or two sentences on what the plan achieves."),
+            "name": _string("A short name of three or four words; only on the first call."),
+            "todos": {
+                "type": "array",
+                "description": "The steps of the plan, in order.",
+                "items": _object(
+                    {"id": _string("A short unique id."), "content": _string("The step.")},
+                    ["id", "content"],
+                ),
+            },
+        },
+        "additionalProperties": False,
+    },
+    side_effects=False,
+)
+
+ASK_QUESTION = ToolSpec(
+    name="AskQuestion",
+    description=(
+        "Ask the user one or more multiple-choice questions in a form inside the editor and "
+        "wait for the answers. Use it when a decision is theirs to make and guessing would "
+        "waste work. The user may also answer in their own words."
+    ),
+    parameters=_object(
+        {
+            "title": _string("A title for the form."),
+            "questions": {
+                "type": "array",
+                "minItems": 1,
+                "description": "The questions, shown in this order.",
+                "items": _object(
+                    {
+                        "id": _string("A short unique id of the question."),
+                        "prompt": _string("The question itself."),
+                        "options": {
+                            "type": "array",
+                            "minItems": 2,
+                            "description": "The choices offered.",
+                            "items": _object(
+                                {
+                                    "id": _string("A short unique id of the choice."),
+                                    "label": _string("The text the user sees."),
+                                },
+                                ["id", "label"],
+                            ),
+                        },
+                        "allow_multiple": {
+                            "type": "boolean",
+                            "description": "Whether several choices may be picked.",
+                        },
+                    },
+                    ["id", "prompt", "options"],
+                ),
+            },
+        },
+        ["questions"],
+    ),
+    side_effects=False,
+)
+
+SWITCH_MODE = ToolSpec(
+    name="SwitchMode",
+    description=(
+        "Ask the user to move this conversation to another mode: 'plan' to think a larger "
+        "change through before touching files, 'agent' to carry out work. The user approves "
+        "or declines; once approved, the new mode's tools apply from your next step."
+    ),
+    parameters=_object(
+        {
+            "target_mode_id": {
+                "type": "string",
+                "enum": ["agent", "plan"],
+                "description": "The mode to switch to.",
+            },
+            "explanation": _string("Why the switch helps, in one sentence for the user."),
+        },
+        ["target_mode_id"],
+    ),
+    side_effects=False,
+)
+
+# Fixed order: this is the order the model sees (part of the cached request prefix).
 NATIVE_TOOLS: tuple[ToolSpec, ...] = (
     SHELL,
     READ,
@@ -410,10 +504,14 @@ NATIVE_TOOLS: tuple[ToolSpec, ...] = (
     TODO_WRITE,
     READ_LINTS,
     EDIT_NOTEBOOK,
+    CREATE_PLAN,
+    ASK_QUESTION,
+    SWITCH_MODE,
 )
 # Tools the server answers itself (no exec goes to the client).
 LOCAL_TOOL_NAMES: frozenset[str] = frozenset({TODO_WRITE.name})
 NATIVE_BY_NAME: dict[str, ToolSpec] = {t.name: t for t in NATIVE_TOOLS}
+
 NATIVE_TOOL_NAMES: tuple[str, ...] = tuple(t.name for t in NATIVE_TOOLS)
 READ_ONLY_TOOL_NAMES: frozenset[str] = frozenset(t.name for t in NATIVE_TOOLS if not t.side_effects)
 

@@ -63,11 +63,15 @@ from .inputs import (
     Input,
     LLMEvent,
     LostCause,
+    ModeSwitched,
     Note,
+    PlanBuild,
+    PlanCreated,
     Resume,
     Rewind,
     Start,
     Supersede,
+    ToolEffect,
     ToolLost,
     ToolResult,
     UserMessage,
@@ -75,6 +79,7 @@ from .inputs import (
 from .prompt import render_prompt, render_tools
 from .results import (
     CANCELED_RESULT_TEXT,
+    build_message,
     error_result,
     loop_answer,
     loop_failure,
@@ -89,6 +94,7 @@ from .state import (
     BlockKind,
     ConversationState,
     PendingResponse,
+    PlanRecord,
     RuntimeState,
     Status,
     _KindNode,
@@ -344,7 +350,10 @@ def _on_start(state: RuntimeState, input: Start) -> Transition:
         c = _replace(c, todos=input.todos, todo_seed=input.todos, todo_from=len(c.log))
     elif c.commit == 0 and input.todos:
         c = _replace(c, todos=input.todos, todo_seed=input.todos)
-    t = _begin_turn(c, input.context, opening_message(input.context, input.user_message))
+    message = input.user_message
+    if input.build is not None:
+        message = build_message(_plan_to_build(c, input.build))
+    t = _begin_turn(c, input.context, opening_message(input.context, message))
     return _prepend((), t, call_end)
 
 
@@ -361,6 +370,18 @@ def _on_note(state: RuntimeState, input: Note) -> Transition:
         _with(c, input.message), status=Status.FINAL, waiting=None, queued=(), queued_context=None
     )
     return _settle(c2, (), Final(message=loop_answer("")), call_end=call_end)
+
+
+def _plan_to_build(c: ConversationState, build: PlanBuild) -> PlanRecord:
+    """The plan a Build carries out: the IDE's copy when it sent one, else the one the
+    conversation's last CreatePlan recorded (the IDE's URI wins, it names the file it has)."""
+    recorded = c.plan
+    if build.plan.strip():
+        name = recorded.name if recorded is not None else ""
+        return PlanRecord(text=build.plan, uri=build.uri, name=name)
+    if recorded is not None:
+        return _replace(recorded, uri=build.uri or recorded.uri)
+    return PlanRecord(text="", uri=build.uri)
 
 
 def _follow_up_context(c: ConversationState, input: UserMessage) -> TurnContext | None:
@@ -545,6 +566,19 @@ def _advance(c: ConversationState, local: tuple[LocalResult, ...] = ()) -> Trans
             return _settle(c2, (), command, local=tuple(answered))
         added.append(result)
         i += 1
+    if waiting.ends_turn and not c.queued:
+        # The turn ends here without another model call (CreatePlan); the answer it ends with
+        # is the message that made the calls.
+        last = next((m for m in reversed(c.messages) if isinstance(m, AssistantMessage)), None)
+        answer = last if last is not None else loop_failure("")
+        c2 = _commit(
+            _with(c, *added),
+            status=Status.FINAL,
+            waiting=None,
+            queued_context=None,
+            todos=todo_list,
+        )
+        return _settle(c2, (), Final(message=answer), local=tuple(answered))
     c2 = _replace(_flush_queue(_with(c, *added)), waiting=None, todos=todo_list)
     return _replace(_call_llm(c2), local_results=tuple(answered))
 
@@ -578,7 +612,32 @@ def _on_tool_result(state: RuntimeState, input: ToolResult) -> Transition:
         c2 = _commit(c, waiting=_replace(waiting, early=(*waiting.early, result)))
         return Transition(RuntimeState(c2, state.pending_response), (), WAIT_INPUT)
     c2 = _replace(_with(c, result), waiting=_replace(waiting, next=index + 1))
+    if input.effect is not None and not result.is_error:
+        c2 = _apply_effect(c2, input.effect)
     return _advance(c2)
+
+
+def _apply_effect(c: ConversationState, effect: ToolEffect) -> ConversationState:
+    """What an answered call changes besides the history (uncommitted).
+
+    - A created plan is recorded (a later Build finds it) and the turn ends once every call of
+      the message is answered: the user reviews the plan and presses Build (reference §3.1).
+    - An approved mode switch changes the turn's mode at once: the next model call of this very
+      turn is built with the new mode's prompt and tools (reference §3.3)."""
+    waiting = c.waiting
+    assert isinstance(waiting, AwaitClient)
+    match effect:
+        case PlanCreated(plan=plan, uri=uri, name=name, overview=overview):
+            keep = c.plan.name if c.plan is not None and not name else name
+            record = PlanRecord(text=plan, uri=uri, name=keep, overview=overview)
+            return _replace(c, plan=record, waiting=_replace(waiting, ends_turn=True))
+        case ModeSwitched(mode=mode):
+            context = _context(c)
+            if context.mode == mode:
+                return c
+            return _replace(c, context=_replace(context, mode=mode))
+        case _:
+            assert_never(effect)
 
 
 def _on_tool_lost(state: RuntimeState, input: ToolLost) -> Transition:

@@ -14,17 +14,19 @@ from __future__ import annotations
 
 import base64
 import hashlib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, TypeAlias
 
 from google.protobuf import json_format  # type: ignore[import-untyped,unused-ignore]
 
 from ...llm.types import ImageContent, TextContent, UserContent
 from ...llm.types import UserMessage as LlmUserMessage
+from ...loop.inputs import PlanBuild
 from .background import background_shell_notice, completion_notice
 from .context import decode_request_context, mcp_definition
 from .history import DialectError, history_from_conversation_history
 from .proto import agent_pb2
+from .tools.queries import answers_text
 from .tools.todos import decode_todo
 from .values import (
     ActionPayload,
@@ -392,7 +394,7 @@ def decode_run_request(req: agent_pb2.AgentRunRequest) -> RunRequest:
             mode = mode_name(um.mode)
     if subagent:
         mode = "subagent"
-    return RunRequest(
+    request = RunRequest(
         conversation_id=conversation_id,
         model_id=_model_id(req),
         action=RunAction(kind),
@@ -410,6 +412,71 @@ def decode_run_request(req: agent_pb2.AgentRunRequest) -> RunRequest:
         suppress_subagent_progress_update_tool=suppress,
         payload=payload,
     )
+    if kind in ("start_plan_action", "execute_plan_action", "async_ask_question_completion_action"):
+        return _plan_or_answers(req, action, request)
+    return request
+
+
+def _plan_or_answers(
+    req: agent_pb2.AgentRunRequest, action: agent_pb2.ConversationAction, base: RunRequest
+) -> RunRequest:
+    """The run requests of the plan and question flows (reference §3.1, §3.2), each a new turn.
+
+    - start_plan_action: the user's message, in plan mode.
+    - execute_plan_action (Build): no user message; the plan (the IDE's file content, else its
+      `plan`) and the mode `execution_mode` names, agent when absent.
+    - async_ask_question_completion_action: the late answers as the user's message [U: what
+      the IDE expects; the original call already has its "answers come later" result]."""
+    kind = action.WhichOneof("action")
+    if kind == "start_plan_action":
+        spa = action.start_plan_action
+        if not spa.HasField("user_message"):
+            raise DialectError("the start_plan_action carries no user_message")
+        um = spa.user_message
+        inline = spa.request_context if spa.HasField("request_context") else None
+        return replace(
+            base,
+            user_message=decode_user_message(um),
+            mode="plan",
+            inline_context=(
+                decode_request_context(inline) if inline is not None else base.inline_context
+            ),
+            user_text=um.text,
+        )
+    if kind == "execute_plan_action":
+        epa = action.execute_plan_action
+        plan = epa.plan_file_content if epa.HasField("plan_file_content") else ""
+        if not plan.strip() and epa.HasField("plan"):
+            plan = epa.plan.plan
+        uri = epa.plan_file_uri if epa.HasField("plan_file_uri") else ""
+        if not uri and epa.HasField("plan_file_path"):
+            uri = epa.plan_file_path
+        mode = "agent"
+        if epa.HasField("execution_mode") and epa.execution_mode:
+            mode = mode_name(epa.execution_mode)
+        inline = epa.request_context if epa.HasField("request_context") else None
+        return replace(
+            base,
+            mode=mode,
+            inline_context=(
+                decode_request_context(inline) if inline is not None else base.inline_context
+            ),
+            build=PlanBuild(plan=plan, uri=uri),
+            user_text="Build the plan",
+        )
+    done = action.async_ask_question_completion_action
+    text = f"(The answers to the questions of AskQuestion call {done.original_tool_call_id})\n"
+    match done.result.WhichOneof("result"):
+        case "success":
+            text += answers_text(done.original_args, done.result.success)
+        case "rejected":
+            text += f"The user declined to answer: {done.result.rejected.reason or 'no reason'}"
+        case "error":
+            text += f"The question form failed: {done.result.error.error_message or 'no reason'}"
+        case _:
+            text += "The question form closed without answers."
+    message = LlmUserMessage(content=(TextContent(text=text),))
+    return replace(base, user_message=message, user_text=text)
 
 
 def _follow_up(action: agent_pb2.ConversationAction) -> FollowUp:

@@ -116,16 +116,29 @@ def request_context_exec(exec_id: int) -> bytes:
     )
 
 
-def checkpoint(turn_blob_ids: Sequence[bytes], todos: Sequence[TodoItem] = ()) -> bytes:
-    """`conversation_checkpoint_update` listing one blob per completed turn and the todo list
-    (`todos` (3): each TodoItem serialized inline, as GoL writes it; reference §3.4 [S])."""
+def agent_mode(mode: str) -> int | None:
+    """A mode name ("agent", "plan", ...) → its AgentMode value; None when the enum has none."""
+    try:
+        return int(agent_pb2.AgentMode.Value(f"AGENT_MODE_{mode.upper()}"))
+    except ValueError:
+        return None
+
+
+def checkpoint(
+    turn_blob_ids: Sequence[bytes], todos: Sequence[TodoItem] = (), mode: str | None = None
+) -> bytes:
+    """`conversation_checkpoint_update` listing one blob per completed turn, the todo list
+    (`todos` (3): each TodoItem serialized inline, as GoL writes it; reference §3.4 [S]) and
+    the mode the conversation is in (`mode` 10, reference §3.3: after an approved SwitchMode it
+    is the new one)."""
+    state = agent_pb2.ConversationStateStructure(
+        turns=list(turn_blob_ids), todos=[t.SerializeToString() for t in todo_items(todos)]
+    )
+    value = agent_mode(mode) if mode is not None else None
+    if value is not None:
+        state.mode = value  # type: ignore[assignment]
     return bytes(
-        agent_pb2.AgentServerMessage(
-            conversation_checkpoint_update=agent_pb2.ConversationStateStructure(
-                turns=list(turn_blob_ids),
-                todos=[t.SerializeToString() for t in todo_items(todos)],
-            )
-        ).SerializeToString()
+        agent_pb2.AgentServerMessage(conversation_checkpoint_update=state).SerializeToString()
     )
 
 

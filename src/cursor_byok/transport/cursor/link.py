@@ -7,6 +7,9 @@ message into one native `Inbound` value, matched to what it answers:
 
 - a reply to a tool's exec goes to that tool's machine and comes back as `ToolProgress` (frames
   to send, the call goes on) or `ToolFinished` (its result and card);
+- an interaction response to a tool's query (CreatePlan, AskQuestion, SwitchMode) goes to that
+  tool's machine the same way; one to a query the runtime asked itself is
+  `InteractionAnswered`;
 - a reply to `request_context_args` is `ContextReceived`;
 - KV replies are `BlobReceived` / `BlobStored`;
 - anything that answers nothing awaited is `Stray`, a message the dialect cannot read
@@ -30,7 +33,16 @@ from .context import decode_request_context
 from .decode import DialectError, ExecControl, ExecReply, KvReply, decode_client_message
 from .mcp import McpTool
 from .proto import agent_pb2
-from .tools import Finished, Ignored, Send, Started, TodoWriteMachine, ToolMachine, machine_for
+from .tools import (
+    Finished,
+    Ignored,
+    QueryMachine,
+    Send,
+    Started,
+    TodoWriteMachine,
+    ToolMachine,
+    machine_for,
+)
 from .values import (
     BlobReceived,
     BlobStored,
@@ -75,6 +87,7 @@ class ClientLink:
         self._context_execs: set[int] = set()
         self._tools: dict[str, ToolMachine] = {}  # operation id → its machine
         self._exec_owner: dict[int, str] = {}  # exec id → operation id
+        self._query_owner: dict[int, str] = {}  # interaction id → operation id (tool queries)
 
     # -- client messages ------------------------------------------------------------------
 
@@ -88,6 +101,10 @@ class ClientLink:
                 return Malformed(str(exc))
         if not isinstance(message, agent_pb2.AgentClientMessage):
             return Malformed(f"not an AgentClientMessage: {type(message).__name__}")
+        if message.WhichOneof("message") == "interaction_response":
+            owner = self._query_owner.get(message.interaction_response.id)
+            if owner is not None:
+                return self._query_reply(owner, message.interaction_response)
         try:
             decoded = decode_client_message(message)
         except DialectError as exc:
@@ -146,11 +163,30 @@ class ClientLink:
             case Send(frames=frames, wake_after_ms=wake):
                 self._own(operation_id, machine)
                 return ToolProgress(operation_id, frames, wake)
-            case Finished(result=result, card=card):
+            case Finished(result=result, card=card, effect=effect):
                 self._forget(operation_id)
-                return ToolFinished(operation_id, result, card)
+                return ToolFinished(operation_id, result, card, effect)
             case Ignored(reason=reason):
                 return Stray("exec", f"{machine.tool_call.name} call {operation_id}: {reason}")
+            case _:
+                assert_never(step)
+
+    def _query_reply(self, operation_id: str, response: agent_pb2.InteractionResponse) -> Inbound:
+        machine = self._tools.get(operation_id)
+        if not isinstance(machine, QueryMachine):
+            self._query_owner.pop(response.id, None)
+            return Stray("interaction", f"response {response.id}, which nothing waits on")
+        step = machine.answer(response, self._now_ms())
+        match step:
+            case Finished(result=result, card=card, effect=effect):
+                self._forget(operation_id)
+                return ToolFinished(operation_id, result, card, effect)
+            case Ignored(reason=reason):
+                return Stray(
+                    "interaction", f"{machine.tool_call.name} call {operation_id}: {reason}"
+                )
+            case Send(frames=frames):
+                return ToolProgress(operation_id, frames)
             case _:
                 assert_never(step)
 
@@ -211,6 +247,7 @@ class ClientLink:
         route: McpRoute | None,
         terminals_folder: str | None = None,
         budget_ms: int | None = None,
+        mode: str = "agent",
     ) -> ToolMachine:
         return machine_for(
             call,
@@ -221,10 +258,16 @@ class ClientLink:
             terminals_folder=terminals_folder,
             budget_ms=budget_ms,
             vision=self.vision,
+            mode=mode,
         )
 
     def tool_running(self, operation_id: str) -> bool:
         return operation_id in self._tools
+
+    def waits_on_person(self, operation_id: str) -> bool:
+        """Whether the call in flight waits on a person (a question form, an approval)."""
+        machine = self._tools.get(operation_id)
+        return machine is not None and machine.WAITS_ON_PERSON
 
     def start_tool(
         self,
@@ -236,16 +279,21 @@ class ClientLink:
         route: McpRoute | None = None,
         terminals_folder: str | None = None,
         budget_ms: int | None = None,
+        mode: str = "agent",
     ) -> Started:
-        """tool_call_started and the first exec of the call; `early` when the call cannot run
-        and its answer is known at once (no exec was sent). `terminals_folder` is the
-        client's, `budget_ms` the runner's deadline for the call."""
+        """tool_call_started and the first exec (or interaction query) of the call; `early`
+        when the call cannot run and its answer is known at once (nothing was sent).
+        `terminals_folder` is the client's, `budget_ms` the runner's deadline for the call."""
         machine = self._machine(
-            call, llm_call_id, content_index, route, terminals_folder, budget_ms
+            call, llm_call_id, content_index, route, terminals_folder, budget_ms, mode
         )
         self._tools[operation_id] = machine
 
         def alloc() -> int:
+            if machine.QUERY:
+                query_id = self.next_interaction_id()
+                self._query_owner[query_id] = operation_id
+                return query_id
             exec_id = self._next_exec_id()
             self._exec_owner[exec_id] = operation_id
             return exec_id
@@ -289,3 +337,5 @@ class ClientLink:
         self._tools.pop(operation_id, None)
         for exec_id in [e for e, op in self._exec_owner.items() if op == operation_id]:
             del self._exec_owner[exec_id]
+        for query_id in [q for q, op in self._query_owner.items() if op == operation_id]:
+            del self._query_owner[query_id]

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeAlias
 
 from ...llm.types import Message, ToolResultMessage, UserMessage
+from ...loop.inputs import PlanBuild, ToolEffect
 from ...loop.todos import TodoItem
 from .context import ClientContext
 from .mcp import McpDefinition
@@ -201,6 +202,9 @@ class RunRequest:
     suppress_subagent_progress_update_tool: bool | None = None
     # What an action other than user_message/resume carries (None for those two).
     payload: ActionPayload | None = None
+    # execute_plan_action (the IDE's Build button): the plan to carry out; `user_message` is
+    # then None and `mode` is the action's execution_mode.
+    build: PlanBuild | None = None
 
 
 # -- what one client message is, once matched ------------------------------------------------
@@ -277,11 +281,13 @@ class ToolProgress:
 
 @dataclass(frozen=True, slots=True)
 class ToolFinished:
-    """The tool call `operation_id` is over: `result` for the model, `card` for the client."""
+    """The tool call `operation_id` is over: `result` for the model, `card` for the client,
+    `effect` for the loop (a saved plan, an approved mode switch)."""
 
     operation_id: str
     result: ToolResultMessage
     card: bytes
+    effect: ToolEffect | None = None
 
 
 @dataclass(frozen=True, slots=True)

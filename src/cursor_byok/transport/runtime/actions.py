@@ -41,11 +41,11 @@ ROUTES: dict[RunAction, ActionRoute] = {
     RunAction.CANCEL: ActionRoute(Route.EMPTY_TURN),
     RunAction.SUMMARIZE: _later("summarize_action (/summarize)"),
     RunAction.SHELL_COMMAND: ActionRoute(Route.NOTE),
-    RunAction.START_PLAN: _later("start_plan_action (plan mode from a message)"),
-    RunAction.EXECUTE_PLAN: _later("execute_plan_action (Build)"),
-    RunAction.ASK_QUESTION_COMPLETION: _later(
-        "async_ask_question_completion_action (late answers to a question)"
-    ),
+    # Plan mode from a message, the Build button, late answers: the dialect made each a turn
+    # (a user message, or a Build the loop opens with the plan).
+    RunAction.START_PLAN: ActionRoute(Route.TURN),
+    RunAction.EXECUTE_PLAN: ActionRoute(Route.TURN),
+    RunAction.ASK_QUESTION_COMPLETION: ActionRoute(Route.TURN),
     RunAction.CANCEL_SUBAGENT: _later("cancel_subagent_action (stopping a subagent)"),
     # The dialect wrote the run's user message: a notice of what the client reported.
     RunAction.BACKGROUND_TASK_COMPLETION: ActionRoute(Route.TURN),

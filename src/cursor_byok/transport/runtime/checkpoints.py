@@ -137,7 +137,8 @@ class Checkpoints:
         # Published before the marks are stored, and the turn ends without waiting for them:
         # should the write be lost, the next run's turns are simply not a prefix of ours and
         # our history stands (never a wrong rewind).
-        self.channel.send(checkpoint_frame([m.blob_id for m in marks], state.todos))
+        mode = state.context.mode if state.context is not None else None
+        self.channel.send(checkpoint_frame([m.blob_id for m in marks], state.todos, mode))
         self._marks = list(marks)
         self.states.set_turn_marks(self.conversation_id, version, marks)
         # The marks before this turn's are what the store holds (read from it, or written by

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import assert_never
 
 from ...llm.types import ToolResultMessage
-from ...loop import Cancel, Input, ToolResult, TurnContext, UserMessage
+from ...loop import Cancel, Input, ToolEffect, ToolResult, TurnContext, UserMessage
 from ...store.api import ClientOperationRecord
 from ..connect.channel import Incoming, RunChannel
 from ..cursor import (
@@ -95,9 +95,9 @@ class ClientMessages:
                     self.channel.send(frame)
                 if wake is not None:
                     asyncio.get_running_loop().call_later(wake / 1000, self._wake, op)
-            case ToolFinished(operation_id=op, result=result, card=card):
+            case ToolFinished(operation_id=op, result=result, card=card, effect=effect):
                 self.channel.send(card)
-                self.inbox.put_nowait(self.tool_result(op, result))
+                self.inbox.put_nowait(self.tool_result(op, result, effect))
             case CancelRequested(reason=reason):
                 cancel = Cancel(reason=reason) if reason else Cancel()
                 self.inbox.put_nowait(Work(cancel, input_id))
@@ -122,7 +122,9 @@ class ClientMessages:
             case _:
                 assert_never(inbound)
 
-    def tool_result(self, operation_id: str, result: ToolResultMessage) -> Work:
+    def tool_result(
+        self, operation_id: str, result: ToolResultMessage, effect: ToolEffect | None = None
+    ) -> Work:
         """The loop's input for a tool's answer, with the operation's completed record."""
         record = self.tools.finished(operation_id)
         completes = (
@@ -130,4 +132,4 @@ class ClientMessages:
             if record is not None
             else None
         )
-        return Work(ToolResult(message=result), f"{operation_id}:result", completes)
+        return Work(ToolResult(message=result, effect=effect), f"{operation_id}:result", completes)

@@ -19,6 +19,7 @@ from ...llm.events import DoneEvent, ErrorEvent, ResponseEvent
 from ...llm.model_names import Resolved, Unknown, Via
 from ...llm.models import Model
 from ...llm.stream import PreparedRequest
+from ...llm.types import UserMessage as LLMUserMessage
 from ...loop import (
     CallClient,
     CallLLM,
@@ -106,6 +107,7 @@ class Run:
         self.tools = ToolCalls(
             self.link,
             timeout_s=self.services.tool_timeout_s,
+            question_timeout_s=self.services.question_timeout_s,
             now_ms=now_ms,
             on_timeout=self._tool_timed_out,
         )
@@ -322,7 +324,7 @@ class Run:
         if isinstance(request.payload, ShellCommandRun):
             await self._apply(Note(message=shell_command_note(request.payload)), input_id)
             return
-        if request.user_message is None:
+        if request.user_message is None and request.build is None:
             raise RunFailed(bad_request_end("the run request carries no user message"))
         history: tuple[Any, ...] = ()
         if not stored:
@@ -332,11 +334,14 @@ class Run:
         context = await turn_context(
             request, self._parts, self.requests, self.services.disabled_tools
         )
+        # A Build has no user message: the loop opens its turn with the plan.
+        message = request.user_message or LLMUserMessage(content=())
         start = Start(
-            user_message=request.user_message,
+            user_message=message,
             context=context,
             history=history,
             todos=() if stored else request.history.todos,  # our own list wins
+            build=request.build,
         )
         await self._apply(start, input_id)
         self.turn_id = self.state.committed.turn_id

@@ -45,6 +45,8 @@ class RunnerServices:
     llm_for: Callable[[Model], LLM]
     now_ms: Callable[[], int] = wall_ms
     tool_timeout_s: float = 600.0
+    # A question form or an approval waits on a person: its own, longer bound.
+    question_timeout_s: float = 1800.0
     context_timeout_s: float = 30.0
     supersede_timeout_s: float = 15.0
     fsync_model_calls: bool = False

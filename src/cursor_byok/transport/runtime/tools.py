@@ -3,7 +3,8 @@
 One call at a time (the loop sends the next only once this one is answered). The dialect's tool
 machine does the protocol (`ClientLink.start_tool`); this keeps what the runtime needs around
 it: the record to complete when the answer comes, and the timer that reports the call lost
-(`ToolLost`, timed out) when the client never answers.
+(`ToolLost`, timed out) when the client never answers: `timeout_s` for an exec,
+`question_timeout_s` for a call whose answer waits on a person (a question form, an approval).
 """
 
 from __future__ import annotations
@@ -32,11 +33,13 @@ class ToolCalls:
         link: ClientLink,
         *,
         timeout_s: float,
+        question_timeout_s: float | None = None,
         now_ms: Callable[[], int],
         on_timeout: Callable[[str, int], Awaitable[None]],
     ) -> None:
         self.link = link
         self.timeout_s = timeout_s
+        self.question_timeout_s = timeout_s if question_timeout_s is None else question_timeout_s
         self._now_ms = now_ms
         self._on_timeout = on_timeout
         self._records: dict[str, ClientOperationRecord] = {}  # planned in this run's commits
@@ -81,6 +84,7 @@ class ToolCalls:
             route=route,
             terminals_folder=context.environment.terminals_folder if context else None,
             budget_ms=int(self.timeout_s * 1000),
+            mode=context.mode if context is not None else "agent",
         )
         flight = _InFlight(record=record, started_ms=self._now_ms())
         if started.early is None:
@@ -89,7 +93,8 @@ class ToolCalls:
         return started
 
     async def _deadline(self, operation_id: str) -> None:
-        await asyncio.sleep(self.timeout_s)
+        person = self.link.waits_on_person(operation_id)
+        await asyncio.sleep(self.question_timeout_s if person else self.timeout_s)
         flight = self._current.get(operation_id)
         if flight is None or not self.link.tool_running(operation_id):
             return  # answered meanwhile: its result is on its way to the loop

@@ -2917,12 +2917,14 @@ class AskQuestionArgs(_message.Message):
 class AskQuestionSuccess(_message.Message):
     __slots__ = ("answers",)
     class Answer(_message.Message):
-        __slots__ = ("question_id", "selected_option_ids")
+        __slots__ = ("question_id", "selected_option_ids", "freeform_text")
         QUESTION_ID_FIELD_NUMBER: _ClassVar[int]
         SELECTED_OPTION_IDS_FIELD_NUMBER: _ClassVar[int]
+        FREEFORM_TEXT_FIELD_NUMBER: _ClassVar[int]
         question_id: str
         selected_option_ids: _containers.RepeatedScalarFieldContainer[str]
-        def __init__(self, question_id: _Optional[str] = ..., selected_option_ids: _Optional[_Iterable[str]] = ...) -> None: ...
+        freeform_text: str
+        def __init__(self, question_id: _Optional[str] = ..., selected_option_ids: _Optional[_Iterable[str]] = ..., freeform_text: _Optional[str] = ...) -> None: ...
     ANSWERS_FIELD_NUMBER: _ClassVar[int]
     answers: _containers.RepeatedCompositeFieldContainer[AskQuestionSuccess.Answer]
     def __init__(self, answers: _Optional[_Iterable[_Union[AskQuestionSuccess.Answer, _Mapping]]] = ...) -> None: ...

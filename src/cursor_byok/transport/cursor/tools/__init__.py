@@ -19,6 +19,9 @@ serialized `AgentServerMessage`s. docs/dialect.md has the full mapping:
     ReadLints   diagnostics_args, one per path    ToolCall.read_lints_tool_call lints.py
     EditNotebook read_args, then write_args       ToolCall.edit_tool_call      notebook.py
     MCP tools   mcp_args                          ToolCall.mcp_tool_call       mcp.py
+    CreatePlan  query create_plan_request_query   ToolCall.create_plan_tool_call   queries.py
+    AskQuestion query ask_question_interaction_query  ToolCall.ask_question_tool_call
+    SwitchMode  query switch_mode_request_query   ToolCall.switch_mode_tool_call   queries.py
 """
 
 from __future__ import annotations
@@ -48,6 +51,7 @@ from .machine import (
 )
 from .mcp import McpMachine
 from .notebook import EditNotebookMachine
+from .queries import AskQuestionMachine, CreatePlanMachine, QueryMachine, SwitchModeMachine
 from .search import GlobMachine, GrepMachine
 from .shell import ShellMachine
 from .todos import TodoWriteMachine, decode_todo, todo_items
@@ -60,6 +64,7 @@ __all__ = [
     "Ignored",
     "McpMachine",
     "Phase",
+    "QueryMachine",
     "Send",
     "Started",
     "Step",
@@ -93,6 +98,9 @@ NATIVE_MACHINES: Mapping[str, type[ToolMachine]] = MappingProxyType(
         "TodoWrite": TodoWriteMachine,
         "ReadLints": ReadLintsMachine,
         "EditNotebook": EditNotebookMachine,
+        "CreatePlan": CreatePlanMachine,
+        "AskQuestion": AskQuestionMachine,
+        "SwitchMode": SwitchModeMachine,
     }
 )
 
@@ -114,17 +122,19 @@ def machine_for(
     terminals_folder: str | None = None,
     budget_ms: int | None = None,
     vision: bool = False,
+    mode: str = "agent",
 ) -> ToolMachine:
     """The machine for one call. `mcp` is the route of an MCP tool (None when the name is not
     known: it goes out as it is); native tools ignore it. `terminals_folder` is the client's
     (RequestContextEnv.terminals_folder), `budget_ms` the runner's deadline for one call,
-    `vision` whether the model sees images."""
+    `vision` whether the model sees images, `mode` the conversation's mode."""
     settings = ToolSettings(
         conversation_id=conversation_id,
         shell_block_ms=shell_block_ms,
         terminals_folder=terminals_folder,
         budget_ms=budget_ms,
         vision=vision,
+        mode=mode,
     )
     native = NATIVE_MACHINES.get(call.name)
     if native is None:

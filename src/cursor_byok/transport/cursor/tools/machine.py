@@ -26,6 +26,7 @@ from typing import Any, ClassVar
 from google.protobuf.message import Message  # type: ignore[import-untyped,unused-ignore]
 
 from ....llm.types import ImageContent, TextContent, ToolCall, ToolResultMessage, UserContent
+from ....loop.inputs import ToolEffect
 from ....loop.tools import DEFAULT_BLOCK_UNTIL_MS
 from ..proto import agent_pb2
 from . import args as a
@@ -76,14 +77,17 @@ class ToolSettings:
     budget_ms: int | None = None
     # Whether the turn's model can see images: a Read of an image then gives the image itself.
     vision: bool = False
+    mode: str = "agent"  # the conversation's mode when the call starts (SwitchMode's "from")
 
 
 @dataclass(frozen=True, slots=True)
 class Finished:
-    """The call is over: `result` goes to the model, `card` (tool_call_completed) to the IDE."""
+    """The call is over: `result` goes to the model, `card` (tool_call_completed) to the IDE,
+    `effect` (a saved plan, an approved mode switch) to the loop with the result."""
 
     result: ToolResultMessage
     card: bytes
+    effect: ToolEffect | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,6 +127,10 @@ class ToolMachine:
     to it until a `Finished`. `abort` and `complete_locally` serve a call the loop ends itself."""
 
     CARD: ClassVar[str]  # the ToolCall.tool oneof field of this family's card
+    # An interaction query (the IDE answers with its UI) instead of an exec; see queries.py.
+    QUERY: ClassVar[bool] = False
+    # The answer waits on a person (a form, an approval): the question deadline bounds it.
+    WAITS_ON_PERSON: ClassVar[bool] = False
     REQUIRED: ClassVar[tuple[str, ...]] = ()  # string arguments the call cannot run without
     HANDLERS: ClassVar[Handlers]
 
@@ -307,6 +315,7 @@ class ToolMachine:
         *,
         is_error: bool = False,
         images: tuple[ImageContent, ...] = (),
+        effect: ToolEffect | None = None,
     ) -> Finished:
         self._phase = Phase.DONE
         self._exec_ids.clear()
@@ -319,7 +328,7 @@ class ToolMachine:
         )
         start = self.started_at_ms if self.started_at_ms is not None else now_ms
         card = cards.completed_frame(self.call_id, self.model_call_id, tc, start, now_ms)
-        return Finished(result=result, card=card)
+        return Finished(result=result, card=card, effect=effect)
 
     def _finish_error(self, text: str, now_ms: int) -> Finished:
         return self._finish(text, self._error_card(text), now_ms, is_error=True)

@@ -1,0 +1,124 @@
+"""The loop's rules for the interaction-query tools: a saved plan ends the turn and is
+recorded, an approved mode switch changes the next model call's mode, a Build opens its turn
+with the plan (reference §3.1, §3.3)."""
+
+from __future__ import annotations
+
+import msgspec
+
+from cursor_byok.llm.faux import FauxResponse
+from cursor_byok.loop import (
+    CallLLM,
+    Final,
+    ModeSwitched,
+    PlanBuild,
+    PlanCreated,
+    PlanRecord,
+    RuntimeState,
+    Start,
+    Status,
+    ToolResult,
+    TurnContext,
+    UserMessage,
+    transition,
+)
+from cursor_byok.loop.catalogue import Mode, offered
+from tests.loop.loop_helpers import result, start, stream, tool_call, user
+
+CID = "conv"
+PLAN = "# Cache\n\n1. Add it."
+
+
+def at_tools(calls: list[object], mode: str = "agent") -> RuntimeState:
+    t = transition(RuntimeState.new(CID), start("go", TurnContext(mode=mode)))
+    ts, _ = stream(t.state, FauxResponse.tool_calls(calls))  # type: ignore[arg-type]
+    return ts[-1].state
+
+
+def saved(call_id: str = "p1") -> ToolResult:
+    return ToolResult(
+        message=result(call_id, "saved", name="CreatePlan"),
+        effect=PlanCreated(plan=PLAN, uri="file:///p.plan.md", name="Cache"),
+    )
+
+
+def test_a_saved_plan_is_recorded_and_ends_the_turn_without_a_model_call() -> None:
+    s = at_tools([tool_call("p1", "CreatePlan", plan=PLAN)], mode="plan")
+    t = transition(s, saved())
+    assert isinstance(t.command, Final)
+    c = t.state.committed
+    assert c.status == Status.FINAL and c.waiting is None
+    assert c.plan == PlanRecord(text=PLAN, uri="file:///p.plan.md", name="Cache")
+    assert c.messages[-1].text == "saved"  # type: ignore[union-attr]
+
+
+def test_the_turn_ends_only_after_the_other_calls_of_the_message() -> None:
+    calls = [tool_call("p1", "CreatePlan", plan=PLAN), tool_call("r1", "Read", path="a")]
+    s = at_tools(calls, mode="plan")
+    t = transition(s, saved())
+    assert not isinstance(t.command, Final)  # the Read goes to the client first
+    t2 = transition(t.state, ToolResult(message=result("r1")))
+    assert isinstance(t2.command, Final) and t2.state.committed.plan is not None
+
+
+def test_a_steering_message_keeps_the_turn_going_after_a_plan() -> None:
+    s = at_tools([tool_call("p1", "CreatePlan", plan=PLAN)], mode="plan")
+    s = transition(s, UserMessage(message=user("also cover errors"))).state
+    t = transition(s, saved())
+    assert isinstance(t.command, CallLLM)
+    assert t.state.committed.plan is not None
+
+
+def test_an_error_result_has_no_effect() -> None:
+    s = at_tools([tool_call("p1", "CreatePlan", plan=PLAN)], mode="plan")
+    failed = msgspec.structs.replace(
+        saved(), message=result("p1", "Error", name="CreatePlan", error=True)
+    )
+    t = transition(s, failed)
+    assert isinstance(t.command, CallLLM)
+    assert t.state.committed.plan is None
+
+
+def test_an_approved_switch_changes_the_next_model_calls_mode_and_tools() -> None:
+    s = at_tools([tool_call("m1", "SwitchMode", target_mode_id="plan")])
+    answer = ToolResult(message=result("m1", "ok", name="SwitchMode"), effect=ModeSwitched("plan"))
+    t = transition(s, answer)
+    assert isinstance(t.command, CallLLM)
+    assert t.state.committed.context is not None and t.state.committed.context.mode == "plan"
+    names = [d.name for d in t.command.request.tools]
+    assert names == list(offered(Mode.PLAN))
+    assert "plan mode" in t.command.request.system_prompt
+
+
+def test_a_build_opens_its_turn_with_the_recorded_plan() -> None:
+    s = at_tools([tool_call("p1", "CreatePlan", plan=PLAN)], mode="plan")
+    s = transition(s, saved()).state
+    build = Start(user_message=user(""), context=TurnContext(), build=PlanBuild())
+    t = transition(s, build)
+    assert isinstance(t.command, CallLLM)
+    text = t.state.committed.messages[-1].text  # type: ignore[union-attr]
+    assert text == (
+        "The user pressed Build: carry out this plan now, step by step, and report what you "
+        f"did. It is saved at file:///p.plan.md.\n\n<plan>\n{PLAN}\n</plan>"
+    )
+    assert "Shell" in [d.name for d in t.command.request.tools]
+
+
+def test_the_ides_plan_wins_over_the_recorded_one() -> None:
+    s = at_tools([tool_call("p1", "CreatePlan", plan=PLAN)], mode="plan")
+    s = transition(s, saved()).state
+    build = Start(user_message=user(""), build=PlanBuild(plan="# Edited", uri="file:///q.md"))
+    text = transition(s, build).state.committed.messages[-1].text  # type: ignore[union-attr]
+    assert "<plan>\n# Edited\n</plan>" in text and "file:///q.md" in text
+
+
+def test_a_build_without_any_plan_asks_to_read_the_file() -> None:
+    build = Start(user_message=user(""), build=PlanBuild(uri="file:///r.md"))
+    text = transition(RuntimeState.new(CID), build).state.committed.messages[-1].text  # type: ignore[union-attr]
+    assert "Read it from file:///r.md first." in text
+
+
+def test_plan_mode_tells_the_model_to_hand_the_plan_over_with_create_plan() -> None:
+    t = transition(RuntimeState.new(CID), start("go", TurnContext(mode="plan")))
+    assert isinstance(t.command, CallLLM)
+    assert "hand it to the user with CreatePlan" in t.command.request.system_prompt
