@@ -90,23 +90,34 @@ def tls_context() -> ssl.SSLContext:
 
 
 class Proxies:
-    """The proxy for each origin, from the environment as it was when the client started."""
+    """The proxy for each URL called (None: direct), from the environment as it was when the
+    client started. Kept per URL string, so a call costs one dict lookup, not a URL parse."""
+
+    MAX_URLS = 1024  # a provider calls a few URLs (one per model at most); a bound all the same
 
     def __init__(self) -> None:
         self._env = getproxies_environment()  # a lower-case name wins over its upper case
-        self._by_origin: dict[tuple[str, str, int | None], str | None] = {}
+        self._by_url: dict[str, str | None] = {}
 
     def for_url(self, url: str) -> str | None:
+        """The proxy for `url`; `ConnectFailed` for a URL that is not http(s) or a proxy that
+        is not an HTTP proxy."""
+        try:
+            return self._by_url[url]
+        except KeyError:
+            pass
         parts = urlsplit(url)
-        key = (parts.scheme, parts.hostname or "", parts.port)
-        if key not in self._by_origin:
-            self._by_origin[key] = self._resolve(*key)
-        proxy = self._by_origin[key]
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ConnectFailed(f"not an http(s) URL: {url[:200]!r}")
+        proxy = self._resolve(parts.scheme, parts.hostname, parts.port)
         if proxy is not None and (scheme := _proxy_scheme(proxy)) not in PROXY_SCHEMES:
             raise ConnectFailed(
                 f"the proxy for {parts.scheme}:// calls is a {scheme}:// proxy; provider "
                 f"calls go only through http:// or https:// proxies"
             )
+        if len(self._by_url) >= self.MAX_URLS:
+            self._by_url.clear()
+        self._by_url[url] = proxy
         return proxy
 
     def _resolve(self, scheme: str, host: str, port: int | None) -> str | None:
@@ -161,10 +172,6 @@ class Upstream:
         self._session: aiohttp.ClientSession | None = None
         self._proxies: Proxies | None = None
 
-    @property
-    def started(self) -> bool:
-        return self._session is not None
-
     def _start(self) -> tuple[aiohttp.ClientSession, Proxies]:
         if self._session is None or self._proxies is None:
             self._proxies = Proxies()
@@ -185,20 +192,15 @@ class Upstream:
     ) -> UpstreamResponse:
         """Send the request; return once the final status line and headers are in."""
         session, proxies = self._start()
-        for name, value in headers:
-            if "\r" in name or "\n" in name or "\r" in value or "\n" in value:
-                raise ProtocolError(f"header {name!r} holds a line break")
-        parts = urlsplit(url)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise ConnectFailed(f"not an http(s) URL: {url[:200]!r}")
         proxy = proxies.for_url(url)
         try:
             response = await session.request(
                 method, url, data=body, headers=headers, allow_redirects=False, proxy=proxy
             )
         except aiohttp.ConnectionTimeoutError:
+            where = urlsplit(url).netloc
             raise ConnectTimeout(
-                f"no connection to {parts.netloc} within {self.connect_timeout:g} s"
+                f"no connection to {where} within {self.connect_timeout:g} s"
             ) from None
         except aiohttp.ServerTimeoutError:
             raise UpstreamTimeout(
@@ -213,6 +215,8 @@ class Upstream:
             ) from None
         except (aiohttp.ClientError, OSError) as exc:
             raise ProtocolError(f"connection lost before the response: {_describe(exc)}") from None
+        except ValueError as exc:  # aiohttp refuses a header holding CR, LF or NUL
+            raise ProtocolError(f"the request was not sent: {exc}") from None
         if response.status == 101:  # what follows is not HTTP: never read it as a body
             response.close()
             raise ProtocolError(
