@@ -210,6 +210,7 @@ async def test_cookies_a_provider_sets_are_not_sent_back() -> None:
     ("reply", "message"),
     [
         (b"HTTP/1.1 200 OK\r\nX: " + b"y" * 70_000 + b"\r\n\r\n", "Got more than 8190 bytes"),
+        (b"HTTP/1.1 200 OK\r\n" + b"x-a: 1\r\n" * 129 + b"\r\n", "Too many headers received"),
         (b"SPDY/9 200 OK\r\n\r\n", "Bad status line"),
         (b"HTTP/1.1 2x0 OK\r\n\r\n", "Bad status line: Invalid status code"),
         (b"HTTP/1.1 200 OK\r\nno colon here\r\n\r\n", "Invalid header token"),

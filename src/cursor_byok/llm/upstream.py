@@ -55,25 +55,6 @@ class ProtocolError(UpstreamError):
     """The server broke HTTP/1.1, or the connection broke, after the request went out."""
 
 
-def proxy_configured(environ: Mapping[str, str] | None = None) -> bool:
-    env = os.environ if environ is None else environ
-    return any(env.get(name) or env.get(name.upper()) for name in PROXY_VARIABLES)
-
-
-def proxy_problem(environ: Mapping[str, str] | None = None) -> str | None:
-    """Why a proxy variable cannot be used (a SOCKS proxy, say), or None."""
-    env = os.environ if environ is None else environ
-    for name in PROXY_VARIABLES:
-        for variable in (name, name.upper()):
-            value = env.get(variable)
-            if value and (scheme := _proxy_scheme(value)) not in PROXY_SCHEMES:
-                return (
-                    f"{variable} names a {scheme}:// proxy; provider calls go only through "
-                    f"http:// or https:// proxies"
-                )
-    return None
-
-
 def _proxy_scheme(value: str) -> str:
     return value.split("://", 1)[0].lower() if "://" in value else "http"
 
