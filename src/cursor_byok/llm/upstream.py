@@ -11,8 +11,9 @@ redirects not followed (http.py names the 3xx); interim responses (100, 103) ski
 refused; `gzip`/`deflate` bodies decoded, `identity` asked for; no cookies kept. Timeouts:
 connecting (TCP and TLS) and each read, from the provider's settings.
 
-Proxies come from the environment, read here rather than by aiohttp's `trust_env` (which looks
-in `~/.netrc` on a thread for every request and would add a Basic `Authorization` from it):
+Proxies come from the environment, read here rather than by aiohttp's `trust_env`, which
+ignores `ALL_PROXY` and `https://` proxy URLs, and looks in `~/.netrc` on a thread for every
+request (adding a Basic `Authorization` from it to calls that carry their key elsewhere):
 `HTTPS_PROXY` / `HTTP_PROXY` (lower case wins), then `ALL_PROXY`, both skipped for hosts in
 `NO_PROXY`. Only `http://` and `https://` proxies: a SOCKS proxy is a clear error.
 """
@@ -52,7 +53,8 @@ class ConnectTimeout(UpstreamTimeout):
 
 
 class ProtocolError(UpstreamError):
-    """The server broke HTTP/1.1, or the connection broke, after the request went out."""
+    """The server broke HTTP/1.1 or the connection broke once connected, or the request
+    could not be sent (a header holding a line break)."""
 
 
 def _proxy_scheme(value: str) -> str:
