@@ -1,14 +1,16 @@
-"""CPU per streaming model call, client side only: our HTTP/1.1 client (llm/wire.py) against
-httpx (the fallback path of llm/http.py), aiohttp (its C parser) and the floor relay's own
-upstream client (bench/floor_relay.py's `Upstream` and `ChatStream`), in one run.
+"""CPU per streaming model call, client side only: the production client (llm/upstream.py,
+aiohttp set up as provider calls use it) against the hand-written HTTP/1.1 client it replaced
+(llm/wire.py, loaded from git history: commit ac01b2a), httpx, bare aiohttp (its C parser) and
+the floor relay's own upstream client (bench/floor_relay.py's `Upstream` and `ChatStream`), in
+one run.
 
     .venv/bin/python bench/upstream_clients.py                      # CPU time, interleaved
     .venv/bin/python bench/upstream_clients.py --rounds 12 --calls 20 --streams long
     .venv/bin/python bench/upstream_clients.py --callgrind          # instructions (valgrind)
-    .venv/bin/python bench/upstream_clients.py --callgrind --clients wire aiohttp
+    .venv/bin/python bench/upstream_clients.py --callgrind --clients wire upstream
 
-aiohttp is not a dependency of the project: `pip install aiohttp` into the venv to include it
-(without it the table leaves it out and says so). `--callgrind` needs valgrind.
+`wire` needs the git history (`git show ac01b2a:src/cursor_byok/llm/wire.py`); `httpx` needs
+the dev extras. `--callgrind` needs valgrind.
 
 The upstream is a raw asyncio HTTP/1.1 keep-alive server in its own process (not measured),
 replaying a recorded OpenAI Chat Completions stream from tests/fixtures/providers as a chunked
@@ -59,7 +61,8 @@ sys.path.insert(0, str(REPO / "bench"))
 
 FIXTURES = REPO / "tests" / "fixtures" / "providers" / "openai-chat"
 STREAMS = {"short": "text-basic.sse", "long": "text-long-usage-every-chunk.sse"}
-CLIENTS = ("floor", "wire", "httpx", "aiohttp", "consumer")
+CLIENTS = ("floor", "wire", "upstream", "httpx", "aiohttp", "consumer")
+WIRE_COMMIT = "ac01b2a"  # the last commit with llm/wire.py
 PATH = "/v1/chat/completions"
 WARMUP = 2
 KEY = "sk-bench-not-a-secret"
@@ -177,13 +180,44 @@ def headers() -> list[tuple[str, str]]:
     ]
 
 
+def legacy_wire() -> Any:
+    """llm/wire.py as it was before aiohttp replaced it, imported from git history."""
+    import importlib.util
+
+    source = subprocess.run(
+        ["git", "-C", str(REPO), "show", f"{WIRE_COMMIT}:src/cursor_byok/llm/wire.py"],
+        check=True, capture_output=True, text=True,
+    ).stdout  # fmt: skip
+    path = Path(tempfile.mkdtemp()) / "legacy_wire.py"
+    path.write_text(source)
+    spec = importlib.util.spec_from_file_location("legacy_wire", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["legacy_wire"] = module  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
 async def make_call(client: str, base: str, target: str, body: bytes) -> tuple[Call, Any]:
     """One streaming call with `client`, and what to close at the end."""
     url = base + target
-    if client == "wire":
-        from cursor_byok.llm.wire import WireClient
+    if client == "upstream":
+        from cursor_byok.llm.upstream import Upstream
 
-        wire = WireClient(connect_timeout=10, read_timeout=60)
+        production = Upstream(connect_timeout=10, read_timeout=60)
+
+        async def via_upstream() -> Texts:
+            out = Texts()
+            response = await production.request("POST", url, headers(), body)
+            assert response.status == 200
+            async for piece in response.chunks():
+                out.feed(piece)
+            await response.aclose()
+            return out
+
+        return via_upstream, production.aclose
+    if client == "wire":
+        wire = legacy_wire().WireClient(connect_timeout=10, read_timeout=60)
 
         async def via_wire() -> Texts:
             out = Texts()
@@ -198,7 +232,7 @@ async def make_call(client: str, base: str, target: str, body: bytes) -> tuple[C
     if client == "httpx":
         import httpx
 
-        # as HttpAdapter.client builds it
+        # as llm/http.py built it when a proxy was set (before aiohttp, commit ac01b2a)
         hx = httpx.AsyncClient(
             timeout=httpx.Timeout(connect=10, read=60, write=60, pool=10),
             limits=httpx.Limits(max_connections=None, max_keepalive_connections=64),
@@ -450,20 +484,10 @@ def main() -> int:
         result = asyncio.run(run_calls(args.client, args.base, args.target, args.calls))
         print(json.dumps(result))
         return 0
-    missing = ""
-    if "aiohttp" in args.clients:
-        try:
-            import aiohttp  # noqa: F401
-        except ImportError:
-            args.clients.remove("aiohttp")
-            missing = " (aiohttp is not installed, not a dependency: `pip install aiohttp`)"
     child, base = upstream_process()
     try:
         print("## Upstream clients: CPU per streaming model call (bench/upstream_clients.py)")
         print()
-        if missing:
-            print(f"Without aiohttp{missing}.")
-            print()
         if args.callgrind:
             measure_callgrind(args, base)
         else:

@@ -243,6 +243,11 @@ def _failure_step(
         )
     if status is not None and status >= 500:
         return "the provider failed", "a provider-side error: retry later"
+    if "go only through http:// or https:// proxies" in text:  # llm/upstream.py
+        return (
+            "the proxy cannot be used",
+            "point HTTPS_PROXY / HTTP_PROXY at an http:// proxy, or unset the SOCKS one",
+        )
     if "could not connect" in text or "timed out connecting" in text:
         return "no connection", f"is the server at {base_url} running and reachable?"
     if status is not None:

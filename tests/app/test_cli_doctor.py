@@ -180,6 +180,25 @@ async def test_doctor_providers_against_a_fake_upstream(tmp_path: Path) -> None:
             assert key not in row.detail and key not in row.next_step
 
 
+async def test_doctor_names_a_socks_proxy_that_provider_calls_cannot_use(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in ("HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "no_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("ALL_PROXY", "socks5h://127.0.0.1:1080")
+    async with fake_upstream() as up:
+        up.push(*([by_key] * 4))
+        cfg = write_config(tmp_path, up.base_url, tmp_path / "db.sqlite")
+        rows = rows_by_name(await run_checks(str(cfg), timeout_s=1.5, env=ENV))
+    assert up.requests == []  # not sent direct behind the proxy setting's back
+    good = rows["provider good"]
+    assert good.status == "FAIL" and "socks5h:// proxy" in good.detail
+    assert good.detail.startswith("the proxy cannot be used: good: could not connect: ")
+    assert good.next_step == (
+        "point HTTPS_PROXY / HTTP_PROXY at an http:// proxy, or unset the SOCKS one"
+    )
+
+
 async def test_doctor_command_prints_a_table_and_fails(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -44,7 +44,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-import httpx
 import msgspec
 
 from .assembler import MessageAssembler
@@ -666,12 +665,12 @@ class AnthropicDecoder:
 
 
 class AnthropicAdapter(HttpAdapter):
-    """`AnthropicAdapter(provider: ProviderSettings, client: httpx.AsyncClient | None = None)`."""
+    """`AnthropicAdapter(provider: ProviderSettings)`."""
 
     api: ClassVar[str] = API
 
-    def __init__(self, provider: ProviderSettings, client: httpx.AsyncClient | None = None):
-        super().__init__(provider, client)
+    def __init__(self, provider: ProviderSettings):
+        super().__init__(provider)
         self.histories: PrefixMemo[AnthropicHistory] = PrefixMemo()
 
     def prepare(self, request: RequestMessages, settings: ModelSettings) -> PreparedRequest:

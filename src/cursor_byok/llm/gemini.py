@@ -24,7 +24,6 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, TypeAlias
 from urllib.parse import quote
 
-import httpx
 import msgspec
 
 from .assembler import MessageAssembler
@@ -908,8 +907,8 @@ class GeminiAdapter(HttpAdapter):
 
     api = API
 
-    def __init__(self, provider: ProviderSettings, client: httpx.AsyncClient | None = None):
-        super().__init__(provider, client)
+    def __init__(self, provider: ProviderSettings):
+        super().__init__(provider)
         self.histories: PrefixMemo[GeminiHistory] = PrefixMemo()
 
     def prepare(self, request: RequestMessages, settings: ModelSettings) -> PreparedRequest:

@@ -24,7 +24,6 @@ from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any, ClassVar, Protocol
 
-import httpx
 import msgspec
 
 from .assembler import MessageAssembler
@@ -42,7 +41,7 @@ from .settings import ModelSettings, ProviderSettings
 from .sse import SSEEvent, SSEParser
 from .stream import EventSink, PreparedRequest, StreamEnded
 from .types import RequestMessages
-from .wire import WireClient, WireConnectTimeout, WireError, WireTimeout, proxy_configured
+from .upstream import ConnectTimeout, Upstream, UpstreamError, UpstreamTimeout
 
 log = logging.getLogger("cursor_byok.llm")
 
@@ -134,57 +133,23 @@ def error_text_from_body(body: bytes) -> str:
 
 
 class HttpAdapter(ABC):
-    """Base of the provider adapters: implements the `LLM` protocol over HTTP (wire.py, or
-    httpx with a proxy or an injected client)."""
+    """Base of the provider adapters: implements the `LLM` protocol over HTTP (llm/upstream.py)."""
 
     api: ClassVar[str]
 
-    def __init__(self, provider: ProviderSettings, client: httpx.AsyncClient | None = None):
+    def __init__(self, provider: ProviderSettings):
         self.provider = provider
-        self._client = client
-        self._wire: WireClient | None = None
-        # Model calls go through the lean client (wire.py) unless the caller brought its own
-        # httpx client or a proxy is configured, which only httpx handles.
-        self.via_httpx = client is not None or proxy_configured()
-
-    @property
-    def wire(self) -> WireClient:
-        if self._wire is None:
-            self._wire = WireClient(
-                connect_timeout=self.provider.connect_timeout_s,
-                read_timeout=self.provider.read_timeout_s,
-            )
-        return self._wire
-
-    @property
-    def client(self) -> httpx.AsyncClient:
-        if self._client is None:
-            self._client = httpx.AsyncClient(
-                timeout=httpx.Timeout(
-                    connect=self.provider.connect_timeout_s,
-                    read=self.provider.read_timeout_s,
-                    write=self.provider.read_timeout_s,
-                    pool=self.provider.connect_timeout_s,
-                ),
-                limits=httpx.Limits(max_connections=None, max_keepalive_connections=64),
-            )
-        return self._client
+        self.upstream = Upstream(
+            connect_timeout=provider.connect_timeout_s, read_timeout=provider.read_timeout_s
+        )
 
     async def aclose(self) -> None:
-        if self._client is not None:
-            await self._client.aclose()
-        if self._wire is not None:
-            await self._wire.aclose()
+        await self.upstream.aclose()
 
     async def open_exchange(self, prepared: PreparedRequest) -> Exchange:
         """Send the prepared request (with the key added now); return at the response head."""
         headers = [*prepared.headers, *self.auth_headers()]
-        if not self.via_httpx:
-            return await self.wire.request(prepared.method, prepared.url, headers, prepared.body)
-        request = self.client.build_request(
-            prepared.method, prepared.url, content=prepared.body, headers=headers
-        )
-        return _HttpxExchange(await self.client.send(request, stream=True))
+        return await self.upstream.request(prepared.method, prepared.url, headers, prepared.body)
 
     # -- what each adapter provides ------------------------------------------------------------
 
@@ -218,7 +183,7 @@ class HttpAdapter(ABC):
 
 
 class Exchange(Protocol):
-    """A response being received, from either HTTP client."""
+    """A response being received (`UpstreamResponse`)."""
 
     @property
     def status(self) -> int: ...
@@ -231,22 +196,9 @@ class Exchange(Protocol):
     async def aclose(self) -> None: ...
 
 
-class _HttpxExchange:
-    def __init__(self, response: httpx.Response) -> None:
-        self._response = response
-        self.status = response.status_code
-        self.fields: Mapping[str, str] = response.headers
-
-    def chunks(self) -> AsyncIterator[bytes]:
-        return self._response.aiter_bytes()
-
-    async def aclose(self) -> None:
-        await self._response.aclose()
-
-
-_TIMEOUTS = (httpx.TimeoutException, WireTimeout)
-_CONNECT_TIMEOUTS = (httpx.ConnectTimeout, httpx.PoolTimeout, WireConnectTimeout)
-_HTTP_ERRORS = (httpx.HTTPError, WireError)
+_TIMEOUTS = (UpstreamTimeout,)
+_CONNECT_TIMEOUTS = (ConnectTimeout,)
+_HTTP_ERRORS = (UpstreamError,)
 
 
 class _Closed(Exception):
@@ -509,8 +461,8 @@ class HttpResponseStream:
 async def _drain(
     chunks: AsyncIterator[bytes], limit: int = 64 * 1024, timeout: float = 1.0
 ) -> None:
-    """Read what follows the terminal event (`[DONE]`, the end of the body) so httpx can reuse
-    the connection; a provider that keeps talking past that is cut off by closing it."""
+    """Read what follows the terminal event (`[DONE]`, the end of the body) so the connection
+    goes back to the pool; a provider that keeps talking past that is cut off by closing it."""
     seen = 0
     try:
         async with asyncio.timeout(timeout):

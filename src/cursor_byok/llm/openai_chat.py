@@ -41,7 +41,6 @@ from collections.abc import Callable, Sequence
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
-import httpx
 import msgspec
 
 from .assembler import MessageAssembler
@@ -661,7 +660,7 @@ class ChatDecoder:
 
 
 class OpenAIChatAdapter(HttpAdapter):
-    """`OpenAIChatAdapter(provider, client=None, *, compat=None)`; compat defaults to
+    """`OpenAIChatAdapter(provider, *, compat=None)`; compat defaults to
     `detect_compat(provider)`."""
 
     api = API
@@ -669,11 +668,10 @@ class OpenAIChatAdapter(HttpAdapter):
     def __init__(
         self,
         provider: ProviderSettings,
-        client: httpx.AsyncClient | None = None,
         *,
         compat: ChatCompat | None = None,
     ) -> None:
-        super().__init__(provider, client)
+        super().__init__(provider)
         self.compat = compat if compat is not None else detect_compat(provider)
         self.histories: PrefixMemo[ChatHistory] = PrefixMemo()
 

@@ -42,7 +42,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
-import httpx
 import msgspec
 
 from .assembler import MessageAssembler
@@ -710,12 +709,12 @@ class ResponsesDecoder:
 
 
 class OpenAIResponsesAdapter(HttpAdapter):
-    """`OpenAIResponsesAdapter(ProviderSettings(api="openai-responses", ...), client=None)`."""
+    """`OpenAIResponsesAdapter(ProviderSettings(api="openai-responses", ...))`."""
 
     api = API
 
-    def __init__(self, provider: ProviderSettings, client: httpx.AsyncClient | None = None):
-        super().__init__(provider, client)
+    def __init__(self, provider: ProviderSettings):
+        super().__init__(provider)
         self.histories: PrefixMemo[ResponsesHistory] = PrefixMemo()
 
     def prepare(self, request: RequestMessages, settings: ModelSettings) -> PreparedRequest:
