@@ -554,3 +554,68 @@ async def test_a_plan_survives_a_kill_9_between_the_plan_and_build(
         assert f"It is saved at {uri}." in last and f"<plan>\n{plan}\n</plan>" in last
     finally:
         crashable.close()
+
+
+# -- a rewind restores the plan of the kept turn ------------------------------------------------
+
+
+async def plan_turn(
+    server: ServerProcess,
+    message: a.AgentClientMessage,
+    uri: str,
+    state: a.ConversationStateStructure | None = None,
+) -> a.ConversationStateStructure:
+    """One plan-mode turn over the shim whose CreatePlan the IDE saves at `uri`; the
+    checkpoint it ends with."""
+    if state is not None:
+        message.run_request.conversation_state.CopyFrom(state)
+    async with ide(server, "shim") as (send, reader):
+        await send(with_mode(message, a.AGENT_MODE_PLAN))
+        asked = await reader.wait_for(query_of("create_plan_request_query"))
+        result = a.CreatePlanResult(success=a.CreatePlanSuccess(), plan_uri=uri)
+        response = a.CreatePlanRequestResponse(result=result)
+        await send(respond(asked.interaction_query.id, create_plan_request_response=response))
+        assert await reader.wait_end() == {} and reader.turn_ended
+    checkpoints = [
+        m.conversation_checkpoint_update
+        for m in reader.messages
+        if m.WhichOneof("message") == "conversation_checkpoint_update"
+    ]
+    return checkpoints[-1]
+
+
+async def test_a_build_after_a_rewind_carries_out_the_plan_of_the_kept_turn(
+    qserver: ServerProcess, upstream: FakeUpstream
+) -> None:
+    marker = uuid.uuid4().hex[:8]
+    conversation_id = str(uuid.uuid4())
+    plan1 = f"{PLAN_TEXT}\n3. First draft ({marker})."
+    plan2 = f"{PLAN_TEXT}\n3. Second draft ({marker})."
+    uri1 = f"file:///plans/{marker}-1.plan.md"
+    uri2 = f"file:///plans/{marker}-2.plan.md"
+    first = run_request(tool_prompt("CreatePlan", {"plan": plan1}), conversation_id)
+    after1 = await plan_turn(qserver, first, uri1)
+    second = run_request(tool_prompt("CreatePlan", {"plan": plan2}), conversation_id)
+    after2 = await plan_turn(qserver, second, uri2, state=after1)
+    assert len(after1.turns) == 1 and len(after2.turns) == 2
+
+    # The user goes back to the end of turn one and presses Build there: the IDE's checkpoint
+    # is turn one's, and it sends neither the plan's text nor its URI.
+    build = a.ConversationAction(execute_plan_action=a.ExecutePlanAction())
+    build.execute_plan_action.request_context.CopyFrom(request_context())
+    message = action_request(conversation_id, build)
+    message.run_request.conversation_state.CopyFrom(after1)
+    async with ide(qserver, "shim") as (send, reader):
+        await send(message)
+        assert await reader.wait_end() == {} and reader.turn_ended
+    *_, body = chat_requests(upstream, marker)
+    last = content_text(body["messages"][-1]["content"])
+    assert last.startswith("The user pressed Build: carry out this plan now")
+    assert f"It is saved at {uri1}." in last and f"<plan>\n{plan1}\n</plan>" in last
+    assert "Second draft" not in last
+    # The model sees turn one's history only: turn two's CreatePlan is outside the view.
+    assert [t for t in tool_messages(body) if "The plan was saved" in t] == [
+        f"The plan was saved as {uri1}. The user reviews it now and starts the work with "
+        "Build; this turn ends here."
+    ]
+    assert tool_names(body) == AGENT_TOOLS

@@ -13,6 +13,7 @@ from cursor_byok.loop import (
     ModeSwitched,
     PlanBuild,
     PlanCreated,
+    PlanMark,
     PlanRecord,
     RuntimeState,
     Start,
@@ -22,7 +23,10 @@ from cursor_byok.loop import (
     UserMessage,
     transition,
 )
+from cursor_byok.loop import view as views
 from cursor_byok.loop.catalogue import Mode, offered
+from cursor_byok.loop.inputs import Rewind
+from cursor_byok.loop.view import Span
 from tests.loop.loop_helpers import result, start, stream, tool_call, user
 
 CID = "conv"
@@ -49,6 +53,7 @@ def test_a_saved_plan_is_recorded_and_ends_the_turn_without_a_model_call() -> No
     c = t.state.committed
     assert c.status == Status.FINAL and c.waiting is None
     assert c.plan == PlanRecord(text=PLAN, uri="file:///p.plan.md", name="Cache")
+    assert c.plans == (PlanMark(at=len(c.log) - 1, plan=c.plan),)  # at its tool result
     assert c.messages[-1].text == "saved"  # type: ignore[union-attr]
 
 
@@ -122,3 +127,76 @@ def test_plan_mode_tells_the_model_to_hand_the_plan_over_with_create_plan() -> N
     t = transition(RuntimeState.new(CID), start("go", TurnContext(mode="plan")))
     assert isinstance(t.command, CallLLM)
     assert "hand it to the user with CreatePlan" in t.command.request.system_prompt
+
+
+PLAN_2 = "# Cache, revised\n\n1. Measure first.\n2. Add it."
+PLAN_1_RECORD = PlanRecord(text=PLAN, uri="file:///p.plan.md", name="Cache")
+PLAN_2_RECORD = PlanRecord(text=PLAN_2, uri="file:///p2.plan.md", name="Cache", overview="v2")
+
+
+def two_plan_turns() -> tuple[RuntimeState, RuntimeState]:
+    """Turn one saves PLAN, turn two (a follow-up) saves PLAN_2: the state after each."""
+    turn1 = transition(at_tools([tool_call("p1", "CreatePlan", plan=PLAN)], mode="plan"), saved())
+    assert isinstance(turn1.command, Final)
+    follow = transition(turn1.state, start("revise it", TurnContext(mode="plan")))
+    ts, _ = stream(
+        follow.state, FauxResponse.tool_calls([tool_call("p2", "CreatePlan", plan=PLAN_2)])
+    )
+    answer = ToolResult(
+        message=result("p2", "saved again", name="CreatePlan"),
+        effect=PlanCreated(plan=PLAN_2, uri="file:///p2.plan.md", overview="v2"),  # no name: kept
+    )
+    turn2 = transition(ts[-1].state, answer)
+    assert isinstance(turn2.command, Final)
+    return turn1.state, turn2.state
+
+
+def test_a_rewind_restores_the_plan_of_the_kept_turn_and_none_before_any() -> None:
+    turn1, turn2 = two_plan_turns()
+    c1, c2 = turn1.committed, turn2.committed
+    assert c1.plan == PLAN_1_RECORD
+    assert c2.plan == PLAN_2_RECORD
+    assert c2.plans == (
+        PlanMark(at=len(c1.log) - 1, plan=PLAN_1_RECORD),
+        PlanMark(at=len(c2.log) - 1, plan=PLAN_2_RECORD),
+    )
+    first_end = views.closed(c1.view, len(c1.log))
+    back = transition(turn2, Rewind(view=first_end)).state.committed
+    assert back == msgspec.structs.replace(
+        c2,
+        view=views.reopened(first_end, len(c2.log)),
+        messages=c1.messages,
+        plan=PLAN_1_RECORD,  # the plan as it was at the end of turn one
+        status=Status.READY,
+        commit=c2.commit + 1,
+        last_commit_id=f"{CID}@{c2.commit + 1}",
+    )
+    # A Build after the rewind carries out turn one's plan.
+    build = Start(user_message=user(""), context=TurnContext(), build=PlanBuild())
+    text = transition(RuntimeState.of(back), build).state.committed.messages[-1].text  # type: ignore[union-attr]
+    assert f"<plan>\n{PLAN}\n</plan>" in text and "file:///p.plan.md" in text
+    # Forward again to turn two's view: its plan comes back with it.
+    second_end = views.closed(c2.view, len(c2.log))
+    fwd = transition(RuntimeState.of(back), Rewind(view=second_end)).state.committed
+    assert fwd.plan == PLAN_2_RECORD and fwd.plans == c2.plans
+    # Back to before the first turn: no plan at all, and a Build has none to fall back on.
+    zero = transition(turn2, Rewind(view=(Span(0, 0),))).state.committed
+    assert zero == msgspec.structs.replace(
+        c2,
+        view=views.reopened((Span(0, 0),), len(c2.log)),
+        messages=(),
+        plan=None,
+        status=Status.READY,
+        commit=c2.commit + 1,
+        last_commit_id=f"{CID}@{c2.commit + 1}",
+    )
+    build = Start(user_message=user(""), build=PlanBuild(uri="file:///r.md"))
+    text = transition(RuntimeState.of(zero), build).state.committed.messages[-1].text  # type: ignore[union-attr]
+    assert "Read it from file:///r.md first." in text
+
+
+def test_the_plans_round_trip_through_the_states_json() -> None:
+    _, turn2 = two_plan_turns()
+    c = turn2.committed
+    again = msgspec.json.decode(msgspec.json.encode(c), type=type(c))
+    assert again.plans == c.plans and again.plan == c.plan

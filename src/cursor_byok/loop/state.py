@@ -91,6 +91,14 @@ class PlanRecord(_Value, frozen=True):
     overview: str = ""
 
 
+class PlanMark(_Value, frozen=True):
+    """A plan a CreatePlan saved, and the log position of that call's tool result: the plan
+    belongs to every view that selects the position (a rewind finds it again)."""
+
+    at: int
+    plan: PlanRecord
+
+
 class ConversationState(_Value, frozen=True):
     conversation_id: str
     turn_id: str
@@ -114,7 +122,10 @@ class ConversationState(_Value, frozen=True):
     # history it brought (log[:todo_from]) is covered by them, its TodoWrite calls are not replayed.
     todo_seed: tuple[TodoItem, ...] = ()
     todo_from: int = 0
-    plan: PlanRecord | None = None  # the plan the last CreatePlan saved (a Build's fallback)
+    # The plan the active history's last successful CreatePlan saved (a Build's fallback), and
+    # every plan saved, by log position: a rewind takes the view's last (transition._replay_plan).
+    plan: PlanRecord | None = None
+    plans: tuple[PlanMark, ...] = ()
 
     @classmethod
     def new(cls, conversation_id: str) -> ConversationState:

@@ -94,6 +94,7 @@ from .state import (
     BlockKind,
     ConversationState,
     PendingResponse,
+    PlanMark,
     PlanRecord,
     RuntimeState,
     Status,
@@ -630,7 +631,13 @@ def _apply_effect(c: ConversationState, effect: ToolEffect) -> ConversationState
         case PlanCreated(plan=plan, uri=uri, name=name, overview=overview):
             keep = c.plan.name if c.plan is not None and not name else name
             record = PlanRecord(text=plan, uri=uri, name=keep, overview=overview)
-            return _replace(c, plan=record, waiting=_replace(waiting, ends_turn=True))
+            mark = PlanMark(at=len(c.log) - 1, plan=record)  # the result is the log's last
+            return _replace(
+                c,
+                plan=record,
+                plans=(*c.plans, mark),
+                waiting=_replace(waiting, ends_turn=True),
+            )
         case ModeSwitched(mode=mode):
             context = _context(c)
             if context.mode == mode:
@@ -761,6 +768,7 @@ def _on_rewind(state: RuntimeState, input: Rewind) -> Transition:
         view=restored,
         messages=messages,
         todos=_replay_todos(c, restored),  # the list as it was at the kept turn
+        plan=_replay_plan(c, restored),  # and the plan
         status=Status.READY,
         waiting=None,
         queued=(),
@@ -781,3 +789,17 @@ def _replay_todos(
             if s.end is None or s.end > c.todo_from
         )
     return todos.replay(c.todo_seed, view.materialize(active, c.log))
+
+
+def _replay_plan(c: ConversationState, active: tuple[view.Span, ...]) -> PlanRecord | None:
+    """The plan `active` implies: the one saved at the last log position it selects, in view
+    order; None when it selects none. A state stored before plans were marked keeps its plan."""
+    if not c.plans:
+        return c.plan
+    found: PlanRecord | None = None
+    for span in active:
+        end = len(c.log) if span.end is None else span.end
+        for mark in c.plans:
+            if span.start <= mark.at < end:
+                found = mark.plan
+    return found
