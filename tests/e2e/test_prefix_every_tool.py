@@ -16,6 +16,7 @@ import json
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -257,7 +258,36 @@ async def test_every_tool_family_keeps_the_request_prefix(
     for name, args, card in TURNS:
         reader = await play_turn(server, transport, prompt_for(name, args, tag), cid)
         assert completed(reader) == [card], (name, reader.kinds)
-    bodies = conversation_bodies(upstream, tag)
+    assert_extends(conversation_bodies(upstream, tag))
+
+
+# After these turns (the image Read, Delete, ReadLints, AskQuestion) the server restarts.
+RESTART_AFTER = frozenset({2, 5, 10, 12})
+
+
+async def test_the_prefix_holds_when_a_new_process_rebuilds_the_history_from_the_store(
+    upstream: FakeUpstream, tmp_path: Path
+) -> None:
+    """Within one process the conversion of earlier messages is remembered; a new process
+    converts the whole history from the store. Both must give the same bytes, or every restart
+    of the server would cost a conversation its cache."""
+    tag, cid = uuid.uuid4().hex[:8], str(uuid.uuid4())
+    config = brain_config(upstream.base_url, db=tmp_path / "byok.db") + VISION_MODEL
+    config += VISION_LIMITS
+    turn = 0
+    while turn < len(TURNS):
+        with server_process(config, tmp_path) as srv:
+            while turn < len(TURNS):
+                name, args, card = TURNS[turn]
+                reader = await play_turn(srv, "shim", prompt_for(name, args, tag), cid)
+                assert completed(reader) == [card], (name, reader.kinds)
+                turn += 1
+                if turn - 1 in RESTART_AFTER:
+                    break
+    assert_extends(conversation_bodies(upstream, tag))
+
+
+def assert_extends(bodies: list[dict[str, Any]]) -> None:
     # Two model calls per turn: the tool call, then the answer that quotes its result.
     assert len(bodies) == 2 * len(TURNS), len(bodies)
     for i in range(1, len(bodies)):
