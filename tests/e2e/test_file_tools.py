@@ -5,9 +5,12 @@ reads in its next request, and turn_ended."""
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable
+import struct
+import zlib
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any
 
 import pytest
@@ -25,10 +28,29 @@ from tests.e2e.test_shim import (
     run_request,
     unique,
 )
-from tests.support.live import ServerProcess
+from tests.support.live import ServerProcess, brain_config, server_process
 from tests.support.upstream import FakeUpstream
 
 Send = Callable[[agent_pb2.AgentClientMessage], Awaitable[None]]
+
+
+# A model that sees images, beside the test server's usual ones (which do not).
+VISION_MODEL = """
+[models."brain-vision"]
+provider = "brain"
+model = "brain-1"
+vision = true
+"""
+
+
+@pytest.fixture(scope="module")
+def server(
+    upstream: FakeUpstream, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ServerProcess]:
+    work = tmp_path_factory.mktemp("server")
+    config = brain_config(upstream.base_url, db=work / "byok.db") + VISION_MODEL
+    with server_process(config, work) as srv:
+        yield srv
 
 
 @pytest.fixture(params=["h2", "shim"])
@@ -264,6 +286,64 @@ async def test_read_of_an_image_for_a_model_without_vision(
     )
     second = chat_requests(upstream, prompt)[1]
     assert "image_url" not in json.dumps(second)
+
+
+def png(width: int, height: int) -> bytes:
+    """A real (tiny, grey) PNG file."""
+
+    def chunk(tag: bytes, body: bytes) -> bytes:
+        crc = zlib.crc32(tag + body) & 0xFFFFFFFF
+        return struct.pack(">I", len(body)) + tag + body + struct.pack(">I", crc)
+
+    ihdr = struct.pack(">IIBBBBB", width, height, 8, 0, 0, 0, 0)
+    rows = b"".join(b"\x00" + b"\x80" * width for _ in range(height))
+    return (
+        b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", zlib.compress(rows))
+        + chunk(b"IEND", b"")
+    )  # fmt: skip
+
+
+async def test_read_of_an_image_for_a_model_with_vision(
+    server: ServerProcess, upstream: FakeUpstream, transport: str
+) -> None:
+    """A `vision = true` model gets the image itself: the tool message says so, and the image
+    follows it as a Chat user message with a data: URL; the card carries the bytes shown."""
+    image = png(3, 2)
+    prompt = unique('[tool Read {"path": "/w/shot.png"}]')
+    async with session(server, transport) as (send, reader):
+        await send(run_request(prompt, model="brain-vision"))
+        ask = (await reader.wait_for(exec_of("read_args"))).exec_server_message
+        assert ask.read_args == agent_pb2.ReadArgs(path="/w/shot.png", tool_call_id="call_t1")
+        success = agent_pb2.ReadSuccess(path="/w/shot.png", data=image, file_size=len(image))
+        await send(exec_reply(ask.id, read_result=agent_pb2.ReadResult(success=success)))
+        end = await reader.wait_end()
+    assert_ended(end, reader)
+    (started,) = cards(reader, "tool_call_started")
+    assert started.read_tool_call.args.path == "/w/shot.png"
+    assert not started.read_tool_call.HasField("result")
+    (done,) = cards(reader, "tool_call_completed")
+    assert done.tool_call_id == "call_t1"
+    ok = done.read_tool_call.result.success
+    assert (ok.path, ok.file_size, ok.data, ok.content, ok.is_empty) == (
+        "/w/shot.png", len(image), image, "", False,
+    )  # fmt: skip
+    about = f"/w/shot.png is an image file ({len(image)} bytes, PNG 3x2); the image is attached."
+    assert tool_message(upstream, prompt)["content"] == about
+    second = chat_requests(upstream, prompt)[1]
+    messages = second["messages"]
+    tool_at = next(i for i, m in enumerate(messages) if m["role"] == "tool")
+    data_url = "data:image/png;base64," + base64.b64encode(image).decode("ascii")
+    assert messages[tool_at + 1 :] == [
+        {
+            "role": "user",
+            "content": [
+                {"type": "text", "text": "Attached image(s) from tool result:"},
+                {"type": "image_url", "image_url": {"url": data_url}},
+            ],
+        }
+    ]
+    # The scripted model answered from the tool message, past the image message.
+    assert "".join(reader.texts) == f"Let me check.The tool said: {about}"
 
 
 # -- EditNotebook ------------------------------------------------------------------------------

@@ -23,7 +23,7 @@ import pytest
 
 from cursor_byok.transport.cursor.proto import agent_pb2, aiserver_pb2
 from tests.support import connect_client as cc
-from tests.support.brain import answer, text_reply
+from tests.support.brain import answer, is_tool_images, text_reply
 from tests.support.live import ServerProcess, brain_config, server_process
 from tests.support.upstream import FakeUpstream, Received, Reply
 
@@ -351,11 +351,12 @@ def content_text(content: Any) -> str:
 
 
 def chat_requests(upstream: FakeUpstream, marker: str) -> list[dict[str, Any]]:
-    """The upstream requests whose last user message contains `marker`."""
+    """The upstream requests whose last user message (not counting the messages that carry
+    tool-result images) contains `marker`."""
     out = []
     for r in list(upstream.requests):
         body = json.loads(r.body)
-        users = [m for m in body["messages"] if m["role"] == "user"]
+        users = [m for m in body["messages"] if m["role"] == "user" and not is_tool_images(m)]
         if users and marker in content_text(users[-1]["content"]):
             out.append(body)
     return out

@@ -98,6 +98,16 @@ def _text_of(content: Any) -> str:
     return ""
 
 
+# The user message our Chat adapter adds after tool results to carry their images: part of the
+# tool round, not something the user typed.
+TOOL_IMAGES_PREFIX = "Attached image(s) from tool result:"
+
+
+def is_tool_images(message: dict[str, Any]) -> bool:
+    content = message.get("content")
+    return isinstance(content, list) and _text_of(content).startswith(TOOL_IMAGES_PREFIX)
+
+
 _TOOL = re.compile(r"\[tool (\S+) (\{.*?\})\]")
 _TOOLS = re.compile(r"\[tools (\S+) (\{.*?\}) (\S+) (\{.*?\})\]")
 _SCRIPT = re.compile(r"\[script (write-read|write-shell) (\S+) (.+?)\]")
@@ -108,7 +118,12 @@ def answer(received: Received) -> Reply:
     body = json.loads(received.body)
     messages = body["messages"]
     last_user = next(
-        (i for i in range(len(messages) - 1, -1, -1) if messages[i]["role"] == "user"), 0
+        (
+            i
+            for i in range(len(messages) - 1, -1, -1)
+            if messages[i]["role"] == "user" and not is_tool_images(messages[i])
+        ),
+        0,
     )
     prompt = _text_of(messages[last_user]["content"])
     after = messages[last_user + 1 :]
