@@ -59,3 +59,14 @@ def test_the_time_bound_cuts_a_large_check_short(tmp_path: Path) -> None:
     print(f"quick_check of {full.size_bytes / 1e6:.0f} MB: {full_s:.3f} s; cut at {cut_s:.4f} s")
     assert cut.outcome is QuickCheckOutcome.CUT_SHORT, cut
     assert cut_s < 0.5
+
+
+def test_a_bound_that_passes_before_the_check_starts_still_cuts_it_short(tmp_path: Path) -> None:
+    """sqlite3_interrupt is a no-op while no statement runs: a bound that has passed before the
+    statement starts must still stop it (the watchdog repeats the interrupt). A single
+    interrupt at 0 s is lost; this failed on a fresh clone's CI run as a flaky start test."""
+    db = tmp_path / "large.db"
+    build_database(db, messages=40_000)
+    for _ in range(5):
+        cut = quick_check(str(db), 0.0)
+        assert cut.outcome is QuickCheckOutcome.CUT_SHORT, cut

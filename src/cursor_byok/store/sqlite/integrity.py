@@ -98,24 +98,36 @@ def _one_line(findings: list[str]) -> str:
 
 class _Watchdog:
     """Interrupts the connection's statement once `budget_s` has passed, unless disarmed first.
-    The lock keeps `interrupt()` from racing with `close()`."""
+
+    `sqlite3_interrupt` is a no-op while no statement runs, so a budget shorter than the time
+    it takes the check to start would be lost: past the budget the interrupt is repeated every
+    few milliseconds until the check ends. The lock keeps `interrupt()` from racing with
+    `close()`."""
+
+    _REPEAT_S = 0.005
 
     def __init__(self, conn: sqlite3.Connection, budget_s: float) -> None:
         self.fired = False
         self._conn = conn
         self._lock = threading.Lock()
         self._armed = True
-        self._timer = threading.Timer(budget_s, self._fire)
-        self._timer.daemon = True
-        self._timer.start()
+        self._done = threading.Event()
+        self._budget_s = budget_s
+        self._thread = threading.Thread(target=self._watch, name="quick-check-bound", daemon=True)
+        self._thread.start()
 
-    def _fire(self) -> None:
-        with self._lock:
-            if self._armed:
+    def _watch(self) -> None:
+        if self._done.wait(self._budget_s):
+            return
+        while not self._done.is_set():
+            with self._lock:
+                if not self._armed:
+                    return
                 self.fired = True
                 self._conn.interrupt()
+            self._done.wait(self._REPEAT_S)
 
     def disarm(self) -> None:
         with self._lock:
             self._armed = False
-        self._timer.cancel()
+        self._done.set()
