@@ -116,14 +116,14 @@ class ConversationState(_Value, frozen=True):
     log: tuple[Message, ...] = ()  # every committed message, append-only
     view: tuple[Span, ...] = WHOLE_LOG
     # The todo list (TodoWrite, todos.py): the seed, then the TodoWrite calls of the active
-    # history from log position `todo_from` on (transition._replay_todos).
+    # history from log position `todo_from` on (derived.todos_in_view).
     todos: tuple[TodoItem, ...] = ()
     # The IDE's checkpoint todos, taken once for a conversation this server did not know; the
     # history it brought (log[:todo_from]) is covered by them, its TodoWrite calls are not replayed.
     todo_seed: tuple[TodoItem, ...] = ()
     todo_from: int = 0
     # The plan the active history's last successful CreatePlan saved (a Build's fallback), and
-    # every plan saved, by log position: a rewind takes the view's last (transition._replay_plan).
+    # every plan saved, by log position: a rewind takes the view's last (derived.plan_in_view).
     plan: PlanRecord | None = None
     plans: tuple[PlanMark, ...] = ()
 

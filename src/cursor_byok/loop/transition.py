@@ -44,7 +44,7 @@ from cursor_byok.llm.types import (
 )
 from cursor_byok.llm.types import UserMessage as LLMUserMessage
 
-from . import catalogue, ids, todos, view
+from . import catalogue, derived, ids, todos, view
 from .commands import (
     CONTINUE_LLM,
     WAIT_INPUT,
@@ -65,7 +65,6 @@ from .inputs import (
     LostCause,
     ModeSwitched,
     Note,
-    PlanBuild,
     PlanCreated,
     Resume,
     Rewind,
@@ -353,7 +352,7 @@ def _on_start(state: RuntimeState, input: Start) -> Transition:
         c = _replace(c, todos=input.todos, todo_seed=input.todos)
     message = input.user_message
     if input.build is not None:
-        message = build_message(_plan_to_build(c, input.build))
+        message = build_message(derived.plan_to_build(c, input.build))
     t = _begin_turn(c, input.context, opening_message(input.context, message))
     return _prepend((), t, call_end)
 
@@ -371,18 +370,6 @@ def _on_note(state: RuntimeState, input: Note) -> Transition:
         _with(c, input.message), status=Status.FINAL, waiting=None, queued=(), queued_context=None
     )
     return _settle(c2, (), Final(message=loop_answer("")), call_end=call_end)
-
-
-def _plan_to_build(c: ConversationState, build: PlanBuild) -> PlanRecord:
-    """The plan a Build carries out: the IDE's copy when it sent one, else the one the
-    conversation's last CreatePlan recorded (the IDE's URI wins, it names the file it has)."""
-    recorded = c.plan
-    if build.plan.strip():
-        name = recorded.name if recorded is not None else ""
-        return PlanRecord(text=build.plan, uri=build.uri, name=name)
-    if recorded is not None:
-        return _replace(recorded, uri=build.uri or recorded.uri)
-    return PlanRecord(text="", uri=build.uri)
 
 
 def _follow_up_context(c: ConversationState, input: UserMessage) -> TurnContext | None:
@@ -767,39 +754,11 @@ def _on_rewind(state: RuntimeState, input: Rewind) -> Transition:
         c,
         view=restored,
         messages=messages,
-        todos=_replay_todos(c, restored),  # the list as it was at the kept turn
-        plan=_replay_plan(c, restored),  # and the plan
+        todos=derived.todos_in_view(c, restored),  # the list as it was at the kept turn
+        plan=derived.plan_in_view(c, restored),  # and the plan
         status=Status.READY,
         waiting=None,
         queued=(),
         queued_context=None,
     )
     return _settle(c2, (), WAIT_INPUT)
-
-
-def _replay_todos(
-    c: ConversationState, active: tuple[view.Span, ...]
-) -> tuple[todos.TodoItem, ...]:
-    """The todo list `active` implies: the seed, then the TodoWrite calls it selects from log
-    position `todo_from` on (an imported history's own calls are covered by the seed)."""
-    if c.todo_from:
-        active = tuple(
-            view.Span(max(s.start, c.todo_from), s.end)
-            for s in active
-            if s.end is None or s.end > c.todo_from
-        )
-    return todos.replay(c.todo_seed, view.materialize(active, c.log))
-
-
-def _replay_plan(c: ConversationState, active: tuple[view.Span, ...]) -> PlanRecord | None:
-    """The plan `active` implies: the one saved at the last log position it selects, in view
-    order; None when it selects none. A state stored before plans were marked keeps its plan."""
-    if not c.plans:
-        return c.plan
-    found: PlanRecord | None = None
-    for span in active:
-        end = len(c.log) if span.end is None else span.end
-        for mark in c.plans:
-            if span.start <= mark.at < end:
-                found = mark.plan
-    return found

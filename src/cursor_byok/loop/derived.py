@@ -1,0 +1,51 @@
+"""What the conversation's state implies, derived without deciding anything: the plan a Build
+carries out, and the todo list and plan a rewound view restores. transition.py decides when;
+these only compute."""
+
+from __future__ import annotations
+
+import msgspec
+
+from . import view
+from .inputs import PlanBuild
+from .state import ConversationState, PlanRecord
+from .todos import TodoItem
+from .todos import replay as replay_todos
+
+
+def plan_to_build(c: ConversationState, build: PlanBuild) -> PlanRecord:
+    """The plan a Build carries out: the IDE's copy when it sent one, else the one the
+    conversation's last CreatePlan recorded (the IDE's URI wins, it names the file it has)."""
+    recorded = c.plan
+    if build.plan.strip():
+        name = recorded.name if recorded is not None else ""
+        return PlanRecord(text=build.plan, uri=build.uri, name=name)
+    if recorded is not None:
+        return msgspec.structs.replace(recorded, uri=build.uri or recorded.uri)
+    return PlanRecord(text="", uri=build.uri)
+
+
+def todos_in_view(c: ConversationState, active: tuple[view.Span, ...]) -> tuple[TodoItem, ...]:
+    """The todo list `active` implies: the seed, then the TodoWrite calls it selects from log
+    position `todo_from` on (an imported history's own calls are covered by the seed)."""
+    if c.todo_from:
+        active = tuple(
+            view.Span(max(s.start, c.todo_from), s.end)
+            for s in active
+            if s.end is None or s.end > c.todo_from
+        )
+    return replay_todos(c.todo_seed, view.materialize(active, c.log))
+
+
+def plan_in_view(c: ConversationState, active: tuple[view.Span, ...]) -> PlanRecord | None:
+    """The plan `active` implies: the one saved at the last log position it selects, in view
+    order; None when it selects none. A state stored before plans were marked keeps its plan."""
+    if not c.plans:
+        return c.plan
+    found: PlanRecord | None = None
+    for span in active:
+        end = len(c.log) if span.end is None else span.end
+        for mark in c.plans:
+            if span.start <= mark.at < end:
+                found = mark.plan
+    return found
