@@ -26,7 +26,7 @@ from google.protobuf import json_format  # type: ignore[import-untyped,unused-ig
 from ...llm.canonical import sorted_value
 from ...loop.catalogue import Switches
 from ...loop.context import Environment, TurnContext
-from .mcp import McpDefinition, McpIndex
+from .mcp import McpDefinition, McpIndex, McpMeta, McpServerDescriptor, McpToolDescriptor
 from .proto import agent_pb2
 
 __all__ = [
@@ -37,8 +37,10 @@ __all__ = [
     "environment_of",
     "git_summary",
     "mcp_definition",
+    "mcp_meta_of",
     "merge_context",
     "schema_from_definition",
+    "schema_of",
 ]
 
 # A git status can list thousands of files; the system prompt gets a bounded summary.
@@ -60,6 +62,7 @@ class ClientContext:
     web_search_enabled: bool | None = None  # RequestContext.web_search_enabled (17)
     web_fetch_enabled: bool | None = None  # RequestContext.web_fetch_enabled (24)
     read_lints_enabled: bool | None = None  # RequestContext.read_lints_enabled (35)
+    mcp_meta: McpMeta | None = None  # RequestContext.mcp_meta_tool_options (34)
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +72,7 @@ class ContextPart:
     kind: str  # "rules" | "skills" | "subagents" | "mcps" (or whatever the caller named it)
     rules: tuple[str, ...] = ()
     mcp_tools: tuple[McpDefinition, ...] = ()
+    mcp_meta: McpMeta | None = None  # RequestContextMcpsPart.mcp_meta_tool_options (4)
     warnings: tuple[str, ...] = ()
     # How the blob was read: "empty", "request_context", "protobuf", "json", "text", "unreadable".
     layout: str = "empty"
@@ -88,18 +92,17 @@ def _number(value: Any) -> Any:
     return value
 
 
-def schema_from_definition(definition: agent_pb2.McpToolDefinition) -> dict[str, Any]:
-    """The tool's JSON Schema: `input_schema_json` if it parses, else the `input_schema` Value;
-    anything that is not a JSON object becomes an empty object schema. Integral doubles become
-    ints and every dict is key-sorted, so a reloaded request is byte-identical."""
+def schema_of(value: Any | None, json_text: str | None) -> dict[str, Any]:
+    """A tool's JSON Schema from its `input_schema_json` (if it parses) or its `input_schema`
+    Value; anything that is not a JSON object becomes an empty object schema. Integral doubles
+    become ints and every dict is key-sorted, so a reloaded request is byte-identical."""
     schema: Any = None
-    if definition.HasField("input_schema_json") and definition.input_schema_json:
+    if json_text:
         try:
-            schema = json.loads(definition.input_schema_json)
+            schema = json.loads(json_text)
         except ValueError:
             schema = None
-    if not isinstance(schema, dict) and definition.HasField("input_schema"):
-        value = definition.input_schema
+    if not isinstance(schema, dict) and value is not None:
         kind = value.WhichOneof("kind")
         if kind == "struct_value":
             schema = json_format.MessageToDict(value.struct_value)
@@ -114,6 +117,13 @@ def schema_from_definition(definition: agent_pb2.McpToolDefinition) -> dict[str,
     if "type" not in schema:
         schema = {**schema, "type": "object"}
     return dict(sorted_value(schema))
+
+
+def schema_from_definition(definition: agent_pb2.McpToolDefinition) -> dict[str, Any]:
+    return schema_of(
+        definition.input_schema if definition.HasField("input_schema") else None,
+        definition.input_schema_json if definition.HasField("input_schema_json") else None,
+    )
 
 
 def mcp_definition(definition: agent_pb2.McpToolDefinition) -> McpDefinition:
@@ -232,7 +242,38 @@ def decode_request_context(rc: agent_pb2.RequestContext) -> ClientContext:
         web_search_enabled=rc.web_search_enabled if rc.HasField("web_search_enabled") else None,
         web_fetch_enabled=rc.web_fetch_enabled if rc.HasField("web_fetch_enabled") else None,
         read_lints_enabled=rc.read_lints_enabled if rc.HasField("read_lints_enabled") else None,
+        mcp_meta=mcp_meta_of(rc.mcp_meta_tool_options)
+        if rc.HasField("mcp_meta_tool_options")
+        else None,
     )
+
+
+def mcp_meta_of(options: agent_pb2.McpMetaToolOptions) -> McpMeta:
+    """`McpMetaToolOptions` → native values (the servers in the client's order)."""
+    servers: list[McpServerDescriptor] = []
+    for d in options.mcp_descriptors:
+        tools = tuple(
+            McpToolDescriptor(
+                tool_name=t.tool_name,
+                description=t.description,
+                parameters=schema_of(
+                    t.input_schema if t.HasField("input_schema") else None,
+                    t.input_schema_json if t.HasField("input_schema_json") else None,
+                ),
+                definition_path=t.definition_path,
+            )
+            for t in d.tools
+        )
+        servers.append(
+            McpServerDescriptor(
+                server_name=d.server_name,
+                server_identifier=d.server_identifier,
+                instructions=d.server_use_instructions,
+                tools=tools,
+                folder_path=d.folder_path,
+            )
+        )
+    return McpMeta(enabled=options.enabled, servers=tuple(servers))
 
 
 # -- merging ----------------------------------------------------------------------------------

@@ -31,6 +31,36 @@ class McpDefinition:
 
 
 @dataclass(frozen=True, slots=True)
+class McpToolDescriptor:
+    """One tool of an MCP server as `McpMetaToolOptions` describes it (reference §4)."""
+
+    tool_name: str
+    description: str
+    parameters: dict[str, Any]  # JSON Schema, recursively key-sorted (context.schema_of)
+    definition_path: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class McpServerDescriptor:
+    """One MCP server of `McpMetaToolOptions.mcp_descriptors` (`McpDescriptor`)."""
+
+    server_name: str
+    server_identifier: str
+    instructions: str = ""  # server_use_instructions
+    tools: tuple[McpToolDescriptor, ...] = ()
+    folder_path: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class McpMeta:
+    """`McpMetaToolOptions`: whether the client wants MCP offered through the meta-tools
+    (GetMcpTools, CallMcpTool, ...) and the servers it described for them."""
+
+    enabled: bool
+    servers: tuple[McpServerDescriptor, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class McpTool:
     """One MCP tool as the model sees it (`name`) and as `mcp_args` needs it."""
 

@@ -1232,7 +1232,7 @@ class Range(_message.Message):
     def __init__(self, start: _Optional[_Union[Position, _Mapping]] = ..., end: _Optional[_Union[Position, _Mapping]] = ...) -> None: ...
 
 class RequestContext(_message.Message):
-    __slots__ = ("rules", "env", "repository_info", "tools", "conversation_notes_listing", "shared_notes_listing", "git_repos", "project_layouts", "mcp_instructions", "debug_mode_config", "cloud_rule", "web_search_enabled", "skill_options", "repository_info_should_query_prod", "file_contents", "user_intent_summary", "custom_subagents", "mcp_file_system_options", "web_fetch_enabled", "hooks_additional_context", "commit_attribution_message", "pr_attribution_message", "hooks_config", "agent_skills", "supports_mcp_auth", "git_repo_info_complete", "read_lints_enabled", "mcp_info_complete", "non_file_rules", "rules_info_complete", "env_info_complete", "repository_info_complete", "custom_subagents_info_complete", "agent_skills_info_complete", "mcp_file_system_info_complete", "git_status_info_complete", "search_conversations_enabled")
+    __slots__ = ("rules", "env", "repository_info", "tools", "conversation_notes_listing", "shared_notes_listing", "git_repos", "project_layouts", "mcp_instructions", "debug_mode_config", "cloud_rule", "web_search_enabled", "skill_options", "repository_info_should_query_prod", "file_contents", "user_intent_summary", "custom_subagents", "mcp_file_system_options", "web_fetch_enabled", "hooks_additional_context", "commit_attribution_message", "pr_attribution_message", "hooks_config", "agent_skills", "supports_mcp_auth", "git_repo_info_complete", "mcp_meta_tool_options", "read_lints_enabled", "mcp_info_complete", "non_file_rules", "rules_info_complete", "env_info_complete", "repository_info_complete", "custom_subagents_info_complete", "agent_skills_info_complete", "mcp_file_system_info_complete", "git_status_info_complete", "search_conversations_enabled")
     class FileContentsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -1266,6 +1266,7 @@ class RequestContext(_message.Message):
     AGENT_SKILLS_FIELD_NUMBER: _ClassVar[int]
     SUPPORTS_MCP_AUTH_FIELD_NUMBER: _ClassVar[int]
     GIT_REPO_INFO_COMPLETE_FIELD_NUMBER: _ClassVar[int]
+    MCP_META_TOOL_OPTIONS_FIELD_NUMBER: _ClassVar[int]
     READ_LINTS_ENABLED_FIELD_NUMBER: _ClassVar[int]
     MCP_INFO_COMPLETE_FIELD_NUMBER: _ClassVar[int]
     NON_FILE_RULES_FIELD_NUMBER: _ClassVar[int]
@@ -1303,6 +1304,7 @@ class RequestContext(_message.Message):
     agent_skills: _containers.RepeatedCompositeFieldContainer[AgentSkill]
     supports_mcp_auth: bool
     git_repo_info_complete: bool
+    mcp_meta_tool_options: McpMetaToolOptions
     read_lints_enabled: bool
     mcp_info_complete: bool
     non_file_rules: _containers.RepeatedCompositeFieldContainer[CursorRule]
@@ -1314,7 +1316,7 @@ class RequestContext(_message.Message):
     mcp_file_system_info_complete: bool
     git_status_info_complete: bool
     search_conversations_enabled: bool
-    def __init__(self, rules: _Optional[_Iterable[_Union[CursorRule, _Mapping]]] = ..., env: _Optional[_Union[RequestContextEnv, _Mapping]] = ..., repository_info: _Optional[_Iterable[_Union[RepositoryIndexingInfo, _Mapping]]] = ..., tools: _Optional[_Iterable[_Union[McpToolDefinition, _Mapping]]] = ..., conversation_notes_listing: _Optional[str] = ..., shared_notes_listing: _Optional[str] = ..., git_repos: _Optional[_Iterable[_Union[GitRepoInfo, _Mapping]]] = ..., project_layouts: _Optional[_Iterable[_Union[LsDirectoryTreeNode, _Mapping]]] = ..., mcp_instructions: _Optional[_Iterable[_Union[McpInstructions, _Mapping]]] = ..., debug_mode_config: _Optional[_Union[DebugModeConfig, _Mapping]] = ..., cloud_rule: _Optional[str] = ..., web_search_enabled: _Optional[bool] = ..., skill_options: _Optional[_Union[SkillOptions, _Mapping]] = ..., repository_info_should_query_prod: _Optional[bool] = ..., file_contents: _Optional[_Mapping[str, str]] = ..., user_intent_summary: _Optional[str] = ..., custom_subagents: _Optional[_Iterable[_Union[CustomSubagent, _Mapping]]] = ..., mcp_file_system_options: _Optional[_Union[McpFileSystemOptions, _Mapping]] = ..., web_fetch_enabled: _Optional[bool] = ..., hooks_additional_context: _Optional[str] = ..., commit_attribution_message: _Optional[str] = ..., pr_attribution_message: _Optional[str] = ..., hooks_config: _Optional[_Union[HooksConfigInfo, _Mapping]] = ..., agent_skills: _Optional[_Iterable[_Union[AgentSkill, _Mapping]]] = ..., supports_mcp_auth: _Optional[bool] = ..., git_repo_info_complete: _Optional[bool] = ..., read_lints_enabled: _Optional[bool] = ..., mcp_info_complete: _Optional[bool] = ..., non_file_rules: _Optional[_Iterable[_Union[CursorRule, _Mapping]]] = ..., rules_info_complete: _Optional[bool] = ..., env_info_complete: _Optional[bool] = ..., repository_info_complete: _Optional[bool] = ..., custom_subagents_info_complete: _Optional[bool] = ..., agent_skills_info_complete: _Optional[bool] = ..., mcp_file_system_info_complete: _Optional[bool] = ..., git_status_info_complete: _Optional[bool] = ..., search_conversations_enabled: _Optional[bool] = ...) -> None: ...
+    def __init__(self, rules: _Optional[_Iterable[_Union[CursorRule, _Mapping]]] = ..., env: _Optional[_Union[RequestContextEnv, _Mapping]] = ..., repository_info: _Optional[_Iterable[_Union[RepositoryIndexingInfo, _Mapping]]] = ..., tools: _Optional[_Iterable[_Union[McpToolDefinition, _Mapping]]] = ..., conversation_notes_listing: _Optional[str] = ..., shared_notes_listing: _Optional[str] = ..., git_repos: _Optional[_Iterable[_Union[GitRepoInfo, _Mapping]]] = ..., project_layouts: _Optional[_Iterable[_Union[LsDirectoryTreeNode, _Mapping]]] = ..., mcp_instructions: _Optional[_Iterable[_Union[McpInstructions, _Mapping]]] = ..., debug_mode_config: _Optional[_Union[DebugModeConfig, _Mapping]] = ..., cloud_rule: _Optional[str] = ..., web_search_enabled: _Optional[bool] = ..., skill_options: _Optional[_Union[SkillOptions, _Mapping]] = ..., repository_info_should_query_prod: _Optional[bool] = ..., file_contents: _Optional[_Mapping[str, str]] = ..., user_intent_summary: _Optional[str] = ..., custom_subagents: _Optional[_Iterable[_Union[CustomSubagent, _Mapping]]] = ..., mcp_file_system_options: _Optional[_Union[McpFileSystemOptions, _Mapping]] = ..., web_fetch_enabled: _Optional[bool] = ..., hooks_additional_context: _Optional[str] = ..., commit_attribution_message: _Optional[str] = ..., pr_attribution_message: _Optional[str] = ..., hooks_config: _Optional[_Union[HooksConfigInfo, _Mapping]] = ..., agent_skills: _Optional[_Iterable[_Union[AgentSkill, _Mapping]]] = ..., supports_mcp_auth: _Optional[bool] = ..., git_repo_info_complete: _Optional[bool] = ..., mcp_meta_tool_options: _Optional[_Union[McpMetaToolOptions, _Mapping]] = ..., read_lints_enabled: _Optional[bool] = ..., mcp_info_complete: _Optional[bool] = ..., non_file_rules: _Optional[_Iterable[_Union[CursorRule, _Mapping]]] = ..., rules_info_complete: _Optional[bool] = ..., env_info_complete: _Optional[bool] = ..., repository_info_complete: _Optional[bool] = ..., custom_subagents_info_complete: _Optional[bool] = ..., agent_skills_info_complete: _Optional[bool] = ..., mcp_file_system_info_complete: _Optional[bool] = ..., git_status_info_complete: _Optional[bool] = ..., search_conversations_enabled: _Optional[bool] = ...) -> None: ...
 
 class RequestContextEnv(_message.Message):
     __slots__ = ("os_version", "workspace_paths", "shell", "sandbox_enabled", "terminals_folder", "agent_shared_notes_folder", "agent_conversation_notes_folder", "time_zone", "project_folder", "agent_transcripts_folder", "artifacts_folder", "sandbox_supported", "sandbox_network_has_defaults", "sandbox_network_explicit_allowlist", "secret_redaction_enabled", "computer_use_supported", "is_working_dir_home_dir", "process_working_directory", "smart_mode_classifier_auto_mode_enabled", "dev_force_next_smart_mode_classifier_block_token")
@@ -1568,16 +1570,26 @@ class McpInstructions(_message.Message):
     def __init__(self, server_name: _Optional[str] = ..., instructions: _Optional[str] = ..., server_identifier: _Optional[str] = ...) -> None: ...
 
 class McpToolDescriptor(_message.Message):
-    __slots__ = ("tool_name", "definition_path", "description", "input_schema_json")
+    __slots__ = ("tool_name", "definition_path", "description", "input_schema", "input_schema_json")
     TOOL_NAME_FIELD_NUMBER: _ClassVar[int]
     DEFINITION_PATH_FIELD_NUMBER: _ClassVar[int]
     DESCRIPTION_FIELD_NUMBER: _ClassVar[int]
+    INPUT_SCHEMA_FIELD_NUMBER: _ClassVar[int]
     INPUT_SCHEMA_JSON_FIELD_NUMBER: _ClassVar[int]
     tool_name: str
     definition_path: str
     description: str
+    input_schema: _struct_pb2.Value
     input_schema_json: str
-    def __init__(self, tool_name: _Optional[str] = ..., definition_path: _Optional[str] = ..., description: _Optional[str] = ..., input_schema_json: _Optional[str] = ...) -> None: ...
+    def __init__(self, tool_name: _Optional[str] = ..., definition_path: _Optional[str] = ..., description: _Optional[str] = ..., input_schema: _Optional[_Union[_struct_pb2.Value, _Mapping]] = ..., input_schema_json: _Optional[str] = ...) -> None: ...
+
+class McpMetaToolOptions(_message.Message):
+    __slots__ = ("enabled", "mcp_descriptors")
+    ENABLED_FIELD_NUMBER: _ClassVar[int]
+    MCP_DESCRIPTORS_FIELD_NUMBER: _ClassVar[int]
+    enabled: bool
+    mcp_descriptors: _containers.RepeatedCompositeFieldContainer[McpDescriptor]
+    def __init__(self, enabled: _Optional[bool] = ..., mcp_descriptors: _Optional[_Iterable[_Union[McpDescriptor, _Mapping]]] = ...) -> None: ...
 
 class McpDescriptor(_message.Message):
     __slots__ = ("server_name", "server_identifier", "folder_path", "server_use_instructions", "tools", "plugin", "marketplace", "plugin_db_id", "marketplace_id")
