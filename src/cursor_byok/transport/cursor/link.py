@@ -28,6 +28,7 @@ from google.protobuf.message import DecodeError  # type: ignore[import-untyped,u
 from ...llm.types import ToolCall, ToolResultMessage
 from ...loop.context import McpRoute
 from ...loop.todos import TodoUpdate
+from ...web.types import JobOutcome
 from . import encode
 from .context import decode_request_context
 from .decode import DialectError, ExecControl, ExecReply, KvReply, decode_client_message
@@ -156,13 +157,20 @@ class ClientLink:
             return Stray("wake", f"tool call {operation_id} is over")
         return self._step(operation_id, machine, machine.wake(self._now_ms()))
 
+    def deliver_job(self, operation_id: str, outcome: JobOutcome) -> Inbound:
+        """The server job a `ToolProgress.job` asked for is done."""
+        machine = self._tools.get(operation_id)
+        if machine is None:
+            return Stray("job", f"tool call {operation_id} is over")
+        return self._step(operation_id, machine, machine.deliver(outcome, self._now_ms()))
+
     def _step(
         self, operation_id: str, machine: ToolMachine, step: Send | Finished | Ignored
     ) -> Inbound:
         match step:
-            case Send(frames=frames, wake_after_ms=wake):
+            case Send(frames=frames, wake_after_ms=wake, job=job):
                 self._own(operation_id, machine)
-                return ToolProgress(operation_id, frames, wake)
+                return ToolProgress(operation_id, frames, wake, job)
             case Finished(result=result, card=card, effect=effect):
                 self._forget(operation_id)
                 return ToolFinished(operation_id, result, card, effect)
@@ -185,8 +193,8 @@ class ClientLink:
                 return Stray(
                     "interaction", f"{machine.tool_call.name} call {operation_id}: {reason}"
                 )
-            case Send(frames=frames):
-                return ToolProgress(operation_id, frames)
+            case Send(frames=frames, wake_after_ms=wake, job=job):
+                return ToolProgress(operation_id, frames, wake, job)
             case _:
                 assert_never(step)
 

@@ -14,6 +14,7 @@ from typing import Any, TypeAlias
 from ...llm.types import Message, ToolResultMessage, UserMessage
 from ...loop.inputs import PlanBuild, ToolEffect
 from ...loop.todos import TodoItem
+from ...web.types import ServerJob
 from .context import ClientContext
 from .mcp import McpDefinition
 
@@ -272,11 +273,13 @@ class ContextReceived:
 @dataclass(frozen=True, slots=True)
 class ToolProgress:
     """The tool call `operation_id` goes on; `frames` are to be sent now. With
-    `wake_after_ms` the call waits on a timer: call `ClientLink.wake_tool` that much later."""
+    `wake_after_ms` the call waits on a timer: call `ClientLink.wake_tool` that much later;
+    with `job` on a server job."""
 
     operation_id: str
     frames: tuple[bytes, ...]
     wake_after_ms: int | None = None
+    job: ServerJob | None = None  # run it on the server, then `ClientLink.deliver_job`
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,6 +14,7 @@ from typing import assert_never
 from ...llm.types import ToolResultMessage
 from ...loop import Cancel, Input, ToolEffect, ToolResult, TurnContext, UserMessage
 from ...store.api import ClientOperationRecord
+from ...web.types import JobFailed, JobOutcome, JobRunner, ServerJob
 from ..connect.channel import Incoming, RunChannel
 from ..cursor import (
     BlobReceived,
@@ -66,6 +67,8 @@ class ClientMessages:
         now_ms: Callable[[], int],
         follow_up_context: Callable[[ClientContext], TurnContext],
         unknown_event: Callable[[str], None],
+        run_job: JobRunner | None = None,
+        job_timeout_s: float = 120.0,
     ) -> None:
         self.channel = channel
         self.link = link
@@ -75,6 +78,14 @@ class ClientMessages:
         self._now_ms = now_ms
         self._follow_up_context = follow_up_context
         self._unknown_event = unknown_event
+        self._run_job = run_job
+        self._job_timeout_s = job_timeout_s
+        self._jobs: set[asyncio.Task[None]] = set()
+
+    def close(self) -> None:
+        """The run is over: server jobs still running are canceled (their calls are aborted)."""
+        for task in list(self._jobs):
+            task.cancel()
 
     def __call__(self, incoming: Incoming) -> None:
         self._route(self.link.receive(incoming.message), incoming.input_id)
@@ -84,17 +95,40 @@ class ClientMessages:
         if not self.channel.finished:
             self._route(self.link.wake_tool(operation_id), f"{operation_id}:wake")
 
+    async def _job(self, operation_id: str, job: ServerJob) -> None:
+        """Run a tool call's server job, bounded; its outcome (a failure too) goes back to the
+        call's machine."""
+        outcome: JobOutcome
+        if self._run_job is None:
+            outcome = JobFailed(message="this server is not configured to run that tool")
+        else:
+            try:
+                outcome = await asyncio.wait_for(self._run_job(job), self._job_timeout_s)
+            except TimeoutError:
+                outcome = JobFailed(
+                    message=f"the server gave up after {self._job_timeout_s:g} s without an answer"
+                )
+            except Exception:  # a runner must not raise; never let it end the run
+                log.exception("run %s: a server job failed", self.channel.request_id)
+                outcome = JobFailed(message="the server failed to run the tool")
+        if not self.channel.finished:
+            self._route(self.link.deliver_job(operation_id, outcome), f"{operation_id}:job")
+
     def _route(self, inbound: Inbound, input_id: str) -> None:
         rid = self.channel.request_id
         match inbound:
             case BlobReceived() | BlobStored() | ContextReceived() | InteractionAnswered():
                 if not self.requests.resolve(inbound):
                     log.debug("run %s: an answer nothing waits for: %r", rid, inbound)
-            case ToolProgress(operation_id=op, frames=frames, wake_after_ms=wake):
+            case ToolProgress(operation_id=op, frames=frames, wake_after_ms=wake, job=job):
                 for frame in frames:
                     self.channel.send(frame)
                 if wake is not None:
                     asyncio.get_running_loop().call_later(wake / 1000, self._wake, op)
+                if job is not None:
+                    task = asyncio.get_running_loop().create_task(self._job(op, job))
+                    self._jobs.add(task)
+                    task.add_done_callback(self._jobs.discard)
             case ToolFinished(operation_id=op, result=result, card=card, effect=effect):
                 self.channel.send(card)
                 self.inbox.put_nowait(self.tool_result(op, result, effect))

@@ -135,6 +135,8 @@ class Run:
             now_ms=now_ms,
             follow_up_context=self._follow_up_context,
             unknown_event=runner.unknown_event,
+            run_job=self.services.run_job,
+            job_timeout_s=self.services.tool_timeout_s,
         )
 
     # -- lifecycle -----------------------------------------------------------------------
@@ -194,6 +196,7 @@ class Run:
         self.channel.route(None)
         if self._run_saved is not None and not self._run_saved.done():
             self._run_saved.add_done_callback(consume_exception)
+        self._route.close()
         self.tools.abort_all()
         self._drop_pending_blob()
         if self.calls is not None:

@@ -20,6 +20,7 @@ from ...llm.model_names import ModelNames
 from ...llm.models import Model
 from ...llm.stream import LLM
 from ...store.api import LLMCallRecord, Store
+from ...web.types import JobRunner
 from ..connect.channel import RunChannel
 from .client_blobs import ClientBlobs
 from .committed_states import CommittedStates
@@ -56,6 +57,8 @@ class RunnerServices:
     on_run_end: Callable[[RunSummary], None] | None = None
     on_unknown_event: Callable[[str], None] | None = None
     unknown_kinds: set[str] = field(default_factory=set)  # logged once each
+    # Runs the server's own work for a tool call (web search, image generation); None: none.
+    run_job: JobRunner | None = None
     default_model: str | None = None  # server.default_model: for names not served
     model_names: ModelNames = field(init=False)  # what run requests' model names resolve by
 

@@ -28,6 +28,7 @@ from google.protobuf.message import Message  # type: ignore[import-untyped,unuse
 from ....llm.types import ImageContent, TextContent, ToolCall, ToolResultMessage, UserContent
 from ....loop.inputs import ToolEffect
 from ....loop.tools import DEFAULT_BLOCK_UNTIL_MS
+from ....web.types import JobOutcome, ServerJob
 from ..proto import agent_pb2
 from . import args as a
 from . import cards
@@ -58,11 +59,12 @@ class Phase(enum.Enum):
     WRITING = "writing"  # StrReplace: the file was read and edited, the write is out
     RETRYING = "retrying"  # Glob: the client refused the empty pattern, the "." retry is out
     SLEEPING = "sleeping"  # AwaitShell: between two reads, until the caller's `wake`
+    WORKING = "working"  # a server job (web search, image) runs; the caller `deliver`s it
     DONE = "done"  # a result exists (Finished, Started.early or complete_locally)
     ABORTED = "aborted"  # `abort` was called while an exec was out; the loop writes the result
 
 
-_WAITING = frozenset({Phase.RUNNING, Phase.WRITING, Phase.RETRYING, Phase.SLEEPING})
+_WAITING = frozenset({Phase.RUNNING, Phase.WRITING, Phase.RETRYING, Phase.SLEEPING, Phase.WORKING})
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,10 +104,12 @@ class Started:
 @dataclass(frozen=True, slots=True)
 class Send:
     """The message was taken; send these frames now (maybe none). The call goes on. With
-    `wake_after_ms` the call waits on nothing: the caller calls `wake` that much later."""
+    `wake_after_ms` the call waits on nothing: the caller calls `wake` that much later. With
+    `job` the call waits on the server: the caller runs the job and `deliver`s its outcome."""
 
     frames: tuple[bytes, ...] = ()
     wake_after_ms: int | None = None
+    job: ServerJob | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -215,6 +219,12 @@ class ToolMachine:
             return Ignored(f"the {self.tool_call.name} call is not sleeping")
         return self._on_wake(now_ms)
 
+    def deliver(self, outcome: JobOutcome, now_ms: int) -> Step:
+        """The server job a `Send(job=...)` asked for is done (or failed)."""
+        if self._phase is not Phase.WORKING:
+            return Ignored(f"the {self.tool_call.name} call runs no server job")
+        return self._on_job_done(outcome, now_ms)
+
     def abort(self) -> tuple[bytes, ...]:
         """exec_server_control_message.abort for each exec still out; nothing is waited on
         after it. The result is the loop's to write (then `complete_locally` gives its card)."""
@@ -266,6 +276,9 @@ class ToolMachine:
     def _on_wake(self, now_ms: int) -> Step:
         raise NotImplementedError
 
+    def _on_job_done(self, outcome: JobOutcome, now_ms: int) -> Step:
+        raise NotImplementedError
+
     def _on_stream_close(self, now_ms: int) -> Finished:
         """The exec stream closed while its result was still waited on."""
         return self._finish_error(
@@ -306,6 +319,12 @@ class ToolMachine:
         self._exec_ids.clear()
         self._phase = Phase.SLEEPING
         return Send(wake_after_ms=ms)
+
+    def _run_job(self, job: ServerJob, frames: tuple[bytes, ...] = ()) -> Send:
+        """Wait on the server with nothing out on the client: the caller runs `job`."""
+        self._exec_ids.clear()
+        self._phase = Phase.WORKING
+        return Send(frames, job=job)
 
     def _finish(
         self,
