@@ -12,7 +12,7 @@ from cursor_byok.llm.types import ToolCall
 from cursor_byok.transport.cursor import FollowUp, RunAction
 from cursor_byok.transport.cursor import decode as dialect
 from cursor_byok.transport.cursor.proto import agent_pb2 as a
-from cursor_byok.transport.cursor.tools import Send, ToolMachine, machine_for
+from cursor_byok.transport.cursor.tools import Phase, Send, ToolMachine, machine_for
 from cursor_byok.transport.cursor.tools.await_shell import POLL_MS, parse_terminal_file
 from tests.cursor.tool_support import (
     T0,
@@ -191,7 +191,7 @@ def test_await_shell_status_check_and_the_deadline_cut() -> None:
         ({"shell_id": "abc"}, FOLDER, "shell_id must be the number"),
         ({"shell_id": "3", "pattern": "("}, FOLDER, "pattern is not a valid regular expression"),
         ({"shell_id": "3"}, None, "did not report its terminals folder"),
-        ({}, FOLDER, "missing the required string argument(s) shell_id"),
+        ({"block_until_ms": 0}, FOLDER, "needs a shell_id when block_until_ms is 0"),
     ],
 )
 def test_await_shell_bad_arguments_are_answered_at_once(
@@ -202,6 +202,26 @@ def test_await_shell_bad_arguments_are_answered_at_once(
     assert started.early is not None and started.early.result.is_error
     assert expect in started.early.result.text
     assert len(started.frames) == 1  # the card only: nothing went to the client
+
+
+@pytest.mark.parametrize("folder", [FOLDER, None])
+def test_await_shell_without_a_shell_only_waits(folder: str | None) -> None:
+    tool = make("AwaitShell", {"block_until_ms": 2500}, terminals_folder=folder)
+    started = tool.start(Ids(), T0)
+    assert started.early is None and started.wake_after_ms == 2500
+    assert len(started.frames) == 1  # the card only: nothing is polled
+    assert tool.phase is Phase.SLEEPING and tool.exec_ids == frozenset()
+    done = finished(tool.wake(T0 + 2510))
+    assert done.result.text == "Waited 2510 ms (no shell_id: nothing was polled)."
+    assert not done.result.is_error
+    complete = completed(done).await_tool_call.result.complete
+    assert (complete.runtime_ms, complete.wake_reason) == (2510, "the wait is over")
+    assert not completed(done).await_tool_call.args.task_id
+
+
+def test_await_shell_without_a_shell_takes_the_default_wait() -> None:
+    started = make("AwaitShell", {}, terminals_folder=FOLDER).start(Ids(), T0)
+    assert started.wake_after_ms == 30_000
 
 
 def test_await_shell_unknown_shell() -> None:

@@ -122,6 +122,37 @@ def test_huge_numbers_are_clamped_not_crashing() -> None:
     assert started_card(out).read_tool_call.args.limit == 2**31 - 1
 
 
+@pytest.mark.parametrize(
+    ("offset", "limit", "first", "lines"),
+    [(-3, None, 8, [8, 9, 10]), (-5, 2, 6, [6, 7]), (-1, None, 10, [10]), (-20, None, 1, None)],
+)
+def test_a_negative_offset_counts_from_the_end(
+    offset: int, limit: int | None, first: int, lines: list[int] | None
+) -> None:
+    args: dict[str, Any] = {"path": "f", "offset": offset}
+    if limit is not None:
+        args["limit"] = limit
+    tool, out, _ = start("Read", args)
+    ra = esm(out).read_args
+    assert not ra.HasField("offset") and not ra.HasField("limit")  # the whole file is read
+    content = "".join(f"l{i}\n" for i in range(1, 11))  # ten lines, a final newline
+    ok = a.ReadResult(success=a.ReadSuccess(content=content, total_lines=10))
+    done = finished(tool.feed(reply(1, read_result=ok), T0))
+    want = lines if lines is not None else list(range(1, 11))
+    shown = [ln for ln in done.result.text.split("\n") if "\t" in ln]
+    assert shown == [f"{n:>6}\tl{n}" for n in want]
+    assert completed(done).read_tool_call.result.success.content == "\n".join(f"l{n}" for n in want)
+    assert first == want[0]
+
+
+def test_a_negative_offset_on_a_truncated_read_says_so() -> None:
+    tool, _, _ = start("Read", {"path": "f", "offset": -1})
+    cut = a.ReadResult(success=a.ReadSuccess(content="a\nb", truncated=True))
+    done = finished(tool.feed(reply(1, read_result=cut), T0))
+    assert done.result.text.startswith("     2\tb\n[The client truncated")
+    assert "counted from the end are those of the truncated text" in done.result.text
+
+
 @pytest.mark.parametrize("offset", ["--3", "²", "1_000", True, -4, 0, 2.5])
 def test_unreadable_numbers_are_left_out_not_crashing(offset: Any) -> None:
     _, out, _ = start("Read", {"path": "f", "offset": offset})

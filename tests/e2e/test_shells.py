@@ -219,6 +219,34 @@ async def test_await_shell_reads_the_terminal_file_on_the_client(
 
 
 @TRANSPORTS
+async def test_await_shell_without_a_shell_waits_and_sends_nothing(
+    server: ServerProcess, upstream: FakeUpstream, transport: str
+) -> None:
+    prompt = unique('[tool AwaitShell {"block_until_ms": 1200}]')
+    async with session(server, transport) as (send, reader):
+        await send(ide_run_request(prompt))
+        end = await reader.wait_end()
+    assert end == {} and reader.turn_ended
+    assert not any(kind(m) == "exec_server_message" for m in reader.messages)
+    (started,) = cards(reader, "tool_call_started")
+    assert not started.await_tool_call.args.task_id
+    (done,) = cards(reader, "tool_call_completed")
+    stamps = {
+        w: t
+        for t, m in reader.events
+        for w in ("tool_call_started", "tool_call_completed")
+        if kind(m) == f"interaction_update.{w}"
+    }
+    assert stamps["tool_call_completed"] - stamps["tool_call_started"] >= 1.1
+    assert done.await_tool_call.result.complete.wake_reason == "the wait is over"
+    assert done.await_tool_call.result.complete.runtime_ms >= 1200
+    _first, after = chat_requests(upstream, prompt)
+    (tool,) = tool_messages(after)
+    assert tool["content"].startswith("Waited ")
+    assert tool["content"].endswith(" ms (no shell_id: nothing was polled).")
+
+
+@TRANSPORTS
 async def test_a_client_that_runs_to_completion_still_works(
     server: ServerProcess, upstream: FakeUpstream, transport: str
 ) -> None:

@@ -4,8 +4,10 @@ that would change the workspace, and every model call names the catalogue versio
 
 from __future__ import annotations
 
+import hashlib
 import re
 
+import msgspec
 import pytest
 
 from cursor_byok.llm.faux import FauxResponse
@@ -167,3 +169,28 @@ def test_every_model_call_names_the_catalogue_version() -> None:
     t = transition(RuntimeState.new("c"), start("hi", TurnContext()))
     assert isinstance(t.command, CallLLM)
     assert t.command.catalogue_version == cat.CATALOGUE_VERSION
+
+
+# The catalogue's content per version: a change to any tool's name, description or parameters,
+# to a mode's list or to a status or gate must come with a new CATALOGUE_VERSION (and its digest
+# pinned here), or an operator could not tell a catalogue change from a cache bug.
+PINNED_DIGESTS = {
+    7: "d84b567c559be541579fb366a93100e78355e983e45397765e57a5a9d98da611",
+}
+
+
+def catalogue_digest() -> str:
+    doc = {
+        "definitions": [t.definition for t in NATIVE_TOOLS],
+        "tools": list(cat.TOOLS),
+        "modes": {m.value: list(names) for m, names in cat.MODES.items()},
+    }
+    return hashlib.sha256(msgspec.json.encode(doc, order="sorted")).hexdigest()
+
+
+def test_the_version_moves_with_the_catalogue() -> None:
+    digest = catalogue_digest()
+    assert PINNED_DIGESTS.get(cat.CATALOGUE_VERSION) == digest, (
+        f"the catalogue changed: bump CATALOGUE_VERSION and pin {digest!r} for it"
+    )
+    assert len(set(PINNED_DIGESTS.values())) == len(PINNED_DIGESTS)  # each version its own

@@ -112,8 +112,10 @@ READ = ToolSpec(
             "path": _string("Path of the file, absolute or relative to the workspace root."),
             "offset": {
                 "type": "integer",
-                "minimum": 1,
-                "description": "First line to return (1-based).",
+                "description": (
+                    "First line to return (1-based); a negative number counts from the end "
+                    "(-20: the last twenty lines)."
+                ),
             },
             "limit": {
                 "type": "integer",
@@ -254,11 +256,14 @@ AWAIT_SHELL = ToolSpec(
         "Wait for a command that Shell left running in the background, then report whether it "
         "has finished, its exit code and the latest part of its output. Give the shell id from "
         "the Shell result. With pattern, stop waiting as soon as the output matches it; with "
-        "block_until_ms 0, only check the current state."
+        "block_until_ms 0, only check the current state. Without a shell id it only waits "
+        "block_until_ms."
     ),
     parameters=_object(
         {
-            "shell_id": _string("The shell id the Shell result named."),
+            "shell_id": _string(
+                "The shell id the Shell result named (required when block_until_ms is 0)."
+            ),
             "block_until_ms": {
                 "type": "integer",
                 "minimum": 0,
@@ -276,7 +281,7 @@ AWAIT_SHELL = ToolSpec(
                 "description": "Set when the wait is for a subagent rather than a shell.",
             },
         },
-        ["shell_id"],
+        [],
     ),
     side_effects=False,
 )

@@ -90,6 +90,10 @@ class ClientMessages:
     def __call__(self, incoming: Incoming) -> None:
         self._route(self.link.receive(incoming.message), incoming.input_id)
 
+    def wake_later(self, operation_id: str, ms: int) -> None:
+        """Wake the tool call `operation_id` after `ms` (a call that waits on a timer)."""
+        asyncio.get_running_loop().call_later(ms / 1000, self._wake, operation_id)
+
     def _wake(self, operation_id: str) -> None:
         """A tool call's timer is up (AwaitShell between two reads)."""
         if not self.channel.finished:
@@ -124,7 +128,7 @@ class ClientMessages:
                 for frame in frames:
                     self.channel.send(frame)
                 if wake is not None:
-                    asyncio.get_running_loop().call_later(wake / 1000, self._wake, op)
+                    self.wake_later(op, wake)
                 if job is not None:
                     task = asyncio.get_running_loop().create_task(self._job(op, job))
                     self._jobs.add(task)

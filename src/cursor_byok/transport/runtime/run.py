@@ -562,6 +562,8 @@ class Run:
                 if early is not None:  # unusable arguments: the answer is known at once
                     self.channel.send(early.card)
                     self._inbox.put_nowait(self._route.tool_result(op, early.result))
+                elif started.wake_after_ms is not None:  # it opens by waiting
+                    self._route.wake_later(op, started.wake_after_ms)
             case Final(message=message, replay=replay):
                 if replay:
                     # An answer committed before, which the client may not have seen.

@@ -95,7 +95,6 @@ def parse_terminal_file(text: str) -> TerminalFile:
 
 class AwaitShellMachine(ToolMachine):
     CARD = "await_tool_call"
-    REQUIRED = ("shell_id",)
 
     def __init__(
         self, tool_call: ToolCall, *, call_id: str, model_call_id: str, settings: ToolSettings
@@ -117,6 +116,13 @@ class AwaitShellMachine(ToolMachine):
         problem = super()._argument_problem()
         if problem is not None:
             return problem
+        if not self.shell_id:
+            if self.wait_ms <= 0:
+                return (
+                    "Error: the AwaitShell call needs a shell_id when block_until_ms is 0 (a "
+                    "status check of nothing); pass the id a Shell result named, or a wait."
+                )
+            return None  # no shell: the call only waits
         if not self.shell_id.isdigit():
             return (
                 f"Error: shell_id must be the number a Shell result named, not {self.shell_id!r}."
@@ -153,8 +159,22 @@ class AwaitShellMachine(ToolMachine):
     def _first_exec(self) -> bytes:
         return self._exec("read_args", self._read())
 
+    def _opening_wait(self) -> int | None:
+        return self.wait_ms if not self.shell_id else None
+
     def _on_wake(self, now_ms: int) -> Step:
+        if not self.shell_id:
+            return self._slept(now_ms)
         return self._next_exec(Phase.RUNNING, "read_args", self._read())
+
+    def _slept(self, now_ms: int) -> Finished:
+        """The end of a wait on no shell (the model only wanted time to pass)."""
+        waited = now_ms - (self.started_at_ms if self.started_at_ms is not None else now_ms)
+        tc = self._card()
+        tc.await_tool_call.result.complete.CopyFrom(
+            agent_pb2.AwaitTaskComplete(runtime_ms=max(waited, 0), wake_reason="the wait is over")
+        )
+        return self._finish(f"Waited {waited} ms (no shell_id: nothing was polled).", tc, now_ms)
 
     def _on_read(self, result: agent_pb2.ReadResult, now_ms: int) -> Step:
         path = self.path or ""

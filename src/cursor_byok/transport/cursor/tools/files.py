@@ -111,9 +111,16 @@ class ReadMachine(_PathMachine):
         offset, limit = positive_int32(self.args, "offset"), positive_int32(self.args, "limit")
         if offset is not None:
             ra.offset = offset
-        if limit is not None:
+        if limit is not None and not self._from_end:
+            # A window counted from the end is cut here: the client reads the whole file.
             ra.limit = limit
         return self._exec("read_args", ra)
+
+    @property
+    def _from_end(self) -> bool:
+        """A negative offset counts lines from the end of the file (-1: the last line)."""
+        offset = get_int(self.args, "offset")
+        return offset is not None and offset < 0
 
     def _on_read(self, result: agent_pb2.ReadResult, now_ms: int) -> Finished:
         path = self.path
@@ -143,7 +150,16 @@ class ReadMachine(_PathMachine):
         # The model's own numbers, not the clamped ones sent (the text numbers lines from them).
         offset, limit = get_int(self.args, "offset"), get_int(self.args, "limit")
         first = 1
-        if (offset or limit) and not s.range_applied:
+        if offset is not None and offset < 0:
+            # Counted from the end: the client sent the whole file (no window was asked of it).
+            lines = content.split("\n")
+            if lines and lines[-1] == "":
+                lines.pop()  # a final newline ends the last line; it starts none
+            start = max(len(lines) + offset, 0)
+            end = start + limit if limit and limit > 0 else len(lines)
+            content = "\n".join(lines[start:end])
+            first = start + 1
+        elif (offset or limit) and not s.range_applied:
             # The client read the whole file: apply the requested window here.
             lines = content.split("\n")
             start = max((offset or 1) - 1, 0)
@@ -163,6 +179,11 @@ class ReadMachine(_PathMachine):
         text = format_read(content, first_line=first, total_lines=total)
         if s.truncated:
             text += "\n[The client truncated this file; read the rest with offset and limit.]"
+            if offset is not None and offset < 0:
+                text += (
+                    "\n[The lines counted from the end are those of the truncated text, not of "
+                    "the file: use a positive offset to read its end.]"
+                )
         return self._finish(text, tc, now_ms)
 
     HANDLERS: ClassVar[Handlers] = {Phase.RUNNING: {"read_result": _on_read}}

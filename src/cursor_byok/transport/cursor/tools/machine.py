@@ -99,6 +99,8 @@ class Started:
 
     frames: tuple[bytes, ...]
     early: Finished | None = None
+    # The call opens by waiting, with nothing sent: the caller `wake`s it that much later.
+    wake_after_ms: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,6 +185,10 @@ class ToolMachine:
         if problem is not None:
             # Nothing goes to the client: the model reads the problem and can correct itself.
             return Started(frames=(started,), early=self._finish_error(problem, now_ms))
+        opening_wait = self._opening_wait()
+        if opening_wait is not None:
+            self._phase = Phase.SLEEPING
+            return Started(frames=(started,), wake_after_ms=opening_wait)
         self._phase = Phase.RUNNING
         return Started(frames=(started, self._first_exec()))
 
@@ -263,6 +269,11 @@ class ToolMachine:
 
     def _first_exec(self) -> bytes:
         raise NotImplementedError
+
+    def _opening_wait(self) -> int | None:
+        """Milliseconds to wait before anything is sent (then `_on_wake`), or None: the call
+        opens with its first exec."""
+        return None
 
     def _argument_problem(self) -> str | None:
         missing = a.missing_strings(self.args, self.REQUIRED)
