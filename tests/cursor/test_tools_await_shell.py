@@ -72,6 +72,30 @@ def test_shell_sends_cursors_parameters() -> None:
     assert card.args.output_notification.pattern == "ready on"
 
 
+def test_shell_retry_after_auto_review_asks_for_approval() -> None:
+    args = {
+        "command": "rm -rf build",
+        "request_smart_mode_approval": True,
+        "smart_mode_block_reason": " deletes files ",
+    }
+    _, out = begin("Shell", args)
+    approval = esm(out).shell_stream_args.smart_mode_approval
+    assert (approval.request_id, approval.reason) == (esm(out).exec_id, "deletes files")
+    assert approval.request_id == esm(out).shell_stream_args.tool_call_id
+    card = out[0].interaction_update.tool_call_started.tool_call.shell_tool_call
+    assert card.args.smart_mode_approval.reason == "deletes files"
+    _, plain = begin("Shell", {"command": "ls", "smart_mode_block_reason": "x"})
+    assert not esm(plain).shell_stream_args.HasField("smart_mode_approval")
+
+
+def test_shell_approval_request_without_its_reason_is_an_argument_error() -> None:
+    tool = make("Shell", {"command": "rm x", "request_smart_mode_approval": True})
+    started = tool.start(Ids(), T0)
+    assert started.early is not None and started.early.result.is_error
+    assert "needs smart_mode_block_reason" in started.early.result.text
+    assert len(started.frames) == 1  # nothing went to the client
+
+
 def test_shell_without_usable_notify_sends_none() -> None:
     _, out = begin("Shell", {"command": "x", "notify_on_output": {"pattern": "p"}})
     assert not esm(out).shell_stream_args.HasField("output_notification")

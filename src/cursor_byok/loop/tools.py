@@ -93,6 +93,17 @@ SHELL = ToolSpec(
                 "required": ["pattern", "reason"],
                 "additionalProperties": False,
             },
+            "request_smart_mode_approval": {
+                "type": "boolean",
+                "description": (
+                    "Set when retrying a command that Auto-review blocked, to ask the user to "
+                    "approve it; give the block reason in smart_mode_block_reason."
+                ),
+            },
+            "smart_mode_block_reason": _string(
+                "The reason Auto-review gave for blocking (required with "
+                "request_smart_mode_approval)."
+            ),
         },
         ["command"],
     ),

@@ -18,7 +18,7 @@ from typing import ClassVar, Literal
 
 from ....llm.types import ToolCall
 from ..proto import agent_pb2
-from .args import INT32_MAX, get_int, get_str, str_or_empty
+from .args import INT32_MAX, get_bool, get_int, get_str, str_or_empty
 from .cards import shell_delta_frame
 from .format import format_shell
 from .machine import Finished, Handlers, Ignored, Phase, Send, Step, ToolMachine, ToolSettings
@@ -94,7 +94,27 @@ class ShellMachine(ToolMachine):
         notify = notification(self.args)
         if notify is not None:
             args.output_notification.CopyFrom(notify)
+        if get_bool(self.args, "request_smart_mode_approval"):
+            args.smart_mode_approval.CopyFrom(
+                agent_pb2.SmartModeApproval(
+                    request_id=self.tool_call_id,
+                    reason=str_or_empty(self.args, "smart_mode_block_reason").strip(),
+                )
+            )
         return args
+
+    def _argument_problem(self) -> str | None:
+        problem = super()._argument_problem()
+        if (
+            problem is None
+            and get_bool(self.args, "request_smart_mode_approval")
+            and not str_or_empty(self.args, "smart_mode_block_reason").strip()
+        ):
+            return (
+                "Error: request_smart_mode_approval needs smart_mode_block_reason: the reason "
+                "Auto-review gave when it blocked the command."
+            )
+        return problem
 
     def _card(self) -> agent_pb2.ToolCall:
         tc = self._new_card()
