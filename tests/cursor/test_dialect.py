@@ -591,3 +591,22 @@ def test_request_context_tool_flags_reach_the_turn_context() -> None:
         disabled_tools=("Delete",),
     )
     assert "Delete" not in [t.name for t in render_tools(ctx)]
+
+
+@pytest.mark.parametrize(
+    ("uri", "path", "plan_id"),
+    [
+        (
+            "file:///w/.cursor/plans/loader-cache_1a2b.plan.md",
+            "/w/.cursor/plans/loader-cache_1a2b.plan.md",
+            "loader-cache_1a2b",
+        ),
+        ("file:///C:/Users/me/plans/My%20Plan.md", "/C:/Users/me/plans/My Plan.md", "My Plan"),
+        ("untitled:plan-3", "untitled:plan-3", "untitled:plan-3"),
+        ("file:///plans/.plan.md", "/plans/.plan.md", ".plan"),
+    ],
+)
+def test_plan_registry_ids_and_paths(uri: str, path: str, plan_id: str) -> None:
+    from cursor_byok.transport.cursor import encode
+
+    assert (encode.plan_path(uri), encode.plan_id(uri)) == (path, plan_id)

@@ -559,6 +559,12 @@ async def test_a_plan_survives_a_kill_9_between_the_plan_and_build(
 # -- a rewind restores the plan of the kept turn ------------------------------------------------
 
 
+def plan_registry(state: a.ConversationStateStructure) -> dict[str, str]:
+    """ConversationStateStructure.plans as {id: path}, each entry's id equal to its key."""
+    assert all(entry.id == key for key, entry in state.plans.items())
+    return {key: entry.path for key, entry in state.plans.items()}
+
+
 async def plan_turn(
     server: ServerProcess,
     message: a.AgentClientMessage,
@@ -598,6 +604,14 @@ async def test_a_build_after_a_rewind_carries_out_the_plan_of_the_kept_turn(
     second = run_request(tool_prompt("CreatePlan", {"plan": plan2}), conversation_id)
     after2 = await plan_turn(qserver, second, uri2, state=after1)
     assert len(after1.turns) == 1 and len(after2.turns) == 2
+    # The checkpoint carries the plan (7, a ConversationPlan) and every plan document (20).
+    assert a.ConversationPlan.FromString(after1.plan).plan == plan1
+    assert a.ConversationPlan.FromString(after2.plan).plan == plan2
+    assert plan_registry(after1) == {f"{marker}-1": f"/plans/{marker}-1.plan.md"}
+    assert plan_registry(after2) == {
+        f"{marker}-1": f"/plans/{marker}-1.plan.md",
+        f"{marker}-2": f"/plans/{marker}-2.plan.md",
+    }
 
     # The user goes back to the end of turn one and presses Build there: the IDE's checkpoint
     # is turn one's, and it sends neither the plan's text nor its URI.
@@ -608,6 +622,14 @@ async def test_a_build_after_a_rewind_carries_out_the_plan_of_the_kept_turn(
     async with ide(qserver, "shim") as (send, reader):
         await send(message)
         assert await reader.wait_end() == {} and reader.turn_ended
+    # The rewound conversation's checkpoint is turn one's plan again, and only its document.
+    (*_, rewound) = [
+        m.conversation_checkpoint_update
+        for m in reader.messages
+        if m.WhichOneof("message") == "conversation_checkpoint_update"
+    ]
+    assert a.ConversationPlan.FromString(rewound.plan).plan == plan1
+    assert plan_registry(rewound) == {f"{marker}-1": f"/plans/{marker}-1.plan.md"}
     *_, body = chat_requests(upstream, marker)
     last = content_text(body["messages"][-1]["content"])
     assert last.startswith("The user pressed Build: carry out this plan now")

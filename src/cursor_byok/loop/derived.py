@@ -49,3 +49,15 @@ def plan_in_view(c: ConversationState, active: tuple[view.Span, ...]) -> PlanRec
             if span.start <= mark.at < end:
                 found = mark.plan
     return found
+
+
+def plans_in_view(c: ConversationState, active: tuple[view.Span, ...]) -> tuple[PlanRecord, ...]:
+    """Every plan `active` selects, in view order (a later revision after an earlier one); a
+    state stored before plans were marked gives its one plan."""
+    if not c.plans:
+        return (c.plan,) if c.plan is not None else ()
+    found: list[PlanRecord] = []
+    for span in active:
+        end = len(c.log) if span.end is None else span.end
+        found.extend(mark.plan for mark in c.plans if span.start <= mark.at < end)
+    return tuple(found)

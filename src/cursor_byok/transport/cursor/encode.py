@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+import urllib.parse
 from collections.abc import Callable, Sequence
 from typing import assert_never
 
@@ -28,6 +29,7 @@ from ...llm.events import (
     ToolCallStart,
 )
 from ...llm.types import Usage
+from ...loop.state import PlanRecord
 from ...loop.todos import TodoItem
 from .proto import agent_pb2
 from .tools import placeholder_tool_call, todo_items
@@ -124,19 +126,49 @@ def agent_mode(mode: str) -> int | None:
         return None
 
 
+def plan_path(uri: str) -> str:
+    """The file a plan URI names (`file:///w/.cursor/plans/x.plan.md` → `/w/.cursor/plans/
+    x.plan.md`); any other URI as it is."""
+    parsed = urllib.parse.urlparse(uri)
+    if parsed.scheme == "file":
+        return urllib.parse.unquote(parsed.path)
+    return uri
+
+
+def plan_id(uri: str) -> str:
+    """A plan's registry id: its file's name without `.plan.md` (or `.md`) [U: GoL's ids are
+    not documented; the IDE only needs them unique and stable]."""
+    name = plan_path(uri).rstrip("/").rsplit("/", 1)[-1]
+    for suffix in (".plan.md", ".md"):
+        if name.endswith(suffix) and len(name) > len(suffix):
+            return name[: -len(suffix)]
+    return name
+
+
 def checkpoint(
-    turn_blob_ids: Sequence[bytes], todos: Sequence[TodoItem] = (), mode: str | None = None
+    turn_blob_ids: Sequence[bytes],
+    todos: Sequence[TodoItem] = (),
+    mode: str | None = None,
+    plan: PlanRecord | None = None,
+    plans: Sequence[PlanRecord] = (),
 ) -> bytes:
     """`conversation_checkpoint_update` listing one blob per completed turn, the todo list
-    (`todos` (3): each TodoItem serialized inline, as GoL writes it; reference §3.4 [S]) and
-    the mode the conversation is in (`mode` 10, reference §3.3: after an approved SwitchMode it
-    is the new one)."""
+    (`todos` (3): each TodoItem serialized inline, as GoL writes it; reference §3.4 [S]), the
+    mode the conversation is in (`mode` 10, reference §3.3: after an approved SwitchMode it
+    is the new one), its plan (`plan` 7: a serialized ConversationPlan) and every plan
+    document it has, by id (`plans` 20; reference §2.11 [S])."""
     state = agent_pb2.ConversationStateStructure(
         turns=list(turn_blob_ids), todos=[t.SerializeToString() for t in todo_items(todos)]
     )
     value = agent_mode(mode) if mode is not None else None
     if value is not None:
         state.mode = value  # type: ignore[assignment]
+    if plan is not None:
+        state.plan = agent_pb2.ConversationPlan(plan=plan.text).SerializeToString()
+    for each in plans:  # a later revision of the same document replaces the earlier one
+        if each.uri:
+            key = plan_id(each.uri)
+            state.plans[key].CopyFrom(agent_pb2.PlanRegistryEntry(id=key, path=plan_path(each.uri)))
     return bytes(
         agent_pb2.AgentServerMessage(conversation_checkpoint_update=state).SerializeToString()
     )

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from ...llm import canonical
 from ...loop import ConversationState, Span
 from ...loop import view as views
+from ...loop.derived import plans_in_view
 from ...store.api import Store, TurnMark
 from ..connect.channel import RunChannel
 from ..cursor import checkpoint as checkpoint_frame
@@ -138,7 +139,15 @@ class Checkpoints:
         # should the write be lost, the next run's turns are simply not a prefix of ours and
         # our history stands (never a wrong rewind).
         mode = state.context.mode if state.context is not None else None
-        self.channel.send(checkpoint_frame([m.blob_id for m in marks], state.todos, mode))
+        self.channel.send(
+            checkpoint_frame(
+                [m.blob_id for m in marks],
+                state.todos,
+                mode,
+                plan=state.plan,
+                plans=plans_in_view(state, state.view),
+            )
+        )
         self._marks = list(marks)
         self.states.set_turn_marks(self.conversation_id, version, marks)
         # The marks before this turn's are what the store holds (read from it, or written by

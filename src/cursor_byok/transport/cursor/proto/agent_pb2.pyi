@@ -1624,7 +1624,7 @@ class McpFileSystemOptions(_message.Message):
     def __init__(self, enabled: _Optional[bool] = ..., workspace_project_dir: _Optional[str] = ..., mcp_descriptors: _Optional[_Iterable[_Union[McpDescriptor, _Mapping]]] = ...) -> None: ...
 
 class ConversationStateStructure(_message.Message):
-    __slots__ = ("root_prompt_messages_json", "turns_old", "todos", "pending_tool_calls", "token_details", "summary", "plan", "turns", "previous_workspace_uris", "mode", "summary_archive", "file_states", "summary_archives", "turn_timings", "file_states_v2", "subagent_states", "self_summary_count", "read_paths", "active_branch_name", "tracked_git_repo_branches", "agent_type", "subagent_threads", "communicate_update_final_summary", "conversation_started_timestamp_ms", "conversation_started_time_zone", "communicate_update_completed_subtitle", "subagent_runs_by_parent_tool_call_id")
+    __slots__ = ("root_prompt_messages_json", "turns_old", "todos", "pending_tool_calls", "token_details", "summary", "plan", "turns", "previous_workspace_uris", "mode", "summary_archive", "file_states", "summary_archives", "turn_timings", "file_states_v2", "subagent_states", "self_summary_count", "read_paths", "active_branch_name", "plans", "tracked_git_repo_branches", "agent_type", "subagent_threads", "communicate_update_final_summary", "conversation_started_timestamp_ms", "conversation_started_time_zone", "communicate_update_completed_subtitle", "subagent_runs_by_parent_tool_call_id")
     class FileStatesEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -1646,6 +1646,13 @@ class ConversationStateStructure(_message.Message):
         key: str
         value: SubagentPersistedState
         def __init__(self, key: _Optional[str] = ..., value: _Optional[_Union[SubagentPersistedState, _Mapping]] = ...) -> None: ...
+    class PlansEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: PlanRegistryEntry
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[_Union[PlanRegistryEntry, _Mapping]] = ...) -> None: ...
     class SubagentThreadsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -1679,6 +1686,7 @@ class ConversationStateStructure(_message.Message):
     SELF_SUMMARY_COUNT_FIELD_NUMBER: _ClassVar[int]
     READ_PATHS_FIELD_NUMBER: _ClassVar[int]
     ACTIVE_BRANCH_NAME_FIELD_NUMBER: _ClassVar[int]
+    PLANS_FIELD_NUMBER: _ClassVar[int]
     TRACKED_GIT_REPO_BRANCHES_FIELD_NUMBER: _ClassVar[int]
     AGENT_TYPE_FIELD_NUMBER: _ClassVar[int]
     SUBAGENT_THREADS_FIELD_NUMBER: _ClassVar[int]
@@ -1706,6 +1714,7 @@ class ConversationStateStructure(_message.Message):
     self_summary_count: int
     read_paths: _containers.RepeatedScalarFieldContainer[str]
     active_branch_name: str
+    plans: _containers.MessageMap[str, PlanRegistryEntry]
     tracked_git_repo_branches: _containers.RepeatedCompositeFieldContainer[TrackedGitRepo]
     agent_type: str
     subagent_threads: _containers.ScalarMap[str, str]
@@ -1714,7 +1723,15 @@ class ConversationStateStructure(_message.Message):
     conversation_started_time_zone: str
     communicate_update_completed_subtitle: str
     subagent_runs_by_parent_tool_call_id: _containers.MessageMap[str, SubagentRun]
-    def __init__(self, root_prompt_messages_json: _Optional[_Iterable[bytes]] = ..., turns_old: _Optional[_Iterable[bytes]] = ..., todos: _Optional[_Iterable[bytes]] = ..., pending_tool_calls: _Optional[_Iterable[str]] = ..., token_details: _Optional[_Union[ConversationTokenDetails, _Mapping]] = ..., summary: _Optional[bytes] = ..., plan: _Optional[bytes] = ..., turns: _Optional[_Iterable[bytes]] = ..., previous_workspace_uris: _Optional[_Iterable[str]] = ..., mode: _Optional[_Union[AgentMode, str]] = ..., summary_archive: _Optional[bytes] = ..., file_states: _Optional[_Mapping[str, bytes]] = ..., summary_archives: _Optional[_Iterable[bytes]] = ..., turn_timings: _Optional[_Iterable[_Union[StepTiming, _Mapping]]] = ..., file_states_v2: _Optional[_Mapping[str, FileStateStructure]] = ..., subagent_states: _Optional[_Mapping[str, SubagentPersistedState]] = ..., self_summary_count: _Optional[int] = ..., read_paths: _Optional[_Iterable[str]] = ..., active_branch_name: _Optional[str] = ..., tracked_git_repo_branches: _Optional[_Iterable[_Union[TrackedGitRepo, _Mapping]]] = ..., agent_type: _Optional[str] = ..., subagent_threads: _Optional[_Mapping[str, str]] = ..., communicate_update_final_summary: _Optional[str] = ..., conversation_started_timestamp_ms: _Optional[int] = ..., conversation_started_time_zone: _Optional[str] = ..., communicate_update_completed_subtitle: _Optional[str] = ..., subagent_runs_by_parent_tool_call_id: _Optional[_Mapping[str, SubagentRun]] = ...) -> None: ...
+    def __init__(self, root_prompt_messages_json: _Optional[_Iterable[bytes]] = ..., turns_old: _Optional[_Iterable[bytes]] = ..., todos: _Optional[_Iterable[bytes]] = ..., pending_tool_calls: _Optional[_Iterable[str]] = ..., token_details: _Optional[_Union[ConversationTokenDetails, _Mapping]] = ..., summary: _Optional[bytes] = ..., plan: _Optional[bytes] = ..., turns: _Optional[_Iterable[bytes]] = ..., previous_workspace_uris: _Optional[_Iterable[str]] = ..., mode: _Optional[_Union[AgentMode, str]] = ..., summary_archive: _Optional[bytes] = ..., file_states: _Optional[_Mapping[str, bytes]] = ..., summary_archives: _Optional[_Iterable[bytes]] = ..., turn_timings: _Optional[_Iterable[_Union[StepTiming, _Mapping]]] = ..., file_states_v2: _Optional[_Mapping[str, FileStateStructure]] = ..., subagent_states: _Optional[_Mapping[str, SubagentPersistedState]] = ..., self_summary_count: _Optional[int] = ..., read_paths: _Optional[_Iterable[str]] = ..., active_branch_name: _Optional[str] = ..., plans: _Optional[_Mapping[str, PlanRegistryEntry]] = ..., tracked_git_repo_branches: _Optional[_Iterable[_Union[TrackedGitRepo, _Mapping]]] = ..., agent_type: _Optional[str] = ..., subagent_threads: _Optional[_Mapping[str, str]] = ..., communicate_update_final_summary: _Optional[str] = ..., conversation_started_timestamp_ms: _Optional[int] = ..., conversation_started_time_zone: _Optional[str] = ..., communicate_update_completed_subtitle: _Optional[str] = ..., subagent_runs_by_parent_tool_call_id: _Optional[_Mapping[str, SubagentRun]] = ...) -> None: ...
+
+class PlanRegistryEntry(_message.Message):
+    __slots__ = ("id", "path")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    PATH_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    path: str
+    def __init__(self, id: _Optional[str] = ..., path: _Optional[str] = ...) -> None: ...
 
 class ConversationTokenDetails(_message.Message):
     __slots__ = ("used_tokens", "max_tokens", "breakdown", "prompt_context_usage_snapshot_blob_id")
