@@ -194,3 +194,24 @@ def test_the_version_moves_with_the_catalogue() -> None:
         f"the catalogue changed: bump CATALOGUE_VERSION and pin {digest!r} for it"
     )
     assert len(set(PINNED_DIGESTS.values())) == len(PINNED_DIGESTS)  # each version its own
+
+
+@pytest.mark.parametrize(
+    ("name", "mode", "why"),
+    [
+        ("CreatePlan", "agent", "CreatePlan is not offered in agent mode (only in plan mode)."),
+        ("SwitchMode", "ask", "SwitchMode is not offered in ask mode (only in agent, multitask"),
+        ("Task", "agent", "Task is not available on this server."),
+        ("Teleport", "agent", "unknown tool 'Teleport'."),
+        ("Shell", "agent", "Shell is switched off for this conversation."),
+        ("CreatePlan", "triage", "CreatePlan is not offered in agent mode"),
+    ],
+)
+def test_a_call_to_a_tool_not_offered_says_why(name: str, mode: str, why: str) -> None:
+    from cursor_byok.llm.types import ToolCall
+    from cursor_byok.loop.results import synthetic_result
+
+    result = synthetic_result(ToolCall(id="c1", name=name, arguments={}), ("Read", "LS"), mode=mode)
+    assert result is not None and result.is_error
+    assert result.text.startswith(f"Error: {why}")
+    assert result.text.endswith("Available tools: Read, LS.")

@@ -12,6 +12,7 @@ from cursor_byok.llm.types import (
     UserMessage,
 )
 
+from . import catalogue
 from .state import BlockKind, PendingResponse, PlanRecord
 
 CANCELED_RESULT_TEXT = "canceled by the user"
@@ -42,6 +43,22 @@ def refused_result(call: ToolCall, mode: str) -> ToolResultMessage:
     )
 
 
+def _not_offered(name: str, mode: str) -> str:
+    """Why a call names a tool the turn did not offer: one of Cursor's that belongs to other
+    modes (the model may know it from the user's rules), one this server does not run, or a
+    name nobody offers."""
+    tool = catalogue.TOOLS_BY_NAME.get(name)
+    if tool is None:
+        return f"unknown tool {name!r}."
+    if tool.status is not catalogue.Status.BUILT:
+        return f"{name} is not available on this server."
+    homes = [m.value for m in catalogue.Mode if name in catalogue.MODES[m]]
+    here = catalogue.mode_of(mode).value if mode else "this"
+    if here in homes:  # offered in this mode, but switched off (a gate, our configuration)
+        return f"{name} is switched off for this conversation."
+    return f"{name} is not offered in {here} mode (only in {', '.join(homes)} mode)."
+
+
 def synthetic_result(
     call: ToolCall,
     tool_names: tuple[str, ...],
@@ -55,7 +72,7 @@ def synthetic_result(
     if call.name not in tool_names:
         return error_result(
             call,
-            f"Error: unknown tool {call.name!r}. Available tools: {', '.join(tool_names)}.",
+            f"Error: {_not_offered(call.name, mode)} Available tools: {', '.join(tool_names)}.",
         )
     if call.arguments_error is not None:
         raw = call.raw_arguments if call.raw_arguments is not None else ""
