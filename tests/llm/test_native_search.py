@@ -125,7 +125,7 @@ async def test_anthropic_every_result_is_one_hit() -> None:
     assert len(urls) == 19 == len(set(urls))
 
 
-def anthropic_stream(*blocks: dict[str, Any]) -> Reply:
+def anthropic_stream(*blocks: dict[str, Any], stop: str = "end_turn") -> Reply:
     events: list[tuple[str, dict[str, Any]]] = [
         ("message_start", {"type": "message_start", "message": {"id": "msg_1", "usage": {}}}),
     ]
@@ -142,7 +142,7 @@ def anthropic_stream(*blocks: dict[str, Any]) -> Reply:
             "message_delta",
             {
                 "type": "message_delta",
-                "delta": {"stop_reason": "end_turn"},
+                "delta": {"stop_reason": stop},
                 "usage": {"output_tokens": 3},
             },
         )
@@ -163,6 +163,25 @@ async def test_anthropic_search_error_is_the_reason_for_no_hits() -> None:
     )
     outcome, _ = await search("anthropic", reply)
     assert outcome == NativeSearchFailed("my-anthropic: the web search failed (too_many_requests)")
+
+
+async def test_hits_found_are_kept_past_a_refused_second_search_and_a_cut_answer() -> None:
+    result = {"type": "web_search_result", "url": "https://a.example/", "title": "A"}
+    reply = anthropic_stream(
+        {"type": "server_tool_use", "id": "srvtoolu_1", "name": "web_search", "input": {}},
+        {"type": "web_search_tool_result", "tool_use_id": "srvtoolu_1", "content": [result]},
+        {"type": "server_tool_use", "id": "srvtoolu_2", "name": "web_search", "input": {}},
+        {
+            "type": "web_search_tool_result",
+            "tool_use_id": "srvtoolu_2",
+            "content": {"type": "web_search_tool_result_error", "error_code": "max_uses_exceeded"},
+        },
+        {"type": "text", "text": "A says"},
+        stop="max_tokens",
+    )
+    outcome, _ = await search("anthropic", reply)
+    assert isinstance(outcome, NativeSearchResult)
+    assert outcome.hits == (NativeHit(title="A", url="https://a.example/"),)
 
 
 async def test_a_model_that_ran_no_search_is_a_failure() -> None:
