@@ -46,7 +46,7 @@ SEARCH_APIS: Final = ("anthropic", "openai-responses", "gemini")
 # What one search call may cost: searches the model may run (Anthropic's `max_uses`; each is
 # billed) and tokens it may write (the answer is only read for its citations).
 MAX_SEARCHES: Final = 1
-MAX_OUTPUT_TOKENS: Final = 2048
+MAX_OUTPUT_TOKENS: Final = 4096
 MAX_QUERY_CHARS: Final = 1000
 MAX_SNIPPET_CHARS: Final = 500
 INSTRUCTIONS: Final = (
