@@ -318,7 +318,8 @@ class GeminiCollector(_JsonCollector):
                 start, end = segment.get("startIndex", 0), segment.get("endIndex")
                 ok = isinstance(start, int) and isinstance(end, int)
                 text = answer[start:end].decode(errors="replace") if ok else ""
-            for index in support.get("groundingChunkIndices") or ():
+            indices = support.get("groundingChunkIndices")
+            for index in indices if isinstance(indices, list) else ():
                 if isinstance(index, int) and 0 <= index < len(webs):
                     found.cite(webs[index].get("uri"), webs[index].get("title"), text)
         for web in webs:
