@@ -20,8 +20,10 @@ import msgspec
 from .config_shape import check_shape, key_path
 from .llm.model_names import ModelNames, NameClash, UnknownDefault
 from .llm.models import Model, Prices
+from .llm.native_search import search_unsupported
 from .llm.settings import Api, ModelSettings, ProviderSettings, ReasoningEffort
 from .loop.catalogue import TOOLS_BY_NAME
+from .web.search.provider import ProviderSearchSpec
 
 __all__ = [
     "CONFIG_ENV",
@@ -335,6 +337,49 @@ def _unknown_provider(name: str, known: Mapping[str, object]) -> str:
     hint = f"; did you mean {close[0]!r}?" if close else ""
     listed = ", ".join(sorted(known)) or "none configured"
     return f"unknown provider {name!r} (providers: {listed}){hint}"
+
+
+# -- [web_search.backend.NAME] kind = "provider": a provider's own search (issue 15, point 4) --
+
+
+class ProviderSearchFields(msgspec.Struct, frozen=True, kw_only=True):
+    """The keys a `kind = "provider"` search backend table adds (the backend table's Struct
+    takes them: inherit it or copy the two fields)."""
+
+    provider: str | None = None  # a [providers.NAME] whose api has a search of its own
+    model: str | None = None  # the upstream model id the search call asks for
+
+
+def provider_search_spec(
+    key: str,
+    name: str,
+    fields: ProviderSearchFields,
+    providers: Mapping[str, ProviderSettings],
+    configured: Mapping[str, object],
+    broken: set[str] | frozenset[str] = frozenset(),
+) -> ProviderSearchSpec | list[str]:
+    """The backend `name` (table `key`) resolved against the loaded `providers`, or its
+    mistakes. `configured` is every [providers] table (for the did-you-mean hint); a provider
+    in `broken` had its own mistake reported already, so naming it is not a second one."""
+    errors: list[str] = []
+    provider = providers.get(fields.provider) if fields.provider else None
+    if not fields.provider:
+        errors.append(
+            f'{key}.provider is required for kind = "provider": a [providers.NAME] whose api '
+            "is anthropic, openai-responses or gemini"
+        )
+    elif provider is None and fields.provider not in broken:
+        errors.append(f"{key}.provider: {_unknown_provider(fields.provider, configured)}")
+    elif provider is not None and (why := search_unsupported(provider.api)) is not None:
+        errors.append(f"{key}.provider: {fields.provider!r} cannot search: {why}")
+    if not (fields.model or "").strip():
+        errors.append(
+            f'{key}.model is required for kind = "provider": the upstream model id the '
+            "search call uses (e.g. claude-sonnet-4-5, gpt-5-mini, gemini-2.5-flash)"
+        )
+    if errors or provider is None or fields.model is None:
+        return errors
+    return ProviderSearchSpec(name=name, provider=provider, model=fields.model.strip())
 
 
 LOCAL_CONFIG = "cursor-byok.toml"  # what `cursor-byok init` and scripts/serve write

@@ -21,7 +21,7 @@ import email.utils
 import logging
 import time
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any, ClassVar, Protocol
 
 import msgspec
@@ -70,6 +70,11 @@ class StreamDecoder(Protocol):
         """The provider closed the stream. Must return a terminal event if none was returned:
         a stream without its end marker is an error, never a silent success."""
         ...
+
+
+# Sees each SSE event of a call before its decoder; must not raise (a raise ends the call as
+# an undecodable stream).
+SSEObserver = Callable[[SSEEvent], None]
 
 
 def redact(text: str, secrets: Sequence[str | None]) -> str:
@@ -167,8 +172,12 @@ class HttpAdapter(ABC):
 
     # -- LLM protocol ----------------------------------------------------------------------
 
-    def send(self, prepared: PreparedRequest) -> HttpResponseStream:
-        stream = HttpResponseStream(self, prepared)
+    def send(
+        self, prepared: PreparedRequest, *, observe: SSEObserver | None = None
+    ) -> HttpResponseStream:
+        """`observe`, when given, sees every SSE event before the decoder does: what a call
+        needs beyond the native events (a provider's search results, llm/native_search.py)."""
+        stream = HttpResponseStream(self, prepared, observe)
         stream.start()
         return stream
 
@@ -205,10 +214,30 @@ class _Closed(Exception):
     """`aclose()` came while the sink had an event: the reading task ends the stream."""
 
 
+class _Observed:
+    """A decoder whose SSE events are shown to an observer first."""
+
+    __slots__ = ("_decoder", "_observe")
+
+    def __init__(self, decoder: StreamDecoder, observe: SSEObserver) -> None:
+        self._decoder = decoder
+        self._observe = observe
+
+    def feed(self, event: SSEEvent) -> list[ResponseEvent]:
+        self._observe(event)
+        return self._decoder.feed(event)
+
+    def finish(self) -> list[ResponseEvent]:
+        return self._decoder.finish()
+
+
 class HttpResponseStream:
-    def __init__(self, adapter: HttpAdapter, prepared: PreparedRequest) -> None:
+    def __init__(
+        self, adapter: HttpAdapter, prepared: PreparedRequest, observe: SSEObserver | None = None
+    ) -> None:
         self._adapter = adapter
         self._prepared = prepared
+        self._observe = observe
         self._assembler = adapter.new_assembler(prepared)
         self._queue: asyncio.Queue[ResponseEvent] = asyncio.Queue()
         self._sink: EventSink | None = None
@@ -367,7 +396,9 @@ class HttpResponseStream:
                 return
             # Until the first content event, `start` and what follows it wait in `held`.
             held: list[ResponseEvent] | None = [self._assembler.start()]
-            decoder = adapter.new_decoder(self._assembler)
+            decoder: StreamDecoder = adapter.new_decoder(self._assembler)
+            if self._observe is not None:  # wrapped once: plain calls pay nothing per event
+                decoder = _Observed(decoder, self._observe)
             parser = SSEParser()
             chunks = response.chunks()
             # A burst of buffered chunks is decoded without the socket ever making this task

@@ -1,0 +1,1 @@
+"""Web search backends: each answers a `WebSearchJob` with `SearchResults` or `JobFailed`."""
