@@ -44,6 +44,7 @@ class App:
             question_timeout_s=config.server.question_timeout_s,
             fsync_model_calls=config.server.fsync_model_calls,
             disabled_tools=tuple(config.server.disabled_tools),
+            enabled_tools=tuple(config.server.enabled_tools),
             on_llm_call=obs.on_llm_call,
             on_run_end=obs.on_run_end,
             on_unknown_event=obs.metrics.observe_unknown_event,

@@ -22,7 +22,7 @@ from .llm.model_names import ModelNames, NameClash, UnknownDefault
 from .llm.models import Model, Prices
 from .llm.native_search import search_unsupported
 from .llm.settings import Api, ModelSettings, ProviderSettings, ReasoningEffort
-from .loop.catalogue import TOOLS_BY_NAME
+from .loop.catalogue import TOOLS, TOOLS_BY_NAME, Gate
 from .web.search.provider import ProviderSearchSpec
 
 __all__ = [
@@ -93,6 +93,7 @@ class ServerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     unstarted_mib_per_client: int = 128  # what they may hold
     # Catalogue tools (docs/tools.md) never offered to the model, in any mode.
     disabled_tools: list[str] = []
+    enabled_tools: list[str] = []  # opt-in tools to offer (WriteShellStdin)
 
     def __repr__(self) -> str:
         token = "set" if self.auth_token else "unset"
@@ -232,6 +233,13 @@ def parse_config(
     if server.log_level.lower() not in LOG_LEVELS:
         errors.append(f"server.log_level must be one of {', '.join(LOG_LEVELS)}")
     errors += _run_limit_errors(server)
+    opt_in = [t.name for t in TOOLS if Gate.CONFIG_ENABLED_TOOLS in t.gates]
+    if wrong := [n for n in server.enabled_tools if n not in opt_in]:
+        errors.append(
+            f"server.enabled_tools: {wrong} cannot be switched on; the opt-in tools are "
+            f"{', '.join(opt_in)} (every other built tool is on unless server.disabled_tools "
+            "names it)"
+        )
     if unknown := [n for n in server.disabled_tools if n not in TOOLS_BY_NAME]:
         errors.append(
             f"server.disabled_tools: unknown tool(s) {unknown}; the catalogue's tools are "

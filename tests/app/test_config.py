@@ -131,3 +131,12 @@ def test_vision_and_disabled_tools() -> None:
     bad = GOOD.replace('database = "cursor-byok.db"', 'disabled_tools = ["Shel"]')
     with pytest.raises(ConfigError, match=r"server.disabled_tools: unknown tool\(s\) \['Shel'\]"):
         parse_config(bad, env=ENV)
+    on = GOOD.replace('database = "cursor-byok.db"', 'enabled_tools = ["WriteShellStdin"]')
+    assert parse_config(on, env=ENV).server.enabled_tools == ["WriteShellStdin"]
+    wrong = GOOD.replace('database = "cursor-byok.db"', 'enabled_tools = ["Shell", "Nope"]')
+    with pytest.raises(
+        ConfigError,
+        match=r"server.enabled_tools: \['Shell', 'Nope'\] cannot be switched on; the opt-in "
+        r"tools are WriteShellStdin",
+    ):
+        parse_config(wrong, env=ENV)

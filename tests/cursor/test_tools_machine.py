@@ -42,6 +42,7 @@ from cursor_byok.transport.cursor.tools.queries import (
 )
 from cursor_byok.transport.cursor.tools.search import GlobMachine, GrepMachine
 from cursor_byok.transport.cursor.tools.shell import ShellMachine
+from cursor_byok.transport.cursor.tools.stdin import WriteShellStdinMachine
 from cursor_byok.transport.cursor.tools.todos import TodoWriteMachine
 from tests.cursor.tool_support import (
     T0,
@@ -70,6 +71,7 @@ TOOL_ARGS: dict[str, dict[str, Any]] = {
     "Grep": {"pattern": "p"},
     "Glob": {"glob_pattern": "*"},
     "ReadLints": {"paths": ["f"]},
+    "WriteShellStdin": {"shell_id": "3", "chars": "y\n"},
     "EditNotebook": {
         "target_notebook": "n.ipynb",
         "cell_idx": 0,
@@ -106,6 +108,7 @@ def test_the_table_covers_exactly_the_native_tools_in_catalogue_order() -> None:
         "Grep": GrepMachine,
         "Glob": GlobMachine,
         "AwaitShell": AwaitShellMachine,
+        "WriteShellStdin": WriteShellStdinMachine,
         "TodoWrite": TodoWriteMachine,
         "ReadLints": ReadLintsMachine,
         "EditNotebook": EditNotebookMachine,

@@ -15,7 +15,7 @@ import asyncio
 import contextlib
 import json
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any
 
 import pytest
@@ -34,7 +34,7 @@ from tests.e2e.test_shim import (
     shell_stream,
     unique,
 )
-from tests.support.live import ServerProcess
+from tests.support.live import ServerProcess, brain_config, server_process
 from tests.support.upstream import FakeUpstream
 
 TERMINALS = "/home/tester/.cursor/projects/e2e/terminals"
@@ -345,3 +345,107 @@ async def test_background_actions_start_runs_that_tell_the_model(
     # The conversation so far is sent unchanged before it (the prompt cache prefix).
     assert body["messages"][: len(previous["messages"])] == previous["messages"]
     assert body["tools"] == previous["tools"]
+
+
+# -- WriteShellStdin (opt-in) ------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def stdin_server(
+    upstream: FakeUpstream, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ServerProcess]:
+    work = tmp_path_factory.mktemp("stdin")
+    extra = 'enabled_tools = ["WriteShellStdin"]'
+    with server_process(brain_config(upstream.base_url, db=work / "db", extra=extra), work) as srv:
+        yield srv
+
+
+def offered_names(body: dict[str, Any]) -> list[str]:
+    return [t["function"]["name"] for t in body.get("tools", [])]
+
+
+@TRANSPORTS
+async def test_write_shell_stdin_types_into_a_background_shell(
+    stdin_server: ServerProcess, upstream: FakeUpstream, transport: str
+) -> None:
+    prompt = unique('[tool WriteShellStdin {"shell_id": "3", "chars": "yes\\n"}]')
+    async with session(stdin_server, transport) as (send, reader):
+        await send(ide_run_request(prompt))
+        esm = (await reader.wait_for(exec_of("write_shell_stdin_args"))).exec_server_message
+        assert (esm.write_shell_stdin_args.shell_id, esm.write_shell_stdin_args.chars) == (
+            3,
+            "yes\n",
+        )
+        ok = agent_pb2.WriteShellStdinResult(
+            success=agent_pb2.WriteShellStdinSuccess(
+                shell_id=3, terminal_file_length_before_input_written=812
+            )
+        )
+        await send(exec_reply(esm.id, write_shell_stdin_result=ok))
+        end = await reader.wait_end()
+    assert end == {} and reader.turn_ended
+    (started,) = cards(reader, "tool_call_started")
+    assert started.write_shell_stdin_tool_call.args.chars == "yes\n"
+    (done,) = cards(reader, "tool_call_completed")
+    assert done.write_shell_stdin_tool_call.result == ok
+    first, second = chat_requests(upstream, prompt)
+    names = offered_names(first)
+    assert names.index("WriteShellStdin") == names.index("AwaitShell") + 1
+    (tool,) = tool_messages(second)
+    assert tool["content"] == (
+        f"Wrote 4 character(s) to the stdin of shell 3. Its output goes on in {TERMINALS}/3.txt "
+        "(it was 812 bytes long before the input); AwaitShell reads what the command does next."
+    )
+
+
+@TRANSPORTS
+async def test_with_write_shell_stdin_on_shell_keeps_stdin_open(
+    stdin_server: ServerProcess, transport: str
+) -> None:
+    prompt = unique('[tool Shell {"command": "python3 -i", "block_until_ms": 0}]')
+    async with session(stdin_server, transport) as (send, reader):
+        await send(ide_run_request(prompt))
+        esm = (await reader.wait_for(exec_of("shell_stream_args"))).exec_server_message
+        assert not esm.shell_stream_args.close_stdin
+        # A client that does not know write_shell_stdin_args would throw; this one ends the
+        # command at once.
+        result = agent_pb2.ShellResult(
+            success=agent_pb2.ShellSuccess(command="python3 -i", exit_code=0)
+        )
+        await send(exec_reply(esm.id, shell_result=result))
+        assert await reader.wait_end() == {} and reader.turn_ended
+
+
+@TRANSPORTS
+async def test_write_shell_stdin_refused_by_a_client_that_does_not_know_it(
+    stdin_server: ServerProcess, upstream: FakeUpstream, transport: str
+) -> None:
+    prompt = unique('[tool WriteShellStdin {"shell_id": "3", "chars": "q"}]')
+    async with session(stdin_server, transport) as (send, reader):
+        await send(ide_run_request(prompt))
+        esm = (await reader.wait_for(exec_of("write_shell_stdin_args"))).exec_server_message
+        throw = agent_pb2.ExecClientControlMessage(
+            throw=agent_pb2.ExecClientThrow(id=esm.id, error="unknown exec type")
+        )
+        await send(agent_pb2.AgentClientMessage(exec_client_control_message=throw))
+        assert await reader.wait_end() == {} and reader.turn_ended
+    _first, second = chat_requests(upstream, prompt)
+    (tool,) = tool_messages(second)
+    assert tool["content"] == (
+        "Error: the client could not run the WriteShellStdin call: unknown exec type"
+    )
+
+
+async def test_write_shell_stdin_is_off_unless_named(
+    server: ServerProcess, upstream: FakeUpstream
+) -> None:
+    prompt = unique('[tool Shell {"command": "true"}]')
+    async with session(server, "shim") as (send, reader):
+        await send(ide_run_request(prompt))
+        esm = (await reader.wait_for(exec_of("shell_stream_args"))).exec_server_message
+        assert esm.shell_stream_args.close_stdin  # the default: stdin closed
+        result = agent_pb2.ShellResult(success=agent_pb2.ShellSuccess(command="true"))
+        await send(exec_reply(esm.id, shell_result=result))
+        assert await reader.wait_end() == {}
+    first, _ = chat_requests(upstream, prompt)
+    assert "WriteShellStdin" not in offered_names(first)

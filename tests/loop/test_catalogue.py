@@ -65,7 +65,14 @@ def test_docs_table_equals_the_code_table() -> None:
 @pytest.mark.parametrize("mode", list(cat.Mode))
 def test_each_mode_offers_its_documented_built_tools_in_order(mode: cat.Mode) -> None:
     rows, _ = documented()
-    expected = [r["name"] for r in rows if mode.value in r["modes"] and r["status"] == "built"]
+    # Built, and on by default: an opt-in tool (server.enabled_tools) is off until named.
+    expected = [
+        r["name"]
+        for r in rows
+        if mode.value in r["modes"]
+        and r["status"] == "built"
+        and "server.enabled_tools" not in r["gates"]
+    ]
     names = [t.name for t in build_tools(None, started(TurnContext(mode=mode.value)).committed)]
     assert names == expected == list(cat.offered(mode))
 
@@ -176,6 +183,7 @@ def test_every_model_call_names_the_catalogue_version() -> None:
 # pinned here), or an operator could not tell a catalogue change from a cache bug.
 PINNED_DIGESTS = {
     7: "82eb73825af64a273ccb479c9d4f73592e1bfea0fca3495c72a372c2dd619c40",
+    8: "51b79bbe65d34e701b59efc178a9e0a7ed4ebccc3e8ae6f0110e73c320dd286c",
 }
 
 
@@ -215,3 +223,14 @@ def test_a_call_to_a_tool_not_offered_says_why(name: str, mode: str, why: str) -
     assert result is not None and result.is_error
     assert result.text.startswith(f"Error: {why}")
     assert result.text.endswith("Available tools: Read, LS.")
+
+
+def test_an_opt_in_tool_is_offered_only_when_the_operator_names_it() -> None:
+    assert "WriteShellStdin" not in cat.offered(cat.Mode.AGENT)
+    on = cat.Switches(enabled_tools=("WriteShellStdin",))
+    agent = cat.offered(cat.Mode.AGENT, on)
+    assert agent.index("WriteShellStdin") == agent.index("AwaitShell") + 1
+    assert "WriteShellStdin" in cat.offered(cat.Mode.SUBAGENT, on)
+    assert "WriteShellStdin" not in cat.offered(cat.Mode.PLAN, on)  # not in plan's list
+    both = cat.Switches(enabled_tools=("WriteShellStdin",), disabled_tools=("WriteShellStdin",))
+    assert "WriteShellStdin" not in cat.offered(cat.Mode.AGENT, both)  # disabled wins

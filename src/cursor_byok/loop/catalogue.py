@@ -20,7 +20,7 @@ from typing import assert_never
 import msgspec
 
 # Bump on every change to the table below (or to what a mode offers).
-CATALOGUE_VERSION = 7
+CATALOGUE_VERSION = 8
 
 
 class Mode(enum.StrEnum):
@@ -54,6 +54,8 @@ class Gate(enum.StrEnum):
     MCP_META_TOOLS = "mcp_meta_tool_options.enabled"
     # Our configuration: server.disabled_tools names tools the operator switched off.
     CONFIG_DISABLED_TOOLS = "server.disabled_tools"
+    # Our configuration: an opt-in tool is offered only when server.enabled_tools names it.
+    CONFIG_ENABLED_TOOLS = "server.enabled_tools"
 
 
 ISSUE_NATIVE = 14  # this issue: Cursor's own agent in every mode
@@ -96,11 +98,13 @@ TOOLS: tuple[CatalogueTool, ...] = (
     _tool(
         "WriteShellStdin",
         ISSUE_NATIVE,
-        _N,
+        _B,
+        Gate.CONFIG_ENABLED_TOOLS,
         note=(
             "not in Cursor's model list (GoL offers it); listed wherever AwaitShell is, for "
-            "point 7's 'where the client supports it': a background shell waiting for input "
-            "can otherwise only be killed"
+            "point 7's 'where the client supports it': opt-in (server.enabled_tools), since "
+            "no client says it keeps a shell's stdin open; with it on, Shell asks the client "
+            "to keep stdin open"
         ),
     ),
     _tool("EditNotebook", ISSUE_NATIVE, _B),
@@ -200,6 +204,7 @@ class Switches(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unknown_f
     suppress_subagent_progress_update_tool: bool | None = None
     mcp_meta_tools: bool | None = None
     disabled_tools: tuple[str, ...] = ()
+    enabled_tools: tuple[str, ...] = ()  # server.enabled_tools: the opt-in tools switched on
 
 
 DEFAULT_SWITCHES = Switches()
@@ -227,6 +232,8 @@ def gate_open(gate: Gate, tool: str, switches: Switches) -> bool:
             return switches.mcp_meta_tools is True
         case Gate.CONFIG_DISABLED_TOOLS:
             return tool not in switches.disabled_tools
+        case Gate.CONFIG_ENABLED_TOOLS:
+            return tool in switches.enabled_tools
         case _:
             assert_never(gate)
 

@@ -298,6 +298,23 @@ AWAIT_SHELL = ToolSpec(
 )
 
 
+WRITE_SHELL_STDIN = ToolSpec(
+    name="WriteShellStdin",
+    description=(
+        "Type characters into the standard input of a command that Shell left running in the "
+        "background (one waiting for an answer, a REPL). Give the shell id from the Shell "
+        "result; include a newline to press Enter. Then use AwaitShell to read what it did."
+    ),
+    parameters=_object(
+        {
+            "shell_id": _string("The shell id the Shell result named."),
+            "chars": _string("The characters to write (\\n for Enter, \\u0003 for Ctrl-C)."),
+        },
+        ["shell_id", "chars"],
+    ),
+    side_effects=True,
+)
+
 READ_LINTS = ToolSpec(
     name="ReadLints",
     description=(
@@ -517,6 +534,7 @@ NATIVE_TOOLS: tuple[ToolSpec, ...] = (
     GREP,
     GLOB,
     AWAIT_SHELL,
+    WRITE_SHELL_STDIN,
     TODO_WRITE,
     READ_LINTS,
     EDIT_NOTEBOOK,

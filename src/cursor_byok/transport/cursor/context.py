@@ -288,6 +288,7 @@ def merge_context(
     custom_instructions: str | None = None,
     suppress_subagent_progress_update_tool: bool | None = None,
     disabled_tools: tuple[str, ...] = (),
+    enabled_tools: tuple[str, ...] = (),
 ) -> TurnContext:
     """One TurnContext from every context source. Rules keep a fixed order (parts in the order
     given, then the inline context's rules, skills and MCP instructions) and duplicates are
@@ -324,5 +325,6 @@ def merge_context(
             read_lints_enabled=inline.read_lints_enabled if inline is not None else None,
             suppress_subagent_progress_update_tool=suppress_subagent_progress_update_tool,
             disabled_tools=disabled_tools,
+            enabled_tools=enabled_tools,
         ),
     )

@@ -256,6 +256,7 @@ class ClientLink:
         terminals_folder: str | None = None,
         budget_ms: int | None = None,
         mode: str = "agent",
+        keep_stdin: bool = False,
     ) -> ToolMachine:
         return machine_for(
             call,
@@ -267,6 +268,7 @@ class ClientLink:
             budget_ms=budget_ms,
             vision=self.vision,
             mode=mode,
+            keep_stdin=keep_stdin,
         )
 
     def tool_running(self, operation_id: str) -> bool:
@@ -288,12 +290,13 @@ class ClientLink:
         terminals_folder: str | None = None,
         budget_ms: int | None = None,
         mode: str = "agent",
+        keep_stdin: bool = False,
     ) -> Started:
         """tool_call_started and the first exec (or interaction query) of the call; `early`
         when the call cannot run and its answer is known at once (nothing was sent).
         `terminals_folder` is the client's, `budget_ms` the runner's deadline for the call."""
         machine = self._machine(
-            call, llm_call_id, content_index, route, terminals_folder, budget_ms, mode
+            call, llm_call_id, content_index, route, terminals_folder, budget_ms, mode, keep_stdin
         )
         self._tools[operation_id] = machine
 

@@ -335,7 +335,11 @@ class Run:
         self._parts = await context_parts(request, self.requests, self.runner.client_blobs)
         self._mcp_tools = request.mcp_tools
         context = await turn_context(
-            request, self._parts, self.requests, self.services.disabled_tools
+            request,
+            self._parts,
+            self.requests,
+            self.services.disabled_tools,
+            self.services.enabled_tools,
         )
         # A Build has no user message: the loop opens its turn with the plan.
         message = request.user_message or LLMUserMessage(content=())
@@ -392,6 +396,7 @@ class Run:
                 else None
             ),
             disabled_tools=self.services.disabled_tools,
+            enabled_tools=self.services.enabled_tools,
         )
 
     async def _consume(self) -> None:

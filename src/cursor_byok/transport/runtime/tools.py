@@ -13,7 +13,7 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from ...loop import CallClient, ConversationState
+from ...loop import CallClient, ConversationState, catalogue
 from ...store.api import ClientOperationRecord
 from ..cursor import ClientLink
 from ..cursor.tools import Started
@@ -85,6 +85,10 @@ class ToolCalls:
             terminals_folder=context.environment.terminals_folder if context else None,
             budget_ms=int(self.timeout_s * 1000),
             mode=context.mode if context is not None else "agent",
+            # With WriteShellStdin offered, a command's stdin stays open for it.
+            keep_stdin=context is not None
+            and "WriteShellStdin"
+            in catalogue.offered(catalogue.mode_of(context.mode), context.switches),
         )
         flight = _InFlight(record=record, started_ms=self._now_ms())
         if started.early is None:

@@ -54,6 +54,7 @@ from .notebook import EditNotebookMachine
 from .queries import AskQuestionMachine, CreatePlanMachine, QueryMachine, SwitchModeMachine
 from .search import GlobMachine, GrepMachine
 from .shell import ShellMachine
+from .stdin import WriteShellStdinMachine
 from .todos import TodoWriteMachine, decode_todo, todo_items
 
 __all__ = [
@@ -95,6 +96,7 @@ NATIVE_MACHINES: Mapping[str, type[ToolMachine]] = MappingProxyType(
         "Grep": GrepMachine,
         "Glob": GlobMachine,
         "AwaitShell": AwaitShellMachine,
+        "WriteShellStdin": WriteShellStdinMachine,
         "TodoWrite": TodoWriteMachine,
         "ReadLints": ReadLintsMachine,
         "EditNotebook": EditNotebookMachine,
@@ -123,6 +125,7 @@ def machine_for(
     budget_ms: int | None = None,
     vision: bool = False,
     mode: str = "agent",
+    keep_stdin: bool = False,
 ) -> ToolMachine:
     """The machine for one call. `mcp` is the route of an MCP tool (None when the name is not
     known: it goes out as it is); native tools ignore it. `terminals_folder` is the client's
@@ -135,6 +138,7 @@ def machine_for(
         budget_ms=budget_ms,
         vision=vision,
         mode=mode,
+        keep_stdin=keep_stdin,
     )
     native = NATIVE_MACHINES.get(call.name)
     if native is None:

@@ -80,6 +80,8 @@ class ToolSettings:
     # Whether the turn's model can see images: a Read of an image then gives the image itself.
     vision: bool = False
     mode: str = "agent"  # the conversation's mode when the call starts (SwitchMode's "from")
+    # WriteShellStdin is offered: Shell asks the client to keep the command's stdin open.
+    keep_stdin: bool = False
 
 
 @dataclass(frozen=True, slots=True)

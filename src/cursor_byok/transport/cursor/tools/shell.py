@@ -85,7 +85,7 @@ class ShellMachine(ToolMachine):
             tool_call_id=self.tool_call_id,
             timeout_behavior=agent_pb2.TIMEOUT_BEHAVIOR_BACKGROUND,
             hard_timeout=HARD_TIMEOUT_MS,
-            close_stdin=True,
+            close_stdin=not self.settings.keep_stdin,
             conversation_id=self.settings.conversation_id,
         )
         description = get_str(self.args, "description")
