@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from ...llm import canonical
 from ...loop import ConversationState, Span
 from ...loop import view as views
+from ...loop.meter import meter_of_state
 from ...store.api import Store, TurnMark
 from ..connect.channel import RunChannel
 from ..cursor import checkpoint as checkpoint_frame
@@ -50,8 +51,10 @@ class Checkpoints:
         requests: ClientRequests,
         channel: RunChannel,
         background: Callable[[Awaitable[None], str], None],
+        window: int,
     ) -> None:
         self.conversation_id = conversation_id
+        self.window = window  # the model's context window: the meter's max_tokens
         self.store = store
         self.states = states
         self.requests = requests
@@ -138,7 +141,10 @@ class Checkpoints:
         # should the write be lost, the next run's turns are simply not a prefix of ours and
         # our history stands (never a wrong rewind).
         mode = state.context.mode if state.context is not None else None
-        self.channel.send(checkpoint_frame([m.blob_id for m in marks], state.todos, mode))
+        # The context meter moves on each checkpoint: the last measured call of the active
+        # history (loop/meter.py), so a restarted server's next checkpoint carries it too.
+        meter = meter_of_state(state, self.window)
+        self.channel.send(checkpoint_frame([m.blob_id for m in marks], state.todos, mode, meter))
         self._marks = list(marks)
         self.states.set_turn_marks(self.conversation_id, version, marks)
         # The marks before this turn's are what the store holds (read from it, or written by
