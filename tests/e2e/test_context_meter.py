@@ -13,7 +13,8 @@ import pytest
 
 from cursor_byok.loop.meter import LABELS, Category
 from cursor_byok.transport.cursor.proto import agent_pb2
-from tests.e2e.test_crash_recovery import Crashable
+from cursor_byok.transport.runtime import records
+from tests.e2e.test_crash_recovery import Crashable, db_reader
 from tests.e2e.test_modes_actions import (
     TRANSPORTS,
     _action_request,
@@ -137,6 +138,22 @@ async def test_every_checkpoint_carries_the_meter_and_it_survives_kill9(
     assert len(upstream.requests) == before
     assert details.used_tokens == 9_100
     assert tokens(details) == tokens(meters[-1])
+
+    # Each call's record keeps its meter: scaled to the provider's usage once it finished.
+    with db_reader(crashable.db) as conn:
+        rows = conn.execute(
+            "SELECT input_tokens, cache_read_tokens, prompt_breakdown FROM llm_calls "
+            "WHERE conversation_id = ? AND status = 'committed' ORDER BY created_at_ms, call_id",
+            (cid,),
+        ).fetchall()
+    assert len(rows) == 4  # one call per turn, two in the tool turn
+    for input_tokens, cache_read, breakdown in rows:
+        kept = records.decode_call_meter(breakdown)
+        assert kept.meter.measured and kept.meter.max_tokens == WINDOW
+        assert kept.meter.used_tokens == input_tokens + cache_read
+        assert sum(c.tokens for c in kept.meter.categories) == kept.meter.used_tokens
+    last = records.decode_call_meter(rows[-1][2]).meter
+    assert [c.tokens for c in last.categories] == list(tokens(meters[-1]).values())
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)

@@ -10,6 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from cursor_byok.llm.types import (
+    ZERO_USAGE,
     AssistantMessage,
     ImageContent,
     RequestMessages,
@@ -46,7 +47,7 @@ MCP_TOOL = ToolDefinition(
 )
 
 
-def _assistant(*content: object, usage: Usage = Usage()) -> AssistantMessage:
+def _assistant(*content: object, usage: Usage = ZERO_USAGE) -> AssistantMessage:
     return AssistantMessage(
         content=content,  # type: ignore[arg-type]
         api="openai-completions",
@@ -123,7 +124,9 @@ def test_every_category_is_counted_where_it_sits() -> None:
     assert chars.mcp == mcp
     native = [t for t in tools if t.name != "lookup_ticket"]
     assert chars.tools == sum(
-        len(t.name) + len(t.description) + len(msgspec.json.encode(t.parameters, order="deterministic"))
+        len(t.name)
+        + len(t.description)
+        + len(msgspec.json.encode(t.parameters, order="deterministic"))
         for t in native
     )
     assert chars.summarized_conversation == len("Earlier we fixed the parser.")
