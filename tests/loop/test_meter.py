@@ -32,11 +32,13 @@ from cursor_byok.loop.meter import (
     Category,
     PromptChars,
     estimate_tokens,
+    last_measured,
     measure,
     meter_of_state,
     next_request_tokens,
     prompt_chars,
     prompt_tokens,
+    upcoming_tokens,
 )
 from cursor_byok.loop.prompt import render_prompt, render_tools, rules_section
 
@@ -238,3 +240,27 @@ def test_meter_of_state_takes_the_last_measured_call() -> None:
     estimated = meter_of_state(fresh, 32_768)
     assert not estimated.measured
     assert estimated.used_tokens == sum(c.tokens for c in estimated.categories) > 0
+
+
+def test_upcoming_tokens_is_calibrated_on_the_last_measured_call() -> None:
+    context = TurnContext()
+    first = UserMessage.of_text("hello")
+    answer = _assistant(TextContent(text="hi"), usage=Usage(input=5_000, cache_read=1_000))
+    state = msgspec.structs.replace(
+        ConversationState.new("c"), context=context, messages=(first, answer)
+    )
+    last = last_measured(state)
+    assert last is not None and last[1] == 6_000
+    request = RequestMessages(
+        render_prompt(context),
+        (first, answer, UserMessage.of_text("x" * 400)),
+        render_tools(context),
+    )
+    chars = prompt_chars(request, context)
+    assert upcoming_tokens(state, chars) == 6_000 + estimate_tokens(chars) - estimate_tokens(
+        last[0]
+    )
+    assert upcoming_tokens(state, chars) == next_request_tokens(chars, last[0], 6_000)
+    fresh = msgspec.structs.replace(state, messages=(first,))
+    assert last_measured(fresh) is None
+    assert upcoming_tokens(fresh, chars) == estimate_tokens(chars)

@@ -8,8 +8,9 @@ largest remainder (apportion.py), so the categories always sum exactly to `used_
 a provider reported usage (or when it reports none) the estimate itself is the total.
 
 Pure and deterministic: the same request and usage always give the same meter. What the
-compaction needs is `next_request_tokens` (the tokens a request would have, calibrated on the
-last measured call) and `prompt_tokens` (a call's measured prompt size). docs/loop.md.
+compaction needs is `upcoming_tokens(state, chars)` (the tokens a request would have, calibrated
+on the last measured call: `next_request_tokens` over `last_measured`) and `prompt_tokens` (a
+call's measured prompt size). docs/loop.md.
 """
 
 from __future__ import annotations
@@ -49,11 +50,13 @@ __all__ = [
     "Meter",
     "PromptChars",
     "estimate_tokens",
+    "last_measured",
     "measure",
     "meter_of_state",
     "next_request_tokens",
     "prompt_chars",
     "prompt_tokens",
+    "upcoming_tokens",
 ]
 
 # Characters per token of the estimate. Measured on the llama.cpp tokenizer of the test model
@@ -244,19 +247,45 @@ def next_request_tokens(chars: PromptChars, last: PromptChars | None, last_used:
     return -(-estimate * last_used // before) if before else estimate
 
 
+def _context_of(state: ConversationState) -> TurnContext:
+    return state.context if state.context is not None else DEFAULT_CONTEXT
+
+
+def last_measured(state: ConversationState) -> tuple[PromptChars, int] | None:
+    """The active history's last measured call: its request's chars (the messages before its
+    answer, with the turn's system prompt and tools) and the provider's prompt tokens for it.
+    None when no answer in the active history carries usage."""
+    messages = state.messages
+    for i in range(len(messages) - 1, -1, -1):
+        message = messages[i]
+        if isinstance(message, AssistantMessage) and prompt_tokens(message.usage) > 0:
+            return _chars_of_state(state, messages[:i]), prompt_tokens(message.usage)
+    return None
+
+
+def _chars_of_state(state: ConversationState, messages: tuple[Message, ...]) -> PromptChars:
+    context = _context_of(state)
+    request = RequestMessages(
+        system_prompt=render_prompt(context), messages=messages, tools=render_tools(context)
+    )
+    return prompt_chars(request, context)
+
+
+def upcoming_tokens(state: ConversationState, chars: PromptChars) -> int:
+    """The tokens a request of `chars` would have in this conversation (the compaction's
+    trigger): `next_request_tokens` calibrated on the active history's last measured call."""
+    last = last_measured(state)
+    if last is None:
+        return estimate_tokens(chars)
+    return next_request_tokens(chars, last[0], last[1])
+
+
 def meter_of_state(state: ConversationState, window: int) -> Meter:
     """The meter a checkpoint shows for `state`: the prompt of the active history's last
     measured call (its provider usage, with the turn's context); when no call reported usage
     yet, the estimate of the request the next call would send."""
-    context = state.context if state.context is not None else DEFAULT_CONTEXT
-    messages = state.messages
-    used = 0
-    for i in range(len(messages) - 1, -1, -1):
-        message = messages[i]
-        if isinstance(message, AssistantMessage) and prompt_tokens(message.usage) > 0:
-            messages, used = messages[:i], prompt_tokens(message.usage)
-            break
-    request = RequestMessages(
-        system_prompt=render_prompt(context), messages=messages, tools=render_tools(context)
-    )
-    return measure(prompt_chars(request, context), used=used, window=window)
+    last = last_measured(state)
+    if last is None:
+        return measure(_chars_of_state(state, state.messages), used=0, window=window)
+    chars, used = last
+    return measure(chars, used=used, window=window)
