@@ -264,3 +264,19 @@ def test_upcoming_tokens_is_calibrated_on_the_last_measured_call() -> None:
     fresh = msgspec.structs.replace(state, messages=(first,))
     assert last_measured(fresh) is None
     assert upcoming_tokens(fresh, chars) == estimate_tokens(chars)
+
+
+@given(
+    st.recursive(
+        st.none() | st.booleans() | st.integers() | st.text(alphabet="abc xyz_"),
+        lambda inner: (
+            st.lists(inner, max_size=4)
+            | st.dictionaries(st.text(alphabet="kq", max_size=3), inner, max_size=4)
+        ),
+        max_leaves=12,
+    )
+)
+def test_tool_arguments_count_as_their_compact_json(value: object) -> None:
+    call = ToolCall(id="c", name="T", arguments={"v": value})
+    chars = prompt_chars(RequestMessages("", (_assistant(call),)), TurnContext())
+    assert chars.conversation == len("T") + len(msgspec.json.encode({"v": value}))

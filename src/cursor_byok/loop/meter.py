@@ -167,8 +167,24 @@ class _Count:
                         case ThinkingContent(thinking=thinking):
                             self.chars += len(thinking)
                         case ToolCall(name=name, arguments=args, raw_arguments=raw):
-                            body = raw if raw is not None else msgspec.json.encode(args)
-                            self.chars += len(name) + len(body)
+                            body = len(raw) if raw is not None else _json_chars(args)
+                            self.chars += len(name) + body
+
+
+def _json_chars(value: object) -> int:
+    """The length of `value` as compact JSON, escapes not counted, without encoding it: a
+    history's tool arguments hold whole files, and encoding them on every call doubled the
+    meter's time (10.6 against 5.2 ms for 1,000 messages of 1 MB)."""
+    if isinstance(value, str):
+        return len(value) + 2
+    if isinstance(value, dict):
+        items = sum(len(k) + 3 + _json_chars(v) for k, v in value.items())
+        return 2 + items + max(len(value) - 1, 0)
+    if isinstance(value, list | tuple):
+        return 2 + sum(_json_chars(v) for v in value) + max(len(value) - 1, 0)
+    if value is None or isinstance(value, bool):
+        return 4 if value is None or value else 5
+    return len(repr(value))
 
 
 def prompt_chars(
