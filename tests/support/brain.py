@@ -12,6 +12,8 @@ prompt it types into a real client:
 - `[slow SECONDS]`               a pause before the answer (heartbeat tests)
 - `[brief]`                      a short answer however long the message (benchmarks)
 - `[fail]`                       HTTP 500 with a provider error body
+- `[usage N C]`                  the answer's usage reports N prompt tokens, C of them cached
+                                 (each call of the turn; the context meter's tests)
 - otherwise                      "You said: <text>"
 
 Everything it answers is deterministic, so tests can assert exact text.
@@ -112,9 +114,29 @@ _TOOL = re.compile(r"\[tool (\S+) (\{.*?\})\]")
 _TOOLS = re.compile(r"\[tools (\S+) (\{.*?\}) (\S+) (\{.*?\})\]")
 _SCRIPT = re.compile(r"\[script (write-read|write-shell) (\S+) (.+?)\]")
 _SLOW = re.compile(r"\[slow ([0-9.]+)\]")
+_USAGE = re.compile(r"\[usage ([0-9]+) ([0-9]+)\]")
+
+
+def _with_usage(reply: Reply, prompt_tokens: int, cached: int) -> Reply:
+    """`reply` with its usage event reporting `prompt_tokens` (`cached` of them cached)."""
+    for i, chunk in enumerate(reply.chunks):
+        if chunk.startswith(b"data: {") and b'"usage"' in chunk:
+            event = json.loads(chunk[len(b"data: ") :])
+            completion = event["usage"]["completion_tokens"]
+            reply.chunks[i] = f"data: {_usage(prompt_tokens, completion, cached)}\n\n".encode()
+    return reply
 
 
 def answer(received: Received) -> Reply:
+    reply = _answer(received)
+    body = json.loads(received.body)
+    users = [m for m in body["messages"] if m["role"] == "user" and not is_tool_images(m)]
+    if users and (m := _USAGE.search(_text_of(users[-1]["content"]))):
+        return _with_usage(reply, int(m.group(1)), int(m.group(2)))
+    return reply
+
+
+def _answer(received: Received) -> Reply:
     body = json.loads(received.body)
     messages = body["messages"]
     last_user = next(

@@ -13,6 +13,8 @@ import msgspec
 
 from cursor_byok.llm.types import AssistantMessage, RequestMessages, ToolCall
 
+from .meter import PromptChars
+
 
 class _Command(msgspec.Struct, frozen=True, tag_field="command", omit_defaults=True):
     pass
@@ -29,6 +31,8 @@ class CallLLM(_Command, frozen=True, tag="call_llm"):
     request: RequestMessages
     messages_hash: str
     catalogue_version: int = 0  # the tool catalogue the request's tools come from
+    # The request's characters per context-meter category (meter.py), recorded with the call.
+    prompt: PromptChars = PromptChars()
 
 
 class ResendLLM(_Command, frozen=True, tag="resend_llm"):

@@ -73,6 +73,15 @@ def _environment_lines(env: Environment) -> list[str]:
     return lines
 
 
+def rules_section(context: TurnContext) -> str:
+    """The system prompt's section of user and project rules; "" when there are none (the
+    context meter counts it as its own category)."""
+    rules = [r.strip() for r in context.rules if r.strip()]
+    if not rules:
+        return ""
+    return "Rules from the user and the project (follow them):\n\n" + "\n\n".join(rules)
+
+
 def render_prompt(context: TurnContext) -> str:
     """The system prompt for `context`; the same context always gives the same text."""
     sections = [BASE_INSTRUCTIONS]
@@ -87,11 +96,9 @@ def render_prompt(context: TurnContext) -> str:
         sections.append("Environment:\n" + "\n".join(env_lines))
     if context.git:
         sections.append("Git repository:\n" + context.git.strip())
-    rules = [r.strip() for r in context.rules if r.strip()]
+    rules = rules_section(context)
     if rules:
-        sections.append(
-            "Rules from the user and the project (follow them):\n\n" + "\n\n".join(rules)
-        )
+        sections.append(rules)
     if context.custom_instructions and context.custom_instructions.strip():
         sections.append("Additional instructions:\n" + context.custom_instructions.strip())
     return "\n\n".join(sections)

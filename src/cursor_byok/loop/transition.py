@@ -75,6 +75,7 @@ from .inputs import (
     ToolResult,
     UserMessage,
 )
+from .meter import prompt_chars
 from .prompt import render_prompt, render_tools
 from .results import (
     CANCELED_RESULT_TEXT,
@@ -275,6 +276,7 @@ def _call_llm(c: ConversationState) -> Transition:
         request=request,
         messages_hash=digest,
         catalogue_version=catalogue.CATALOGUE_VERSION,
+        prompt=prompt_chars(request, context),
     )
     return _settle(c2, (), command)
 

@@ -114,6 +114,9 @@ class LLMCallRecord(msgspec.Struct, frozen=True, kw_only=True):
     # The tool catalogue version the request was built with (loop/catalogue.py): a change
     # between two calls of a conversation explains a prompt-cache miss. None before 0005.
     catalogue_version: int | None = None
+    # The context meter of the request (transport/runtime/records.py encodes it): estimated
+    # when planned, scaled to the provider's usage when finished. None before 0006.
+    prompt_breakdown: bytes | None = None
 
 
 class ClientOperationRecord(msgspec.Struct, frozen=True, kw_only=True):

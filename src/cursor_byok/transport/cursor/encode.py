@@ -29,6 +29,7 @@ from ...llm.events import (
     ToolCallStart,
 )
 from ...llm.types import Usage
+from ...loop.meter import Meter
 from ...loop.state import PlanRecord
 from ...loop.todos import TodoItem
 from .proto import agent_pb2
@@ -145,21 +146,53 @@ def plan_id(uri: str) -> str:
     return name
 
 
+_UINT32_MAX = 2**32 - 1
+
+
+def _u32(n: int) -> int:
+    return min(max(n, 0), _UINT32_MAX)
+
+
+def token_details(meter: Meter) -> agent_pb2.ConversationTokenDetails:
+    """The context meter (`token_details` 5, reference §5): used of max, and the breakdown by
+    category (every category, zeros included, in the meter's order)."""
+    used, window = _u32(meter.used_tokens), _u32(meter.max_tokens)
+    categories = [
+        agent_pb2.PromptTokenBreakdownCategory(
+            id=c.category.value,
+            label=c.label,
+            estimated_tokens=_u32(c.tokens),
+            character_count=_u32(c.chars),
+        )
+        for c in meter.categories
+    ]
+    return agent_pb2.ConversationTokenDetails(
+        used_tokens=used,
+        max_tokens=window,
+        breakdown=agent_pb2.PromptTokenBreakdownSnapshot(
+            total_used_tokens=used, max_tokens=window, categories=categories
+        ),
+    )
+
+
 def checkpoint(
     turn_blob_ids: Sequence[bytes],
     todos: Sequence[TodoItem] = (),
     mode: str | None = None,
     plan: PlanRecord | None = None,
     plans: Sequence[PlanRecord] = (),
+    meter: Meter | None = None,
 ) -> bytes:
     """`conversation_checkpoint_update` listing one blob per completed turn, the todo list
     (`todos` (3): each TodoItem serialized inline, as GoL writes it; reference §3.4 [S]), the
     mode the conversation is in (`mode` 10, reference §3.3: after an approved SwitchMode it
-    is the new one), its plan (`plan` 7: a serialized ConversationPlan) and every plan
-    document it has, by id (`plans` 20; reference §2.11 [S])."""
+    is the new one), its plan (`plan` 7: a serialized ConversationPlan), every plan document it
+    has, by id (`plans` 20; reference §2.11 [S]) and the context meter (`token_details` 5)."""
     state = agent_pb2.ConversationStateStructure(
         turns=list(turn_blob_ids), todos=[t.SerializeToString() for t in todo_items(todos)]
     )
+    if meter is not None:
+        state.token_details.CopyFrom(token_details(meter))
     value = agent_mode(mode) if mode is not None else None
     if value is not None:
         state.mode = value  # type: ignore[assignment]

@@ -18,6 +18,7 @@ from ...llm import canonical
 from ...loop import ConversationState, Span
 from ...loop import view as views
 from ...loop.derived import plans_in_view
+from ...loop.meter import meter_of_state
 from ...store.api import Store, TurnMark
 from ..connect.channel import RunChannel
 from ..cursor import checkpoint as checkpoint_frame
@@ -51,8 +52,10 @@ class Checkpoints:
         requests: ClientRequests,
         channel: RunChannel,
         background: Callable[[Awaitable[None], str], None],
+        window: int,
     ) -> None:
         self.conversation_id = conversation_id
+        self.window = window  # the model's context window: the meter's max_tokens
         self.store = store
         self.states = states
         self.requests = requests
@@ -139,11 +142,15 @@ class Checkpoints:
         # should the write be lost, the next run's turns are simply not a prefix of ours and
         # our history stands (never a wrong rewind).
         mode = state.context.mode if state.context is not None else None
+        # The context meter moves on each checkpoint: the last measured call of the active
+        # history (loop/meter.py), so a restarted server's next checkpoint carries it too.
+        meter = meter_of_state(state, self.window)
         self.channel.send(
             checkpoint_frame(
                 [m.blob_id for m in marks],
                 state.todos,
                 mode,
+                meter=meter,
                 plan=state.plan,
                 plans=plans_in_view(state, state.view),
             )

@@ -29,12 +29,32 @@ from ...loop import (
     side_effects,
 )
 from ...loop import view as views
+from ...loop.meter import Meter, PromptChars, measure, prompt_tokens
 from ...store.api import CallStatus, ClientOperationRecord, LLMCallRecord
 
 _state_encoder = msgspec.json.Encoder(order="deterministic")
 _state_decoder = msgspec.json.Decoder(ConversationState)
 _tool_call_encoder = msgspec.json.Encoder(order="deterministic")
 _view_decoder = msgspec.msgpack.Decoder(tuple[Span, ...])
+
+
+class CallMeter(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """A model call's context meter as its record keeps it (`prompt_breakdown`): the request's
+    characters per category, and the meter (estimated, then scaled to the provider's usage)."""
+
+    chars: PromptChars
+    meter: Meter
+
+
+_call_meter_decoder = msgspec.json.Decoder(CallMeter)
+
+
+def encode_call_meter(chars: PromptChars, meter: Meter) -> bytes:
+    return msgspec.json.encode(CallMeter(chars=chars, meter=meter))
+
+
+def decode_call_meter(data: bytes) -> CallMeter:
+    return _call_meter_decoder.decode(data)
 
 
 def encode_state(state: ConversationState) -> bytes:
@@ -108,6 +128,9 @@ def planned_call(
         model=prepared.model,
         api=model.provider.api,
         catalogue_version=command.catalogue_version or None,
+        prompt_breakdown=encode_call_meter(
+            command.prompt, measure(command.prompt, used=0, window=model.context_window)
+        ),
     )
 
 
@@ -122,11 +145,20 @@ def finished_call(
     cost_usd: float | None,
     now_ms: int,
 ) -> LLMCallRecord:
-    """The record once the loop said how the call ended (`end`)."""
+    """The record once the loop said how the call ended (`end`); its meter scaled to the
+    provider's usage (kept as estimated when the provider measured nothing)."""
     status: CallStatus = end.outcome.value  # the outcome's values are the store's statuses
+    breakdown = record.prompt_breakdown
+    if breakdown is not None and prompt_tokens(usage) > 0:
+        planned = decode_call_meter(breakdown)
+        measured = measure(
+            planned.chars, used=prompt_tokens(usage), window=planned.meter.max_tokens
+        )
+        breakdown = encode_call_meter(planned.chars, measured)
     return msgspec.structs.replace(
         record,
         status=status,
+        prompt_breakdown=breakdown,
         assistant_hash=(
             hashlib.sha256(answer_bytes).hexdigest() if answer_bytes is not None else None
         ),

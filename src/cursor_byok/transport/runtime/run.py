@@ -244,6 +244,7 @@ class Run:
             requests=self.requests,
             channel=self.channel,
             background=self._background,
+            window=self.model.context_window,
         )
 
     def _resolve_model(self, model_id: str | None) -> Model:

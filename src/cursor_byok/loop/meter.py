@@ -1,0 +1,307 @@
+"""The context meter: how full a model's window is, and with what.
+
+For every model call the prompt is split into the categories the IDE's meter shows (system
+prompt, tool definitions, rules, skills, MCP, subagents, summarized conversation, conversation).
+Each category's size is estimated from its characters; the provider's own usage (input plus
+cache read and write tokens) is the truth for the total, and the estimates are scaled to it by
+largest remainder (apportion.py), so the categories always sum exactly to `used_tokens`. Before
+a provider reported usage (or when it reports none) the estimate itself is the total.
+
+Pure and deterministic: the same request and usage always give the same meter. What the
+compaction needs is `upcoming_tokens(state, chars)` (the tokens a request would have, calibrated
+on the last measured call: `next_request_tokens` over `last_measured`) and `prompt_tokens` (a
+call's measured prompt size). docs/loop.md.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+import msgspec
+
+from cursor_byok.llm.types import (
+    AssistantMessage,
+    ImageContent,
+    Message,
+    RequestMessages,
+    TextContent,
+    ThinkingContent,
+    ToolCall,
+    ToolDefinition,
+    ToolResultMessage,
+    Usage,
+    UserContent,
+    UserMessage,
+)
+
+from .apportion import largest_remainder
+from .context import DEFAULT_CONTEXT, TurnContext
+from .prompt import render_prompt, render_tools, rules_section
+from .state import ConversationState
+from .tools import NATIVE_BY_NAME
+
+__all__ = [
+    "CHARS_PER_TOKEN",
+    "IMAGE_TOKENS",
+    "LABELS",
+    "Category",
+    "CategoryTokens",
+    "Meter",
+    "PromptChars",
+    "estimate_tokens",
+    "last_measured",
+    "measure",
+    "meter_of_state",
+    "next_request_tokens",
+    "prompt_chars",
+    "prompt_tokens",
+    "upcoming_tokens",
+]
+
+# Characters per token of the estimate. Measured on the llama.cpp tokenizer of the test model
+# (docs/loop.md "Context meter"): 3.4-4.3 across prose, code, rules and tool schemas; only the
+# shares between categories depend on it, as the provider's usage sets the total.
+CHARS_PER_TOKEN = 4
+# Tokens an image is counted as: providers bill a typical screenshot at roughly 800-1,600.
+IMAGE_TOKENS = 1_000
+
+
+class Category(enum.StrEnum):
+    """A category of the IDE's meter; the value is its id on the wire (the ids are [S] from a
+    peer's notes, their exact strings in Cursor's own traffic [U]: docs/dialect.md)."""
+
+    SYSTEM_PROMPT = "system_prompt"
+    TOOLS = "tools"
+    RULES = "rules"
+    SKILLS = "skills"
+    MCP = "mcp"
+    SUBAGENTS = "subagents"
+    SUMMARIZED_CONVERSATION = "summarized_conversation"
+    CONVERSATION = "conversation"
+
+
+LABELS: dict[Category, str] = {
+    Category.SYSTEM_PROMPT: "System prompt",
+    Category.TOOLS: "Tool definitions",
+    Category.RULES: "Rules",
+    Category.SKILLS: "Skills",
+    Category.MCP: "MCP tools",
+    Category.SUBAGENTS: "Subagents",
+    Category.SUMMARIZED_CONVERSATION: "Summarized conversation",
+    Category.CONVERSATION: "Conversation",
+}
+
+
+class PromptChars(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unknown_fields=True):
+    """The characters of one request, per category (field names are the category ids), and
+    the images in its conversation (counted as IMAGE_TOKENS each, not by their bytes).
+    Skills and subagents are always 0 today: no request of ours carries either."""
+
+    system_prompt: int = 0
+    tools: int = 0
+    rules: int = 0
+    skills: int = 0
+    mcp: int = 0
+    subagents: int = 0
+    summarized_conversation: int = 0
+    conversation: int = 0
+    images: int = 0
+
+    def of(self, category: Category) -> int:
+        value: int = getattr(self, category.value)
+        return value
+
+    @property
+    def total(self) -> int:
+        return sum(self.of(c) for c in Category)
+
+
+class CategoryTokens(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    category: Category
+    tokens: int
+    chars: int
+
+    @property
+    def label(self) -> str:
+        return LABELS[self.category]
+
+
+class Meter(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """What the meter shows for one request: `used_tokens` of `max_tokens` (the model's
+    window), split into `categories` (every Category, in its order) that sum to it exactly.
+    `measured`: the total is the provider's usage, not our estimate."""
+
+    used_tokens: int
+    max_tokens: int
+    categories: tuple[CategoryTokens, ...]
+    measured: bool
+
+
+def _tool_chars(tool: ToolDefinition) -> int:
+    schema = msgspec.json.encode(tool.parameters, order="deterministic")
+    return len(tool.name) + len(tool.description) + len(schema)
+
+
+@dataclass(slots=True)
+class _Count:
+    chars: int = 0
+    images: int = 0
+
+    def parts(self, content: tuple[UserContent, ...]) -> None:
+        for part in content:
+            if isinstance(part, ImageContent):
+                self.images += 1
+            else:
+                self.chars += len(part.text)
+
+    def message(self, message: Message) -> None:
+        match message:
+            case UserMessage(content=content) | ToolResultMessage(content=content):
+                self.parts(content)
+            case AssistantMessage(content=blocks):
+                for block in blocks:
+                    match block:
+                        case TextContent(text=text):
+                            self.chars += len(text)
+                        case ThinkingContent(thinking=thinking):
+                            self.chars += len(thinking)
+                        case ToolCall(name=name, arguments=args, raw_arguments=raw):
+                            body = len(raw) if raw is not None else _json_chars(args)
+                            self.chars += len(name) + body
+
+
+def _json_chars(value: object) -> int:
+    """The length of `value` as compact JSON, escapes not counted, without encoding it: a
+    history's tool arguments hold whole files, and encoding them on every call doubled the
+    meter's time (10.6 against 5.2 ms for 1,000 messages of 1 MB)."""
+    if isinstance(value, str):
+        return len(value) + 2
+    if isinstance(value, dict):
+        items = sum(len(k) + 3 + _json_chars(v) for k, v in value.items())
+        return 2 + items + max(len(value) - 1, 0)
+    if isinstance(value, list | tuple):
+        return 2 + sum(_json_chars(v) for v in value) + max(len(value) - 1, 0)
+    if value is None or isinstance(value, bool):
+        return 4 if value is None or value else 5
+    return len(repr(value))
+
+
+def prompt_chars(
+    request: RequestMessages, context: TurnContext, *, summary_messages: int = 0
+) -> PromptChars:
+    """The characters of `request` per category. `context` tells the rules (a section of the
+    system prompt) and nothing else: a tool is MCP when it is no native tool. The first
+    `summary_messages` messages are the summarized conversation (what a compaction put first)."""
+    rules = rules_section(context)
+    rule_chars = len(rules) if rules and rules in request.system_prompt else 0
+    native = mcp = 0
+    for tool in request.tools:
+        if tool.name in NATIVE_BY_NAME:
+            native += _tool_chars(tool)
+        else:
+            mcp += _tool_chars(tool)
+    summary, rest = _Count(), _Count()
+    for i, message in enumerate(request.messages):
+        (summary if i < summary_messages else rest).message(message)
+    return PromptChars(
+        system_prompt=len(request.system_prompt) - rule_chars,
+        tools=native,
+        rules=rule_chars,
+        mcp=mcp,
+        summarized_conversation=summary.chars,
+        conversation=rest.chars,
+        images=summary.images + rest.images,
+    )
+
+
+def estimate_tokens(chars: PromptChars, category: Category | None = None) -> int:
+    """Our estimate of one category's tokens (or the whole request's, without `category`)."""
+    if category is None:
+        return sum(estimate_tokens(chars, c) for c in Category)
+    tokens = -(-chars.of(category) // CHARS_PER_TOKEN)
+    if category is Category.CONVERSATION:
+        tokens += chars.images * IMAGE_TOKENS
+    return tokens
+
+
+def prompt_tokens(usage: Usage) -> int:
+    """The prompt size a provider measured: input plus cache reads and writes (our `input`
+    excludes both)."""
+    return usage.input + usage.cache_read + usage.cache_write
+
+
+def measure(chars: PromptChars, *, used: int, window: int) -> Meter:
+    """The meter of one request: its estimated categories scaled to `used` (the provider's
+    prompt tokens), or left as estimated when `used` is 0 (nothing measured)."""
+    estimates = [estimate_tokens(chars, c) for c in Category]
+    measured = used > 0
+    tokens = largest_remainder(estimates, used) if measured else tuple(estimates)
+    return Meter(
+        used_tokens=sum(tokens),
+        max_tokens=window,
+        categories=tuple(
+            CategoryTokens(category=c, tokens=t, chars=chars.of(c))
+            for c, t in zip(Category, tokens, strict=True)
+        ),
+        measured=measured,
+    )
+
+
+def next_request_tokens(chars: PromptChars, last: PromptChars | None, last_used: int) -> int:
+    """The tokens a request of `chars` would have, calibrated on the last measured call (its
+    request's `last` chars and the provider's `last_used` tokens): what it measured plus the
+    estimate of what was added, or, for a request that shrank (after a compaction), the
+    estimate scaled by the last call's measured-to-estimated ratio. Without a measured call,
+    the estimate."""
+    estimate = estimate_tokens(chars)
+    if last is None or last_used <= 0:
+        return estimate
+    before = estimate_tokens(last)
+    if estimate >= before:
+        return last_used + (estimate - before)
+    return -(-estimate * last_used // before) if before else estimate
+
+
+def _context_of(state: ConversationState) -> TurnContext:
+    return state.context if state.context is not None else DEFAULT_CONTEXT
+
+
+def last_measured(state: ConversationState) -> tuple[PromptChars, int] | None:
+    """The active history's last measured call: its request's chars (the messages before its
+    answer, with the turn's system prompt and tools) and the provider's prompt tokens for it.
+    None when no answer in the active history carries usage."""
+    messages = state.messages
+    for i in range(len(messages) - 1, -1, -1):
+        message = messages[i]
+        if isinstance(message, AssistantMessage) and prompt_tokens(message.usage) > 0:
+            return _chars_of_state(state, messages[:i]), prompt_tokens(message.usage)
+    return None
+
+
+def _chars_of_state(state: ConversationState, messages: tuple[Message, ...]) -> PromptChars:
+    context = _context_of(state)
+    request = RequestMessages(
+        system_prompt=render_prompt(context), messages=messages, tools=render_tools(context)
+    )
+    return prompt_chars(request, context)
+
+
+def upcoming_tokens(state: ConversationState, chars: PromptChars) -> int:
+    """The tokens a request of `chars` would have in this conversation (the compaction's
+    trigger): `next_request_tokens` calibrated on the active history's last measured call."""
+    last = last_measured(state)
+    if last is None:
+        return estimate_tokens(chars)
+    return next_request_tokens(chars, last[0], last[1])
+
+
+def meter_of_state(state: ConversationState, window: int) -> Meter:
+    """The meter a checkpoint shows for `state`: the prompt of the active history's last
+    measured call (its provider usage, with the turn's context); when no call reported usage
+    yet, the estimate of the request the next call would send."""
+    last = last_measured(state)
+    if last is None:
+        return measure(_chars_of_state(state, state.messages), used=0, window=window)
+    chars, used = last
+    return measure(chars, used=used, window=window)
