@@ -34,6 +34,12 @@ from cursor_byok.transport.cursor.tools.files import (
     WriteMachine,
 )
 from cursor_byok.transport.cursor.tools.lints import ReadLintsMachine
+from cursor_byok.transport.cursor.tools.mcp_meta import (
+    CallMcpToolMachine,
+    FetchMcpResourceMachine,
+    GetMcpToolsMachine,
+    ListMcpResourcesMachine,
+)
 from cursor_byok.transport.cursor.tools.notebook import EditNotebookMachine
 from cursor_byok.transport.cursor.tools.queries import (
     AskQuestionMachine,
@@ -112,6 +118,10 @@ def test_the_table_covers_exactly_the_native_tools_in_catalogue_order() -> None:
         "CreatePlan": CreatePlanMachine,
         "AskQuestion": AskQuestionMachine,
         "SwitchMode": SwitchModeMachine,
+        "GetMcpTools": GetMcpToolsMachine,
+        "CallMcpTool": CallMcpToolMachine,
+        "FetchMcpResource": FetchMcpResourceMachine,
+        "ListMcpResources": ListMcpResourcesMachine,
     }
 
 

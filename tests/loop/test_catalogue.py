@@ -60,12 +60,27 @@ def test_docs_table_equals_the_code_table() -> None:
     assert f"Catalogue version:\n**{cat.CATALOGUE_VERSION}**" in DOC.read_text()
 
 
+def _open(name: str, switches: cat.Switches) -> bool:
+    return all(cat.gate_open(g, name, switches) for g in cat.TOOLS_BY_NAME[name].gates)
+
+
+@pytest.mark.parametrize("meta", [False, True], ids=["flat-mcp", "mcp-meta"])
 @pytest.mark.parametrize("mode", list(cat.Mode))
-def test_each_mode_offers_its_documented_built_tools_in_order(mode: cat.Mode) -> None:
+def test_each_mode_offers_its_documented_built_tools_in_order(mode: cat.Mode, meta: bool) -> None:
+    """The built tools of the documented row set whose gates are open: the MCP meta-tools
+    only when the client asked for them."""
+    switches = cat.Switches(mcp_meta_tools=True) if meta else cat.DEFAULT_SWITCHES
     rows, _ = documented()
-    expected = [r["name"] for r in rows if mode.value in r["modes"] and r["status"] == "built"]
-    names = [t.name for t in build_tools(None, started(TurnContext(mode=mode.value)).committed)]
-    assert names == expected == list(cat.offered(mode))
+    expected = [
+        r["name"]
+        for r in rows
+        if mode.value in r["modes"] and r["status"] == "built" and _open(r["name"], switches)
+    ]
+    context = TurnContext(mode=mode.value, switches=switches)
+    names = [t.name for t in build_tools(None, started(context).committed)]
+    assert names == expected == list(cat.offered(mode, switches))
+    meta_tools = {"GetMcpTools", "CallMcpTool", "FetchMcpResource", "ListMcpResources"}
+    assert bool(meta_tools & set(names)) is meta
 
 
 def test_every_mode_lists_known_tools_in_catalogue_order() -> None:

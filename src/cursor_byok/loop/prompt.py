@@ -10,7 +10,7 @@ from __future__ import annotations
 from cursor_byok.llm.types import ToolDefinition
 
 from .catalogue import Mode, mode_of, offered
-from .context import DEFAULT_CONTEXT, Environment, TurnContext
+from .context import DEFAULT_CONTEXT, Environment, McpServerInfo, TurnContext
 from .inputs import Input, Start
 from .state import ConversationState
 from .tools import NATIVE_BY_NAME
@@ -49,6 +49,41 @@ PLAN_NOTE = """\
 Produce a plan: the steps you would take, the files involved and the risks. Do not carry it \
 out. When the plan is ready, hand it to the user with CreatePlan: they review it and start the \
 work with its Build button."""
+
+
+MCP_META_NOTE = """\
+MCP servers of the user. Their tools are not in your tool list: reach them through the MCP \
+tools you have, naming a server by its identifier and a tool by its name."""
+
+MCP_META_LOOKUP = """\
+Look a tool up with GetMcpTools (its description and argument schema) before the first \
+CallMcpTool of it."""
+
+
+def _mcp_server_lines(servers: tuple[McpServerInfo, ...]) -> list[str]:
+    """One entry per server, in the context's (already stable) order: name, identifier, tool
+    names, then the server's own instructions indented under it."""
+    lines: list[str] = []
+    for server in servers:
+        name = server.name or server.identifier
+        tools = ", ".join(t.name for t in server.tools) or "(no tools listed)"
+        lines.append(f"- {name} (server identifier: {server.identifier}). Tools: {tools}")
+        instructions = server.instructions.strip()
+        if instructions:
+            lines.extend("  " + line for line in instructions.splitlines())
+    return lines
+
+
+def _mcp_section(context: TurnContext) -> str | None:
+    if not context.mcp_meta or not context.mcp_servers:
+        return None
+    names = offered(mode_of(context.mode), context.switches)
+    if "CallMcpTool" not in names:
+        return None
+    head = MCP_META_NOTE
+    if "GetMcpTools" in names:
+        head += " " + MCP_META_LOOKUP
+    return head + "\n" + "\n".join(_mcp_server_lines(context.mcp_servers))
 
 
 def turn_context(input: Input | None, state: ConversationState) -> TurnContext:
@@ -92,6 +127,9 @@ def render_prompt(context: TurnContext) -> str:
         sections.append(
             "Rules from the user and the project (follow them):\n\n" + "\n\n".join(rules)
         )
+    mcp = _mcp_section(context)
+    if mcp:
+        sections.append(mcp)
     if context.custom_instructions and context.custom_instructions.strip():
         sections.append("Additional instructions:\n" + context.custom_instructions.strip())
     return "\n\n".join(sections)
@@ -99,13 +137,17 @@ def render_prompt(context: TurnContext) -> str:
 
 def render_tools(context: TurnContext) -> tuple[ToolDefinition, ...]:
     """The mode's native tools in catalogue order (catalogue.offered), then the MCP tools sorted
-    by name, in every mode (the real Cursor does not withhold them in ask or plan).
+    by name, in every mode (the real Cursor does not withhold them in ask or plan). With the
+    MCP meta-tools on (`context.mcp_meta`) the flat MCP tools are left out: the meta-tools
+    reach them.
 
     An MCP tool whose name is already taken (by a native tool or an earlier MCP tool of the same
     name) is left out, so names stay unique.
     """
     names = offered(mode_of(context.mode), context.switches)
     out = [NATIVE_BY_NAME[name].definition for name in names]
+    if context.mcp_meta:
+        return tuple(out)
     taken = set(NATIVE_BY_NAME)
     for tool in sorted(context.mcp_tools, key=lambda t: t.name):
         if tool.name in taken:

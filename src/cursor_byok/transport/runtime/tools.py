@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from ...loop import CallClient, ConversationState
 from ...store.api import ClientOperationRecord
-from ..cursor import ClientLink
+from ..cursor import ClientLink, McpDirectory
 from ..cursor.tools import Started
 from . import records
 
@@ -85,6 +85,7 @@ class ToolCalls:
             terminals_folder=context.environment.terminals_folder if context else None,
             budget_ms=int(self.timeout_s * 1000),
             mode=context.mode if context is not None else "agent",
+            mcp_directory=McpDirectory.of(context),
         )
         flight = _InFlight(record=record, started_ms=self._now_ms())
         if started.early is None:

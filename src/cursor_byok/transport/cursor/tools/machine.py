@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from google.protobuf.message import Message  # type: ignore[import-untyped,unused-ignore]
@@ -29,6 +29,7 @@ from ....llm.types import ImageContent, TextContent, ToolCall, ToolResultMessage
 from ....loop.inputs import ToolEffect
 from ....loop.tools import DEFAULT_BLOCK_UNTIL_MS
 from ....web.types import JobOutcome, ServerJob
+from ..mcp import McpDirectory
 from ..proto import agent_pb2
 from . import args as a
 from . import cards
@@ -80,6 +81,8 @@ class ToolSettings:
     # Whether the turn's model can see images: a Read of an image then gives the image itself.
     vision: bool = False
     mode: str = "agent"  # the conversation's mode when the call starts (SwitchMode's "from")
+    # The turn's MCP servers and flat tools' routes, for the MCP meta-tools (mcp_meta.py).
+    mcp: McpDirectory = field(default_factory=McpDirectory)
 
 
 @dataclass(frozen=True, slots=True)
