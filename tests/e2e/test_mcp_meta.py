@@ -7,6 +7,7 @@ the next upstream request, and that the turn ends normally."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import time
 import uuid
@@ -442,3 +443,54 @@ async def test_list_mcp_resources_lists_them_on_the_client(
         "- docs://policies/retention.md (Retention) [server docs-server]: How long we keep logs"
     )
     assert_extends(first, second)
+
+
+# -- one conversation -------------------------------------------------------------------------
+
+
+def any_exec(esm: agent_pb2.ExecServerMessage) -> agent_pb2.AgentClientMessage:
+    match esm.WhichOneof("message"):
+        case "mcp_args":
+            return mcp_text(RETENTION)(esm)
+        case "read_mcp_resource_exec_args":
+            ok = agent_pb2.ReadMcpResourceSuccess(uri=esm.read_mcp_resource_exec_args.uri, text="x")
+            result = agent_pb2.ReadMcpResourceExecResult(success=ok)
+            return exec_reply(esm.id, read_mcp_resource_exec_result=result)
+        case "list_mcp_resources_exec_args":
+            empty = agent_pb2.ListMcpResourcesExecResult(
+                success=agent_pb2.ListMcpResourcesSuccess()
+            )
+            return exec_reply(esm.id, list_mcp_resources_exec_result=empty)
+        case other:
+            raise AssertionError(f"unexpected exec {other}")
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_a_conversation_of_meta_tool_turns_extends_byte_for_byte(
+    server: ServerProcess, upstream: FakeUpstream, transport: str
+) -> None:
+    """Four turns of one conversation, each calling another meta-tool: every upstream request
+    begins with the previous one's messages exactly, with the same tools and system prompt."""
+    cid, tag = str(uuid.uuid4()), uuid.uuid4().hex[:8]
+    turns = [
+        ("GetMcpTools", {"toolName": "lookup_docs", "server": "docs-server"}),
+        ("CallMcpTool", {"server": "docs-server", "toolName": "lookup_docs", "arguments": {}}),
+        ("ListMcpResources", {}),
+        ("FetchMcpResource", {"server": "docs-server", "uri": "docs://a"}),
+    ]
+    for name, args in turns:
+        prompt = f"[tool {name} {json.dumps(args)}] #{tag}"
+        request = meta_request(prompt, conversation_id=cid, reverse=name == "ListMcpResources")
+        await play(server, transport, request, any_exec)
+    bodies = [
+        json.loads(r.body)
+        for r in list(upstream.requests)
+        if f"#{tag}" in json.dumps(json.loads(r.body)["messages"][1])
+    ]
+    assert len(bodies) == 2 * len(turns)
+    for before, after in itertools.pairwise(bodies):
+        assert {k: v for k, v in before.items() if k != "messages"} == {
+            k: v for k, v in after.items() if k != "messages"
+        }
+        assert_extends(before, after)
+    assert len(tool_results(bodies[-1])) == len(turns)
