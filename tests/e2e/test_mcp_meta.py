@@ -494,3 +494,29 @@ async def test_a_conversation_of_meta_tool_turns_extends_byte_for_byte(
         }
         assert_extends(before, after)
     assert len(tool_results(bodies[-1])) == len(turns)
+
+
+async def test_the_prefix_holds_across_a_restart_between_meta_tool_turns(
+    upstream: FakeUpstream, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """A new process rebuilds the history (and the stored turn context with its MCP servers)
+    from the store: the next turn's requests still extend the last ones byte for byte."""
+    work = tmp_path_factory.mktemp("mcp-meta-restart")
+    config = brain_config(upstream.base_url, db=work / "byok.db")
+    cid, tag = str(uuid.uuid4()), uuid.uuid4().hex[:8]
+    turns = [
+        ("CallMcpTool", {"server": "docs-server", "toolName": "lookup_docs", "arguments": {}}),
+        ("GetMcpTools", {"pattern": "lookup"}),
+    ]
+    for name, args in turns:
+        with server_process(config, work) as srv:
+            prompt = f"[tool {name} {json.dumps(args)}] #{tag}"
+            await play(srv, "shim", meta_request(prompt, conversation_id=cid), any_exec)
+    bodies = [
+        json.loads(r.body)
+        for r in list(upstream.requests)
+        if f"#{tag}" in json.dumps(json.loads(r.body)["messages"][1])
+    ]
+    assert len(bodies) == 2 * len(turns)
+    for before, after in itertools.pairwise(bodies):
+        assert_extends(before, after)
