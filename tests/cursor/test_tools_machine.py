@@ -83,6 +83,8 @@ TOOL_ARGS: dict[str, dict[str, Any]] = {
         "new_string": "x",
     },
     "some_mcp": {"k": [1, {"v": None}]},
+    "FetchMcpResource": {"server": "s", "uri": "u://x"},
+    "ListMcpResources": {"server": "s"},
 }
 REPLY_KINDS = [f.name for f in a.ExecClientMessage.DESCRIPTOR.oneofs_by_name["message"].fields]
 

@@ -186,6 +186,9 @@ class ToolMachine:
         if problem is not None:
             # Nothing goes to the client: the model reads the problem and can correct itself.
             return Started(frames=(started,), early=self._finish_error(problem, now_ms))
+        answer = self._answer_now(now_ms)
+        if answer is not None:  # the server answers the call itself: nothing goes out
+            return Started(frames=(started,), early=answer)
         self._phase = Phase.RUNNING
         return Started(frames=(started, self._first_exec()))
 
@@ -275,6 +278,11 @@ class ToolMachine:
             f"Error: the {self.tool_call.name} call is missing the required string "
             f"argument(s) {', '.join(missing)}. Call it again with all required arguments."
         )
+
+    def _answer_now(self, now_ms: int) -> Finished | None:
+        """The call's result when the server knows it without the client (GetMcpTools);
+        None sends the first exec."""
+        return None
 
     def _on_wake(self, now_ms: int) -> Step:
         raise NotImplementedError

@@ -20,7 +20,6 @@ from __future__ import annotations
 import base64
 import json
 import re
-from collections.abc import Callable
 from typing import Any, ClassVar
 
 from ....llm.types import ImageContent
@@ -31,7 +30,7 @@ from . import args as a
 from . import cards
 from .format import clip_middle
 from .images import MAX_IMAGE_BYTES, sniff_image
-from .machine import Handlers, Phase, Started, Step, ToolMachine
+from .machine import Finished, Handlers, Phase, Step, ToolMachine
 from .mcp import McpMachine
 
 __all__ = [
@@ -82,20 +81,13 @@ class GetMcpToolsMachine(ToolMachine):
     def _set_error(self, tc: agent_pb2.ToolCall, text: str) -> None:
         tc.get_mcp_tools_tool_call.result.error.error = text
 
-    def start(self, alloc_exec_id: Callable[[], int], now_ms: int) -> Started:
-        started = super().start(alloc_exec_id, now_ms)
-        if started.early is not None:
-            return started
-        frames = started.frames[:1]  # tool_call_started; _first_exec sent nothing
+    def _answer_now(self, now_ms: int) -> Finished:
         text, ok = self._answer()
         if not ok:
-            return Started(frames=frames, early=self._finish_error(text, now_ms))
+            return self._finish_error(text, now_ms)
         tc = self._card()
         tc.get_mcp_tools_tool_call.result.success.content = text
-        return Started(frames=frames, early=self._finish(text, tc, now_ms))
-
-    def _first_exec(self) -> bytes:
-        return b""  # nothing goes to the client; `start` drops it
+        return self._finish(text, tc, now_ms)
 
     def _answer(self) -> tuple[str, bool]:
         directory = self.settings.mcp
