@@ -76,12 +76,15 @@ def meta_request(
     conversation_id: str | None = None,
     reverse: bool = False,
     enabled: bool = True,
+    mode: agent_pb2.AgentMode | None = None,
 ) -> agent_pb2.AgentClientMessage:
     req = agent_pb2.AgentRunRequest(conversation_id=conversation_id or str(uuid.uuid4()))
     req.requested_model.model_id = model
     uma = req.action.user_message_action
     uma.user_message.text = text
     uma.user_message.message_id = str(uuid.uuid4())
+    if mode is not None:
+        uma.user_message.mode = mode
     rc = request_context()
     options = descriptors(reverse)
     options.enabled = enabled
@@ -194,6 +197,25 @@ async def test_meta_tools_replace_the_flat_mcp_tools_and_the_prompt_lists_the_se
     # Same descriptors in another order: byte-identical tools and system prompt (prompt cache).
     assert json.dumps(b["tools"]) == json.dumps(a["tools"])
     assert b["messages"][0] == a["messages"][0]
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_plan_mode_without_get_mcp_tools_lists_the_schemas_in_the_prompt(
+    server: ServerProcess, upstream: FakeUpstream, transport: str
+) -> None:
+    prompt = unique("plan with mcp")
+    request = meta_request(prompt, mode=agent_pb2.AGENT_MODE_PLAN)
+    await play(server, transport, request, no_exec)
+    (body,) = chat_requests(upstream, prompt)
+    names = tool_names(body)
+    assert names == list(offered(Mode.PLAN, Switches(mcp_meta_tools=True)))
+    assert "CallMcpTool" in names and "GetMcpTools" not in names
+    system = body["messages"][0]["content"]
+    assert (
+        "  - lookup_docs: Look something up in the docs. Arguments: "
+        '{"properties": {"q": {"type": "string"}}, "type": "object"}'
+    ) in system
+    assert "GetMcpTools" not in system
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)

@@ -7,6 +7,8 @@ caches warm.
 
 from __future__ import annotations
 
+import json
+
 from cursor_byok.llm.types import ToolDefinition
 
 from .catalogue import Mode, mode_of, offered
@@ -60,9 +62,14 @@ Look a tool up with GetMcpTools (its description and argument schema) before the
 CallMcpTool of it."""
 
 
-def _mcp_server_lines(servers: tuple[McpServerInfo, ...]) -> list[str]:
+MCP_META_SCHEMAS = """\
+Each tool's description and argument schema follow its server."""
+
+
+def _mcp_server_lines(servers: tuple[McpServerInfo, ...], detailed: bool) -> list[str]:
     """One entry per server, in the context's (already stable) order: name, identifier, tool
-    names, then the server's own instructions indented under it."""
+    names, then the server's own instructions indented under it; `detailed` adds each tool's
+    description and JSON Schema (keys sorted)."""
     lines: list[str] = []
     for server in servers:
         name = server.name or server.identifier
@@ -71,6 +78,11 @@ def _mcp_server_lines(servers: tuple[McpServerInfo, ...]) -> list[str]:
         instructions = server.instructions.strip()
         if instructions:
             lines.extend("  " + line for line in instructions.splitlines())
+        if detailed:
+            for tool in server.tools:
+                schema = json.dumps(tool.parameters or {"type": "object"}, sort_keys=True)
+                about = " ".join(tool.description.split()) or "(no description)"
+                lines.append(f"  - {tool.name}: {about} Arguments: {schema}")
     return lines
 
 
@@ -80,10 +92,11 @@ def _mcp_section(context: TurnContext) -> str | None:
     names = offered(mode_of(context.mode), context.switches)
     if "CallMcpTool" not in names:
         return None
-    head = MCP_META_NOTE
-    if "GetMcpTools" in names:
-        head += " " + MCP_META_LOOKUP
-    return head + "\n" + "\n".join(_mcp_server_lines(context.mcp_servers))
+    # Without GetMcpTools (plan, debug, multitask) nothing else gives the model a tool's
+    # arguments, so the list carries them.
+    lookup = "GetMcpTools" in names
+    head = MCP_META_NOTE + " " + (MCP_META_LOOKUP if lookup else MCP_META_SCHEMAS)
+    return head + "\n" + "\n".join(_mcp_server_lines(context.mcp_servers, not lookup))
 
 
 def turn_context(input: Input | None, state: ConversationState) -> TurnContext:
