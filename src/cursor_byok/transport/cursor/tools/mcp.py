@@ -67,7 +67,7 @@ class McpMachine(ToolMachine):
         return self.args
 
     def _build_args(self) -> agent_pb2.McpArgs | None:
-        tool, name = self.tool, self._label()
+        tool, name = self.tool, self.tool_call.name
         ma = agent_pb2.McpArgs(
             name=tool.definition_name if tool else name,
             tool_name=tool.tool_name if tool else name,
@@ -82,7 +82,8 @@ class McpMachine(ToolMachine):
                 ma.args[key].CopyFrom(value)
         except _UNSENDABLE as exc:
             self._args_problem = (
-                f"Error: the arguments of the {name} call cannot be sent to the client ({exc}). "
+                f"Error: the arguments of the {self._label()} call cannot be sent to the client "
+                f"({exc}). "
                 "Call it again with plain JSON values."
             )
             return None
