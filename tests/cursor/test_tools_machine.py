@@ -34,6 +34,12 @@ from cursor_byok.transport.cursor.tools.files import (
     WriteMachine,
 )
 from cursor_byok.transport.cursor.tools.lints import ReadLintsMachine
+from cursor_byok.transport.cursor.tools.mcp_meta import (
+    CallMcpToolMachine,
+    FetchMcpResourceMachine,
+    GetMcpToolsMachine,
+    ListMcpResourcesMachine,
+)
 from cursor_byok.transport.cursor.tools.notebook import EditNotebookMachine
 from cursor_byok.transport.cursor.tools.queries import (
     AskQuestionMachine,
@@ -79,6 +85,8 @@ TOOL_ARGS: dict[str, dict[str, Any]] = {
         "new_string": "x",
     },
     "some_mcp": {"k": [1, {"v": None}]},
+    "FetchMcpResource": {"server": "s", "uri": "u://x"},
+    "ListMcpResources": {"server": "s"},
 }
 REPLY_KINDS = [f.name for f in a.ExecClientMessage.DESCRIPTOR.oneofs_by_name["message"].fields]
 
@@ -115,6 +123,10 @@ def test_the_table_covers_exactly_the_native_tools_in_catalogue_order() -> None:
         "CreatePlan": CreatePlanMachine,
         "AskQuestion": AskQuestionMachine,
         "SwitchMode": SwitchModeMachine,
+        "GetMcpTools": GetMcpToolsMachine,
+        "CallMcpTool": CallMcpToolMachine,
+        "FetchMcpResource": FetchMcpResourceMachine,
+        "ListMcpResources": ListMcpResourcesMachine,
     }
 
 

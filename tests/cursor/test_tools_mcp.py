@@ -11,6 +11,7 @@ from cursor_byok.llm.types import ImageContent, TextContent, ToolResultMessage
 from cursor_byok.transport.cursor.mcp import McpDefinition, McpIndex, McpTool
 from cursor_byok.transport.cursor.proto import agent_pb2 as a
 from cursor_byok.transport.cursor.tools import McpMachine, Phase, Send, ToolMachine
+from cursor_byok.transport.cursor.tools.images import MAX_IMAGE_BYTES
 from tests.cursor.tool_support import (
     T0,
     begin,
@@ -41,8 +42,8 @@ def _weather() -> McpTool:
     return index["get_weather"]
 
 
-def _mcp(args: dict[str, Any]) -> tuple[ToolMachine, a.McpArgs]:
-    tool, out, _ = start("get_weather", args, mcp=_weather())
+def _mcp(args: dict[str, Any], *, vision: bool = True) -> tuple[ToolMachine, a.McpArgs]:
+    tool, out, _ = start("get_weather", args, mcp=_weather(), vision=vision)
     assert isinstance(tool, McpMachine)
     assert started_card(out).mcp_tool_call.args.name == "get_weather"
     return tool, esm(out).mcp_args
@@ -70,6 +71,31 @@ def test_mcp_args_and_success() -> None:
     assert not done.result.is_error
     assert completed(done).mcp_tool_call.result.success == success
     assert tool.phase is Phase.DONE
+
+
+def test_an_image_result_is_a_note_for_a_model_that_cannot_see_images() -> None:
+    tool, _ = _mcp({"city": "Paris"}, vision=False)
+    success = a.McpSuccess()
+    success.content.add().text.text = "Radar:"
+    success.content.add().image.CopyFrom(a.McpImageContent(data=b"\x89PNG", mime_type="image/png"))
+    done = finished(tool.feed(reply(1, mcp_result=a.McpResult(success=success)), T0))
+    assert done.result.content == (
+        TextContent(
+            text="Radar:\n[The tool returned an image (image/png, 4 bytes); this model cannot "
+            "view images: not shown]"
+        ),
+    )
+    assert completed(done).mcp_tool_call.result.success == success  # the IDE still shows it
+
+
+def test_an_image_over_the_limit_is_a_note_even_for_a_vision_model() -> None:
+    tool, _ = _mcp({"city": "Paris"})
+    success = a.McpSuccess()
+    big = b"\x89PNG" + bytes(MAX_IMAGE_BYTES)
+    success.content.add().image.CopyFrom(a.McpImageContent(data=big, mime_type="image/png"))
+    done = finished(tool.feed(reply(1, mcp_result=a.McpResult(success=success)), T0))
+    (only,) = done.result.content
+    assert isinstance(only, TextContent) and "larger than the" in only.text
 
 
 def test_mcp_route_names_differ_from_the_model_facing_name() -> None:

@@ -38,29 +38,43 @@ def decode(frames: tuple[bytes, ...]) -> list[a.AgentServerMessage]:
 
 
 def machine(
-    name: str, args: dict[str, Any], mcp: McpTool | None = None, call_id: str = "toolu_1"
+    name: str,
+    args: dict[str, Any],
+    mcp: McpTool | None = None,
+    call_id: str = "toolu_1",
+    **options: Any,
 ) -> ToolMachine:
+    """`options`: machine_for's other keywords (vision, mcp_directory, ...)."""
     return machine_for(
         ToolCall(id=call_id, name=name, arguments=args),
         call_id=CALL_ID,
         model_call_id=MODEL_CALL_ID,
         conversation_id="conv",
         mcp=mcp,
+        **options,
     )
 
 
 def begin(
-    name: str, args: dict[str, Any], mcp: McpTool | None = None, call_id: str = "toolu_1"
+    name: str,
+    args: dict[str, Any],
+    mcp: McpTool | None = None,
+    call_id: str = "toolu_1",
+    **options: Any,
 ) -> tuple[ToolMachine, Started, Ids]:
     ids = Ids()
-    tool = machine(name, args, mcp, call_id)
+    tool = machine(name, args, mcp, call_id, **options)
     return tool, tool.start(ids, T0), ids
 
 
 def start(
-    name: str, args: dict[str, Any], mcp: McpTool | None = None, call_id: str = "toolu_1"
+    name: str,
+    args: dict[str, Any],
+    mcp: McpTool | None = None,
+    call_id: str = "toolu_1",
+    **options: Any,
 ) -> tuple[ToolMachine, list[a.AgentServerMessage], Ids]:
-    tool, started, ids = begin(name, args, mcp, call_id)
+    tool, started, ids = begin(name, args, mcp, call_id, **options)
     assert started.early is None, started.early
     return tool, decode(started.frames), ids
 

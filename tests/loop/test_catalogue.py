@@ -62,19 +62,27 @@ def test_docs_table_equals_the_code_table() -> None:
     assert f"Catalogue version:\n**{cat.CATALOGUE_VERSION}**" in DOC.read_text()
 
 
+def _open(name: str, switches: cat.Switches) -> bool:
+    return all(cat.gate_open(g, name, switches) for g in cat.TOOLS_BY_NAME[name].gates)
+
+
+@pytest.mark.parametrize("meta", [False, True], ids=["flat-mcp", "mcp-meta"])
 @pytest.mark.parametrize("mode", list(cat.Mode))
-def test_each_mode_offers_its_documented_built_tools_in_order(mode: cat.Mode) -> None:
+def test_each_mode_offers_its_documented_built_tools_in_order(mode: cat.Mode, meta: bool) -> None:
+    """The built tools of the documented row set whose gates are open: the MCP meta-tools
+    only when the client asked for them."""
+    switches = cat.Switches(mcp_meta_tools=True) if meta else cat.DEFAULT_SWITCHES
     rows, _ = documented()
-    # Built, and on by default: an opt-in tool (server.enabled_tools) is off until named.
     expected = [
         r["name"]
         for r in rows
-        if mode.value in r["modes"]
-        and r["status"] == "built"
-        and "server.enabled_tools" not in r["gates"]
+        if mode.value in r["modes"] and r["status"] == "built" and _open(r["name"], switches)
     ]
-    names = [t.name for t in build_tools(None, started(TurnContext(mode=mode.value)).committed)]
-    assert names == expected == list(cat.offered(mode))
+    context = TurnContext(mode=mode.value, switches=switches)
+    names = [t.name for t in build_tools(None, started(context).committed)]
+    assert names == expected == list(cat.offered(mode, switches))
+    meta_tools = {"GetMcpTools", "CallMcpTool", "FetchMcpResource", "ListMcpResources"}
+    assert bool(meta_tools & set(names)) is meta
 
 
 def test_every_mode_lists_known_tools_in_catalogue_order() -> None:
@@ -184,6 +192,7 @@ def test_every_model_call_names_the_catalogue_version() -> None:
 PINNED_DIGESTS = {
     7: "82eb73825af64a273ccb479c9d4f73592e1bfea0fca3495c72a372c2dd619c40",
     8: "51b79bbe65d34e701b59efc178a9e0a7ed4ebccc3e8ae6f0110e73c320dd286c",
+    9: "cc0b98846b511ea602e2017dd022169aa6a62a9d2320ee6c8732fc993c756dec",
 }
 
 

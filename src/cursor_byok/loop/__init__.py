@@ -7,7 +7,7 @@ Public API (see docs/loop.md):
     inputs     Start, LLMEvent, ToolResult, UserMessage (alias UserMessageInput), Cancel,
                Supersede, Resume (ToolOperation), ToolLost (LostCause), Rewind, Input; ToolEffect
                (PlanCreated, ModeSwitched) on a ToolResult; PlanBuild on a Start
-    context    TurnContext, Environment, McpRoute
+    context    TurnContext, Environment, McpRoute, McpServerInfo, McpToolInfo
     commands   ContinueLLM, CallLLM, ResendLLM, CallClient, WaitInput, Final, Failed
                (FailureKind), Canceled, Command
     transition Transition (appended, local_results: LocalResult, call_end: CallEnd with
@@ -27,7 +27,15 @@ from .commands import (
     ResendLLM,
     WaitInput,
 )
-from .context import DEFAULT_MAX_LLM_CALLS, READ_ONLY_MODES, Environment, McpRoute, TurnContext
+from .context import (
+    DEFAULT_MAX_LLM_CALLS,
+    READ_ONLY_MODES,
+    Environment,
+    McpRoute,
+    McpServerInfo,
+    McpToolInfo,
+    TurnContext,
+)
 from .inputs import (
     Cancel,
     Input,
@@ -102,6 +110,8 @@ __all__ = [
     "LoopError",
     "LostCause",
     "McpRoute",
+    "McpServerInfo",
+    "McpToolInfo",
     "ModeSwitched",
     "Note",
     "PendingResponse",

@@ -20,7 +20,7 @@ from typing import assert_never
 import msgspec
 
 # Bump on every change to the table below (or to what a mode offers).
-CATALOGUE_VERSION = 8
+CATALOGUE_VERSION = 9
 
 
 class Mode(enum.StrEnum):
@@ -50,7 +50,8 @@ class Gate(enum.StrEnum):
     READ_LINTS_ENABLED = "read_lints_enabled"
     # AgentRunRequest.suppress_subagent_progress_update_tool (22): off when the client says true.
     SUPPRESS_SUBAGENT_PROGRESS_UPDATE_TOOL = "suppress_subagent_progress_update_tool"
-    # RequestContextMcpsPart.mcp_meta_tool_options.enabled: decoded by the MCP and web issue.
+    # McpMetaToolOptions.enabled (the mcps part's field 4, else RequestContext field 34):
+    # offered only when the client says true; flat MCP tools are then not listed.
     MCP_META_TOOLS = "mcp_meta_tool_options.enabled"
     # Our configuration: server.disabled_tools names tools the operator switched off.
     CONFIG_DISABLED_TOOLS = "server.disabled_tools"
@@ -123,13 +124,13 @@ TOOLS: tuple[CatalogueTool, ...] = (
     _tool("WebSearch", ISSUE_MCP_WEB, _N, Gate.WEB_SEARCH_ENABLED),
     _tool("WebFetch", ISSUE_MCP_WEB, _N, Gate.WEB_FETCH_ENABLED),
     _tool("GenerateImage", ISSUE_MCP_WEB, _N),
-    _tool("GetMcpTools", ISSUE_MCP_WEB, _N, Gate.MCP_META_TOOLS),
-    _tool("CallMcpTool", ISSUE_MCP_WEB, _N, Gate.MCP_META_TOOLS),
-    _tool("FetchMcpResource", ISSUE_MCP_WEB, _N, Gate.MCP_META_TOOLS),
+    _tool("GetMcpTools", ISSUE_MCP_WEB, _B, Gate.MCP_META_TOOLS),
+    _tool("CallMcpTool", ISSUE_MCP_WEB, _B, Gate.MCP_META_TOOLS),
+    _tool("FetchMcpResource", ISSUE_MCP_WEB, _B, Gate.MCP_META_TOOLS),
     _tool(
         "ListMcpResources",
         ISSUE_MCP_WEB,
-        _N,
+        _B,
         Gate.MCP_META_TOOLS,
         note=(
             "not in Cursor's model list (GoL has it); listed wherever FetchMcpResource is, "

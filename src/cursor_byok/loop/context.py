@@ -7,6 +7,8 @@ started by a bare `UserMessage` reuses it.
 
 from __future__ import annotations
 
+from typing import Any
+
 import msgspec
 
 from cursor_byok.llm.types import ToolDefinition
@@ -44,6 +46,24 @@ class McpRoute(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unknown_f
     definition: str = ""  # the client's own name for the tool, echoed back to it
 
 
+class McpToolInfo(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unknown_fields=True):
+    """One tool of an MCP server, as GetMcpTools describes it to the model."""
+
+    name: str  # the tool's own name on its server (CallMcpTool's toolName)
+    description: str = ""
+    parameters: dict[str, Any] = msgspec.field(default_factory=dict)  # JSON Schema
+
+
+class McpServerInfo(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unknown_fields=True):
+    """One MCP server the meta-tools reach (from the client's descriptors, completed by its
+    flat tool definitions), in the order the prompt lists them."""
+
+    identifier: str  # the server's identifier on the client (CallMcpTool's server)
+    name: str = ""
+    instructions: str = ""
+    tools: tuple[McpToolInfo, ...] = ()
+
+
 class TurnContext(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unknown_fields=True):
     """Per-run context.
 
@@ -51,6 +71,9 @@ class TurnContext(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unknow
     - `git`: a short repository summary (branch, status), placed in the system prompt.
     - `mcp_tools`: tools the client offers through MCP; listed after the native tools.
     - `mcp_routes`: for each MCP tool, where its calls go (server and tool name on the client).
+    - `mcp_servers`: the MCP servers the meta-tools reach (when `switches.mcp_meta_tools` is
+      true the model gets GetMcpTools, CallMcpTool, ... and these servers in the system prompt
+      instead of one tool per MCP tool; `mcp_routes` then only resolve CallMcpTool's calls).
     - `supplements`: context the model should read as user content (selections, open files,
       attached documents). They are prepended, as text parts, to the user message that starts
       the turn; they are never written into older messages.
@@ -66,6 +89,7 @@ class TurnContext(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unknow
     git: str | None = None
     mcp_tools: tuple[ToolDefinition, ...] = ()
     mcp_routes: tuple[McpRoute, ...] = ()
+    mcp_servers: tuple[McpServerInfo, ...] = ()
     supplements: tuple[str, ...] = ()
     custom_instructions: str | None = None
     mode: str = "agent"
@@ -75,6 +99,11 @@ class TurnContext(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unknow
     @property
     def read_only(self) -> bool:
         return self.mode in READ_ONLY_MODES
+
+    @property
+    def mcp_meta(self) -> bool:
+        """Whether MCP is offered through the meta-tools instead of one tool per MCP tool."""
+        return self.switches.mcp_meta_tools is True
 
 
 DEFAULT_CONTEXT = TurnContext()

@@ -7,10 +7,12 @@ caches warm.
 
 from __future__ import annotations
 
+import json
+
 from cursor_byok.llm.types import ToolDefinition
 
 from .catalogue import Mode, mode_of, offered
-from .context import DEFAULT_CONTEXT, Environment, TurnContext
+from .context import DEFAULT_CONTEXT, Environment, McpServerInfo, TurnContext
 from .inputs import Input, Start
 from .state import ConversationState
 from .tools import NATIVE_BY_NAME
@@ -49,6 +51,52 @@ PLAN_NOTE = """\
 Produce a plan: the steps you would take, the files involved and the risks. Do not carry it \
 out. When the plan is ready, hand it to the user with CreatePlan: they review it and start the \
 work with its Build button."""
+
+
+MCP_META_NOTE = """\
+MCP servers of the user. Their tools are not in your tool list: reach them through the MCP \
+tools you have, naming a server by its identifier and a tool by its name."""
+
+MCP_META_LOOKUP = """\
+Look a tool up with GetMcpTools (its description and argument schema) before the first \
+CallMcpTool of it."""
+
+
+MCP_META_SCHEMAS = """\
+Each tool's description and argument schema follow its server."""
+
+
+def _mcp_server_lines(servers: tuple[McpServerInfo, ...], detailed: bool) -> list[str]:
+    """One entry per server, in the context's (already stable) order: name, identifier, tool
+    names, then the server's own instructions indented under it; `detailed` adds each tool's
+    description and JSON Schema (keys sorted)."""
+    lines: list[str] = []
+    for server in servers:
+        name = server.name or server.identifier
+        tools = ", ".join(t.name for t in server.tools) or "(no tools listed)"
+        lines.append(f"- {name} (server identifier: {server.identifier}). Tools: {tools}")
+        instructions = server.instructions.strip()
+        if instructions:
+            lines.extend("  " + line for line in instructions.splitlines())
+        if detailed:
+            for tool in server.tools:
+                schema = json.dumps(tool.parameters or {"type": "object"}, sort_keys=True)
+                about = " ".join(tool.description.split()) or "(no description)"
+                lines.append(f"  - {tool.name}: {about} Arguments: {schema}")
+    return lines
+
+
+def _mcp_section(context: TurnContext) -> str | None:
+    if not context.mcp_meta or not context.mcp_servers:
+        return None
+    names = offered(mode_of(context.mode), context.switches)
+    if "CallMcpTool" not in names:
+        return None
+    # Without GetMcpTools (plan, debug, multitask) nothing else gives the model a tool's
+    # arguments, so the list carries them.
+    lookup = "GetMcpTools" in names
+    head = MCP_META_NOTE + " " + (MCP_META_LOOKUP if lookup else MCP_META_SCHEMAS)
+    return head + "\n" + "\n".join(_mcp_server_lines(context.mcp_servers, not lookup))
 
 
 def turn_context(input: Input | None, state: ConversationState) -> TurnContext:
@@ -99,6 +147,9 @@ def render_prompt(context: TurnContext) -> str:
     rules = rules_section(context)
     if rules:
         sections.append(rules)
+    mcp = _mcp_section(context)
+    if mcp:
+        sections.append(mcp)
     if context.custom_instructions and context.custom_instructions.strip():
         sections.append("Additional instructions:\n" + context.custom_instructions.strip())
     return "\n\n".join(sections)
@@ -106,13 +157,17 @@ def render_prompt(context: TurnContext) -> str:
 
 def render_tools(context: TurnContext) -> tuple[ToolDefinition, ...]:
     """The mode's native tools in catalogue order (catalogue.offered), then the MCP tools sorted
-    by name, in every mode (the real Cursor does not withhold them in ask or plan).
+    by name, in every mode (the real Cursor does not withhold them in ask or plan). With the
+    MCP meta-tools on (`context.mcp_meta`) the flat MCP tools are left out: the meta-tools
+    reach them.
 
     An MCP tool whose name is already taken (by a native tool or an earlier MCP tool of the same
     name) is left out, so names stay unique.
     """
     names = offered(mode_of(context.mode), context.switches)
     out = [NATIVE_BY_NAME[name].definition for name in names]
+    if context.mcp_meta:
+        return tuple(out)
     taken = set(NATIVE_BY_NAME)
     for tool in sorted(context.mcp_tools, key=lambda t: t.name):
         if tool.name in taken:

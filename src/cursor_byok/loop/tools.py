@@ -523,6 +523,94 @@ SWITCH_MODE = ToolSpec(
     side_effects=False,
 )
 
+# The MCP meta-tools (reference §2.18): offered instead of one tool per MCP tool when the client
+# asks for them (catalogue Gate.MCP_META_TOOLS). Names and parameters are Cursor's; the
+# descriptions are ours. The servers are listed in the system prompt (prompt.py).
+_SERVER = _string("The MCP server's identifier, as the system prompt lists it.")
+_SMART_MODE = {
+    "requestSmartModeApproval": {
+        "type": "boolean",
+        "description": "Set on a retry after an automatic review blocked the call, to ask the "
+        "user to approve it.",
+    },
+    "smartModeBlockReason": _string("The reason the review gave for blocking the call."),
+}
+
+GET_MCP_TOOLS = ToolSpec(
+    name="GetMcpTools",
+    description=(
+        "Look up the tools of the user's MCP servers: each tool's name, what it does and the "
+        "JSON Schema of its arguments. Read a tool's schema here before calling it with "
+        "CallMcpTool. Without arguments it lists every server's tools; narrow it with server, "
+        "toolName or pattern."
+    ),
+    parameters=_object(
+        {
+            "server": _string("Only this server's tools (its identifier)."),
+            "toolName": _string("Only this tool (give server too)."),
+            "pattern": _string(
+                "A regular expression (at most 256 characters) matched against tool and "
+                "server names."
+            ),
+        },
+        [],
+    ),
+    side_effects=False,
+)
+
+CALL_MCP_TOOL = ToolSpec(
+    name="CallMcpTool",
+    description=(
+        "Call a tool of one of the user's MCP servers and return what it answers. Give the "
+        "server's identifier, the tool's name and its arguments as the tool's schema "
+        "(GetMcpTools) describes them."
+    ),
+    parameters=_object(
+        {
+            "server": _SERVER,
+            "toolName": _string("The tool's name on that server."),
+            "arguments": {
+                "type": "object",
+                "description": "The tool's arguments, matching its input schema.",
+            },
+            "description": _string("One plain sentence on what this call does, for the user."),
+            **_SMART_MODE,
+        },
+        ["server", "toolName"],
+    ),
+    side_effects=True,
+)
+
+FETCH_MCP_RESOURCE = ToolSpec(
+    name="FetchMcpResource",
+    description=(
+        "Read one resource an MCP server publishes, by its URI (ListMcpResources lists them). "
+        "With downloadPath the editor saves it into the workspace instead of returning it."
+    ),
+    parameters=_object(
+        {
+            "server": _SERVER,
+            "uri": _string("The resource's URI."),
+            "downloadPath": _string(
+                "Save the resource to this workspace path instead of returning its content."
+            ),
+            **_SMART_MODE,
+        },
+        ["server", "uri"],
+    ),
+    side_effects=True,  # downloadPath writes a file
+)
+
+LIST_MCP_RESOURCES = ToolSpec(
+    name="ListMcpResources",
+    description=(
+        "List the resources (documents, files, records) the user's MCP servers publish, with "
+        "their URIs for FetchMcpResource. Give server for one server's resources only."
+    ),
+    parameters=_object({"server": _string("Only this server's resources (its identifier).")}, []),
+    side_effects=False,
+)
+
 # Fixed order: this is the order the model sees (part of the cached request prefix).
 NATIVE_TOOLS: tuple[ToolSpec, ...] = (
     SHELL,
@@ -541,6 +629,10 @@ NATIVE_TOOLS: tuple[ToolSpec, ...] = (
     CREATE_PLAN,
     ASK_QUESTION,
     SWITCH_MODE,
+    GET_MCP_TOOLS,
+    CALL_MCP_TOOL,
+    FETCH_MCP_RESOURCE,
+    LIST_MCP_RESOURCES,
 )
 # Tools the server answers itself (no exec goes to the client).
 LOCAL_TOOL_NAMES: frozenset[str] = frozenset({TODO_WRITE.name})

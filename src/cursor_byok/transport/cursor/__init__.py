@@ -34,7 +34,7 @@ from .ends import (
 )
 from .history import DialectError, history_from_root_prompt_blobs
 from .link import ClientLink
-from .mcp import McpDefinition
+from .mcp import McpDefinition, McpDirectory
 from .rpc import RpcSettings
 from .service import CursorService
 from .values import (
@@ -80,6 +80,7 @@ __all__ = [
     "InteractionAnswered",
     "Malformed",
     "McpDefinition",
+    "McpDirectory",
     "ResumeRequested",
     "RpcSettings",
     "RunAction",

@@ -26,7 +26,14 @@ from google.protobuf import json_format  # type: ignore[import-untyped,unused-ig
 from ...llm.canonical import sorted_value
 from ...loop.catalogue import Switches
 from ...loop.context import Environment, TurnContext
-from .mcp import McpDefinition, McpIndex, McpMeta, McpServerDescriptor, McpToolDescriptor
+from .mcp import (
+    McpDefinition,
+    McpIndex,
+    McpMeta,
+    McpServerDescriptor,
+    McpToolDescriptor,
+    meta_servers,
+)
 from .proto import agent_pb2
 
 __all__ = [
@@ -293,7 +300,11 @@ def merge_context(
     """One TurnContext from every context source. Rules keep a fixed order (parts in the order
     given, then the inline context's rules, skills and MCP instructions) and duplicates are
     dropped, so the system prompt is the same for the same inputs. The tool gates come from
-    the inline context's flags, the run request's and our config's `disabled_tools`."""
+    the inline context's flags, the run request's and our config's `disabled_tools`.
+
+    The MCP meta options come from the first part that has them (the mcps blob: the only
+    source in ref_only mode), else from the inline context (field 34); with them on, the
+    servers the meta-tools reach are kept in the context (mcp.meta_servers)."""
     rules: list[str] = []
     definitions: list[McpDefinition] = []
     for part in parts:
@@ -310,12 +321,17 @@ def merge_context(
         supplements = inline.supplements
     definitions.extend(mcp_tools)
     index = McpIndex.build(definitions)
+    meta = next((p.mcp_meta for p in parts if p.mcp_meta is not None), None)
+    if meta is None and inline is not None:
+        meta = inline.mcp_meta
+    meta_on = meta is not None and meta.enabled
     return TurnContext(
         rules=tuple(dict.fromkeys(r for r in rules if r)),
         environment=environment,
         git=git,
         mcp_tools=index.definitions(),
         mcp_routes=index.routes(),
+        mcp_servers=meta_servers(meta, index) if meta_on else (),
         supplements=supplements,
         custom_instructions=custom_instructions or None,
         mode=mode,
@@ -324,6 +340,7 @@ def merge_context(
             web_fetch_enabled=inline.web_fetch_enabled if inline is not None else None,
             read_lints_enabled=inline.read_lints_enabled if inline is not None else None,
             suppress_subagent_progress_update_tool=suppress_subagent_progress_update_tool,
+            mcp_meta_tools=meta.enabled if meta is not None else None,
             disabled_tools=disabled_tools,
             enabled_tools=enabled_tools,
         ),

@@ -32,7 +32,7 @@ from ...web.types import JobOutcome
 from . import encode
 from .context import decode_request_context
 from .decode import DialectError, ExecControl, ExecReply, KvReply, decode_client_message
-from .mcp import McpTool
+from .mcp import McpDirectory, McpTool
 from .proto import agent_pb2
 from .tools import (
     Finished,
@@ -257,6 +257,7 @@ class ClientLink:
         budget_ms: int | None = None,
         mode: str = "agent",
         keep_stdin: bool = False,
+        mcp_directory: McpDirectory | None = None,
     ) -> ToolMachine:
         return machine_for(
             call,
@@ -269,6 +270,7 @@ class ClientLink:
             vision=self.vision,
             mode=mode,
             keep_stdin=keep_stdin,
+            mcp_directory=mcp_directory,
         )
 
     def tool_running(self, operation_id: str) -> bool:
@@ -291,12 +293,22 @@ class ClientLink:
         budget_ms: int | None = None,
         mode: str = "agent",
         keep_stdin: bool = False,
+        mcp_directory: McpDirectory | None = None,
     ) -> Started:
         """tool_call_started and the first exec (or interaction query) of the call; `early`
         when the call cannot run and its answer is known at once (nothing was sent).
-        `terminals_folder` is the client's, `budget_ms` the runner's deadline for the call."""
+        `terminals_folder` is the client's, `budget_ms` the runner's deadline for the call,
+        `mcp_directory` the turn's MCP servers and routes (the meta-tools resolve with it)."""
         machine = self._machine(
-            call, llm_call_id, content_index, route, terminals_folder, budget_ms, mode, keep_stdin
+            call,
+            llm_call_id,
+            content_index,
+            route,
+            terminals_folder,
+            budget_ms,
+            mode,
+            keep_stdin,
+            mcp_directory,
         )
         self._tools[operation_id] = machine
 

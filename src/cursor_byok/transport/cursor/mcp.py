@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...llm.types import ToolDefinition
-from ...loop.context import McpRoute
+from ...loop.context import McpRoute, McpServerInfo, McpToolInfo, TurnContext
 from ...loop.tools import NATIVE_TOOL_NAMES
 
 _NAME_BAD_CHARS = re.compile(r"[^a-zA-Z0-9_-]")
@@ -199,3 +199,84 @@ class McpIndex:
 
     def __repr__(self) -> str:
         return f"McpIndex({sorted(self._tools)})"
+
+
+def meta_servers(meta: McpMeta | None, index: McpIndex) -> tuple[McpServerInfo, ...]:
+    """The servers the meta-tools reach: the client's descriptors, completed by its flat
+    definitions (a tool or a server only the flat list names is added; a descriptor's missing
+    description or schema is taken from the flat definition of the same tool).
+
+    Sorted by server identifier, each server's tools by name, so the same inputs give the same
+    system prompt whatever order the client sent them in (prompt cache). A descriptor without
+    an identifier goes by its name; one with neither is left out."""
+    servers: dict[str, tuple[str, str]] = {}  # identifier → (name, instructions)
+    tools: dict[str, dict[str, McpToolInfo]] = {}
+    for d in meta.servers if meta is not None else ():
+        identifier = d.server_identifier or d.server_name
+        if not identifier:
+            continue
+        servers.setdefault(identifier, (d.server_name, d.instructions))
+        known = tools.setdefault(identifier, {})
+        for t in d.tools:
+            if t.tool_name and t.tool_name not in known:
+                known[t.tool_name] = McpToolInfo(
+                    name=t.tool_name, description=t.description, parameters=t.parameters
+                )
+    for flat in index:
+        identifier = flat.provider_identifier
+        if not identifier or not flat.tool_name:
+            continue
+        servers.setdefault(identifier, ("", ""))
+        known = tools.setdefault(identifier, {})
+        had = known.get(flat.tool_name)
+        if had is None:
+            known[flat.tool_name] = McpToolInfo(
+                name=flat.tool_name, description=flat.description, parameters=flat.parameters
+            )
+        elif not had.description or not had.parameters.get("properties"):
+            known[flat.tool_name] = McpToolInfo(
+                name=had.name,
+                description=had.description or flat.description,
+                parameters=had.parameters if had.parameters.get("properties") else flat.parameters,
+            )
+    return tuple(
+        McpServerInfo(
+            identifier=identifier,
+            name=name,
+            instructions=instructions,
+            tools=tuple(tools[identifier][k] for k in sorted(tools[identifier])),
+        )
+        for identifier, (name, instructions) in sorted(servers.items())
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class McpDirectory:
+    """What the MCP meta-tools of one call can reach: the turn's servers (for GetMcpTools and
+    to check a CallMcpTool's server and tool) and the flat tools' routes (to fill `McpArgs`
+    as the client defined the tool)."""
+
+    servers: tuple[McpServerInfo, ...] = ()
+    routes: tuple[McpRoute, ...] = ()
+
+    @classmethod
+    def of(cls, context: TurnContext | None) -> McpDirectory:
+        if context is None:
+            return cls()
+        return cls(servers=context.mcp_servers, routes=context.mcp_routes)
+
+    def server(self, key: str) -> McpServerInfo | None:
+        """The server whose identifier is `key`, else the one whose name is (the model may
+        name a server by the name it read)."""
+        for s in self.servers:
+            if s.identifier == key:
+                return s
+        return next((s for s in self.servers if s.name and s.name == key), None)
+
+    def route(self, server: str, tool: str) -> McpRoute | None:
+        """The flat definition's route of `tool` on the server with identifier `server`."""
+        return next((r for r in self.routes if r.server == server and r.tool == tool), None)
+
+    def server_identifiers(self) -> tuple[str, ...]:
+        ids = {s.identifier for s in self.servers} | {r.server for r in self.routes if r.server}
+        return tuple(sorted(ids))

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from ...loop import CallClient, ConversationState, catalogue
 from ...store.api import ClientOperationRecord
-from ..cursor import ClientLink
+from ..cursor import ClientLink, McpDirectory
 from ..cursor.tools import Started
 from . import records
 
@@ -89,6 +89,7 @@ class ToolCalls:
             keep_stdin=context is not None
             and "WriteShellStdin"
             in catalogue.offered(catalogue.mode_of(context.mode), context.switches),
+            mcp_directory=McpDirectory.of(context),
         )
         flight = _InFlight(record=record, started_ms=self._now_ms())
         if started.early is None:

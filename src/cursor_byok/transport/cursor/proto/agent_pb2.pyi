@@ -2174,7 +2174,7 @@ class EditToolCallDelta(_message.Message):
     def __init__(self, stream_content_delta: _Optional[str] = ...) -> None: ...
 
 class ToolCall(_message.Message):
-    __slots__ = ("shell_tool_call", "delete_tool_call", "glob_tool_call", "grep_tool_call", "read_tool_call", "update_todos_tool_call", "read_todos_tool_call", "edit_tool_call", "ls_tool_call", "read_lints_tool_call", "mcp_tool_call", "create_plan_tool_call", "web_search_tool_call", "task_tool_call", "list_mcp_resources_tool_call", "read_mcp_resource_tool_call", "ask_question_tool_call", "fetch_tool_call", "switch_mode_tool_call", "write_shell_stdin_tool_call", "truncated_tool_call", "web_fetch_tool_call", "await_tool_call", "tool_call_id", "started_at_ms", "completed_at_ms")
+    __slots__ = ("shell_tool_call", "delete_tool_call", "glob_tool_call", "grep_tool_call", "read_tool_call", "update_todos_tool_call", "read_todos_tool_call", "edit_tool_call", "ls_tool_call", "read_lints_tool_call", "mcp_tool_call", "create_plan_tool_call", "web_search_tool_call", "task_tool_call", "list_mcp_resources_tool_call", "read_mcp_resource_tool_call", "ask_question_tool_call", "fetch_tool_call", "switch_mode_tool_call", "write_shell_stdin_tool_call", "truncated_tool_call", "web_fetch_tool_call", "await_tool_call", "get_mcp_tools_tool_call", "tool_call_id", "started_at_ms", "completed_at_ms")
     SHELL_TOOL_CALL_FIELD_NUMBER: _ClassVar[int]
     DELETE_TOOL_CALL_FIELD_NUMBER: _ClassVar[int]
     GLOB_TOOL_CALL_FIELD_NUMBER: _ClassVar[int]
@@ -2198,6 +2198,7 @@ class ToolCall(_message.Message):
     TRUNCATED_TOOL_CALL_FIELD_NUMBER: _ClassVar[int]
     WEB_FETCH_TOOL_CALL_FIELD_NUMBER: _ClassVar[int]
     AWAIT_TOOL_CALL_FIELD_NUMBER: _ClassVar[int]
+    GET_MCP_TOOLS_TOOL_CALL_FIELD_NUMBER: _ClassVar[int]
     TOOL_CALL_ID_FIELD_NUMBER: _ClassVar[int]
     STARTED_AT_MS_FIELD_NUMBER: _ClassVar[int]
     COMPLETED_AT_MS_FIELD_NUMBER: _ClassVar[int]
@@ -2224,10 +2225,11 @@ class ToolCall(_message.Message):
     truncated_tool_call: TruncatedToolCall
     web_fetch_tool_call: WebFetchToolCall
     await_tool_call: AwaitToolCall
+    get_mcp_tools_tool_call: GetMcpToolsToolCall
     tool_call_id: str
     started_at_ms: int
     completed_at_ms: int
-    def __init__(self, shell_tool_call: _Optional[_Union[ShellToolCall, _Mapping]] = ..., delete_tool_call: _Optional[_Union[DeleteToolCall, _Mapping]] = ..., glob_tool_call: _Optional[_Union[GlobToolCall, _Mapping]] = ..., grep_tool_call: _Optional[_Union[GrepToolCall, _Mapping]] = ..., read_tool_call: _Optional[_Union[ReadToolCall, _Mapping]] = ..., update_todos_tool_call: _Optional[_Union[UpdateTodosToolCall, _Mapping]] = ..., read_todos_tool_call: _Optional[_Union[ReadTodosToolCall, _Mapping]] = ..., edit_tool_call: _Optional[_Union[EditToolCall, _Mapping]] = ..., ls_tool_call: _Optional[_Union[LsToolCall, _Mapping]] = ..., read_lints_tool_call: _Optional[_Union[ReadLintsToolCall, _Mapping]] = ..., mcp_tool_call: _Optional[_Union[McpToolCall, _Mapping]] = ..., create_plan_tool_call: _Optional[_Union[CreatePlanToolCall, _Mapping]] = ..., web_search_tool_call: _Optional[_Union[WebSearchToolCall, _Mapping]] = ..., task_tool_call: _Optional[_Union[TaskToolCall, _Mapping]] = ..., list_mcp_resources_tool_call: _Optional[_Union[ListMcpResourcesToolCall, _Mapping]] = ..., read_mcp_resource_tool_call: _Optional[_Union[ReadMcpResourceToolCall, _Mapping]] = ..., ask_question_tool_call: _Optional[_Union[AskQuestionToolCall, _Mapping]] = ..., fetch_tool_call: _Optional[_Union[FetchToolCall, _Mapping]] = ..., switch_mode_tool_call: _Optional[_Union[SwitchModeToolCall, _Mapping]] = ..., write_shell_stdin_tool_call: _Optional[_Union[WriteShellStdinToolCall, _Mapping]] = ..., truncated_tool_call: _Optional[_Union[TruncatedToolCall, _Mapping]] = ..., web_fetch_tool_call: _Optional[_Union[WebFetchToolCall, _Mapping]] = ..., await_tool_call: _Optional[_Union[AwaitToolCall, _Mapping]] = ..., tool_call_id: _Optional[str] = ..., started_at_ms: _Optional[int] = ..., completed_at_ms: _Optional[int] = ...) -> None: ...
+    def __init__(self, shell_tool_call: _Optional[_Union[ShellToolCall, _Mapping]] = ..., delete_tool_call: _Optional[_Union[DeleteToolCall, _Mapping]] = ..., glob_tool_call: _Optional[_Union[GlobToolCall, _Mapping]] = ..., grep_tool_call: _Optional[_Union[GrepToolCall, _Mapping]] = ..., read_tool_call: _Optional[_Union[ReadToolCall, _Mapping]] = ..., update_todos_tool_call: _Optional[_Union[UpdateTodosToolCall, _Mapping]] = ..., read_todos_tool_call: _Optional[_Union[ReadTodosToolCall, _Mapping]] = ..., edit_tool_call: _Optional[_Union[EditToolCall, _Mapping]] = ..., ls_tool_call: _Optional[_Union[LsToolCall, _Mapping]] = ..., read_lints_tool_call: _Optional[_Union[ReadLintsToolCall, _Mapping]] = ..., mcp_tool_call: _Optional[_Union[McpToolCall, _Mapping]] = ..., create_plan_tool_call: _Optional[_Union[CreatePlanToolCall, _Mapping]] = ..., web_search_tool_call: _Optional[_Union[WebSearchToolCall, _Mapping]] = ..., task_tool_call: _Optional[_Union[TaskToolCall, _Mapping]] = ..., list_mcp_resources_tool_call: _Optional[_Union[ListMcpResourcesToolCall, _Mapping]] = ..., read_mcp_resource_tool_call: _Optional[_Union[ReadMcpResourceToolCall, _Mapping]] = ..., ask_question_tool_call: _Optional[_Union[AskQuestionToolCall, _Mapping]] = ..., fetch_tool_call: _Optional[_Union[FetchToolCall, _Mapping]] = ..., switch_mode_tool_call: _Optional[_Union[SwitchModeToolCall, _Mapping]] = ..., write_shell_stdin_tool_call: _Optional[_Union[WriteShellStdinToolCall, _Mapping]] = ..., truncated_tool_call: _Optional[_Union[TruncatedToolCall, _Mapping]] = ..., web_fetch_tool_call: _Optional[_Union[WebFetchToolCall, _Mapping]] = ..., await_tool_call: _Optional[_Union[AwaitToolCall, _Mapping]] = ..., get_mcp_tools_tool_call: _Optional[_Union[GetMcpToolsToolCall, _Mapping]] = ..., tool_call_id: _Optional[str] = ..., started_at_ms: _Optional[int] = ..., completed_at_ms: _Optional[int] = ...) -> None: ...
 
 class AwaitToolCall(_message.Message):
     __slots__ = ("args", "result")
@@ -2896,6 +2898,48 @@ class TaskToolCall(_message.Message):
     args: TaskArgs
     result: TaskResult
     def __init__(self, args: _Optional[_Union[TaskArgs, _Mapping]] = ..., result: _Optional[_Union[TaskResult, _Mapping]] = ...) -> None: ...
+
+class GetMcpToolsArgs(_message.Message):
+    __slots__ = ("server", "tool_name", "pattern", "tool_call_id")
+    SERVER_FIELD_NUMBER: _ClassVar[int]
+    TOOL_NAME_FIELD_NUMBER: _ClassVar[int]
+    PATTERN_FIELD_NUMBER: _ClassVar[int]
+    TOOL_CALL_ID_FIELD_NUMBER: _ClassVar[int]
+    server: str
+    tool_name: str
+    pattern: str
+    tool_call_id: str
+    def __init__(self, server: _Optional[str] = ..., tool_name: _Optional[str] = ..., pattern: _Optional[str] = ..., tool_call_id: _Optional[str] = ...) -> None: ...
+
+class GetMcpToolsSuccess(_message.Message):
+    __slots__ = ("content", "output_file_path")
+    CONTENT_FIELD_NUMBER: _ClassVar[int]
+    OUTPUT_FILE_PATH_FIELD_NUMBER: _ClassVar[int]
+    content: str
+    output_file_path: str
+    def __init__(self, content: _Optional[str] = ..., output_file_path: _Optional[str] = ...) -> None: ...
+
+class GetMcpToolsError(_message.Message):
+    __slots__ = ("error",)
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    error: str
+    def __init__(self, error: _Optional[str] = ...) -> None: ...
+
+class GetMcpToolsAgentResult(_message.Message):
+    __slots__ = ("success", "error")
+    SUCCESS_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    success: GetMcpToolsSuccess
+    error: GetMcpToolsError
+    def __init__(self, success: _Optional[_Union[GetMcpToolsSuccess, _Mapping]] = ..., error: _Optional[_Union[GetMcpToolsError, _Mapping]] = ...) -> None: ...
+
+class GetMcpToolsToolCall(_message.Message):
+    __slots__ = ("args", "result")
+    ARGS_FIELD_NUMBER: _ClassVar[int]
+    RESULT_FIELD_NUMBER: _ClassVar[int]
+    args: GetMcpToolsArgs
+    result: GetMcpToolsAgentResult
+    def __init__(self, args: _Optional[_Union[GetMcpToolsArgs, _Mapping]] = ..., result: _Optional[_Union[GetMcpToolsAgentResult, _Mapping]] = ...) -> None: ...
 
 class ListMcpResourcesToolCall(_message.Message):
     __slots__ = ("args", "result")

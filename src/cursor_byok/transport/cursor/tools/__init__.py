@@ -19,6 +19,10 @@ serialized `AgentServerMessage`s. docs/dialect.md has the full mapping:
     ReadLints   diagnostics_args, one per path    ToolCall.read_lints_tool_call lints.py
     EditNotebook read_args, then write_args       ToolCall.edit_tool_call      notebook.py
     MCP tools   mcp_args                          ToolCall.mcp_tool_call       mcp.py
+    GetMcpTools none (the server answers)         ToolCall.get_mcp_tools_tool_call mcp_meta.py
+    CallMcpTool mcp_args (server_identifier)      ToolCall.mcp_tool_call       mcp_meta.py
+    FetchMcpResource read_mcp_resource_exec_args  ToolCall.read_mcp_resource_tool_call
+    ListMcpResources list_mcp_resources_exec_args ToolCall.list_mcp_resources_tool_call
     CreatePlan  query create_plan_request_query   ToolCall.create_plan_tool_call   queries.py
     AskQuestion query ask_question_interaction_query  ToolCall.ask_question_tool_call
     SwitchMode  query switch_mode_request_query   ToolCall.switch_mode_tool_call   queries.py
@@ -31,7 +35,7 @@ from types import MappingProxyType
 
 from ....llm.types import ToolCall
 from ....loop.tools import NATIVE_TOOL_NAMES
-from ..mcp import McpTool
+from ..mcp import McpDirectory, McpTool
 from ..proto import agent_pb2
 from .await_shell import AwaitShellMachine
 from .cards import sanitize_tool_call_id
@@ -50,6 +54,12 @@ from .machine import (
     ToolSettings,
 )
 from .mcp import McpMachine
+from .mcp_meta import (
+    CallMcpToolMachine,
+    FetchMcpResourceMachine,
+    GetMcpToolsMachine,
+    ListMcpResourcesMachine,
+)
 from .notebook import EditNotebookMachine
 from .queries import AskQuestionMachine, CreatePlanMachine, QueryMachine, SwitchModeMachine
 from .search import GlobMachine, GrepMachine
@@ -103,6 +113,10 @@ NATIVE_MACHINES: Mapping[str, type[ToolMachine]] = MappingProxyType(
         "CreatePlan": CreatePlanMachine,
         "AskQuestion": AskQuestionMachine,
         "SwitchMode": SwitchModeMachine,
+        "GetMcpTools": GetMcpToolsMachine,
+        "CallMcpTool": CallMcpToolMachine,
+        "FetchMcpResource": FetchMcpResourceMachine,
+        "ListMcpResources": ListMcpResourcesMachine,
     }
 )
 
@@ -126,11 +140,13 @@ def machine_for(
     vision: bool = False,
     mode: str = "agent",
     keep_stdin: bool = False,
+    mcp_directory: McpDirectory | None = None,
 ) -> ToolMachine:
     """The machine for one call. `mcp` is the route of an MCP tool (None when the name is not
     known: it goes out as it is); native tools ignore it. `terminals_folder` is the client's
     (RequestContextEnv.terminals_folder), `budget_ms` the runner's deadline for one call,
-    `vision` whether the model sees images, `mode` the conversation's mode."""
+    `vision` whether the model sees images, `mode` the conversation's mode, `mcp_directory`
+    the turn's MCP servers and routes (for the meta-tools)."""
     settings = ToolSettings(
         conversation_id=conversation_id,
         shell_block_ms=shell_block_ms,
@@ -139,6 +155,7 @@ def machine_for(
         vision=vision,
         mode=mode,
         keep_stdin=keep_stdin,
+        mcp=mcp_directory if mcp_directory is not None else McpDirectory(),
     )
     native = NATIVE_MACHINES.get(call.name)
     if native is None:

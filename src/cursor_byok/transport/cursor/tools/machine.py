@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from google.protobuf.message import Message  # type: ignore[import-untyped,unused-ignore]
@@ -29,6 +29,7 @@ from ....llm.types import ImageContent, TextContent, ToolCall, ToolResultMessage
 from ....loop.inputs import ToolEffect
 from ....loop.tools import DEFAULT_BLOCK_UNTIL_MS
 from ....web.types import JobOutcome, ServerJob
+from ..mcp import McpDirectory
 from ..proto import agent_pb2
 from . import args as a
 from . import cards
@@ -82,6 +83,8 @@ class ToolSettings:
     mode: str = "agent"  # the conversation's mode when the call starts (SwitchMode's "from")
     # WriteShellStdin is offered: Shell asks the client to keep the command's stdin open.
     keep_stdin: bool = False
+    # The turn's MCP servers and flat tools' routes, for the MCP meta-tools (mcp_meta.py).
+    mcp: McpDirectory = field(default_factory=McpDirectory)
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,6 +190,9 @@ class ToolMachine:
         if problem is not None:
             # Nothing goes to the client: the model reads the problem and can correct itself.
             return Started(frames=(started,), early=self._finish_error(problem, now_ms))
+        answer = self._answer_now(now_ms)
+        if answer is not None:  # the server answers the call itself: nothing goes out
+            return Started(frames=(started,), early=answer)
         opening_wait = self._opening_wait()
         if opening_wait is not None:
             self._phase = Phase.SLEEPING
@@ -285,6 +291,11 @@ class ToolMachine:
             f"Error: the {self.tool_call.name} call is missing the required string "
             f"argument(s) {', '.join(missing)}. Call it again with all required arguments."
         )
+
+    def _answer_now(self, now_ms: int) -> Finished | None:
+        """The call's result when the server knows it without the client (GetMcpTools);
+        None sends the first exec."""
+        return None
 
     def _on_wake(self, now_ms: int) -> Step:
         raise NotImplementedError

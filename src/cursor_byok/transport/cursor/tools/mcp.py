@@ -2,12 +2,17 @@
 
 The call goes to the route the client gave when it offered the tool (`McpTool`); a name with
 no route goes out as it is, and the client answers tool_not_found, which the model can read.
+CallMcpTool (mcp_meta.py) runs through the same machine with the route it resolves.
+
+Images in a result reach a model that sees images as images (ToolSettings.vision, the same rule
+as Read's); any other model, or an image over MAX_IMAGE_BYTES, reads a line saying what was
+left out.
 """
 
 from __future__ import annotations
 
 import base64
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from google.protobuf import (  # type: ignore[import-untyped,unused-ignore]
     json_format,
@@ -19,6 +24,7 @@ from ..mcp import McpTool
 from ..proto import agent_pb2
 from . import cards
 from .format import clip_middle
+from .images import MAX_IMAGE_BYTES
 from .machine import Finished, Handlers, Phase, Send, Step, ToolMachine, ToolSettings
 
 __all__ = ["McpMachine"]
@@ -52,6 +58,14 @@ class McpMachine(ToolMachine):
         tc.mcp_tool_call.args.tool_name = name
         return tc
 
+    def _label(self) -> str:
+        """How results and errors name the MCP tool."""
+        return self.tool_call.name
+
+    def _tool_arguments(self) -> dict[str, Any]:
+        """The arguments the MCP tool itself gets (a flat tool's are the call's own)."""
+        return self.args
+
     def _build_args(self) -> agent_pb2.McpArgs | None:
         tool, name = self.tool, self.tool_call.name
         ma = agent_pb2.McpArgs(
@@ -60,14 +74,16 @@ class McpMachine(ToolMachine):
             provider_identifier=tool.provider_identifier if tool else "",
             tool_call_id=self.tool_call_id,
         )
+        arguments = self._tool_arguments()
         try:
-            for key in sorted(self.args):
+            for key in sorted(arguments):
                 value = struct_pb2.Value()
-                json_format.ParseDict(self.args[key], value)
+                json_format.ParseDict(arguments[key], value)
                 ma.args[key].CopyFrom(value)
         except _UNSENDABLE as exc:
             self._args_problem = (
-                f"Error: the arguments of the {name} call cannot be sent to the client ({exc}). "
+                f"Error: the arguments of the {self._label()} call cannot be sent to the client "
+                f"({exc}). "
                 "Call it again with plain JSON values."
             )
             return None
@@ -93,7 +109,7 @@ class McpMachine(ToolMachine):
         return self._exec("mcp_args", self._mcp_args)
 
     def _on_mcp(self, result: agent_pb2.McpResult, now_ms: int) -> Step:
-        name = self.tool_call.name
+        name = self._label()
         tc = self._card()
         mcp = tc.mcp_tool_call.result
         match result.WhichOneof("result"):
@@ -134,19 +150,31 @@ class McpMachine(ToolMachine):
     def _succeeded(
         self, success: agent_pb2.McpSuccess, tc: agent_pb2.ToolCall, now_ms: int
     ) -> Finished:
-        """The text items joined, the images passed on as images."""
+        """The text items joined, the images passed on as images (or a line each when the
+        model cannot take them)."""
         texts: list[str] = []
+        notes: list[str] = []
         images: list[ImageContent] = []
         for item in success.content:
             match item.WhichOneof("content"):
                 case "text":
                     texts.append(item.text.text)
                 case "image":
-                    data = base64.b64encode(item.image.data).decode("ascii")
-                    images.append(
-                        ImageContent(data=data, mime_type=item.image.mime_type or "image/png")
-                    )
-        text = clip_middle("\n".join(texts)) if texts else "(no text content)"
+                    raw = item.image.data
+                    mime = item.image.mime_type or "image/png"
+                    about = f"The tool returned an image ({mime}, {len(raw)} bytes)"
+                    if not self.settings.vision:
+                        notes.append(f"[{about}; this model cannot view images: not shown]")
+                    elif len(raw) > MAX_IMAGE_BYTES:
+                        notes.append(
+                            f"[{about}, larger than the {MAX_IMAGE_BYTES} bytes an image may "
+                            "have to be shown to the model, so it is not shown]"
+                        )
+                    else:
+                        data = base64.b64encode(raw).decode("ascii")
+                        images.append(ImageContent(data=data, mime_type=mime))
+        body = clip_middle("\n".join(texts)) if texts else ""
+        text = "\n".join(x for x in (body, *notes) if x) or "(no text content)"
         return self._finish(text, tc, now_ms, is_error=success.is_error, images=tuple(images))
 
     HANDLERS: ClassVar[Handlers] = {Phase.RUNNING: {"mcp_result": _on_mcp}}
