@@ -131,6 +131,17 @@ def test_call_mcp_tool_takes_arguments_given_as_a_json_string() -> None:
     assert (ma.name, ma.server_identifier, ma.args["q"].string_value) == ("d", "docs-server", "x")
 
 
+def test_call_mcp_tool_retry_after_auto_review_carries_the_approval_request() -> None:
+    args = {"server": "docs-server", "toolName": "lookup_docs", "requestSmartModeApproval": True}
+    _, ma = call({**args, "smartModeBlockReason": " writes to the wiki "})
+    assert (ma.smart_mode_approval.request_id, ma.smart_mode_approval.reason) == (
+        ma.tool_call_id,
+        "writes to the wiki",
+    )
+    _, plain = call(args)  # the flag without its reason: the ordinary path
+    assert not plain.HasField("smart_mode_approval")
+
+
 def test_call_mcp_tool_needs_server_and_tool() -> None:
     done = early("CallMcpTool", {"server": "docs-server"})
     assert text(done).startswith("Error: the CallMcpTool call is missing the required string")

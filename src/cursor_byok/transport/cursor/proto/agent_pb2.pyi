@@ -4542,7 +4542,7 @@ class RequestContextResult(_message.Message):
     def __init__(self, success: _Optional[_Union[RequestContextSuccess, _Mapping]] = ..., error: _Optional[_Union[RequestContextError, _Mapping]] = ..., rejected: _Optional[_Union[RequestContextRejected, _Mapping]] = ...) -> None: ...
 
 class McpArgs(_message.Message):
-    __slots__ = ("name", "args", "tool_call_id", "provider_identifier", "tool_name", "smart_mode_approval_only", "skip_approval", "server_identifier")
+    __slots__ = ("name", "args", "tool_call_id", "provider_identifier", "tool_name", "smart_mode_approval", "smart_mode_approval_only", "skip_approval", "server_identifier")
     class ArgsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -4555,6 +4555,7 @@ class McpArgs(_message.Message):
     TOOL_CALL_ID_FIELD_NUMBER: _ClassVar[int]
     PROVIDER_IDENTIFIER_FIELD_NUMBER: _ClassVar[int]
     TOOL_NAME_FIELD_NUMBER: _ClassVar[int]
+    SMART_MODE_APPROVAL_FIELD_NUMBER: _ClassVar[int]
     SMART_MODE_APPROVAL_ONLY_FIELD_NUMBER: _ClassVar[int]
     SKIP_APPROVAL_FIELD_NUMBER: _ClassVar[int]
     SERVER_IDENTIFIER_FIELD_NUMBER: _ClassVar[int]
@@ -4563,10 +4564,11 @@ class McpArgs(_message.Message):
     tool_call_id: str
     provider_identifier: str
     tool_name: str
+    smart_mode_approval: SmartModeApproval
     smart_mode_approval_only: bool
     skip_approval: bool
     server_identifier: str
-    def __init__(self, name: _Optional[str] = ..., args: _Optional[_Mapping[str, _struct_pb2.Value]] = ..., tool_call_id: _Optional[str] = ..., provider_identifier: _Optional[str] = ..., tool_name: _Optional[str] = ..., smart_mode_approval_only: _Optional[bool] = ..., skip_approval: _Optional[bool] = ..., server_identifier: _Optional[str] = ...) -> None: ...
+    def __init__(self, name: _Optional[str] = ..., args: _Optional[_Mapping[str, _struct_pb2.Value]] = ..., tool_call_id: _Optional[str] = ..., provider_identifier: _Optional[str] = ..., tool_name: _Optional[str] = ..., smart_mode_approval: _Optional[_Union[SmartModeApproval, _Mapping]] = ..., smart_mode_approval_only: _Optional[bool] = ..., skip_approval: _Optional[bool] = ..., server_identifier: _Optional[str] = ...) -> None: ...
 
 class McpTextContent(_message.Message):
     __slots__ = ("text", "output_location")

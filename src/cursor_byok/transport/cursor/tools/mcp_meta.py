@@ -11,8 +11,9 @@ per MCP tool, when the client's `McpMetaToolOptions.enabled` says so.
 - FetchMcpResource: `read_mcp_resource_exec_args` → `read_mcp_resource_exec_result`.
 - ListMcpResources: `list_mcp_resources_exec_args` → `list_mcp_resources_exec_result`.
 
-`requestSmartModeApproval` / `smartModeBlockReason` are accepted and not sent: the inner fields
-of `SmartModeApproval` are not known ([U]), and leaving it out is the client's ordinary path.
+`requestSmartModeApproval` with its `smartModeBlockReason` (the model's retry after Auto-review
+blocked a call) goes out as `McpArgs.smart_mode_approval` (6) `{request_id: the call id, reason}`,
+as for Shell; the flag without a reason is not sent (leaving it out is the ordinary path).
 """
 
 from __future__ import annotations
@@ -185,6 +186,11 @@ class CallMcpToolMachine(McpMachine):
         ma = super()._build_args()
         if ma is not None:
             ma.server_identifier = identifier
+            reason = a.str_or_empty(self.args, "smartModeBlockReason").strip()
+            if a.get_bool(self.args, "requestSmartModeApproval") and reason:
+                ma.smart_mode_approval.CopyFrom(
+                    agent_pb2.SmartModeApproval(request_id=self.tool_call_id, reason=reason)
+                )
         return ma
 
     def _resolve(self) -> tuple[str | None, McpTool | None, str]:
