@@ -63,7 +63,13 @@ def test_docs_table_equals_the_code_table() -> None:
 @pytest.mark.parametrize("mode", list(cat.Mode))
 def test_each_mode_offers_its_documented_built_tools_in_order(mode: cat.Mode) -> None:
     rows, _ = documented()
-    expected = [r["name"] for r in rows if mode.value in r["modes"] and r["status"] == "built"]
+    # Built, in the mode, and no gate closed by default (WebSearch waits for the client's flag).
+    closed = {g.value for g in cat.Gate if not cat.gate_open(g, "", cat.DEFAULT_SWITCHES)}
+    expected = [
+        r["name"]
+        for r in rows
+        if mode.value in r["modes"] and r["status"] == "built" and not closed & set(r["gates"])
+    ]
     names = [t.name for t in build_tools(None, started(TurnContext(mode=mode.value)).committed)]
     assert names == expected == list(cat.offered(mode))
 
@@ -117,6 +123,12 @@ def test_gates() -> None:
         gate, "UpdateCurrentStep", cat.Switches(suppress_subagent_progress_update_tool=True)
     )
     assert not cat.gate_open(cat.Gate.MCP_META_TOOLS, "CallMcpTool", s)
+    # WebSearch: the client's flag and a configured backend, both.
+    assert "WebSearch" not in cat.offered(cat.Mode.AGENT, cat.Switches(web_search_enabled=True))
+    assert "WebSearch" not in cat.offered(cat.Mode.AGENT, cat.Switches(web_search_configured=True))
+    both = cat.Switches(web_search_enabled=True, web_search_configured=True)
+    assert "WebSearch" in cat.offered(cat.Mode.AGENT, both)
+    assert "WebSearch" in cat.offered(cat.Mode.PLAN, both)
     off = cat.Switches(disabled_tools=("Shell",))
     assert "Shell" not in cat.offered(cat.Mode.AGENT, off)
     assert cat.offered(cat.Mode.AGENT, off) == cat.offered(cat.Mode.AGENT)[1:]

@@ -20,7 +20,7 @@ from typing import assert_never
 import msgspec
 
 # Bump on every change to the table below (or to what a mode offers).
-CATALOGUE_VERSION = 6
+CATALOGUE_VERSION = 7
 
 
 class Mode(enum.StrEnum):
@@ -54,6 +54,8 @@ class Gate(enum.StrEnum):
     MCP_META_TOOLS = "mcp_meta_tool_options.enabled"
     # Our configuration: server.disabled_tools names tools the operator switched off.
     CONFIG_DISABLED_TOOLS = "server.disabled_tools"
+    # Our configuration: [web_search] names at least one backend (server-wide or per model).
+    CONFIG_WEB_SEARCH = "web_search.backends"
 
 
 ISSUE_NATIVE = 14  # this issue: Cursor's own agent in every mode
@@ -116,7 +118,7 @@ TOOLS: tuple[CatalogueTool, ...] = (
         _N,
         Gate.SUPPRESS_SUBAGENT_PROGRESS_UPDATE_TOOL,
     ),
-    _tool("WebSearch", ISSUE_MCP_WEB, _N, Gate.WEB_SEARCH_ENABLED),
+    _tool("WebSearch", ISSUE_MCP_WEB, _B, Gate.WEB_SEARCH_ENABLED, Gate.CONFIG_WEB_SEARCH),
     _tool("WebFetch", ISSUE_MCP_WEB, _N, Gate.WEB_FETCH_ENABLED),
     _tool("GenerateImage", ISSUE_MCP_WEB, _N),
     _tool("GetMcpTools", ISSUE_MCP_WEB, _N, Gate.MCP_META_TOOLS),
@@ -200,6 +202,7 @@ class Switches(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unknown_f
     suppress_subagent_progress_update_tool: bool | None = None
     mcp_meta_tools: bool | None = None
     disabled_tools: tuple[str, ...] = ()
+    web_search_configured: bool = False  # [web_search] has a backend to search with
 
 
 DEFAULT_SWITCHES = Switches()
@@ -227,6 +230,8 @@ def gate_open(gate: Gate, tool: str, switches: Switches) -> bool:
             return switches.mcp_meta_tools is True
         case Gate.CONFIG_DISABLED_TOOLS:
             return tool not in switches.disabled_tools
+        case Gate.CONFIG_WEB_SEARCH:
+            return switches.web_search_configured
         case _:
             assert_never(gate)
 

@@ -226,6 +226,7 @@ class Run:
         self.model = self._resolve_model(request.model_id)
         # Whether a Read of an image attaches it (else it is described): the model's `vision`.
         self.link.vision = self.model.vision
+        self.link.model_id = self.model.id
         self.summary.model = self.model.id
         self.summary.provider = self.model.provider.name
         self.calls = ModelCalls(
@@ -335,7 +336,11 @@ class Run:
         self._parts = await context_parts(request, self.requests, self.runner.client_blobs)
         self._mcp_tools = request.mcp_tools
         context = await turn_context(
-            request, self._parts, self.requests, self.services.disabled_tools
+            request,
+            self._parts,
+            self.requests,
+            self.services.disabled_tools,
+            self.services.web_search_configured,
         )
         # A Build has no user message: the loop opens its turn with the plan.
         message = request.user_message or LLMUserMessage(content=())
@@ -392,6 +397,7 @@ class Run:
                 else None
             ),
             disabled_tools=self.services.disabled_tools,
+            web_search_configured=self.services.web_search_configured,
         )
 
     async def _consume(self) -> None:

@@ -22,6 +22,8 @@ serialized `AgentServerMessage`s. docs/dialect.md has the full mapping:
     CreatePlan  query create_plan_request_query   ToolCall.create_plan_tool_call   queries.py
     AskQuestion query ask_question_interaction_query  ToolCall.ask_question_tool_call
     SwitchMode  query switch_mode_request_query   ToolCall.switch_mode_tool_call   queries.py
+    WebSearch   query web_search_request_query, then a server job
+                                                  ToolCall.web_search_tool_call    web_search.py
 """
 
 from __future__ import annotations
@@ -55,6 +57,7 @@ from .queries import AskQuestionMachine, CreatePlanMachine, QueryMachine, Switch
 from .search import GlobMachine, GrepMachine
 from .shell import ShellMachine
 from .todos import TodoWriteMachine, decode_todo, todo_items
+from .web_search import WebSearchMachine
 
 __all__ = [
     "DEFAULT_BLOCK_UNTIL_MS",
@@ -101,6 +104,7 @@ NATIVE_MACHINES: Mapping[str, type[ToolMachine]] = MappingProxyType(
         "CreatePlan": CreatePlanMachine,
         "AskQuestion": AskQuestionMachine,
         "SwitchMode": SwitchModeMachine,
+        "WebSearch": WebSearchMachine,
     }
 )
 
@@ -123,11 +127,13 @@ def machine_for(
     budget_ms: int | None = None,
     vision: bool = False,
     mode: str = "agent",
+    model: str = "",
 ) -> ToolMachine:
     """The machine for one call. `mcp` is the route of an MCP tool (None when the name is not
     known: it goes out as it is); native tools ignore it. `terminals_folder` is the client's
     (RequestContextEnv.terminals_folder), `budget_ms` the runner's deadline for one call,
-    `vision` whether the model sees images, `mode` the conversation's mode."""
+    `vision` whether the model sees images, `mode` the conversation's mode, `model` the run's
+    model id (a server job's per-model settings)."""
     settings = ToolSettings(
         conversation_id=conversation_id,
         shell_block_ms=shell_block_ms,
@@ -135,6 +141,7 @@ def machine_for(
         budget_ms=budget_ms,
         vision=vision,
         mode=mode,
+        model=model,
     )
     native = NATIVE_MACHINES.get(call.name)
     if native is None:

@@ -80,6 +80,7 @@ class ToolSettings:
     # Whether the turn's model can see images: a Read of an image then gives the image itself.
     vision: bool = False
     mode: str = "agent"  # the conversation's mode when the call starts (SwitchMode's "from")
+    model: str = ""  # the run's model id (a server job's per-model backends)
 
 
 @dataclass(frozen=True, slots=True)

@@ -37,8 +37,9 @@ class QueryMachine(ToolMachine):
         """The query message (CreatePlanRequestQuery, ...)."""
         raise NotImplementedError
 
-    def _on_answer(self, response: Any, now_ms: int) -> Finished:
-        """The expected response message (CreatePlanRequestResponse, ...)."""
+    def _on_answer(self, response: Any, now_ms: int) -> Step:
+        """The expected response message (CreatePlanRequestResponse, ...): usually the end of
+        the call; WebSearch goes on with a server job."""
         raise NotImplementedError
 
     def _first_exec(self) -> bytes:
