@@ -372,6 +372,9 @@ def _search_backend(
     if b.kind not in SEARCH_KINDS:
         errors.append(f"{key}.kind: unknown kind {b.kind!r}; use one of {list(SEARCH_KINDS)}")
         return None
+    if b.provider is not None or b.model is not None:
+        errors.append(f"{key}: provider and model belong to a backend of kind 'provider'")
+        return None
     if b.url is not None and not b.url.startswith(("http://", "https://")):
         errors.append(f"{key}.url must start with http:// or https://")
         return None

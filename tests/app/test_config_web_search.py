@@ -115,6 +115,11 @@ url = "ftp://h"
 [web_search.backend.typo]
 kind = "searxng"
 urll = "http://h"
+
+[web_search.backend.mixed]
+kind = "brave"
+api_key_env = "X"
+model = "claude-sonnet-4-5"
 """
 )
 
@@ -135,10 +140,12 @@ def test_every_mistake_is_reported_at_once() -> None:
         "not set",
         "c.toml: web_search.backend.ftp.url must start with http:// or https://",
         "c.toml: web_search.backend.typo.url: a searxng backend needs its instance's URL",
+        "c.toml: web_search.backend.mixed: provider and model belong to a backend of kind "
+        "'provider'",
         "c.toml: web_search.backends: unknown search backend(s) ['ghost'] "
-        "(web_search.backend: bing, brave, ftp, searx, tav, typo)",
+        "(web_search.backend: bing, brave, ftp, mixed, searx, tav, typo)",
         "c.toml: web_search.backends: a backend is listed twice",
         "c.toml: models.a.web_search: unknown search backend(s) ['nope'] "
-        "(web_search.backend: bing, brave, ftp, searx, tav, typo)",
+        "(web_search.backend: bing, brave, ftp, mixed, searx, tav, typo)",
         "c.toml: models.b.web_search: name at least one backend (or leave the key out)",
     ]

@@ -11,8 +11,8 @@
   "score"}, ...]}`.
 
 `behaviour` switches a fake to a failure: "500", "slow" (no answer for `slow_s`), "badjson",
-"403", "huge" (a body larger than the backends read). Every request is recorded, with whether
-the key header matched (the key itself is never recorded).
+"403", "redirect" (301), "huge" (a body larger than the backends read). Every request is
+recorded, with whether the key header matched (the key itself is never recorded).
 """
 
 from __future__ import annotations
@@ -69,6 +69,8 @@ class SearchFakes:
             return web.json_response({"error": "internal"}, status=500)
         if mode == "403":
             return web.Response(status=403, text="Forbidden")
+        if mode == "redirect":
+            return web.Response(status=301, headers={"Location": "https://elsewhere.example/"})
         if mode == "slow":
             await asyncio.sleep(self.slow_s)
         if mode == "badjson":

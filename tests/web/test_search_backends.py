@@ -103,6 +103,11 @@ async def test_a_wrong_key_is_a_refusal_that_never_shows_the_key(fakes: SearchFa
         ("badjson", "search backend 'searx' answered with something that is not JSON"),
         ("huge", "search backend 'searx' answered more than 4194304 bytes; not read"),
         (
+            "redirect",
+            "search backend 'searx' answered HTTP 301, a redirect (not followed): set its url "
+            "to the address it redirects to",
+        ),
+        (
             "403",
             "search backend 'searx' refused the request (HTTP 403): check its key or settings "
             "(is the json format enabled in its settings.yml?)",

@@ -88,6 +88,11 @@ async def request_json(
         )
     if status == 429:
         return JobFailed(message=f"{who} is rate-limiting this server (HTTP 429)")
+    if 300 <= status < 400:
+        return JobFailed(
+            message=f"{who} answered HTTP {status}, a redirect (not followed): set its url to "
+            "the address it redirects to"
+        )
     if not 200 <= status < 300:
         return JobFailed(message=f"{who} answered HTTP {status}")
     try:
