@@ -267,3 +267,30 @@ async def test_a_client_that_does_not_enable_web_search_is_not_offered_it(
         end = await reader.wait_end(60)
     assert end == {} and reader.turn_ended
     assert "WebSearch" not in tool_names(chat_requests(upstream, prompt)[0])
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_the_next_turn_extends_the_search_turn_byte_for_byte(
+    wserver: ServerProcess, upstream: FakeUpstream, transport: str
+) -> None:
+    """The search result is an ordinary tool result in our history: the next turn's request
+    begins with every message of the search turn's last request, tools and system unchanged."""
+    term = unique_term("prefix check")
+    prompt, message = search_request(term)
+    cid = message.run_request.conversation_id
+    async with ide(wserver, transport) as (send, reader):
+        await send(message)
+        asked = await reader.wait_for(query_of("web_search_request_query"))
+        await send(respond(asked.interaction_query.id, web_search_request_response=APPROVED))
+        assert await reader.wait_end(60) == {}
+    follow = unique_term("and now summarise")
+    second = run_request(follow, cid)
+    second.run_request.action.user_message_action.request_context.web_search_enabled = True
+    async with ide(wserver, transport) as (send, reader):
+        await send(second)
+        assert await reader.wait_end(60) == {} and reader.turn_ended
+    _, searched = chat_requests(upstream, prompt)
+    (next_turn,) = chat_requests(upstream, follow)
+    assert next_turn["messages"][: len(searched["messages"])] == searched["messages"]
+    assert next_turn["tools"] == searched["tools"]
+    assert references_text(term) in tool_messages(next_turn)
