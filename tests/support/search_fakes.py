@@ -1,14 +1,18 @@
 """Loopback fakes of the web search APIs our backends call, shaped as their documentation says:
 
-- SearXNG (docs.searxng.org/dev/search_api): `GET /search?q=...&format=json` answers
-  `{"query", "number_of_results", "results": [{"title", "url", "content", "engine"}, ...]}`;
-  an instance without the json format enabled answers 403.
-- Brave (api-dashboard.search.brave.com/docs): `GET /res/v1/web/search?q=...&count=N` with
-  `X-Subscription-Token`; answers `{"type": "search", "web": {"results": [{"title", "url",
-  "description"}, ...]}}`; a wrong token gets 401.
-- Tavily (help.tavily.com, "Tavily Search API"): `POST /search` with `Authorization: Bearer`
-  and `{"query", "max_results"}`; answers `{"query", "results": [{"title", "url", "content",
-  "score"}, ...]}`.
+- SearXNG (https://docs.searxng.org/dev/search_api): `GET /search?q=...&format=json`; "requesting
+  an unset format will return a 403 Forbidden error". Its answer `{"query",
+  "number_of_results", "results": [{"title", "url", "content", "engine", ...}], "answers",
+  "suggestions", "infoboxes"}` is the shape SearXNG clients read (e.g. langchainjs
+  searxng_search.ts).
+- Brave (https://api-dashboard.search.brave.com/docs): `GET
+  https://api.search.brave.com/res/v1/web/search?q=...` with `X-Subscription-Token: <key>`,
+  the response is its `WebSearchApiResponse` model; the fields read here, `web.results[]`
+  with `title`, `url`, `description`, and `count` at most 20, are those of the API's client
+  libraries [S] (the docs page excerpt names the model, not its fields). A wrong token: 401.
+- Tavily (https://help.tavily.com/articles/4840311948-tavily-search-api): `POST
+  https://api.tavily.com/search` with `Authorization: Bearer tvly-...` and `{"query": ...}`
+  (plus `max_results`); the answer's `results[]` carry `title`, `url`, `content`, `score`.
 
 `behaviour` switches a fake to a failure: "500", "slow" (no answer for `slow_s`), "badjson",
 "403", "redirect" (301), "huge" (a body larger than the backends read). Every request is

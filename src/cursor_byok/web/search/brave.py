@@ -1,8 +1,10 @@
 """Brave Search's web search API (api-dashboard.search.brave.com/docs).
 
 `GET https://api.search.brave.com/res/v1/web/search?q=...&count=N` with the key in the
-`X-Subscription-Token` header; the answer's `web.results` each have `title`, `url` and
-`description`. `count` is at most 20. An answer without `web` has no web results.
+`X-Subscription-Token` header. The answer (its `WebSearchApiResponse`) has `web.results`,
+each with `title`, `url` and `description`; `count` is at most 20 ([S]: the field names are
+those the API's client libraries read). An answer without `web` has no web results; one
+whose shape differs is a clear failure, and the next backend is tried.
 """
 
 from __future__ import annotations
