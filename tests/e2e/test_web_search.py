@@ -252,9 +252,13 @@ async def test_without_a_backend_web_search_is_not_offered(
         await send(message)
         end = await reader.wait_end(60)
     assert end == {} and reader.turn_ended
-    first = chat_requests(upstream, prompt)[0]
+    first, second = chat_requests(upstream, prompt)
     assert "WebSearch" not in tool_names(first)
     assert tool_names(first) == list(offered(Mode.AGENT, Switches(web_search_enabled=True)))
+    # A model that calls it anyway reads the loop's own error; nothing asks the IDE.
+    assert not [m for m in reader.messages if query_of("web_search_request_query")(m)]
+    (text,) = tool_messages(second)
+    assert text.startswith("Error: unknown tool 'WebSearch'. Available tools: Shell, Read")
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)
