@@ -3,7 +3,9 @@ turned into a `JobFailed` whose message names the backend, never its key."""
 
 from __future__ import annotations
 
+import functools
 import json
+import ssl
 from collections.abc import Mapping
 from typing import Any
 
@@ -16,6 +18,12 @@ __all__ = ["MAX_RESPONSE_BYTES", "request_json"]
 
 # A page of search results is a few tens of KiB; more is not a search answer.
 MAX_RESPONSE_BYTES = 4 * 1024 * 1024
+
+
+@functools.cache
+def _tls() -> ssl.SSLContext:
+    """One verifying context for every search (loading the CA bundle costs tens of ms)."""
+    return tls_context()
 
 
 async def _body(response: aiohttp.ClientResponse, limit: int) -> bytes | None:
@@ -54,7 +62,7 @@ async def request_json(
         proxy = Proxies().for_url(url)
         async with (
             aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(ssl=tls_context()),
+                connector=aiohttp.TCPConnector(ssl=_tls()),
                 timeout=timeout,
                 headers=DEFAULT_HEADERS,
                 cookie_jar=aiohttp.DummyCookieJar(),
