@@ -7,6 +7,13 @@ from __future__ import annotations
 from cursor_byok.llm.types import ToolCall
 from cursor_byok.transport.cursor import ClientLink, ToolFinished, ToolProgress
 from cursor_byok.transport.cursor.proto import agent_pb2 as a
+from cursor_byok.transport.cursor.tools import (
+    Ignored,
+    Phase,
+    QueryMachine,
+    Send,
+    machine_for,
+)
 from cursor_byok.transport.cursor.tools.web_search import search_text
 from cursor_byok.web.types import JobFailed, SearchHit, SearchResults, WebSearchJob
 
@@ -123,6 +130,22 @@ def test_an_empty_response_is_an_error_and_a_missing_term_never_asks() -> None:
     assert started.early is not None and started.early.result.is_error
     assert "search_term" in started.early.result.text
     assert len(started.frames) == 1  # tool_call_started only: no query went out
+
+
+def test_an_abort_while_the_search_runs_drops_its_outcome() -> None:
+    call = ToolCall(id="toolu_1", name="WebSearch", arguments={"search_term": "q"})
+    tool = machine_for(call, call_id="c-0", model_call_id="m", conversation_id="conv")
+    ids = iter(range(1, 10))
+    tool.start(lambda: next(ids), 1)
+    assert isinstance(tool, QueryMachine)
+    answer = a.InteractionResponse(
+        id=1, web_search_request_response=a.WebSearchRequestResponse(**APPROVED)
+    )
+    assert isinstance(tool.answer(answer, 2), Send) and tool.phase is Phase.WORKING
+    assert tool.abort() == ()  # a query has no abort message, the search has none either
+    assert tool.phase is Phase.ABORTED
+    late = tool.deliver(SearchResults(hits=HITS, backend="searx"), 3)
+    assert isinstance(late, Ignored)
 
 
 def test_search_text_is_deterministic() -> None:
