@@ -18,6 +18,8 @@ from .start_warnings import warn_at_start
 from .store.errors import StoreError
 from .store.sqlite import SQLiteStore
 from .transport.runtime import Runner, RunnerServices
+from .web.jobs import job_runner
+from .web.search import WebSearch
 
 log = logging.getLogger("cursor_byok")
 
@@ -45,6 +47,12 @@ class App:
             fsync_model_calls=config.server.fsync_model_calls,
             disabled_tools=tuple(config.server.disabled_tools),
             enabled_tools=tuple(config.server.enabled_tools),
+            web_search_configured=config.web_search.offered,
+            run_job=job_runner(
+                search=WebSearch(config.web_search, registry=registry)
+                if config.web_search.offered
+                else None
+            ),
             on_llm_call=obs.on_llm_call,
             on_run_end=obs.on_run_end,
             on_unknown_event=obs.metrics.observe_unknown_event,

@@ -24,6 +24,15 @@ from .llm.native_search import search_unsupported
 from .llm.settings import Api, ModelSettings, ProviderSettings, ReasoningEffort
 from .loop.catalogue import TOOLS, TOOLS_BY_NAME, Gate
 from .web.search.provider import ProviderSearchSpec
+from .web.search.settings import (
+    BRAVE_URL,
+    TAVILY_URL,
+    BackendSpec,
+    BraveSpec,
+    SearxngSpec,
+    TavilySpec,
+    WebSearchSettings,
+)
 
 __all__ = [
     "CONFIG_ENV",
@@ -132,12 +141,30 @@ class ModelConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     vision: bool = (
         False  # reads images: AvailableModels says supports_images, so the IDE sends them
     )
+    # This model's own ordered list of [web_search.backend.NAME]s (else web_search.backends).
+    web_search: list[str] | None = None
+
+
+class SearchBackendConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    kind: str  # one of SEARCH_KINDS
+    url: str | None = None  # searxng: the instance; brave, tavily: replaces the API's URL
+    api_key_env: str | None = None  # brave, tavily: the variable holding the key
+    provider: str | None = None  # provider: a [providers.NAME]
+    model: str | None = None  # provider: the upstream model of the search-only call
+
+
+class WebSearchConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    backends: list[str] = []  # the ordered fallback list; empty: WebSearch is not offered
+    timeout_s: float = 15.0  # one backend attempt
+    max_results: int = 8
+    backend: dict[str, SearchBackendConfig] = {}
 
 
 class RawConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     server: ServerConfig = ServerConfig()
     providers: dict[str, ProviderConfig] = {}
     models: dict[str, ModelConfig] = {}
+    web_search: WebSearchConfig = WebSearchConfig()
 
 
 DEFAULT_BASE_URLS = {
@@ -153,6 +180,7 @@ class Config(msgspec.Struct, frozen=True):
     providers: dict[str, ProviderSettings]
     models: dict[str, Model]
     path: str | None = None
+    web_search: WebSearchSettings = WebSearchSettings()
 
     def model(self, model_id: str) -> Model | None:
         return self.models.get(model_id)
@@ -322,6 +350,7 @@ def parse_config(
             aliases=tuple(m.aliases),
             vision=m.vision,
         )
+    web_search = _web_search(raw, env, errors, providers, frozenset(broken))
     if errors:
         raise ConfigError(*errors, path=path)
     try:
@@ -337,7 +366,113 @@ def parse_config(
         ) from None
     if names.default is not None:
         server = msgspec.structs.replace(server, default_model=names.default.id)
-    return Config(server=server, providers=providers, models=models, path=path)
+    return Config(
+        server=server, providers=providers, models=models, path=path, web_search=web_search
+    )
+
+
+SEARCH_KINDS = ("searxng", "brave", "tavily", "provider")
+KEYED_SEARCH_URLS = {"brave": BRAVE_URL, "tavily": TAVILY_URL}
+
+
+def _search_backend(
+    name: str,
+    b: SearchBackendConfig,
+    env: Mapping[str, str],
+    errors: list[str],
+    providers: Mapping[str, ProviderSettings],
+    raw_providers: Mapping[str, object],
+    broken: frozenset[str],
+) -> BackendSpec | None:
+    key = key_path("web_search.backend", name)
+    if b.kind not in SEARCH_KINDS:
+        errors.append(f"{key}.kind: unknown kind {b.kind!r}; use one of {list(SEARCH_KINDS)}")
+        return None
+    if b.kind == "provider":
+        if b.url is not None or b.api_key_env is not None:
+            errors.append(
+                f"{key}: url and api_key_env do not belong to a backend of kind 'provider' "
+                "(it uses the provider's own)"
+            )
+            return None
+        fields = ProviderSearchFields(provider=b.provider, model=b.model)
+        spec = provider_search_spec(key, name, fields, providers, raw_providers, broken)
+        if isinstance(spec, list):
+            errors.extend(spec)
+            return None
+        return spec
+    if b.provider is not None or b.model is not None:
+        errors.append(f"{key}: provider and model belong to a backend of kind 'provider'")
+        return None
+    if b.url is not None and not b.url.startswith(("http://", "https://")):
+        errors.append(f"{key}.url must start with http:// or https://")
+        return None
+    if b.kind == "searxng":
+        if not b.url:
+            errors.append(f"{key}.url: a searxng backend needs its instance's URL")
+            return None
+        return SearxngSpec(name=name, url=b.url.rstrip("/"))
+    if not b.api_key_env:
+        errors.append(f"{key}.api_key_env: a {b.kind} backend needs the variable holding its key")
+        return None
+    api_key = env.get(b.api_key_env)
+    if not api_key:
+        errors.append(f"{key}.api_key_env: environment variable {b.api_key_env} is not set")
+        return None
+    url = b.url or KEYED_SEARCH_URLS[b.kind]
+    if b.kind == "brave":
+        return BraveSpec(name=name, api_key=api_key, url=url)
+    return TavilySpec(name=name, api_key=api_key, url=url)
+
+
+def _search_order(
+    where: str, names: list[str], known: Mapping[str, object], errors: list[str]
+) -> tuple[str, ...]:
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        listed = ", ".join(sorted(known)) or "none configured"
+        errors.append(
+            f"{where}: unknown search backend(s) {unknown} (web_search.backend: {listed})"
+        )
+    if len(set(names)) != len(names):
+        errors.append(f"{where}: a backend is listed twice")
+    return tuple(names)
+
+
+def _web_search(
+    raw: RawConfig,
+    env: Mapping[str, str],
+    errors: list[str],
+    providers: Mapping[str, ProviderSettings],
+    broken: frozenset[str],
+) -> WebSearchSettings:
+    """[web_search] and each model's `web_search` list, checked against each other."""
+    ws = raw.web_search
+    if not 0 < ws.timeout_s <= 600:
+        errors.append("web_search.timeout_s must be between 0 and 600 seconds")
+    if not 1 <= ws.max_results <= 20:
+        errors.append("web_search.max_results must be 1-20")
+    specs: dict[str, BackendSpec] = {}
+    for name, b in ws.backend.items():
+        spec = _search_backend(name, b, env, errors, providers, raw.providers, broken)
+        if spec is not None:
+            specs[name] = spec
+    order = _search_order("web_search.backends", ws.backends, ws.backend, errors)
+    per_model: dict[str, tuple[str, ...]] = {}
+    for model_id, m in raw.models.items():
+        if m.web_search is None:
+            continue
+        where = f"{key_path('models', model_id)}.web_search"
+        if not m.web_search:
+            errors.append(f"{where}: name at least one backend (or leave the key out)")
+        per_model[model_id] = _search_order(where, m.web_search, ws.backend, errors)
+    return WebSearchSettings(
+        backends=specs,
+        order=order,
+        per_model=per_model,
+        timeout_s=ws.timeout_s,
+        max_results=ws.max_results,
+    )
 
 
 def _unknown_provider(name: str, known: Mapping[str, object]) -> str:

@@ -1,8 +1,10 @@
-"""`cursor-byok doctor`: check the configuration, the database and every provider.
+"""`cursor-byok doctor`: check the configuration, the database, every provider and every
+web search backend.
 
 Every check prints one row (check, status, detail, next step); every failure names the next
 step. Provider checks send one tiny real request per provider (its first model) under a
-timeout. Nothing printed ever contains a key: details pass through the log redactor.
+timeout; search checks one tiny search per configured backend. Nothing printed ever contains a
+key: details pass through the log redactor.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ import msgspec
 
 from .config import CONFIG_ENV, Config, ConfigError, Model, RawConfig, load_config
 from .llm.events import DoneEvent, ErrorEvent
-from .llm.registry import ADAPTERS
+from .llm.registry import ADAPTERS, LLMRegistry
 from .llm.types import RequestMessages, UserMessage
 from .observability.logs import redact_text, secrets_of
 from .store.errors import (
@@ -37,6 +39,8 @@ from .store.errors import (
 )
 from .store.migrate import latest_version
 from .store.sqlite import SQLiteStore
+from .web.search import SearchBackend, WebSearch
+from .web.types import SearchResults, WebSearchJob
 
 Status = Literal["OK", "WARN", "FAIL", "SKIP"]
 PING = RequestMessages(system_prompt="Reply with OK.", messages=(UserMessage.of_text("ping"),))
@@ -313,6 +317,57 @@ async def check_provider(
     return Check(name, "FAIL", detail, redact_text(step, secrets))
 
 
+# -- web search ----------------------------------------------------------------------------
+
+SEARCH_PING = WebSearchJob(query="cursor-byok")  # a tiny search; one result is enough
+
+
+async def check_search_backend(backend: SearchBackend, used_by: str) -> Check:
+    name = f"search {backend.name}"
+    t0 = time.monotonic()
+    try:
+        outcome = await backend.search(SEARCH_PING, 1)
+    except Exception as exc:  # a backend bug must show as a failed check, not a traceback
+        return Check(name, "FAIL", f"{type(exc).__name__}: {exc}", "report this as a bug")
+    ms = int((time.monotonic() - t0) * 1000)
+    if isinstance(outcome, SearchResults):
+        found = f"{len(outcome.hits)} result(s)" if outcome.hits else "no results"
+        return Check(name, "OK", f"answered in {ms} ms ({found}); {used_by}")
+    return Check(
+        name,
+        "FAIL",
+        outcome.message,
+        f"check web_search.backend.{backend.name} (its url, its key's variable) and that the "
+        "service is reachable from this machine",
+    )
+
+
+def _used_by(search: WebSearch, name: str) -> str:
+    settings = search.settings
+    users = ["server-wide"] if name in settings.order else []
+    users += [f"model {m}" for m, order in settings.per_model.items() if name in order]
+    return f"used {', '.join(users)}" if users else "listed by no backend list"
+
+
+async def check_web_search(config: Config) -> list[Check]:
+    settings = config.web_search
+    if not settings.backends:
+        return [Check("web search", "SKIP", "no [web_search] backend: WebSearch is not offered")]
+    registry = LLMRegistry()  # a provider's own search runs over its adapter
+    try:
+        search = WebSearch(settings, registry=registry)
+        return list(
+            await asyncio.gather(
+                *(
+                    check_search_backend(backend, _used_by(search, name))
+                    for name, backend in search.backends.items()
+                )
+            )
+        )
+    finally:
+        await registry.aclose()
+
+
 # -- the address ---------------------------------------------------------------------------
 
 
@@ -384,6 +439,7 @@ async def run_checks(
         )
     )
     rows.extend(results)
+    rows.extend(await check_web_search(config))
     for row in rows:
         row.detail = redact_text(row.detail, secrets)
     return rows

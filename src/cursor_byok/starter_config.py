@@ -100,6 +100,7 @@ context_window = 32768
 #reasoning = true
 #reasoning_budget = 4000
 #prices = { input = 3.0, output = 15.0, cache_read = 0.3, cache_write = 3.75 }
+#web_search = ["tavily", "searx"]   # this model's own web search order (see below)
 
 # Google Gemini (key from AI Studio, exported as GEMINI_API_KEY).
 #[providers.gemini]
@@ -112,10 +113,42 @@ context_window = 32768
 #name = "Gemini Flash"
 #context_window = 1000000
 #prices = { input = 0.3, output = 2.5, cache_read = 0.075 }
+
+# ---------------------------------------------------------------------------------------------
+# Web search: the model's WebSearch tool, offered only when a backend is listed here (and the
+# IDE enables web search). The IDE asks the user to approve each search; this server runs it:
+# the first backend in `backends` that answers wins, a failing one passes to the next.
+# Kinds: "searxng" (a self-hosted SearXNG; enable the json format in its settings.yml),
+# "brave" (Brave Search API) and "tavily" (Tavily), keys from the environment only. A model's
+# `web_search = [...]` replaces the list for that model. `cursor-byok doctor` searches once
+# with each backend. Details: docs/operations.md, "Web search backends".
+# ---------------------------------------------------------------------------------------------
+#[web_search]
+#backends = ["searx", "brave"]
+#timeout_s = 15                # one backend attempt
+#max_results = 8
+#
+#[web_search.backend.searx]
+#kind = "searxng"
+#url = "http://127.0.0.1:8888"
+#
+#[web_search.backend.brave]
+#kind = "brave"
+#api_key_env = "BRAVE_API_KEY"
+#
+#[web_search.backend.tavily]
+#kind = "tavily"
+#api_key_env = "TAVILY_API_KEY"
 """
 
 # Environment variables the examples name (all of them, when every example is enabled).
-EXAMPLE_ENV = ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "GEMINI_API_KEY")
+EXAMPLE_ENV = (
+    "OPENAI_API_KEY",
+    "ANTHROPIC_API_KEY",
+    "GEMINI_API_KEY",
+    "BRAVE_API_KEY",
+    "TAVILY_API_KEY",
+)
 
 _COMMENTED_TOML = re.compile(r"^#(?=[\[A-Za-z])", re.MULTILINE)
 

@@ -66,6 +66,11 @@ def test_init_writes_a_parseable_commented_config(
     assert len(config.models) == 4
     assert all(m.prices is not None for m in config.models.values() if m.id != "local")
     assert config.models["claude-sonnet"].aliases == ("claude-4-sonnet", "claude-sonnet-4-5")
+    # The web search example: two backends server-wide, the Anthropic model's own order.
+    assert config.web_search.order == ("searx", "brave")
+    assert config.web_search.order_for("claude-sonnet") == ("tavily", "searx")
+    assert set(config.web_search.backends) == {"searx", "brave", "tavily"}
+    assert not parse_config(text, env={}).web_search.offered
     # The commented default_model line, enabled, names a served model.
     with_default = parse_config(text.replace("# default_model", "default_model"), env={})
     assert with_default.server.default_model == "local"

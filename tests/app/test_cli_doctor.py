@@ -12,6 +12,7 @@ from cursor_byok import cli
 from cursor_byok.doctor import Check, run_checks
 from cursor_byok.store.migrate import load_migrations
 from cursor_byok.store.sqlite import SQLiteStore
+from tests.support.search_fakes import BRAVE_KEY, PATHS, TAVILY_KEY, SearchFakes
 from tests.support.upstream import Received, Reply, fake_upstream
 
 GOOD_KEY = "sk-good-PLANTED-aaaaaaaaaaaaaaaa"
@@ -241,6 +242,7 @@ async def test_doctor_all_ok_exits_zero(
     assert status == 0, out
     assert "All checks passed." in out
     assert GOOD_KEY not in out
+    assert "no [web_search] backend: WebSearch is not offered" in out
 
 
 async def test_doctor_corrupt_database(tmp_path: Path) -> None:
@@ -343,3 +345,46 @@ def test_doctor_output_fits_100_columns(tmp_path: Path, capsys: pytest.CaptureFi
     assert "next step: add a model with provider = 'unused-provider-with-a-long-name-too'" in (
         " ".join(out.split())
     )
+
+
+async def test_doctor_searches_once_with_each_web_search_backend(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("DOCTOR_GOOD_KEY", GOOD_KEY)
+    monkeypatch.setenv("DOCTOR_BRAVE_KEY", BRAVE_KEY)
+    monkeypatch.setenv("DOCTOR_TAVILY_KEY", "tvly-wrong-PLANTED-eeeeeeeeeeee")
+    fakes = await SearchFakes().start()
+    try:
+        async with fake_upstream() as up:
+            up.push(by_key)
+            cfg = tmp_path / "search.toml"
+            cfg.write_text(
+                f'[server]\ndatabase = "{tmp_path / "db"}"\n'
+                f'[providers.good]\napi = "openai-chat"\nbase_url = "{up.base_url}"\n'
+                'api_key_env = "DOCTOR_GOOD_KEY"\n'
+                '[models.m]\nprovider = "good"\nweb_search = ["tav"]\n'
+                '[web_search]\nbackends = ["searx", "brave"]\ntimeout_s = 5\n'
+                f'[web_search.backend.searx]\nkind = "searxng"\nurl = "{fakes.base_url}"\n'
+                '[web_search.backend.brave]\nkind = "brave"\napi_key_env = "DOCTOR_BRAVE_KEY"\n'
+                f'url = "{fakes.base_url}{PATHS["brave"]}"\n'
+                '[web_search.backend.tav]\nkind = "tavily"\napi_key_env = "DOCTOR_TAVILY_KEY"\n'
+                f'url = "{fakes.base_url}{PATHS["tavily"]}"\n'
+            )
+            rows = await run_checks(str(cfg))
+    finally:
+        await fakes.stop()
+    by_name = {r.name: r for r in rows}
+    searx, brave, tav = by_name["search searx"], by_name["search brave"], by_name["search tav"]
+    assert searx.status == "OK" and "(1 result(s)); used server-wide" in searx.detail
+    assert brave.status == "OK" and brave.detail.endswith("used server-wide")
+    assert tav.status == "FAIL"
+    assert tav.detail == (
+        "search backend 'tav' refused the request (HTTP 401): check its key or settings"
+    )
+    assert "web_search.backend.tav" in tav.next_step
+    # One tiny search each; the keys went in their headers and were never printed.
+    assert [r.query for r in fakes.of("searxng")] == [{"q": "cursor-byok", "format": "json"}]
+    assert [r.key_ok for r in fakes.of("brave")] == [True]
+    assert [r.key_ok for r in fakes.of("tavily")] == [False]
+    printed = " ".join(f"{r.detail} {r.next_step}" for r in rows)
+    assert BRAVE_KEY not in printed and TAVILY_KEY not in printed and "PLANTED-eee" not in printed

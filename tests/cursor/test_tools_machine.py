@@ -50,6 +50,7 @@ from cursor_byok.transport.cursor.tools.search import GlobMachine, GrepMachine
 from cursor_byok.transport.cursor.tools.shell import ShellMachine
 from cursor_byok.transport.cursor.tools.stdin import WriteShellStdinMachine
 from cursor_byok.transport.cursor.tools.todos import TodoWriteMachine
+from cursor_byok.transport.cursor.tools.web_search import WebSearchMachine
 from tests.cursor.tool_support import (
     T0,
     Ids,
@@ -123,6 +124,7 @@ def test_the_table_covers_exactly_the_native_tools_in_catalogue_order() -> None:
         "CreatePlan": CreatePlanMachine,
         "AskQuestion": AskQuestionMachine,
         "SwitchMode": SwitchModeMachine,
+        "WebSearch": WebSearchMachine,
         "GetMcpTools": GetMcpToolsMachine,
         "CallMcpTool": CallMcpToolMachine,
         "FetchMcpResource": FetchMcpResourceMachine,

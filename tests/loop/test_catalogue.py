@@ -134,6 +134,12 @@ def test_gates() -> None:
         gate, "UpdateCurrentStep", cat.Switches(suppress_subagent_progress_update_tool=True)
     )
     assert not cat.gate_open(cat.Gate.MCP_META_TOOLS, "CallMcpTool", s)
+    # WebSearch: the client's flag and a configured backend, both.
+    assert "WebSearch" not in cat.offered(cat.Mode.AGENT, cat.Switches(web_search_enabled=True))
+    assert "WebSearch" not in cat.offered(cat.Mode.AGENT, cat.Switches(web_search_configured=True))
+    both = cat.Switches(web_search_enabled=True, web_search_configured=True)
+    assert "WebSearch" in cat.offered(cat.Mode.AGENT, both)
+    assert "WebSearch" in cat.offered(cat.Mode.PLAN, both)
     off = cat.Switches(disabled_tools=("Shell",))
     assert "Shell" not in cat.offered(cat.Mode.AGENT, off)
     assert cat.offered(cat.Mode.AGENT, off) == cat.offered(cat.Mode.AGENT)[1:]

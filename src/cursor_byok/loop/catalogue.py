@@ -20,7 +20,7 @@ from typing import assert_never
 import msgspec
 
 # Bump on every change to the table below (or to what a mode offers).
-CATALOGUE_VERSION = 9
+CATALOGUE_VERSION = 10
 
 
 class Mode(enum.StrEnum):
@@ -57,6 +57,8 @@ class Gate(enum.StrEnum):
     CONFIG_DISABLED_TOOLS = "server.disabled_tools"
     # Our configuration: an opt-in tool is offered only when server.enabled_tools names it.
     CONFIG_ENABLED_TOOLS = "server.enabled_tools"
+    # Our configuration: [web_search] names at least one backend (server-wide or per model).
+    CONFIG_WEB_SEARCH = "web_search.backends"
 
 
 ISSUE_NATIVE = 14  # this issue: Cursor's own agent in every mode
@@ -121,7 +123,7 @@ TOOLS: tuple[CatalogueTool, ...] = (
         _N,
         Gate.SUPPRESS_SUBAGENT_PROGRESS_UPDATE_TOOL,
     ),
-    _tool("WebSearch", ISSUE_MCP_WEB, _N, Gate.WEB_SEARCH_ENABLED),
+    _tool("WebSearch", ISSUE_MCP_WEB, _B, Gate.WEB_SEARCH_ENABLED, Gate.CONFIG_WEB_SEARCH),
     _tool("WebFetch", ISSUE_MCP_WEB, _N, Gate.WEB_FETCH_ENABLED),
     _tool("GenerateImage", ISSUE_MCP_WEB, _N),
     _tool("GetMcpTools", ISSUE_MCP_WEB, _B, Gate.MCP_META_TOOLS),
@@ -206,6 +208,7 @@ class Switches(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unknown_f
     mcp_meta_tools: bool | None = None
     disabled_tools: tuple[str, ...] = ()
     enabled_tools: tuple[str, ...] = ()  # server.enabled_tools: the opt-in tools switched on
+    web_search_configured: bool = False  # [web_search] has a backend to search with
 
 
 DEFAULT_SWITCHES = Switches()
@@ -235,6 +238,8 @@ def gate_open(gate: Gate, tool: str, switches: Switches) -> bool:
             return tool not in switches.disabled_tools
         case Gate.CONFIG_ENABLED_TOOLS:
             return tool in switches.enabled_tools
+        case Gate.CONFIG_WEB_SEARCH:
+            return switches.web_search_configured
         case _:
             assert_never(gate)
 

@@ -523,6 +523,29 @@ SWITCH_MODE = ToolSpec(
     side_effects=False,
 )
 
+# Answered by the server after the IDE's approval: the search runs on a configured backend,
+# never on the user's machine. Name and parameters are Cursor's (reference §2.14).
+WEB_SEARCH = ToolSpec(
+    name="WebSearch",
+    description=(
+        "Search the web and get back a numbered list of pages, each with its title, URL and a "
+        "short excerpt. Use it for facts that may be newer than your training or that you "
+        "cannot find in the workspace: current versions, release notes, error messages, "
+        "documentation. The user may have to approve each search. Cite the URLs you rely on."
+    ),
+    parameters=_object(
+        {
+            "search_term": _string(
+                "What to search for, as you would type it into a search engine; include "
+                "versions or dates when they matter."
+            ),
+            "explanation": _string("Why this search helps, in one sentence for the user."),
+        },
+        ["search_term"],
+    ),
+    side_effects=False,
+)
+
 # The MCP meta-tools (reference §2.18): offered instead of one tool per MCP tool when the client
 # asks for them (catalogue Gate.MCP_META_TOOLS). Names and parameters are Cursor's; the
 # descriptions are ours. The servers are listed in the system prompt (prompt.py).
@@ -629,6 +652,7 @@ NATIVE_TOOLS: tuple[ToolSpec, ...] = (
     CREATE_PLAN,
     ASK_QUESTION,
     SWITCH_MODE,
+    WEB_SEARCH,
     GET_MCP_TOOLS,
     CALL_MCP_TOOL,
     FETCH_MCP_RESOURCE,

@@ -53,8 +53,9 @@ _STANDARD_ATTRS = frozenset(
 
 
 def secrets_of(config: Config) -> tuple[str, ...]:
-    """Every secret a config holds: provider keys, sensitive provider and model headers, the
-    server's auth token. Longest first, so a secret that contains another goes whole."""
+    """Every secret a config holds: provider keys, sensitive provider and model headers, search
+    backends' keys, the server's auth token. Longest first, so a secret that contains another
+    goes whole."""
     found: set[str] = set()
     if config.server.auth_token:
         found.add(config.server.auth_token)
@@ -68,6 +69,9 @@ def secrets_of(config: Config) -> tuple[str, ...]:
         for name, value in model.settings.extra_headers.items():
             if _SENSITIVE_HEADER.search(name) and value:
                 found.add(value)
+    for backend in config.web_search.backends.values():
+        if key := getattr(backend, "api_key", None):
+            found.add(key)
     return tuple(sorted((s for s in found if len(s) >= MIN_SECRET_LEN), key=len, reverse=True))
 
 

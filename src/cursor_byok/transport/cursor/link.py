@@ -81,6 +81,7 @@ class ClientLink:
         # Whether the run's model sees images (a Read of an image then attaches it); the
         # runtime sets it once the model is known.
         self.vision = vision
+        self.model_id = ""  # the run's model id, for a server job's per-model settings
         self._now_ms = now_ms
         self._exec_ids = 0
         self._kv_ids = 0
@@ -271,6 +272,7 @@ class ClientLink:
             mode=mode,
             keep_stdin=keep_stdin,
             mcp_directory=mcp_directory,
+            model=self.model_id,
         )
 
     def tool_running(self, operation_id: str) -> bool:

@@ -74,6 +74,7 @@ async def turn_context(
     requests: ClientRequests,
     disabled_tools: tuple[str, ...] = (),
     enabled_tools: tuple[str, ...] = (),
+    web_search_configured: bool = False,
 ) -> TurnContext:
     """The run's context: the inline one, else (with no parts either) the one the client
     answers `request_context_args` with; merged with the parts and the MCP tools."""
@@ -89,6 +90,7 @@ async def turn_context(
         suppress_subagent_progress_update_tool=request.suppress_subagent_progress_update_tool,
         disabled_tools=disabled_tools,
         enabled_tools=enabled_tools,
+        web_search_configured=web_search_configured,
     )
 
 

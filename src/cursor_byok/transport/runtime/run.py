@@ -226,6 +226,7 @@ class Run:
         self.model = self._resolve_model(request.model_id)
         # Whether a Read of an image attaches it (else it is described): the model's `vision`.
         self.link.vision = self.model.vision
+        self.link.model_id = self.model.id
         self.summary.model = self.model.id
         self.summary.provider = self.model.provider.name
         self.calls = ModelCalls(
@@ -341,6 +342,7 @@ class Run:
             self.requests,
             self.services.disabled_tools,
             self.services.enabled_tools,
+            self.services.web_search_configured,
         )
         # A Build has no user message: the loop opens its turn with the plan.
         message = request.user_message or LLMUserMessage(content=())
@@ -398,6 +400,7 @@ class Run:
             ),
             disabled_tools=self.services.disabled_tools,
             enabled_tools=self.services.enabled_tools,
+            web_search_configured=self.services.web_search_configured,
         )
 
     async def _consume(self) -> None:

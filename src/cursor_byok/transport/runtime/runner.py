@@ -53,6 +53,7 @@ class RunnerServices:
     fsync_model_calls: bool = False
     disabled_tools: tuple[str, ...] = ()  # server.disabled_tools: catalogue tools switched off
     enabled_tools: tuple[str, ...] = ()  # server.enabled_tools: opt-in tools switched on
+    web_search_configured: bool = False  # [web_search] names a backend: WebSearch may be offered
     # Observability hooks; each runs outside the transport's path and must not raise.
     on_llm_call: Callable[[LLMCallRecord], None] | None = None
     on_run_end: Callable[[RunSummary], None] | None = None

@@ -26,6 +26,8 @@ serialized `AgentServerMessage`s. docs/dialect.md has the full mapping:
     CreatePlan  query create_plan_request_query   ToolCall.create_plan_tool_call   queries.py
     AskQuestion query ask_question_interaction_query  ToolCall.ask_question_tool_call
     SwitchMode  query switch_mode_request_query   ToolCall.switch_mode_tool_call   queries.py
+    WebSearch   query web_search_request_query, then a server job
+                                                  ToolCall.web_search_tool_call    web_search.py
 """
 
 from __future__ import annotations
@@ -66,6 +68,7 @@ from .search import GlobMachine, GrepMachine
 from .shell import ShellMachine
 from .stdin import WriteShellStdinMachine
 from .todos import TodoWriteMachine, decode_todo, todo_items
+from .web_search import WebSearchMachine
 
 __all__ = [
     "DEFAULT_BLOCK_UNTIL_MS",
@@ -113,6 +116,7 @@ NATIVE_MACHINES: Mapping[str, type[ToolMachine]] = MappingProxyType(
         "CreatePlan": CreatePlanMachine,
         "AskQuestion": AskQuestionMachine,
         "SwitchMode": SwitchModeMachine,
+        "WebSearch": WebSearchMachine,
         "GetMcpTools": GetMcpToolsMachine,
         "CallMcpTool": CallMcpToolMachine,
         "FetchMcpResource": FetchMcpResourceMachine,
@@ -141,12 +145,14 @@ def machine_for(
     mode: str = "agent",
     keep_stdin: bool = False,
     mcp_directory: McpDirectory | None = None,
+    model: str = "",
 ) -> ToolMachine:
     """The machine for one call. `mcp` is the route of an MCP tool (None when the name is not
     known: it goes out as it is); native tools ignore it. `terminals_folder` is the client's
     (RequestContextEnv.terminals_folder), `budget_ms` the runner's deadline for one call,
     `vision` whether the model sees images, `mode` the conversation's mode, `mcp_directory`
-    the turn's MCP servers and routes (for the meta-tools)."""
+    the turn's MCP servers and routes (for the meta-tools), `model` the run's model id (a
+    server job's per-model settings)."""
     settings = ToolSettings(
         conversation_id=conversation_id,
         shell_block_ms=shell_block_ms,
@@ -156,6 +162,7 @@ def machine_for(
         mode=mode,
         keep_stdin=keep_stdin,
         mcp=mcp_directory if mcp_directory is not None else McpDirectory(),
+        model=model,
     )
     native = NATIVE_MACHINES.get(call.name)
     if native is None:

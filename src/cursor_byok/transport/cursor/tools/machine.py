@@ -85,6 +85,7 @@ class ToolSettings:
     keep_stdin: bool = False
     # The turn's MCP servers and flat tools' routes, for the MCP meta-tools (mcp_meta.py).
     mcp: McpDirectory = field(default_factory=McpDirectory)
+    model: str = ""  # the run's model id (a server job's per-model backends)
 
 
 @dataclass(frozen=True, slots=True)

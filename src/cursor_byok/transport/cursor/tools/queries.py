@@ -37,8 +37,9 @@ class QueryMachine(ToolMachine):
         """The query message (CreatePlanRequestQuery, ...)."""
         raise NotImplementedError
 
-    def _on_answer(self, response: Any, now_ms: int) -> Finished:
-        """The expected response message (CreatePlanRequestResponse, ...)."""
+    def _on_answer(self, response: Any, now_ms: int) -> Step:
+        """The expected response message (CreatePlanRequestResponse, ...): usually the end of
+        the call; WebSearch goes on with a server job."""
         raise NotImplementedError
 
     def _first_exec(self) -> bytes:
@@ -70,9 +71,10 @@ class QueryMachine(ToolMachine):
 
     def abort(self) -> tuple[bytes, ...]:
         """A query has no abort message: the IDE's form stays until the user closes it, and a
-        late answer is ignored (nothing waits on its id any more)."""
+        late answer is ignored (nothing waits on its id any more); so is the outcome of a
+        server job the answer started (WebSearch)."""
         self._exec_ids.clear()
-        if self.phase is Phase.RUNNING:
+        if self.phase in (Phase.RUNNING, Phase.WORKING):
             self._phase = Phase.ABORTED
         return ()
 
