@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 
 from cursor_byok.config import ConfigError, parse_config
+from cursor_byok.llm.native_search import search_unsupported
 from cursor_byok.observability.logs import secrets_of
 from cursor_byok.web.search.settings import (
     BRAVE_URL,
@@ -120,6 +121,17 @@ urll = "http://h"
 kind = "brave"
 api_key_env = "X"
 model = "claude-sonnet-4-5"
+
+[web_search.backend.chat]
+kind = "provider"
+provider = "p"
+model = "gpt-5"
+
+[web_search.backend.keyed]
+kind = "provider"
+provider = "p"
+model = "m"
+url = "http://h"
 """
 )
 
@@ -133,7 +145,7 @@ def test_every_mistake_is_reported_at_once() -> None:
         "c.toml: web_search.max_results must be 1-20",
         "c.toml: web_search.backend.searx.url: a searxng backend needs its instance's URL",
         "c.toml: web_search.backend.bing.kind: unknown kind 'bing'; use one of "
-        "['searxng', 'brave', 'tavily']",
+        "['searxng', 'brave', 'tavily', 'provider']",
         "c.toml: web_search.backend.brave.api_key_env: a brave backend needs the variable "
         "holding its key",
         "c.toml: web_search.backend.tav.api_key_env: environment variable UNSET_TAVILY_KEY is "
@@ -142,10 +154,14 @@ def test_every_mistake_is_reported_at_once() -> None:
         "c.toml: web_search.backend.typo.url: a searxng backend needs its instance's URL",
         "c.toml: web_search.backend.mixed: provider and model belong to a backend of kind "
         "'provider'",
+        "c.toml: web_search.backend.chat.provider: 'p' cannot search: "
+        + search_unsupported("openai-chat"),
+        "c.toml: web_search.backend.keyed: url and api_key_env do not belong to a backend of "
+        "kind 'provider' (it uses the provider's own)",
         "c.toml: web_search.backends: unknown search backend(s) ['ghost'] "
-        "(web_search.backend: bing, brave, ftp, mixed, searx, tav, typo)",
+        "(web_search.backend: bing, brave, chat, ftp, keyed, mixed, searx, tav, typo)",
         "c.toml: web_search.backends: a backend is listed twice",
         "c.toml: models.a.web_search: unknown search backend(s) ['nope'] "
-        "(web_search.backend: bing, brave, ftp, mixed, searx, tav, typo)",
+        "(web_search.backend: bing, brave, chat, ftp, keyed, mixed, searx, tav, typo)",
         "c.toml: models.b.web_search: name at least one backend (or leave the key out)",
     ]
