@@ -16,6 +16,7 @@ native: nothing here hands protobuf to the runtime.
 
 from __future__ import annotations
 
+import enum
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -25,7 +26,7 @@ from google.protobuf import json_format  # type: ignore[import-untyped,unused-ig
 
 from ...llm.canonical import sorted_value
 from ...loop.catalogue import Switches
-from ...loop.context import Environment, TurnContext
+from ...loop.context import Environment, KeptPart, TurnContext
 from .mcp import McpDefinition, McpIndex, McpMeta, McpServerDescriptor, McpToolDescriptor
 from .proto import agent_pb2
 
@@ -33,6 +34,8 @@ __all__ = [
     "GIT_SUMMARY_LIMIT",
     "ClientContext",
     "ContextPart",
+    "PartKind",
+    "PartLayout",
     "decode_request_context",
     "environment_of",
     "git_summary",
@@ -65,17 +68,38 @@ class ClientContext:
     mcp_meta: McpMeta | None = None  # RequestContext.mcp_meta_tool_options (34)
 
 
+class PartKind(enum.StrEnum):
+    """Which `request_context_parts` blob: the field that referenced it names its message."""
+
+    RULES = "rules"  # rules_blob_id (1): RequestContextRulesPart
+    SKILLS = "skills"  # skills_blob_id (3): RequestContextSkillsPart
+    SUBAGENTS = "subagents"  # subagents_blob_id (5): RequestContextSubagentsPart
+    MCPS = "mcps"  # mcps_blob_id (7): RequestContextMcpsPart
+
+
+class PartLayout(enum.StrEnum):
+    """How a part's bytes were read."""
+
+    EMPTY = "empty"  # no bytes: nothing to read
+    SCHEMA = "schema"  # parsed as its part message
+    UNREADABLE = "unreadable"  # the bytes do not parse as that message (warnings say so)
+
+
 @dataclass(frozen=True, slots=True)
 class ContextPart:
-    """What could be read from one `request_context_parts` blob (context_parts.py)."""
+    """What one `request_context_parts` blob contributes (context_parts.py)."""
 
-    kind: str  # "rules" | "skills" | "subagents" | "mcps" (or whatever the caller named it)
-    rules: tuple[str, ...] = ()
+    kind: PartKind
+    rules: tuple[str, ...] = ()  # rules, skills and MCP instructions, as text
     mcp_tools: tuple[McpDefinition, ...] = ()
     mcp_meta: McpMeta | None = None  # RequestContextMcpsPart.mcp_meta_tool_options (4)
+    custom_subagents: int = 0  # how many the subagents part named (none are offered here)
     warnings: tuple[str, ...] = ()
-    # How the blob was read: "empty", "request_context", "protobuf", "json", "text", "unreadable".
-    layout: str = "empty"
+    layout: PartLayout = PartLayout.EMPTY
+    # The blob this part was read from, kept with the turn's context (KeptPart) so a later
+    # turn can fall back to it; empty when it is not to be kept (too big, unreadable).
+    blob_id: bytes = b""
+    data: bytes = b""
 
 
 # -- MCP tool definitions ---------------------------------------------------------------------
@@ -292,12 +316,22 @@ def merge_context(
     """One TurnContext from every context source. Rules keep a fixed order (parts in the order
     given, then the inline context's rules, skills and MCP instructions) and duplicates are
     dropped, so the system prompt is the same for the same inputs. The tool gates come from
-    the inline context's flags, the run request's and our config's `disabled_tools`."""
+    the inline context's flags, the run request's and our config's `disabled_tools`. The MCP
+    meta options are the mcps part's, else the inline context's (`mcp_meta`, and the
+    `mcp_meta_tools` gate from its `enabled`); the parts' blobs are kept with the context."""
     rules: list[str] = []
     definitions: list[McpDefinition] = []
+    meta: McpMeta | None = None
+    kept: dict[str, KeptPart] = {}
     for part in parts:
         rules.extend(part.rules)
         definitions.extend(part.mcp_tools)
+        if meta is None and part.mcp_meta is not None:
+            meta = part.mcp_meta
+        if part.data:
+            kept.setdefault(
+                part.kind, KeptPart(kind=part.kind, blob_id=part.blob_id, data=part.data)
+            )
     environment = Environment()
     git: str | None = None
     supplements: tuple[str, ...] = ()
@@ -307,6 +341,8 @@ def merge_context(
         environment = inline.environment or environment
         git = inline.git
         supplements = inline.supplements
+        if meta is None:
+            meta = inline.mcp_meta
     definitions.extend(mcp_tools)
     index = McpIndex.build(definitions)
     return TurnContext(
@@ -323,6 +359,9 @@ def merge_context(
             web_fetch_enabled=inline.web_fetch_enabled if inline is not None else None,
             read_lints_enabled=inline.read_lints_enabled if inline is not None else None,
             suppress_subagent_progress_update_tool=suppress_subagent_progress_update_tool,
+            mcp_meta_tools=meta.enabled if meta is not None else None,
             disabled_tools=disabled_tools,
         ),
+        mcp_meta=meta,
+        kept_parts=tuple(kept[kind] for kind in PartKind if kind in kept),
     )

@@ -332,7 +332,13 @@ class Run:
         history: tuple[Any, ...] = ()
         if not stored:
             history = await client_history(request, self.requests, self.runner.client_blobs)
-        self._parts = await context_parts(request, self.requests, self.runner.client_blobs)
+        last = self.state.committed.context if stored else None
+        self._parts = await context_parts(
+            request,
+            self.requests,
+            self.runner.client_blobs,
+            last.kept_parts if last is not None else (),
+        )
         self._mcp_tools = request.mcp_tools
         context = await turn_context(
             request, self._parts, self.requests, self.services.disabled_tools
