@@ -356,3 +356,14 @@ def test_merge_context_carries_the_mcps_meta_and_keeps_the_blobs() -> None:
     encoded = msgspec.json.encode(ctx)
     assert msgspec.json.decode(encoded, type=type(ctx)) == ctx
     assert cx.merge_context(None, [], [], mode="agent").mcp_meta is None
+
+
+def test_the_inline_cloud_rule_reads_like_the_rules_parts() -> None:
+    """RequestContext.cloud_rule (16) and RequestContextRulesPart.cloud_rule (3) give the same
+    text, so a dual request lists it once."""
+    inline = cx.decode_request_context(a.RequestContext(cloud_rule=" Team rule. "))
+    assert inline.rules == ("Rule from the team's settings:\nTeam rule.",)
+    data = a.RequestContextRulesPart(cloud_rule="Team rule.").SerializeToString()
+    part = parts_.decode_request_context_part(RULES, data)
+    assert cx.merge_context(inline, [part], [], mode="agent").rules == inline.rules
+    assert cx.decode_request_context(a.RequestContext(cloud_rule="  ")).rules == ()

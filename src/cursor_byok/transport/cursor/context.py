@@ -170,6 +170,14 @@ def rule_text(rule: agent_pb2.CursorRule) -> str | None:
     return f"Rule from {rule.full_path}:\n{content}" if rule.full_path else content
 
 
+def cloud_rule_text(text: str) -> str | None:
+    """`cloud_rule` (RequestContext 16, RequestContextRulesPart 3): a rule the team set in
+    Cursor's settings [U: only its name and type are known]. Given like any rule, labelled, so
+    a wrong guess costs one line of prompt."""
+    text = text.strip()
+    return f"Rule from the team's settings:\n{text}" if text else None
+
+
 def skill_text(skill: agent_pb2.AgentSkill) -> str | None:
     if skill.disable_model_invocation:
         return None
@@ -198,6 +206,9 @@ def rules_of(rc: agent_pb2.RequestContext) -> list[str]:
         text = rule_text(r)
         if text:
             out.append(text)
+    cloud = cloud_rule_text(rc.cloud_rule) if rc.HasField("cloud_rule") else None
+    if cloud:
+        out.append(cloud)
     for s in rc.agent_skills:
         text = skill_text(s)
         if text:

@@ -24,6 +24,7 @@ from .context import (
     ContextPart,
     PartKind,
     PartLayout,
+    cloud_rule_text,
     instructions_text,
     mcp_definition,
     mcp_meta_of,
@@ -69,10 +70,8 @@ def _rules(msg: agent_pb2.RequestContextRulesPart, warnings: list[str]) -> Conte
         rule_text(r)
         for r in _bounded(PartKind.RULES, "non-file rules", msg.non_file_rules, warnings)
     ]
-    # cloud_rule: a rule text the team set in Cursor's settings [U: only its name and type are
-    # known]; given like any rule, labelled, so a wrong guess costs a line of prompt.
-    if msg.HasField("cloud_rule") and msg.cloud_rule.strip():
-        texts.append(f"Rule from the team's settings:\n{msg.cloud_rule.strip()}")
+    if msg.HasField("cloud_rule"):
+        texts.append(cloud_rule_text(msg.cloud_rule))
     return ContextPart(kind=PartKind.RULES, rules=_texts(texts))
 
 
