@@ -382,3 +382,28 @@ async def test_the_kept_copy_survives_a_restart(
     assert len(bodies) == 3
     for body in bodies:
         assert_context_reached_the_model(body, tag, rule_of(tag))
+
+
+@pytest.mark.parametrize("transport", ["h2", "shim"])
+async def test_a_turn_without_parts_carries_the_kept_copies_on(
+    server: ServerProcess, upstream: FakeUpstream, transport: str
+) -> None:
+    """Turn 2 names no parts (its context inline only, as a Build with its own context or a
+    legacy request): turn 3's refused mcps blob still falls back to turn 1's copy."""
+    tag, cid = uuid.uuid4().hex[:8], str(uuid.uuid4())
+    blobs = blobs_of(tag)
+    client = Client(serve=blobs.by_id())
+    await play(server, transport, turn_request(f"hello #{tag}", cid, blobs, dual=True), client)
+    legacy = turn_request(f"inline only #{tag}", cid, blobs, dual=True)
+    legacy.run_request.action.ClearField("request_context_parts")
+    two = await play(server, transport, legacy, client)
+    assert two.asked == []
+    changed = Blobs({**blobs.data, "mcps": mcps_part(tag, "changed")})
+    client.refuse = {changed.ids()["mcps"]: "error"}
+    three = await play(
+        server, transport, turn_request(call_prompt(tag, "later"), cid, changed, dual=False), client
+    )
+    assert three.asked == [changed.ids()["mcps"]]
+    assert_mcp_call(three, "later")
+    body = conversation_bodies(upstream, tag)[-1]
+    assert_context_reached_the_model(body, tag, rule_of(tag))

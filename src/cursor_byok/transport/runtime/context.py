@@ -12,6 +12,8 @@ import hashlib
 import logging
 from collections.abc import Sequence
 
+import msgspec
+
 from ...llm.types import Message
 from ...loop import TurnContext
 from ...loop.context import KeptPart
@@ -142,13 +144,16 @@ async def turn_context(
     parts: Sequence[ContextPart],
     requests: ClientRequests,
     disabled_tools: tuple[str, ...] = (),
+    kept: Sequence[KeptPart] = (),
 ) -> TurnContext:
     """The run's context: the inline one, else (with no parts either) the one the client
-    answers `request_context_args` with; merged with the parts and the MCP tools."""
+    answers `request_context_args` with; merged with the parts and the MCP tools. A run that
+    names no parts (a legacy request, a Build with its own context) carries the conversation's
+    kept copies (`kept`) on, for a later turn whose client cannot serve its blobs."""
     inline = request.inline_context
     if inline is None and not request.context_refs:
         inline = await requests.context()
-    return merge_context(
+    context = merge_context(
         inline,
         parts,
         request.mcp_tools,
@@ -157,6 +162,9 @@ async def turn_context(
         suppress_subagent_progress_update_tool=request.suppress_subagent_progress_update_tool,
         disabled_tools=disabled_tools,
     )
+    if not request.context_refs and kept:
+        context = msgspec.structs.replace(context, kept_parts=tuple(kept))
+    return context
 
 
 async def client_history(

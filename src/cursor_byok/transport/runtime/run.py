@@ -15,6 +15,8 @@ import logging
 from collections.abc import Awaitable
 from typing import Any, assert_never
 
+import msgspec
+
 from ...llm.events import DoneEvent, ErrorEvent, ResponseEvent
 from ...llm.model_names import Resolved, Unknown, Via
 from ...llm.models import Model
@@ -333,15 +335,11 @@ class Run:
         if not stored:
             history = await client_history(request, self.requests, self.runner.client_blobs)
         last = self.state.committed.context if stored else None
-        self._parts = await context_parts(
-            request,
-            self.requests,
-            self.runner.client_blobs,
-            last.kept_parts if last is not None else (),
-        )
+        kept = last.kept_parts if last is not None else ()
+        self._parts = await context_parts(request, self.requests, self.runner.client_blobs, kept)
         self._mcp_tools = request.mcp_tools
         context = await turn_context(
-            request, self._parts, self.requests, self.services.disabled_tools
+            request, self._parts, self.requests, self.services.disabled_tools, kept
         )
         # A Build has no user message: the loop opens its turn with the plan.
         message = request.user_message or LLMUserMessage(content=())
@@ -386,7 +384,7 @@ class Run:
     def _follow_up_context(self, client: ClientContext) -> TurnContext:
         """The context a follow-up brought, merged with the run's parts and MCP tools."""
         stored = self.state.committed.context
-        return merge_context(
+        context = merge_context(
             client,
             self._parts,
             self._mcp_tools,
@@ -399,6 +397,10 @@ class Run:
             ),
             disabled_tools=self.services.disabled_tools,
         )
+        if not context.kept_parts and stored is not None and stored.kept_parts:
+            # a run without parts carries the conversation's kept copies on (runtime/context.py)
+            context = msgspec.structs.replace(context, kept_parts=stored.kept_parts)
+        return context
 
     async def _consume(self) -> None:
         while not self._done:

@@ -1,0 +1,65 @@
+"""The context blobs a conversation read are kept with its committed context (TurnContext
+.kept_parts), also through a run that names no parts and takes a follow-up with a context of
+its own: the next turn whose client cannot serve a blob still finds the copy."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+from pathlib import Path
+
+from cursor_byok.llm.faux import FauxResponse
+from cursor_byok.transport.cursor.proto import agent_pb2 as a
+from cursor_byok.transport.runtime import records
+from tests.runtime.harness import Client, follow_up, open_server, read_ok, run_request
+
+READ = FauxResponse.tool_calls([("Read", {"path": "a.py"})])
+
+
+def rules_blob() -> bytes:
+    part = a.RequestContextRulesPart()
+    part.rules.add(full_path="/w/r.mdc", content="Kept rule.")
+    return part.SerializeToString()
+
+
+def with_parts(cid: str, blob: bytes) -> a.AgentClientMessage:
+    msg = run_request(cid, "first")
+    action = msg.run_request.action
+    action.user_message_action.ClearField("request_context")
+    parts = action.request_context_parts
+    parts.rules_blob_id = hashlib.sha256(blob).digest()
+    parts.dynamic_context.env.os_version = "linux test"
+    return msg
+
+
+async def test_a_follow_up_context_keeps_the_conversations_blobs(tmp_path: Path) -> None:
+    blob = rules_blob()
+    blob_id = hashlib.sha256(blob).digest()
+    server = await open_server(tmp_path / "db", ["one", READ, "two"], chunk_size=50)
+    first = Client("r0")
+    first.blobs[blob_id] = blob
+    first.say(with_parts("c1", blob))
+    server.start(first)
+    assert await first.ended() is None
+    assert server.llm.calls[0].request.system_prompt.count("Kept rule.") == 1
+
+    # a run with its context inline only, and a follow-up bringing a context of its own
+    second = Client("r1", answers=[read_ok("x")])
+    second.hold_execs = True
+    second.say(run_request("c1", "look"))
+    server.start(second)
+    await second.until(lambda: bool(second.held), "the exec")
+    steer = follow_up("and then this")
+    steer.conversation_action.user_message_action.request_context.env.os_version = "linux 2"
+    second.say(steer)
+    await asyncio.sleep(0.05)
+    second.answer(second.held.pop())
+    assert await second.ended() is None
+    assert "linux 2" in server.llm.calls[-1].request.system_prompt  # the follow-up's context
+
+    record = await server.store.load("c1")
+    assert record is not None
+    context = records.decode_state(record.state, record.messages).context
+    assert context is not None
+    assert [(k.kind, k.blob_id, k.data) for k in context.kept_parts] == [("rules", blob_id, blob)]
+    await server.store.close()
