@@ -333,31 +333,6 @@ def test_git_summary_is_bounded() -> None:
     assert cx.git_summary([]) is None
 
 
-def test_merge_context_carries_the_mcps_meta_and_keeps_the_blobs() -> None:
-    mcps = parts_.decode_request_context_part(MCPS, _mcps_part().SerializeToString(), b"m" * 32)
-    rules_msg = a.RequestContextRulesPart()
-    rules_msg.rules.add(content="R.")
-    rules = parts_.decode_request_context_part(RULES, rules_msg.SerializeToString(), b"r" * 32)
-    inline_pb = a.RequestContext()
-    inline_pb.mcp_meta_tool_options.enabled = False
-    inline = cx.decode_request_context(inline_pb)
-    ctx = cx.merge_context(inline, [mcps, rules], [], mode="agent")
-    assert ctx.mcp_meta == mcps.mcp_meta and ctx.switches.mcp_meta_tools is True
-    assert [(k.kind, k.blob_id) for k in ctx.kept_parts] == [
-        ("rules", b"r" * 32),
-        ("mcps", b"m" * 32),
-    ]
-    assert ctx.kept_parts[1].data == _mcps_part().SerializeToString()
-    # without an mcps part, the inline options count
-    ctx = cx.merge_context(inline, [rules], [], mode="agent")
-    assert ctx.mcp_meta == McpMeta(enabled=False) and ctx.switches.mcp_meta_tools is False
-    # the context with its meta and kept blobs survives the store's encoding
-    ctx = cx.merge_context(inline, [mcps, rules], [], mode="agent")
-    encoded = msgspec.json.encode(ctx)
-    assert msgspec.json.decode(encoded, type=type(ctx)) == ctx
-    assert cx.merge_context(None, [], [], mode="agent").mcp_meta is None
-
-
 def test_the_inline_cloud_rule_reads_like_the_rules_parts() -> None:
     """RequestContext.cloud_rule (16) and RequestContextRulesPart.cloud_rule (3) give the same
     text, so a dual request lists it once."""

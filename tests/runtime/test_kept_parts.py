@@ -8,9 +8,15 @@ import asyncio
 import hashlib
 from pathlib import Path
 
+import msgspec
+
 from cursor_byok.llm.faux import FauxResponse
+from cursor_byok.loop.context import KeptPart, TurnContext
+from cursor_byok.transport.cursor.context import ContextPart, PartKind
+from cursor_byok.transport.cursor.context_parts import decode_request_context_part
 from cursor_byok.transport.cursor.proto import agent_pb2 as a
 from cursor_byok.transport.runtime import records
+from cursor_byok.transport.runtime.context import with_kept
 from tests.runtime.harness import Client, follow_up, open_server, read_ok, run_request
 
 READ = FauxResponse.tool_calls([("Read", {"path": "a.py"})])
@@ -63,3 +69,27 @@ async def test_a_follow_up_context_keeps_the_conversations_blobs(tmp_path: Path)
     assert context is not None
     assert [(k.kind, k.blob_id, k.data) for k in context.kept_parts] == [("rules", blob_id, blob)]
     await server.store.close()
+
+
+def test_with_kept_keeps_the_last_copy_of_each_kind() -> None:
+    blob = rules_blob()
+    rules = decode_request_context_part(PartKind.RULES, blob, b"r" * 32)
+    mcps = a.RequestContextMcpsPart()
+    mcps.tools.add(name="t", tool_name="t", provider_identifier="s")
+    mcps_data = mcps.SerializeToString()
+    mcp = decode_request_context_part(PartKind.MCPS, mcps_data, b"m" * 32)
+    ctx = with_kept(TurnContext(), [mcp, rules], ())
+    assert ctx.kept_parts == (
+        KeptPart(kind="rules", blob_id=b"r" * 32, data=blob),
+        KeptPart(kind="mcps", blob_id=b"m" * 32, data=mcps_data),
+    )
+    # a run without parts carries them on; a new copy of one kind replaces only that kind
+    assert with_kept(TurnContext(), [], ctx.kept_parts).kept_parts == ctx.kept_parts
+    newer = decode_request_context_part(PartKind.RULES, blob, b"n" * 32)
+    after = with_kept(TurnContext(), [newer], ctx.kept_parts).kept_parts
+    assert [(k.kind, k.blob_id) for k in after] == [("rules", b"n" * 32), ("mcps", b"m" * 32)]
+    # a part not to keep (unreadable, too big) leaves the earlier copy
+    unreadable = ContextPart(kind=PartKind.MCPS)
+    assert with_kept(TurnContext(), [unreadable], ctx.kept_parts).kept_parts == ctx.kept_parts
+    # the kept copies survive the store's encoding
+    assert msgspec.json.decode(msgspec.json.encode(ctx), type=TurnContext) == ctx

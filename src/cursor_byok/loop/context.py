@@ -7,8 +7,6 @@ started by a bare `UserMessage` reuses it.
 
 from __future__ import annotations
 
-from typing import Any
-
 import msgspec
 
 from cursor_byok.llm.types import ToolDefinition
@@ -35,6 +33,16 @@ class Environment(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unknow
     terminals_folder: str | None = None
 
 
+class KeptPart(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unknown_fields=True):
+    """A context blob the client sent for this turn (`request_context_parts`), kept with the
+    conversation: a later turn whose client cannot serve that kind of blob again (an error or
+    an empty answer) reads this copy instead, also after a restart. Opaque to the loop."""
+
+    kind: str  # "rules" | "skills" | "subagents" | "mcps"
+    blob_id: bytes
+    data: bytes
+
+
 class McpRoute(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unknown_fields=True):
     """Where a call of the MCP tool the model knows as `name` goes: the client's MCP server and
     the tool's own name there. Kept with the turn's context, so a call resumed after a restart
@@ -44,48 +52,6 @@ class McpRoute(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unknown_f
     server: str  # the MCP server's identifier on the client
     tool: str  # the tool's name on that server
     definition: str = ""  # the client's own name for the tool, echoed back to it
-
-
-class McpToolDescriptor(
-    msgspec.Struct, frozen=True, omit_defaults=True, forbid_unknown_fields=True
-):
-    """One tool of an MCP server as `McpMetaToolOptions` describes it (reference §4)."""
-
-    tool_name: str
-    description: str
-    parameters: dict[str, Any]  # JSON Schema, recursively key-sorted
-    definition_path: str = ""
-
-
-class McpServerDescriptor(
-    msgspec.Struct, frozen=True, omit_defaults=True, forbid_unknown_fields=True
-):
-    """One MCP server of `McpMetaToolOptions.mcp_descriptors` (`McpDescriptor`)."""
-
-    server_name: str
-    server_identifier: str
-    instructions: str = ""  # server_use_instructions
-    tools: tuple[McpToolDescriptor, ...] = ()
-    folder_path: str = ""
-
-
-class McpMeta(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unknown_fields=True):
-    """`McpMetaToolOptions`: whether the client wants MCP offered through the meta-tools
-    (GetMcpTools, CallMcpTool, ...) and the servers it described for them. Kept with the
-    turn's context, so a meta-tool call resumed after a restart sees the same servers."""
-
-    enabled: bool
-    servers: tuple[McpServerDescriptor, ...] = ()
-
-
-class KeptPart(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unknown_fields=True):
-    """A context blob the client sent for this turn (`request_context_parts`), kept with the
-    conversation: a later turn whose client cannot serve that kind of blob again (an error or
-    an empty answer) reads this copy instead, also after a restart. Opaque to the loop."""
-
-    kind: str  # "rules" | "skills" | "subagents" | "mcps"
-    blob_id: bytes
-    data: bytes
 
 
 class TurnContext(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unknown_fields=True):
@@ -103,7 +69,6 @@ class TurnContext(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unknow
       multitask, subagent); any other value offers agent's tools.
     - `switches`: the run's gate values (client flags, our config) that switch tools off.
     - `max_llm_calls`: at most this many LLM calls per turn; one more fails the turn.
-    - `mcp_meta`: the client's MCP meta-tool options and server descriptors, if it sent any.
     - `kept_parts`: the context blobs this context was read from (KeptPart); never rendered.
     """
 
@@ -117,7 +82,6 @@ class TurnContext(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unknow
     mode: str = "agent"
     switches: Switches = DEFAULT_SWITCHES
     max_llm_calls: int = DEFAULT_MAX_LLM_CALLS
-    mcp_meta: McpMeta | None = None
     kept_parts: tuple[KeptPart, ...] = ()
 
     @property

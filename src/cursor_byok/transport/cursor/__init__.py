@@ -13,15 +13,14 @@ What the runtime uses:
     link       ClientLink (receive, get_blob, set_blob, request_context, start_tool, ...)
     encode     StreamEncoder, turn_ended, text_delta, checkpoint
     ends       Ending and the four ways a run ends badly
-    context    ClientContext, ContextPart, PartKind, merge_context;
-               context_parts: decode_request_context_part
+    context    ClientContext, ContextPart, merge_context; context_parts: decode_request_context_part
     history    history_from_root_prompt_blobs, DialectError
     checkpoint turn_blob, rewound_to
     service    CursorService (for the Connect app); rpc: RpcSettings
 """
 
 from .checkpoint import rewound_to, turn_blob
-from .context import ClientContext, ContextPart, PartKind, merge_context
+from .context import ClientContext, ContextPart, merge_context
 from .context_parts import decode_request_context_part
 from .encode import HEARTBEAT, StreamEncoder, checkpoint, text_delta, turn_ended
 from .ends import (
@@ -81,7 +80,6 @@ __all__ = [
     "InteractionAnswered",
     "Malformed",
     "McpDefinition",
-    "PartKind",
     "ResumeRequested",
     "RpcSettings",
     "RunAction",

@@ -26,7 +26,7 @@ from google.protobuf import json_format  # type: ignore[import-untyped,unused-ig
 
 from ...llm.canonical import sorted_value
 from ...loop.catalogue import Switches
-from ...loop.context import Environment, KeptPart, TurnContext
+from ...loop.context import Environment, TurnContext
 from .mcp import McpDefinition, McpIndex, McpMeta, McpServerDescriptor, McpToolDescriptor
 from .proto import agent_pb2
 
@@ -327,22 +327,12 @@ def merge_context(
     """One TurnContext from every context source. Rules keep a fixed order (parts in the order
     given, then the inline context's rules, skills and MCP instructions) and duplicates are
     dropped, so the system prompt is the same for the same inputs. The tool gates come from
-    the inline context's flags, the run request's and our config's `disabled_tools`. The MCP
-    meta options are the mcps part's, else the inline context's (`mcp_meta`, and the
-    `mcp_meta_tools` gate from its `enabled`); the parts' blobs are kept with the context."""
+    the inline context's flags, the run request's and our config's `disabled_tools`."""
     rules: list[str] = []
     definitions: list[McpDefinition] = []
-    meta: McpMeta | None = None
-    kept: dict[str, KeptPart] = {}
     for part in parts:
         rules.extend(part.rules)
         definitions.extend(part.mcp_tools)
-        if meta is None and part.mcp_meta is not None:
-            meta = part.mcp_meta
-        if part.data:
-            kept.setdefault(
-                part.kind, KeptPart(kind=part.kind, blob_id=part.blob_id, data=part.data)
-            )
     environment = Environment()
     git: str | None = None
     supplements: tuple[str, ...] = ()
@@ -352,8 +342,6 @@ def merge_context(
         environment = inline.environment or environment
         git = inline.git
         supplements = inline.supplements
-        if meta is None:
-            meta = inline.mcp_meta
     definitions.extend(mcp_tools)
     index = McpIndex.build(definitions)
     return TurnContext(
@@ -370,9 +358,6 @@ def merge_context(
             web_fetch_enabled=inline.web_fetch_enabled if inline is not None else None,
             read_lints_enabled=inline.read_lints_enabled if inline is not None else None,
             suppress_subagent_progress_update_tool=suppress_subagent_progress_update_tool,
-            mcp_meta_tools=meta.enabled if meta is not None else None,
             disabled_tools=disabled_tools,
         ),
-        mcp_meta=meta,
-        kept_parts=tuple(kept[kind] for kind in PartKind if kind in kept),
     )

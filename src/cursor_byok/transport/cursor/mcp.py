@@ -2,9 +2,7 @@
 
 The client describes each MCP tool by its server (`provider_identifier`), its own name on that
 server and a JSON Schema; the model needs one unique, provider-safe name per tool. `McpIndex`
-settles the names and maps each model-facing name back to what `mcp_args` needs. The meta-tool
-options (`McpMeta` and its descriptors) are loop values kept with the turn's context
-(loop/context.py); they are re-exported here.
+settles the names and maps each model-facing name back to what `mcp_args` needs.
 """
 
 from __future__ import annotations
@@ -15,10 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...llm.types import ToolDefinition
-from ...loop.context import McpMeta as McpMeta
 from ...loop.context import McpRoute
-from ...loop.context import McpServerDescriptor as McpServerDescriptor
-from ...loop.context import McpToolDescriptor as McpToolDescriptor
 from ...loop.tools import NATIVE_TOOL_NAMES
 
 _NAME_BAD_CHARS = re.compile(r"[^a-zA-Z0-9_-]")
@@ -33,6 +28,36 @@ class McpDefinition:
     provider_identifier: str  # the MCP server's identifier
     description: str
     parameters: dict[str, Any]  # JSON Schema, recursively key-sorted
+
+
+@dataclass(frozen=True, slots=True)
+class McpToolDescriptor:
+    """One tool of an MCP server as `McpMetaToolOptions` describes it (reference §4)."""
+
+    tool_name: str
+    description: str
+    parameters: dict[str, Any]  # JSON Schema, recursively key-sorted (context.schema_of)
+    definition_path: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class McpServerDescriptor:
+    """One MCP server of `McpMetaToolOptions.mcp_descriptors` (`McpDescriptor`)."""
+
+    server_name: str
+    server_identifier: str
+    instructions: str = ""  # server_use_instructions
+    tools: tuple[McpToolDescriptor, ...] = ()
+    folder_path: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class McpMeta:
+    """`McpMetaToolOptions`: whether the client wants MCP offered through the meta-tools
+    (GetMcpTools, CallMcpTool, ...) and the servers it described for them."""
+
+    enabled: bool
+    servers: tuple[McpServerDescriptor, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,6 +26,7 @@ from ..cursor import (
     history_from_root_prompt_blobs,
     merge_context,
 )
+from ..cursor.context import PartKind
 from .client_blobs import ClientBlobs
 from .requests import ClientRequests
 
@@ -147,9 +148,8 @@ async def turn_context(
     kept: Sequence[KeptPart] = (),
 ) -> TurnContext:
     """The run's context: the inline one, else (with no parts either) the one the client
-    answers `request_context_args` with; merged with the parts and the MCP tools. A run that
-    names no parts (a legacy request, a Build with its own context) carries the conversation's
-    kept copies (`kept`) on, for a later turn whose client cannot serve its blobs."""
+    answers `request_context_args` with; merged with the parts and the MCP tools, with the
+    blob copies to keep (`with_kept`)."""
     inline = request.inline_context
     if inline is None and not request.context_refs:
         inline = await requests.context()
@@ -162,9 +162,25 @@ async def turn_context(
         suppress_subagent_progress_update_tool=request.suppress_subagent_progress_update_tool,
         disabled_tools=disabled_tools,
     )
-    if not request.context_refs and kept:
-        context = msgspec.structs.replace(context, kept_parts=tuple(kept))
-    return context
+    return with_kept(context, parts, kept)
+
+
+def with_kept(
+    context: TurnContext, parts: Sequence[ContextPart], earlier: Sequence[KeptPart]
+) -> TurnContext:
+    """`context` keeping the last copy of each kind of context blob for this conversation:
+    this run's parts' blobs, and for a kind this run read no blob of, the earlier copy (a run
+    that names no parts, a legacy request or a Build with its own context, carries them on).
+    A copy is only read when a later run names a blob of its kind that the client cannot
+    serve, so an old copy of a kind the client stopped sending is never used."""
+    kept: dict[str, KeptPart] = {k.kind: k for k in earlier}
+    for part in parts:
+        if part.data:
+            kept[part.kind] = KeptPart(kind=part.kind, blob_id=part.blob_id, data=part.data)
+    ordered = tuple(kept[kind] for kind in PartKind if kind in kept)
+    if ordered == context.kept_parts:
+        return context
+    return msgspec.structs.replace(context, kept_parts=ordered)
 
 
 async def client_history(

@@ -15,8 +15,6 @@ import logging
 from collections.abc import Awaitable
 from typing import Any, assert_never
 
-import msgspec
-
 from ...llm.events import DoneEvent, ErrorEvent, ResponseEvent
 from ...llm.model_names import Resolved, Unknown, Via
 from ...llm.models import Model
@@ -74,7 +72,7 @@ from . import records
 from .actions import ROUTES, Route, shell_command_note
 from .calls import ModelCalls
 from .checkpoints import Checkpoints, PendingBlob
-from .context import client_history, context_parts, turn_context
+from .context import client_history, context_parts, turn_context, with_kept
 from .conversation import Conversation
 from .ending import Reports, RunFailed, end_error, ending_of, failure_ending
 from .requests import ClientRequests
@@ -397,10 +395,7 @@ class Run:
             ),
             disabled_tools=self.services.disabled_tools,
         )
-        if not context.kept_parts and stored is not None and stored.kept_parts:
-            # a run without parts carries the conversation's kept copies on (runtime/context.py)
-            context = msgspec.structs.replace(context, kept_parts=stored.kept_parts)
-        return context
+        return with_kept(context, self._parts, stored.kept_parts if stored is not None else ())
 
     async def _consume(self) -> None:
         while not self._done:
