@@ -364,6 +364,10 @@ def test_blob_data_missing_or_error_is_none() -> None:
     assert _kv(a.KvClientMessage(id=1, get_blob_result=long_err)) == d.BlobReceived(
         kv_id=1, data=None, error="x" * 200
     )
+    forged = a.GetBlobResult(error=a.Error(message="gone\nINFO fake line\x1b[31m"))
+    assert _kv(a.KvClientMessage(id=1, get_blob_result=forged)) == d.BlobReceived(
+        kv_id=1, data=None, error="gone INFO fake line [31m"
+    )
     no_message = a.GetBlobResult(error=a.Error())
     assert _kv(a.KvClientMessage(id=1, get_blob_result=no_message)) == d.BlobReceived(
         kv_id=1, data=None, error="no message"

@@ -139,7 +139,9 @@ class ClientLink:
             ok = not r.HasField("error") and r.HasField("blob_data")
             error = ""
             if r.HasField("error"):
-                error = (r.error.message or "no message")[:MAX_BLOB_ERROR_CHARS]
+                # logged: one line, bounded, whatever the client wrote
+                text = r.error.message[:MAX_BLOB_ERROR_CHARS]
+                error = "".join(c if c.isprintable() else " " for c in text) or "no message"
             return BlobReceived(
                 kv_id=reply.id, data=bytes(r.blob_data) if ok else None, error=error
             )
