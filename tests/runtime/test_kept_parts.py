@@ -93,3 +93,47 @@ def test_with_kept_keeps_the_last_copy_of_each_kind() -> None:
     assert with_kept(TurnContext(), [unreadable], ctx.kept_parts).kept_parts == ctx.kept_parts
     # the kept copies survive the store's encoding
     assert msgspec.json.decode(msgspec.json.encode(ctx), type=TurnContext) == ctx
+
+
+def mcps_blob(description: str) -> bytes:
+    part = a.RequestContextMcpsPart()
+    part.tools.add(
+        name="kb_lookup", tool_name="kb_lookup", provider_identifier="kb", description=description
+    )
+    return part.SerializeToString()
+
+
+async def test_a_blob_the_client_never_answers_falls_back_within_the_deadline(
+    tmp_path: Path,
+) -> None:
+    """A client that does not answer a context blob at all: after the context deadline the
+    turn goes on with the kept copy (it used to end the run with an error)."""
+    server = await open_server(tmp_path / "db", ["one", "two"], chunk_size=50)
+    server.runner.services.context_timeout_s = 0.3
+    first_blob, second_blob = mcps_blob("first"), mcps_blob("second")
+    first = Client("r0")
+    first.blobs[hashlib.sha256(first_blob).digest()] = first_blob
+    msg = with_parts("c1", first_blob)
+    parts = msg.run_request.action.request_context_parts
+    parts.ClearField("rules_blob_id")
+    parts.mcps_blob_id = hashlib.sha256(first_blob).digest()
+    first.say(msg)
+    server.start(first)
+    assert await first.ended() is None
+
+    second = Client("r1")
+    second.silent_blobs.add(hashlib.sha256(second_blob).digest())
+    msg = with_parts("c1", second_blob)
+    parts = msg.run_request.action.request_context_parts
+    parts.ClearField("rules_blob_id")
+    parts.mcps_blob_id = hashlib.sha256(second_blob).digest()
+    msg.run_request.action.user_message_action.user_message.text = "second"
+    started = asyncio.get_running_loop().time()
+    second.say(msg)
+    server.start(second)
+    assert await second.ended() is None
+    assert asyncio.get_running_loop().time() - started < 4.0  # the 0.3 s deadline, not 30 s
+    tools = server.llm.calls[-1].request.tools
+    (kb,) = [t for t in tools if t.name == "kb_lookup"]
+    assert kb.description == "first"  # the kept copy
+    await server.store.close()

@@ -71,7 +71,8 @@ async def context_parts(
     """The run's context parts. A blob comes from the server's cache, else from the copy kept
     with the conversation (`kept`, the last turn's context) when that is the same blob, else
     from the client, all missing ones in one round trip. A blob the client cannot serve (an
-    error or no data) is read from the last kept copy of its kind, else left out; both logged."""
+    error, no data, or no answer within the context deadline) is read from the last kept copy
+    of its kind, else left out; both logged."""
     refs = request.context_refs
     found: list[bytes | None] = []
     for ref in refs:
@@ -84,9 +85,11 @@ async def context_parts(
     missing = [i for i, data in enumerate(found) if data is None]
     why: dict[int, str] = {}
     if missing:
-        answers = await requests.blobs([refs[i].blob_id for i in missing])
+        answers = await requests.blobs_within([refs[i].blob_id for i in missing])
         for i, answer in zip(missing, answers, strict=True):
-            if answer.data:
+            if answer is None:
+                why[i] = f"it did not answer within {requests.timeout_s:g} s"
+            elif answer.data:
                 found[i] = answer.data
                 cache.put(refs[i].blob_id, answer.data)
             else:
