@@ -148,15 +148,13 @@ async def turn_context(
     parts: Sequence[ContextPart],
     requests: ClientRequests,
     disabled_tools: tuple[str, ...] = (),
-    kept: Sequence[KeptPart] = (),
 ) -> TurnContext:
     """The run's context: the inline one, else (with no parts either) the one the client
-    answers `request_context_args` with; merged with the parts and the MCP tools, with the
-    blob copies to keep (`with_kept`)."""
+    answers `request_context_args` with; merged with the parts and the MCP tools."""
     inline = request.inline_context
     if inline is None and not request.context_refs:
         inline = await requests.context()
-    context = merge_context(
+    return merge_context(
         inline,
         parts,
         request.mcp_tools,
@@ -165,7 +163,6 @@ async def turn_context(
         suppress_subagent_progress_update_tool=request.suppress_subagent_progress_update_tool,
         disabled_tools=disabled_tools,
     )
-    return with_kept(context, parts, kept)
 
 
 def with_kept(

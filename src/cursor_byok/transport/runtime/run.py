@@ -337,10 +337,11 @@ class Run:
         self._parts = await context_parts(request, self.requests, self.runner.client_blobs, kept)
         self._mcp_tools = request.mcp_tools
         context = await turn_context(
-            request, self._parts, self.requests, self.services.disabled_tools, kept
+            request, self._parts, self.requests, self.services.disabled_tools
         )
         # A Build has no user message: the loop opens its turn with the plan.
         message = request.user_message or LLMUserMessage(content=())
+        context = with_kept(context, self._parts, kept)  # the blobs later turns may need
         start = Start(
             user_message=message,
             context=context,
