@@ -15,7 +15,13 @@ from cursor_byok.loop.context import Environment, McpRoute
 from cursor_byok.loop.tools import NATIVE_TOOL_NAMES
 from cursor_byok.transport.cursor import context as cx
 from cursor_byok.transport.cursor import context_parts as parts_
-from cursor_byok.transport.cursor.mcp import McpDefinition, McpIndex
+from cursor_byok.transport.cursor.mcp import (
+    McpDefinition,
+    McpIndex,
+    McpMeta,
+    McpServerDescriptor,
+    McpToolDescriptor,
+)
 from cursor_byok.transport.cursor.proto import agent_pb2 as a
 from tests.paths import CURSOR_FIXTURES
 
@@ -133,78 +139,152 @@ def _capture_context(name: str) -> a.RequestContext:
     return msg.run_request.action.request_context_parts.dynamic_context
 
 
-def test_real_dynamic_context_as_a_part_is_read_without_warnings() -> None:
-    data = _capture_context("debug").SerializeToString()
-    part = parts_.decode_request_context_part("rules", data)
-    assert part.layout == "request_context"
-    assert part.rules == () and part.mcp_tools == () and part.warnings == ()
+RULES, SKILLS, SUBAGENTS, MCPS = (
+    cx.PartKind.RULES,
+    cx.PartKind.SKILLS,
+    cx.PartKind.SUBAGENTS,
+    cx.PartKind.MCPS,
+)
 
 
-def test_request_context_shaped_part_with_rules_skills_tools() -> None:
-    rc = _capture_context("agent")
-    rc.rules.add(full_path="/w/.cursor/rules/a.mdc", content="Use tabs.")
-    rc.agent_skills.add(full_path="/w/.agents/skills/x/SKILL.md", description="Does X")
-    rc.tools.append(_pb_tool("lookup", "kb", {"type": "object"}))
-    rc.mcp_instructions.add(server_name="kb", instructions="Ask kb first.")
-    part = parts_.decode_request_context_part("mcps", rc.SerializeToString())
-    assert part.layout == "request_context"
-    assert part.rules[0] == "Rule from /w/.cursor/rules/a.mdc:\nUse tabs."
-    assert "Skill (/w/.agents/skills/x/SKILL.md): Does X" in part.rules[1]
-    assert part.rules[2] == "Instructions from MCP server kb:\nAsk kb first."
-    assert [t.name for t in part.mcp_tools] == ["lookup"]
+def _mcps_part() -> a.RequestContextMcpsPart:
+    msg = a.RequestContextMcpsPart()
+    msg.tools.append(_pb_tool("lookup", "kb", {"type": "object", "properties": {"q": {}}}))
+    msg.mcp_instructions.add(server_name="kb", instructions="Ask kb first.", server_identifier="k")
+    msg.mcp_file_system_options.enabled = True
+    meta = msg.mcp_meta_tool_options
+    meta.enabled = True
+    server = meta.mcp_descriptors.add(
+        server_name="Knowledge", server_identifier="kb", server_use_instructions="Use kb."
+    )
+    tool = server.tools.add(tool_name="lookup", description="Looks up", definition_path="/t.json")
+    tool.input_schema.CopyFrom(_value({"type": "object", "required": ["q"]}))
+    return msg
 
 
-def _field(number: int, payload: bytes) -> bytes:
-    """A length-delimited protobuf field (numbers < 16, lengths < 2**14)."""
-    length = len(payload)
-    varint = bytes([length]) if length < 128 else bytes([(length & 0x7F) | 0x80, length >> 7])
-    return bytes([(number << 3) | 2]) + varint + payload
+def test_part_messages_have_the_reference_field_numbers() -> None:
+    """Reference §4: every field of the four part messages and of RequestContextParts."""
 
+    def numbers(message: type) -> dict[str, int]:
+        return {f.name: f.number for f in message.DESCRIPTOR.fields}  # type: ignore[attr-defined]
 
-def test_wrapper_layouts_are_found_by_shape() -> None:
-    # A rules part as `{ repeated CursorRule = 1 }` (field numbers unknown [U]).
-    rule = a.CursorRule(full_path="/r.mdc", content="Always test.").SerializeToString()
-    part = parts_.decode_request_context_part("rules", _field(1, rule) + _field(1, rule))
-    assert part.layout == "protobuf"
-    assert part.rules == ("Rule from /r.mdc:\nAlways test.",) * 2
-    # An MCP part grouped by server: { repeated Server = 1 { name = 1; repeated Tool = 2 } }.
-    tool = _pb_tool("fetch_doc", "context7", {"type": "object"}).SerializeToString()
-    server = _field(1, b"context7") + _field(2, tool)
-    part = parts_.decode_request_context_part("mcps", _field(3, server))
-    assert [t.tool_name for t in part.mcp_tools] == ["fetch_doc"]
-    assert part.mcp_tools[0].provider_identifier == "context7"
-    # A skills part.
-    skill = a.AgentSkill(full_path="/s/SKILL.md", description="Review code").SerializeToString()
-    part = parts_.decode_request_context_part("skills", _field(1, skill))
-    assert part.rules and "Review code" in part.rules[0]
-    # Subagents are recognised and reported as unused.
-    sub = a.CustomSubagent(name="explore", prompt="p").SerializeToString()
-    part = parts_.decode_request_context_part("subagents", _field(1, sub))
-    assert part.rules == () and part.warnings
-
-
-def test_json_and_text_parts() -> None:
-    doc = {
-        "rules": [{"fullPath": "/a.md", "content": "Be kind."}],
-        "tools": [{"name": "q", "inputSchema": {"type": "object"}, "providerIdentifier": "s"}],
+    assert numbers(a.RequestContextRulesPart) == {
+        "rules": 1,
+        "non_file_rules": 2,
+        "cloud_rule": 3,
     }
-    part = parts_.decode_request_context_part("mcps", json.dumps(doc).encode())
-    assert part.layout == "json"
-    assert part.rules == ("Rule from /a.md:\nBe kind.",)
-    assert [t.name for t in part.mcp_tools] == ["q"]
-    part = parts_.decode_request_context_part("rules", b"Plain rule text.\n")
-    assert (part.layout, part.rules) == ("text", ("Plain rule text.",))
-    assert parts_.decode_request_context_part("rules", b"").layout == "empty"
+    assert numbers(a.RequestContextSkillsPart) == {"agent_skills": 1, "skill_options": 2}
+    assert numbers(a.RequestContextSubagentsPart) == {"custom_subagents": 1}
+    assert numbers(a.RequestContextMcpsPart) == {
+        "tools": 1,
+        "mcp_instructions": 2,
+        "mcp_file_system_options": 3,
+        "mcp_meta_tool_options": 4,
+    }
+    assert numbers(a.RequestContextParts) == {
+        "rules_blob_id": 1,
+        "rules_byte_length": 2,
+        "skills_blob_id": 3,
+        "skills_byte_length": 4,
+        "subagents_blob_id": 5,
+        "subagents_byte_length": 6,
+        "mcps_blob_id": 7,
+        "mcps_byte_length": 8,
+        "dynamic_context": 9,
+    }
+    assert a.ConversationAction.DESCRIPTOR.fields_by_name["request_context_parts"].number == 17
+
+
+def test_rules_part_by_its_schema() -> None:
+    msg = a.RequestContextRulesPart(cloud_rule="  Team rule.  ")
+    msg.rules.add(full_path="/w/.cursor/rules/a.mdc", content="Use tabs.")
+    msg.non_file_rules.add(content="Answer in English.")
+    msg.rules.add(full_path="/w/empty.mdc", content="   ")  # nothing to say: left out
+    data = msg.SerializeToString()
+    part = parts_.decode_request_context_part(RULES, data, b"id")
+    assert part.layout == cx.PartLayout.SCHEMA and part.warnings == ()
+    assert part.rules == (
+        "Rule from /w/.cursor/rules/a.mdc:\nUse tabs.",
+        "Answer in English.",
+        "Rule from the team's settings:\nTeam rule.",
+    )
+    assert (part.blob_id, part.data) == (b"id", data)  # kept for later turns
+
+
+def test_skills_and_subagents_parts_by_their_schema() -> None:
+    msg = a.RequestContextSkillsPart()
+    msg.agent_skills.add(full_path="/w/.agents/skills/x/SKILL.md", description="Does X")
+    msg.agent_skills.add(full_path="/w/hidden/SKILL.md", disable_model_invocation=True)
+    msg.skill_options.skill_descriptors.add(name="x", enabled=True)
+    part = parts_.decode_request_context_part(SKILLS, msg.SerializeToString())
+    assert len(part.rules) == 1 and "Skill (/w/.agents/skills/x/SKILL.md): Does X" in part.rules[0]
+    sub = a.RequestContextSubagentsPart()
+    sub.custom_subagents.add(name="explore", prompt="p", tools=["Read"], model="inherit")
+    sub.custom_subagents.add(name="review")
+    part = parts_.decode_request_context_part(SUBAGENTS, sub.SerializeToString())
+    assert part.custom_subagents == 2 and part.rules == () and part.warnings == ()
+
+
+def test_mcps_part_by_its_schema_with_meta_options() -> None:
+    part = parts_.decode_request_context_part(MCPS, _mcps_part().SerializeToString())
+    assert part.layout == cx.PartLayout.SCHEMA and part.warnings == ()
+    assert part.rules == ("Instructions from MCP server kb:\nAsk kb first.",)
+    assert [(t.name, t.provider_identifier) for t in part.mcp_tools] == [("lookup", "kb")]
+    assert part.mcp_tools[0].parameters == {"properties": {"q": {}}, "type": "object"}
+    assert part.mcp_meta == McpMeta(
+        enabled=True,
+        servers=(
+            McpServerDescriptor(
+                server_name="Knowledge",
+                server_identifier="kb",
+                instructions="Use kb.",
+                tools=(
+                    McpToolDescriptor(
+                        tool_name="lookup",
+                        description="Looks up",
+                        parameters={"required": ["q"], "type": "object"},
+                        definition_path="/t.json",
+                    ),
+                ),
+            ),
+        ),
+    )
+
+
+def test_empty_unreadable_and_oversized_parts() -> None:
+    assert parts_.decode_request_context_part(RULES, b"").layout == cx.PartLayout.EMPTY
+    part = parts_.decode_request_context_part(RULES, b"\x0a\xff\xff\xff", b"id")
+    assert part.layout == cx.PartLayout.UNREADABLE
+    assert part.warnings == (
+        "the rules part (4 bytes) does not parse as RequestContextRulesPart; going on without it",
+    )
+    assert part.data == b""  # nothing worth keeping
+    big = a.RequestContextRulesPart()
+    big.rules.add(content="x" * (parts_.MAX_KEPT_BYTES + 1))
+    part = parts_.decode_request_context_part(RULES, big.SerializeToString(), b"id")
+    assert part.rules and part.data == b"" and part.blob_id == b""
+    assert "more than the" in part.warnings[0]
+
+
+def test_part_lists_are_bounded() -> None:
+    msg = a.RequestContextMcpsPart()
+    for i in range(parts_.MAX_PART_ITEMS + 5):
+        msg.tools.append(_pb_tool(f"t{i}", "s"))
+    part = parts_.decode_request_context_part(MCPS, msg.SerializeToString())
+    assert len(part.mcp_tools) == parts_.MAX_PART_ITEMS
+    assert part.warnings == (
+        f"the mcps part lists {parts_.MAX_PART_ITEMS + 5} tools; only the first "
+        f"{parts_.MAX_PART_ITEMS} are read",
+    )
 
 
 @pytest.mark.parametrize("seed", range(30))
 def test_odd_bytes_never_raise(seed: int) -> None:
     data = os.urandom(1 + seed * 37) if seed else b"\xff\xfe\x00garbage"
-    for kind in ("rules", "skills", "subagents", "mcps", "other"):
+    for kind in cx.PartKind:
         part = parts_.decode_request_context_part(kind, data)
         assert isinstance(part, cx.ContextPart)
-    part = parts_.decode_request_context_part("rules", b"\x0a\xff\xff\xff")
-    assert part.layout == "unreadable" and part.warnings
+        assert part.layout in (cx.PartLayout.SCHEMA, cx.PartLayout.UNREADABLE)
 
 
 # -- merge_context -------------------------------------------------------------------------------
@@ -218,8 +298,8 @@ def test_merge_context_orders_and_dedups() -> None:
     inline_pb.file_contents["a.py"] = "A"
     inline = cx.decode_request_context(inline_pb)
     parts = [
-        cx.ContextPart(kind="rules", rules=("Part rule.", "Inline rule.")),
-        cx.ContextPart(kind="mcps", mcp_tools=(_tool("part_tool", "s2"),)),
+        cx.ContextPart(kind=RULES, rules=("Part rule.", "Inline rule.")),
+        cx.ContextPart(kind=MCPS, mcp_tools=(_tool("part_tool", "s2"),)),
     ]
     ctx = cx.merge_context(
         inline, parts, [_tool("req_tool", "s3")], mode="plan", custom_instructions="Be terse."
@@ -251,3 +331,14 @@ def test_git_summary_is_bounded() -> None:
     assert len(text) < cx.GIT_SUMMARY_LIMIT + 100
     assert "more characters of git status omitted" in text
     assert cx.git_summary([]) is None
+
+
+def test_the_inline_cloud_rule_reads_like_the_rules_parts() -> None:
+    """RequestContext.cloud_rule (16) and RequestContextRulesPart.cloud_rule (3) give the same
+    text, so a dual request lists it once."""
+    inline = cx.decode_request_context(a.RequestContext(cloud_rule=" Team rule. "))
+    assert inline.rules == ("Rule from the team's settings:\nTeam rule.",)
+    data = a.RequestContextRulesPart(cloud_rule="Team rule.").SerializeToString()
+    part = parts_.decode_request_context_part(RULES, data)
+    assert cx.merge_context(inline, [part], [], mode="agent").rules == inline.rules
+    assert cx.decode_request_context(a.RequestContext(cloud_rule="  ")).rules == ()

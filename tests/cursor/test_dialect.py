@@ -357,7 +357,21 @@ def test_blob_data_missing_or_error_is_none() -> None:
     empty = a.KvClientMessage(id=1, get_blob_result=a.GetBlobResult())
     assert _kv(empty) == d.BlobReceived(kv_id=1, data=None)
     err = a.GetBlobResult(blob_data=b"x", error=a.Error(message="gone"))
-    assert _kv(a.KvClientMessage(id=1, get_blob_result=err)) == d.BlobReceived(kv_id=1, data=None)
+    assert _kv(a.KvClientMessage(id=1, get_blob_result=err)) == d.BlobReceived(
+        kv_id=1, data=None, error="gone"
+    )
+    long_err = a.GetBlobResult(error=a.Error(message="x" * 1000))
+    assert _kv(a.KvClientMessage(id=1, get_blob_result=long_err)) == d.BlobReceived(
+        kv_id=1, data=None, error="x" * 200
+    )
+    forged = a.GetBlobResult(error=a.Error(message="gone\nINFO fake line\x1b[31m"))
+    assert _kv(a.KvClientMessage(id=1, get_blob_result=forged)) == d.BlobReceived(
+        kv_id=1, data=None, error="gone INFO fake line [31m"
+    )
+    no_message = a.GetBlobResult(error=a.Error())
+    assert _kv(a.KvClientMessage(id=1, get_blob_result=no_message)) == d.BlobReceived(
+        kv_id=1, data=None, error="no message"
+    )
     set_reply = a.KvClientMessage(id=1, set_blob_result=a.SetBlobResult())
     assert _kv(set_reply) == d.BlobStored(kv_id=1, ok=True)
     set_failed = a.KvClientMessage(id=1, set_blob_result=a.SetBlobResult(error=a.Error()))

@@ -15,6 +15,7 @@ from google.protobuf.json_format import MessageToDict
 from google.protobuf.message import Message
 from google.protobuf.unknown_fields import UnknownFieldSet
 
+from cursor_byok.transport.cursor.context import PartKind
 from cursor_byok.transport.cursor.decode import decode_run_request
 from cursor_byok.transport.cursor.proto import agent_pb2 as a
 from tests.paths import CURSOR_FIXTURES
@@ -281,3 +282,28 @@ def test_the_terminals_folder_reaches_the_turn_context(cap: Capture) -> None:
     request = decode_run_request(cap.msg.run_request)
     assert request.inline_context is not None and request.inline_context.environment
     assert request.inline_context.environment.terminals_folder == f"{PROJECT}/terminals"
+
+
+def test_the_context_parts_decode_to_typed_references(cap: Capture) -> None:
+    """ref_only (reference §4): the run request names four typed blobs, its dynamic context has
+    no rules and no tools, and `mcp_tools` is empty. The captures hold no blob bytes, so what
+    the parts contain is not in them (tests/e2e/test_context_parts.py sends such blobs)."""
+    request = decode_run_request(cap.msg.run_request)
+    assert [(r.kind, r.byte_length) for r in request.context_refs] == [
+        (PartKind.RULES, 1114),
+        (PartKind.SKILLS, 5221),
+        (PartKind.SUBAGENTS, 159),
+        (PartKind.MCPS, 28434),
+    ]
+    parts = cap.msg.run_request.action.request_context_parts
+    assert [r.blob_id for r in request.context_refs] == [
+        parts.rules_blob_id,
+        parts.skills_blob_id,
+        parts.subagents_blob_id,
+        parts.mcps_blob_id,
+    ]
+    inline = request.inline_context
+    assert inline is not None
+    assert inline.rules == () and inline.tools == () and inline.mcp_meta is None
+    assert request.mcp_tools == ()
+    assert cap.msg.run_request.HasField("mcp_tools")  # present, but an empty message

@@ -17,15 +17,15 @@ from tests.support.upstream import FakeUpstream
 
 
 def rules(marker: str) -> bytes:
-    rc = a.RequestContext()
-    rc.rules.add(full_path="/w/.cursor/rules/blobs.mdc", content=f"Always mention {marker}.")
-    return rc.SerializeToString()
+    part = a.RequestContextRulesPart()
+    part.rules.add(full_path="/w/.cursor/rules/blobs.mdc", content=f"Always mention {marker}.")
+    return part.SerializeToString()
 
 
 def skills(marker: str) -> bytes:
-    rc = a.RequestContext()
-    rc.rules.add(full_path="/w/.cursor/skills/s.md", content=f"skill {marker}")
-    return rc.SerializeToString()
+    part = a.RequestContextSkillsPart()
+    part.agent_skills.add(full_path="/w/.cursor/skills/s.md", description=f"skill {marker}")
+    return part.SerializeToString()
 
 
 def run_request(conversation_id: str, text: str, parts: dict[str, bytes]) -> a.AgentClientMessage:

@@ -120,9 +120,20 @@ def history_blobs(ids: list[bytes]) -> dict[bytes, bytes]:
 
 
 def rules_blob() -> bytes:
-    rc = agent_pb2.RequestContext()
-    rc.rules.add(full_path=f"{CAPTURE_WORKSPACE}/.cursor/rules/e2e.mdc", content=RULE_MARKER)
-    return rc.SerializeToString()
+    part = agent_pb2.RequestContextRulesPart()
+    part.rules.add(full_path=f"{CAPTURE_WORKSPACE}/.cursor/rules/e2e.mdc", content=RULE_MARKER)
+    return part.SerializeToString()
+
+
+def mcps_blob() -> bytes:
+    """An mcps part for the capture's mcps id (the captures hold no blob bytes)."""
+    part = agent_pb2.RequestContextMcpsPart()
+    tool = part.tools.add(
+        name="capture_lookup", tool_name="capture_lookup", provider_identifier="kb"
+    )
+    tool.description = "Looks something up"
+    tool.input_schema_json = '{"type": "object", "properties": {"q": {"type": "string"}}}'
+    return part.SerializeToString()
 
 
 @dataclass
@@ -138,6 +149,7 @@ class Outcome:
 async def grok_turn(server: ServerProcess, upstream: FakeUpstream, capture: Capture) -> Outcome:
     known = history_blobs(capture.root_ids())
     known[capture.part_ids()["rules"]] = rules_blob()
+    known[capture.part_ids()["mcps"]] = mcps_blob()
     async with http(server) as client:
         run = ShimRun(client)
         run.request_id = capture.request_id
@@ -205,6 +217,8 @@ def test_configured_model_completes_the_turn(
     assert "darwin 25.5.0" in system["content"]
     assert CAPTURE_WORKSPACE in system["content"]
     assert RULE_MARKER in system["content"]
+    # the mcps blob's tool is offered to the model (ref_only: in no other place)
+    assert "capture_lookup" in [t["function"]["name"] for t in body["tools"]]
     assert "client prompt, ignored" not in json.dumps(messages)
     history = [(m["role"], content_text(m["content"])) for m in messages[1:-1]]
     assert history == [

@@ -141,6 +141,7 @@ class Client:
         self.answers = list(answers or [])
         self.hold_execs = False  # keep exec requests unanswered (the test answers or cancels)
         self.blobs: dict[bytes, bytes] = {}  # what the client stores (set_blob) and serves
+        self.silent_blobs: set[bytes] = set()  # get_blob requests it never answers
         self.sent: list[a.AgentServerMessage] = []
         self.held: list[a.ExecServerMessage] = []
         self.ending: EndError | None = None
@@ -223,6 +224,8 @@ class Client:
                 self.blobs[kv.set_blob_args.blob_id] = kv.set_blob_args.blob_data
                 reply.set_blob_result.SetInParent()
             else:
+                if kv.get_blob_args.blob_id in self.silent_blobs:
+                    return
                 data = self.blobs.get(kv.get_blob_args.blob_id)
                 if data is None:
                     reply.get_blob_result.SetInParent()

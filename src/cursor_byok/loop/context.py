@@ -35,6 +35,16 @@ class Environment(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unknow
     terminals_folder: str | None = None
 
 
+class KeptPart(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unknown_fields=True):
+    """A context blob the client sent for this turn (`request_context_parts`), kept with the
+    conversation: a later turn whose client cannot serve that kind of blob again (an error or
+    an empty answer) reads this copy instead, also after a restart. Opaque to the loop."""
+
+    kind: str  # "rules" | "skills" | "subagents" | "mcps"
+    blob_id: bytes
+    data: bytes
+
+
 class McpRoute(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unknown_fields=True):
     """Where a call of the MCP tool the model knows as `name` goes: the client's MCP server and
     the tool's own name there. Kept with the turn's context, so a call resumed after a restart
@@ -82,6 +92,7 @@ class TurnContext(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unknow
       multitask, subagent); any other value offers agent's tools.
     - `switches`: the run's gate values (client flags, our config) that switch tools off.
     - `max_llm_calls`: at most this many LLM calls per turn; one more fails the turn.
+    - `kept_parts`: the context blobs this context was read from (KeptPart); never rendered.
     """
 
     rules: tuple[str, ...] = ()
@@ -95,6 +106,7 @@ class TurnContext(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unknow
     mode: str = "agent"
     switches: Switches = DEFAULT_SWITCHES
     max_llm_calls: int = DEFAULT_MAX_LLM_CALLS
+    kept_parts: tuple[KeptPart, ...] = ()
 
     @property
     def read_only(self) -> bool:

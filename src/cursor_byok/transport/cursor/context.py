@@ -16,6 +16,7 @@ native: nothing here hands protobuf to the runtime.
 
 from __future__ import annotations
 
+import enum
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -40,6 +41,8 @@ __all__ = [
     "GIT_SUMMARY_LIMIT",
     "ClientContext",
     "ContextPart",
+    "PartKind",
+    "PartLayout",
     "decode_request_context",
     "environment_of",
     "git_summary",
@@ -72,17 +75,38 @@ class ClientContext:
     mcp_meta: McpMeta | None = None  # RequestContext.mcp_meta_tool_options (34)
 
 
+class PartKind(enum.StrEnum):
+    """Which `request_context_parts` blob: the field that referenced it names its message."""
+
+    RULES = "rules"  # rules_blob_id (1): RequestContextRulesPart
+    SKILLS = "skills"  # skills_blob_id (3): RequestContextSkillsPart
+    SUBAGENTS = "subagents"  # subagents_blob_id (5): RequestContextSubagentsPart
+    MCPS = "mcps"  # mcps_blob_id (7): RequestContextMcpsPart
+
+
+class PartLayout(enum.StrEnum):
+    """How a part's bytes were read."""
+
+    EMPTY = "empty"  # no bytes: nothing to read
+    SCHEMA = "schema"  # parsed as its part message
+    UNREADABLE = "unreadable"  # the bytes do not parse as that message (warnings say so)
+
+
 @dataclass(frozen=True, slots=True)
 class ContextPart:
-    """What could be read from one `request_context_parts` blob (context_parts.py)."""
+    """What one `request_context_parts` blob contributes (context_parts.py)."""
 
-    kind: str  # "rules" | "skills" | "subagents" | "mcps" (or whatever the caller named it)
-    rules: tuple[str, ...] = ()
+    kind: PartKind
+    rules: tuple[str, ...] = ()  # rules, skills and MCP instructions, as text
     mcp_tools: tuple[McpDefinition, ...] = ()
     mcp_meta: McpMeta | None = None  # RequestContextMcpsPart.mcp_meta_tool_options (4)
+    custom_subagents: int = 0  # how many the subagents part named (none are offered here)
     warnings: tuple[str, ...] = ()
-    # How the blob was read: "empty", "request_context", "protobuf", "json", "text", "unreadable".
-    layout: str = "empty"
+    layout: PartLayout = PartLayout.EMPTY
+    # The blob this part was read from, kept with the turn's context (KeptPart) so a later
+    # turn can fall back to it; empty when it is not to be kept (too big, unreadable).
+    blob_id: bytes = b""
+    data: bytes = b""
 
 
 # -- MCP tool definitions ---------------------------------------------------------------------
@@ -153,6 +177,14 @@ def rule_text(rule: agent_pb2.CursorRule) -> str | None:
     return f"Rule from {rule.full_path}:\n{content}" if rule.full_path else content
 
 
+def cloud_rule_text(text: str) -> str | None:
+    """`cloud_rule` (RequestContext 16, RequestContextRulesPart 3): a rule the team set in
+    Cursor's settings [U: only its name and type are known]. Given like any rule, labelled, so
+    a wrong guess costs one line of prompt."""
+    text = text.strip()
+    return f"Rule from the team's settings:\n{text}" if text else None
+
+
 def skill_text(skill: agent_pb2.AgentSkill) -> str | None:
     if skill.disable_model_invocation:
         return None
@@ -181,6 +213,9 @@ def rules_of(rc: agent_pb2.RequestContext) -> list[str]:
         text = rule_text(r)
         if text:
             out.append(text)
+    cloud = cloud_rule_text(rc.cloud_rule) if rc.HasField("cloud_rule") else None
+    if cloud:
+        out.append(cloud)
     for s in rc.agent_skills:
         text = skill_text(s)
         if text:

@@ -23,7 +23,7 @@ from ...llm.types import ImageContent, TextContent, UserContent
 from ...llm.types import UserMessage as LlmUserMessage
 from ...loop.inputs import PlanBuild
 from .background import background_shell_notice, completion_notice
-from .context import decode_request_context, mcp_definition
+from .context import PartKind, decode_request_context, mcp_definition
 from .history import DialectError, history_from_conversation_history
 from .proto import agent_pb2
 from .tools.queries import answers_text
@@ -200,10 +200,10 @@ def decode_user_message(um: agent_pb2.UserMessage) -> LlmUserMessage:
 def _context_refs(parts: agent_pb2.RequestContextParts) -> tuple[ContextRef, ...]:
     refs: list[ContextRef] = []
     for kind, bid, length in (
-        ("rules", parts.rules_blob_id, parts.rules_byte_length),
-        ("skills", parts.skills_blob_id, parts.skills_byte_length),
-        ("subagents", parts.subagents_blob_id, parts.subagents_byte_length),
-        ("mcps", parts.mcps_blob_id, parts.mcps_byte_length),
+        (PartKind.RULES, parts.rules_blob_id, parts.rules_byte_length),
+        (PartKind.SKILLS, parts.skills_blob_id, parts.skills_byte_length),
+        (PartKind.SUBAGENTS, parts.subagents_blob_id, parts.subagents_byte_length),
+        (PartKind.MCPS, parts.mcps_blob_id, parts.mcps_byte_length),
     ):
         if bid and bid != EMPTY_BLOB_ID:
             refs.append(ContextRef(kind=kind, blob_id=bytes(bid), byte_length=int(length)))

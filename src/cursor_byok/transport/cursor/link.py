@@ -64,6 +64,9 @@ from .values import (
 
 __all__ = ["ClientLink", "parse_client_message"]
 
+# A client's GetBlobResult.error message is logged; this much of it.
+MAX_BLOB_ERROR_CHARS = 200
+
 
 def parse_client_message(payload: bytes) -> agent_pb2.AgentClientMessage:
     """Raises ValueError when `payload` is not an AgentClientMessage."""
@@ -135,7 +138,14 @@ class ClientLink:
         if kind == "get_blob_result":
             r = m.get_blob_result
             ok = not r.HasField("error") and r.HasField("blob_data")
-            return BlobReceived(kv_id=reply.id, data=bytes(r.blob_data) if ok else None)
+            error = ""
+            if r.HasField("error"):
+                # logged: one line, bounded, whatever the client wrote
+                text = r.error.message[:MAX_BLOB_ERROR_CHARS]
+                error = "".join(c if c.isprintable() else " " for c in text) or "no message"
+            return BlobReceived(
+                kv_id=reply.id, data=bytes(r.blob_data) if ok else None, error=error
+            )
         if kind == "set_blob_result":
             return BlobStored(kv_id=reply.id, ok=not m.set_blob_result.HasField("error"))
         return Stray("kv", f"kv reply {reply.id} carries nothing")

@@ -15,7 +15,7 @@ from ...llm.types import Message, ToolResultMessage, UserMessage
 from ...loop.inputs import PlanBuild, ToolEffect
 from ...loop.todos import TodoItem
 from ...web.types import ServerJob
-from .context import ClientContext
+from .context import ClientContext, PartKind
 from .mcp import McpDefinition
 
 
@@ -167,7 +167,7 @@ ActionPayload: TypeAlias = (
 class ContextRef:
     """A `request_context_parts` blob to fetch with get_blob_args."""
 
-    kind: str  # "rules" | "skills" | "subagents" | "mcps"
+    kind: PartKind  # which field referenced it, so which message it holds
     blob_id: bytes
     byte_length: int
 
@@ -248,10 +248,12 @@ class InteractionAnswered:
 
 @dataclass(frozen=True, slots=True)
 class BlobReceived:
-    """The answer to a get_blob request (`kv_id`); None when the client has no such blob."""
+    """The answer to a get_blob request (`kv_id`); None when the client has no such blob.
+    `error`: the client's `GetBlobResult.error` message, clipped (empty when it sent none)."""
 
     kv_id: int
     data: bytes | None
+    error: str = ""
 
 
 @dataclass(frozen=True, slots=True)

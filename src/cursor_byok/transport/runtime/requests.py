@@ -80,17 +80,43 @@ class ClientRequests:
         finally:
             waiters.pop(key, None)
 
-    async def blobs(self, blob_ids: Sequence[bytes]) -> list[bytes | None]:
-        """The client's blobs (None: it has none), asked for all at once: one round trip."""
+    async def blobs(self, blob_ids: Sequence[bytes]) -> list[BlobReceived]:
+        """The client's answers for these blobs (`data` None: it has none, `error` says why
+        when it said), asked for all at once: one round trip."""
         asked = []
         for blob in blob_ids:
             kv_id, frame = self.link.get_blob(blob)
             asked.append((kv_id, self._wait(self._kv, kv_id)))
             self.channel.send(frame)
-        out: list[bytes | None] = []
+        out: list[BlobReceived] = []
         for kv_id, future in asked:
             answer = await self._answer(self._kv, kv_id, future, "a blob request")
-            out.append(answer.data if isinstance(answer, BlobReceived) else None)
+            if not isinstance(answer, BlobReceived):
+                answer = BlobReceived(kv_id=kv_id, data=None)
+            out.append(answer)
+        return out
+
+    async def blobs_within(self, blob_ids: Sequence[bytes]) -> list[BlobReceived | None]:
+        """Like `blobs`, but one deadline (`timeout_s`) for all of them, and a blob the client
+        has not answered by then is None instead of an error: the caller goes on without it."""
+        asked = []
+        for blob in blob_ids:
+            kv_id, frame = self.link.get_blob(blob)
+            asked.append((kv_id, self._wait(self._kv, kv_id)))
+            self.channel.send(frame)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.timeout_s
+        out: list[BlobReceived | None] = []
+        for kv_id, future in asked:
+            left = max(0.0, deadline - loop.time())
+            try:
+                answer = await self._answer(self._kv, kv_id, future, "a blob request", left)
+            except ClientTimeout:
+                out.append(None)
+                continue
+            if not isinstance(answer, BlobReceived):
+                answer = BlobReceived(kv_id=kv_id, data=None)
+            out.append(answer)
         return out
 
     async def context(self) -> ClientContext | None:

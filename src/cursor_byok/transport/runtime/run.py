@@ -72,7 +72,7 @@ from . import records
 from .actions import ROUTES, Route, shell_command_note
 from .calls import ModelCalls
 from .checkpoints import Checkpoints, PendingBlob
-from .context import client_history, context_parts, turn_context
+from .context import client_history, context_parts, turn_context, with_kept
 from .conversation import Conversation
 from .ending import Reports, RunFailed, end_error, ending_of, failure_ending
 from .requests import ClientRequests
@@ -334,7 +334,9 @@ class Run:
         history: tuple[Any, ...] = ()
         if not stored:
             history = await client_history(request, self.requests, self.runner.client_blobs)
-        self._parts = await context_parts(request, self.requests, self.runner.client_blobs)
+        last = self.state.committed.context if stored else None
+        kept = last.kept_parts if last is not None else ()
+        self._parts = await context_parts(request, self.requests, self.runner.client_blobs, kept)
         self._mcp_tools = request.mcp_tools
         context = await turn_context(
             request,
@@ -346,6 +348,7 @@ class Run:
         )
         # A Build has no user message: the loop opens its turn with the plan.
         message = request.user_message or LLMUserMessage(content=())
+        context = with_kept(context, self._parts, kept)  # the blobs later turns may need
         start = Start(
             user_message=message,
             context=context,
@@ -387,7 +390,7 @@ class Run:
     def _follow_up_context(self, client: ClientContext) -> TurnContext:
         """The context a follow-up brought, merged with the run's parts and MCP tools."""
         stored = self.state.committed.context
-        return merge_context(
+        context = merge_context(
             client,
             self._parts,
             self._mcp_tools,
@@ -402,6 +405,7 @@ class Run:
             enabled_tools=self.services.enabled_tools,
             web_search_configured=self.services.web_search_configured,
         )
+        return with_kept(context, self._parts, stored.kept_parts if stored is not None else ())
 
     async def _consume(self) -> None:
         while not self._done:

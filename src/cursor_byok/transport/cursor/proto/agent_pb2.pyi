@@ -501,6 +501,42 @@ class RequestContextParts(_message.Message):
     dynamic_context: RequestContext
     def __init__(self, rules_blob_id: _Optional[bytes] = ..., rules_byte_length: _Optional[int] = ..., skills_blob_id: _Optional[bytes] = ..., skills_byte_length: _Optional[int] = ..., subagents_blob_id: _Optional[bytes] = ..., subagents_byte_length: _Optional[int] = ..., mcps_blob_id: _Optional[bytes] = ..., mcps_byte_length: _Optional[int] = ..., dynamic_context: _Optional[_Union[RequestContext, _Mapping]] = ...) -> None: ...
 
+class RequestContextRulesPart(_message.Message):
+    __slots__ = ("rules", "non_file_rules", "cloud_rule")
+    RULES_FIELD_NUMBER: _ClassVar[int]
+    NON_FILE_RULES_FIELD_NUMBER: _ClassVar[int]
+    CLOUD_RULE_FIELD_NUMBER: _ClassVar[int]
+    rules: _containers.RepeatedCompositeFieldContainer[CursorRule]
+    non_file_rules: _containers.RepeatedCompositeFieldContainer[CursorRule]
+    cloud_rule: str
+    def __init__(self, rules: _Optional[_Iterable[_Union[CursorRule, _Mapping]]] = ..., non_file_rules: _Optional[_Iterable[_Union[CursorRule, _Mapping]]] = ..., cloud_rule: _Optional[str] = ...) -> None: ...
+
+class RequestContextSkillsPart(_message.Message):
+    __slots__ = ("agent_skills", "skill_options")
+    AGENT_SKILLS_FIELD_NUMBER: _ClassVar[int]
+    SKILL_OPTIONS_FIELD_NUMBER: _ClassVar[int]
+    agent_skills: _containers.RepeatedCompositeFieldContainer[AgentSkill]
+    skill_options: SkillOptions
+    def __init__(self, agent_skills: _Optional[_Iterable[_Union[AgentSkill, _Mapping]]] = ..., skill_options: _Optional[_Union[SkillOptions, _Mapping]] = ...) -> None: ...
+
+class RequestContextSubagentsPart(_message.Message):
+    __slots__ = ("custom_subagents",)
+    CUSTOM_SUBAGENTS_FIELD_NUMBER: _ClassVar[int]
+    custom_subagents: _containers.RepeatedCompositeFieldContainer[CustomSubagent]
+    def __init__(self, custom_subagents: _Optional[_Iterable[_Union[CustomSubagent, _Mapping]]] = ...) -> None: ...
+
+class RequestContextMcpsPart(_message.Message):
+    __slots__ = ("tools", "mcp_instructions", "mcp_file_system_options", "mcp_meta_tool_options")
+    TOOLS_FIELD_NUMBER: _ClassVar[int]
+    MCP_INSTRUCTIONS_FIELD_NUMBER: _ClassVar[int]
+    MCP_FILE_SYSTEM_OPTIONS_FIELD_NUMBER: _ClassVar[int]
+    MCP_META_TOOL_OPTIONS_FIELD_NUMBER: _ClassVar[int]
+    tools: _containers.RepeatedCompositeFieldContainer[McpToolDefinition]
+    mcp_instructions: _containers.RepeatedCompositeFieldContainer[McpInstructions]
+    mcp_file_system_options: McpFileSystemOptions
+    mcp_meta_tool_options: McpMetaToolOptions
+    def __init__(self, tools: _Optional[_Iterable[_Union[McpToolDefinition, _Mapping]]] = ..., mcp_instructions: _Optional[_Iterable[_Union[McpInstructions, _Mapping]]] = ..., mcp_file_system_options: _Optional[_Union[McpFileSystemOptions, _Mapping]] = ..., mcp_meta_tool_options: _Optional[_Union[McpMetaToolOptions, _Mapping]] = ...) -> None: ...
+
 class TriggeringUserInfo(_message.Message):
     __slots__ = ("auth_id", "user_id")
     AUTH_ID_FIELD_NUMBER: _ClassVar[int]
