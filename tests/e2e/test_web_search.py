@@ -258,7 +258,9 @@ async def test_without_a_backend_web_search_is_not_offered(
     # A model that calls it anyway reads the loop's own error; nothing asks the IDE.
     assert not [m for m in reader.messages if query_of("web_search_request_query")(m)]
     (text,) = tool_messages(second)
-    assert text.startswith("Error: unknown tool 'WebSearch'. Available tools: Shell, Read")
+    assert text.startswith(
+        "Error: WebSearch is switched off for this conversation. Available tools: Shell, Read"
+    )
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)
