@@ -407,3 +407,69 @@ async def test_a_turn_without_parts_carries_the_kept_copies_on(
     assert_mcp_call(three, "later")
     body = conversation_bodies(upstream, tag)[-1]
     assert_context_reached_the_model(body, tag, rule_of(tag))
+
+
+# -- the MCP meta-tools through the mcps blob ---------------------------------------------------
+
+META_TOOLS = ["GetMcpTools", "CallMcpTool", "FetchMcpResource", "ListMcpResources"]
+
+
+def meta_mcps_part(tag: str) -> bytes:
+    """An mcps blob that asks for the meta-tools: the flat definition (for routing) and the
+    server's descriptor."""
+    part = a.RequestContextMcpsPart.FromString(mcps_part(tag))
+    options = part.mcp_meta_tool_options
+    options.enabled = True
+    d = options.mcp_descriptors.add(
+        server_name="Knowledge", server_identifier=SERVER, server_use_instructions="Ask kb."
+    )
+    d.tools.add(
+        tool_name=TOOL,
+        description="Look something up.",
+        input_schema_json='{"type": "object", "properties": {"q": {"type": "string"}}}',
+    )
+    return part.SerializeToString()
+
+
+def meta_call_prompt(tag: str, q: str) -> str:
+    args = {"server": SERVER, "toolName": TOOL, "arguments": {"q": q}}
+    return f"[tool CallMcpTool {json.dumps(args)}] #{tag}"
+
+
+@pytest.mark.parametrize("transport", ["h2", "shim"])
+async def test_dual_then_ref_only_offers_the_meta_tools_on_every_turn(
+    server: ServerProcess, upstream: FakeUpstream, transport: str
+) -> None:
+    tag, cid = uuid.uuid4().hex[:8], str(uuid.uuid4())
+    blobs = Blobs({**blobs_of(tag).data, "mcps": meta_mcps_part(tag)})
+    client = Client(serve=blobs.by_id())
+    first = turn_request(f"hello #{tag}", cid, blobs, dual=True)
+    meta = a.RequestContextMcpsPart.FromString(blobs.data["mcps"]).mcp_meta_tool_options
+    first.run_request.action.user_message_action.request_context.mcp_meta_tool_options.CopyFrom(
+        meta
+    )
+    await play(server, transport, first, client)
+    for q in ("retention", "backups"):
+        turn = await play(
+            server,
+            transport,
+            turn_request(meta_call_prompt(tag, q), cid, blobs, dual=False),
+            client,
+        )
+        assert turn.asked == []  # the blobs were fetched on turn 1
+        (args,) = turn.mcp_args
+        assert (args.server_identifier, args.tool_name, args.provider_identifier) == (
+            SERVER,
+            TOOL,
+            SERVER,
+        )
+        assert {k: v.string_value for k, v in args.args.items()} == {"q": q}
+        assert turn.completed == ["mcp_tool_call"]
+    bodies = conversation_bodies(upstream, tag)
+    assert len(bodies) == 5
+    for body in bodies:  # meta on every turn, never the flat tool itself
+        names = tool_names(body)
+        assert [n for n in names if n in META_TOOLS] == META_TOOLS and TOOL not in names
+        assert SERVER in body["messages"][0]["content"]  # the servers listed in the prompt
+    assert tool_results(bodies[4]) == [ANSWER, ANSWER]
+    assert len({json.dumps((b["messages"][0], b.get("tools"))) for b in bodies}) == 1
