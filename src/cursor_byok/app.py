@@ -18,6 +18,10 @@ from .start_warnings import warn_at_start
 from .store.errors import StoreError
 from .store.sqlite import SQLiteStore
 from .transport.runtime import Runner, RunnerServices
+from .web.fetch import FetchLimits, PageFetcher
+from .web.images import ImageMaker
+from .web.jobs import job_runner
+from .web.types import JobRunner
 
 log = logging.getLogger("cursor_byok")
 
@@ -43,7 +47,9 @@ class App:
             tool_timeout_s=config.server.tool_timeout_s,
             question_timeout_s=config.server.question_timeout_s,
             fsync_model_calls=config.server.fsync_model_calls,
-            disabled_tools=tuple(config.server.disabled_tools),
+            disabled_tools=(*config.server.disabled_tools, *unconfigured_tools(config)),
+            run_job=server_jobs(config),
+            page_text_chars=config.web_fetch.max_text_chars,
             on_llm_call=obs.on_llm_call,
             on_run_end=obs.on_run_end,
             on_unknown_event=obs.metrics.observe_unknown_event,
@@ -57,6 +63,31 @@ class App:
         await self.registry.aclose()
         await self.observability.aclose()
         await self.store.close()
+
+
+def unconfigured_tools(config: Config) -> tuple[str, ...]:
+    """Catalogue tools this configuration cannot serve: switched off like disabled_tools."""
+    return () if config.image_generation is not None else ("GenerateImage",)
+
+
+def server_jobs(config: Config) -> JobRunner:
+    """The runner of the server's own work for tool calls (web/jobs.py)."""
+    web = config.web_fetch
+    fetcher = PageFetcher(
+        enabled=web.server_side,
+        limits=FetchLimits(
+            max_bytes=web.max_bytes, timeout_s=web.timeout_s, max_redirects=web.max_redirects
+        ),
+    )
+    images = None
+    if (image := config.image_generation) is not None:
+        images = ImageMaker(
+            config.providers[image.provider],
+            model=image.model,
+            timeout_s=image.timeout_s,
+            extra_body=image.extra_body,
+        )
+    return job_runner(fetcher=fetcher, images=images)
 
 
 async def _serve(config: Config, host: str, port: int, database: str | None) -> int:

@@ -43,6 +43,7 @@ from cursor_byok.transport.cursor.tools.queries import (
 from cursor_byok.transport.cursor.tools.search import GlobMachine, GrepMachine
 from cursor_byok.transport.cursor.tools.shell import ShellMachine
 from cursor_byok.transport.cursor.tools.todos import TodoWriteMachine
+from cursor_byok.transport.cursor.tools.web import GenerateImageMachine, WebFetchMachine
 from tests.cursor.tool_support import (
     T0,
     Ids,
@@ -112,6 +113,8 @@ def test_the_table_covers_exactly_the_native_tools_in_catalogue_order() -> None:
         "CreatePlan": CreatePlanMachine,
         "AskQuestion": AskQuestionMachine,
         "SwitchMode": SwitchModeMachine,
+        "WebFetch": WebFetchMachine,
+        "GenerateImage": GenerateImageMachine,
     }
 
 

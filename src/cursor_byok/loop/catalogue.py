@@ -20,7 +20,7 @@ from typing import assert_never
 import msgspec
 
 # Bump on every change to the table below (or to what a mode offers).
-CATALOGUE_VERSION = 6
+CATALOGUE_VERSION = 7
 
 
 class Mode(enum.StrEnum):
@@ -117,8 +117,16 @@ TOOLS: tuple[CatalogueTool, ...] = (
         Gate.SUPPRESS_SUBAGENT_PROGRESS_UPDATE_TOOL,
     ),
     _tool("WebSearch", ISSUE_MCP_WEB, _N, Gate.WEB_SEARCH_ENABLED),
-    _tool("WebFetch", ISSUE_MCP_WEB, _N, Gate.WEB_FETCH_ENABLED),
-    _tool("GenerateImage", ISSUE_MCP_WEB, _N),
+    _tool("WebFetch", ISSUE_MCP_WEB, _B, Gate.WEB_FETCH_ENABLED),
+    _tool(
+        "GenerateImage",
+        ISSUE_MCP_WEB,
+        _B,
+        note=(
+            "offered only when [image_generation] is configured: otherwise the server "
+            "switches it off like server.disabled_tools"
+        ),
+    ),
     _tool("GetMcpTools", ISSUE_MCP_WEB, _N, Gate.MCP_META_TOOLS),
     _tool("CallMcpTool", ISSUE_MCP_WEB, _N, Gate.MCP_META_TOOLS),
     _tool("FetchMcpResource", ISSUE_MCP_WEB, _N, Gate.MCP_META_TOOLS),

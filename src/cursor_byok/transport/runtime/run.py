@@ -102,7 +102,9 @@ class Run:
         )
         self.ended = asyncio.Event()
         now_ms = self.services.now_ms
-        self.link = ClientLink(conversation_id="", now_ms=now_ms)
+        self.link = ClientLink(
+            conversation_id="", now_ms=now_ms, page_text_chars=self.services.page_text_chars
+        )
         self.requests = ClientRequests(channel, self.link, self.services.context_timeout_s)
         self.tools = ToolCalls(
             self.link,

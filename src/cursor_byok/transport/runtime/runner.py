@@ -20,6 +20,7 @@ from ...llm.model_names import ModelNames
 from ...llm.models import Model
 from ...llm.stream import LLM
 from ...store.api import LLMCallRecord, Store
+from ...web.page_text import DEFAULT_MAX_TEXT_CHARS
 from ...web.types import JobRunner
 from ..connect.channel import RunChannel
 from .client_blobs import ClientBlobs
@@ -59,6 +60,7 @@ class RunnerServices:
     unknown_kinds: set[str] = field(default_factory=set)  # logged once each
     # Runs the server's own work for a tool call (web search, image generation); None: none.
     run_job: JobRunner | None = None
+    page_text_chars: int = DEFAULT_MAX_TEXT_CHARS  # [web_fetch] max_text_chars
     default_model: str | None = None  # server.default_model: for names not served
     model_names: ModelNames = field(init=False)  # what run requests' model names resolve by
 

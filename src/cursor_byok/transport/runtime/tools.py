@@ -85,6 +85,11 @@ class ToolCalls:
             terminals_folder=context.environment.terminals_folder if context else None,
             budget_ms=int(self.timeout_s * 1000),
             mode=context.mode if context is not None else "agent",
+            workspace_root=(
+                context.environment.workspace_paths[0]
+                if context is not None and context.environment.workspace_paths
+                else None
+            ),
         )
         flight = _InFlight(record=record, started_ms=self._now_ms())
         if started.early is None:

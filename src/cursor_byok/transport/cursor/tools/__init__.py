@@ -22,6 +22,9 @@ serialized `AgentServerMessage`s. docs/dialect.md has the full mapping:
     CreatePlan  query create_plan_request_query   ToolCall.create_plan_tool_call   queries.py
     AskQuestion query ask_question_interaction_query  ToolCall.ask_question_tool_call
     SwitchMode  query switch_mode_request_query   ToolCall.switch_mode_tool_call   queries.py
+    WebFetch    query web_fetch_request_query, then fetch_args  ToolCall.web_fetch_tool_call web.py
+    GenerateImage query generate_image_request_query, a server job, then write_args
+                                                  ToolCall.generate_image_tool_call  web.py
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from types import MappingProxyType
 
 from ....llm.types import ToolCall
 from ....loop.tools import NATIVE_TOOL_NAMES
+from ....web.page_text import DEFAULT_MAX_TEXT_CHARS
 from ..mcp import McpTool
 from ..proto import agent_pb2
 from .await_shell import AwaitShellMachine
@@ -55,6 +59,7 @@ from .queries import AskQuestionMachine, CreatePlanMachine, QueryMachine, Switch
 from .search import GlobMachine, GrepMachine
 from .shell import ShellMachine
 from .todos import TodoWriteMachine, decode_todo, todo_items
+from .web import GenerateImageMachine, WebFetchMachine
 
 __all__ = [
     "DEFAULT_BLOCK_UNTIL_MS",
@@ -101,6 +106,8 @@ NATIVE_MACHINES: Mapping[str, type[ToolMachine]] = MappingProxyType(
         "CreatePlan": CreatePlanMachine,
         "AskQuestion": AskQuestionMachine,
         "SwitchMode": SwitchModeMachine,
+        "WebFetch": WebFetchMachine,
+        "GenerateImage": GenerateImageMachine,
     }
 )
 
@@ -123,11 +130,14 @@ def machine_for(
     budget_ms: int | None = None,
     vision: bool = False,
     mode: str = "agent",
+    workspace_root: str | None = None,
+    page_text_chars: int = DEFAULT_MAX_TEXT_CHARS,
 ) -> ToolMachine:
     """The machine for one call. `mcp` is the route of an MCP tool (None when the name is not
     known: it goes out as it is); native tools ignore it. `terminals_folder` is the client's
     (RequestContextEnv.terminals_folder), `budget_ms` the runner's deadline for one call,
-    `vision` whether the model sees images, `mode` the conversation's mode."""
+    `vision` whether the model sees images, `mode` the conversation's mode, `workspace_root`
+    the client's first workspace folder, `page_text_chars` WebFetch's text limit."""
     settings = ToolSettings(
         conversation_id=conversation_id,
         shell_block_ms=shell_block_ms,
@@ -135,6 +145,8 @@ def machine_for(
         budget_ms=budget_ms,
         vision=vision,
         mode=mode,
+        workspace_root=workspace_root,
+        page_text_chars=page_text_chars,
     )
     native = NATIVE_MACHINES.get(call.name)
     if native is None:

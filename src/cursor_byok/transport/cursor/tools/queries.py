@@ -28,7 +28,6 @@ SWITCHABLE_MODES = ("agent", "plan")
 
 
 class QueryMachine(ToolMachine):
-    QUERY = True
     QUERY_FIELD: ClassVar[str]  # the InteractionQuery oneof field this family asks with
     RESPONSE_FIELD: ClassVar[str]  # the InteractionResponse oneof field it expects back
     HANDLERS: ClassVar[Handlers] = {}  # no exec replies: everything comes through `answer`
@@ -37,14 +36,16 @@ class QueryMachine(ToolMachine):
         """The query message (CreatePlanRequestQuery, ...)."""
         raise NotImplementedError
 
-    def _on_answer(self, response: Any, now_ms: int) -> Finished:
-        """The expected response message (CreatePlanRequestResponse, ...)."""
+    def _on_answer(self, response: Any, now_ms: int) -> Step:
+        """The expected response message (CreatePlanRequestResponse, ...). Most families end
+        the call here; an approval may go on with an exec or a server job (web.py)."""
         raise NotImplementedError
 
     def _first_exec(self) -> bytes:
-        if self._alloc is None:
+        alloc = self._alloc_query or self._alloc
+        if alloc is None:
             raise RuntimeError(f"{self!r} sends a query before start()")
-        query_id = self._alloc()
+        query_id = alloc()
         self._exec_ids.add(query_id)
         iq = agent_pb2.InteractionQuery(id=query_id)
         getattr(iq, self.QUERY_FIELD).CopyFrom(self._query())
@@ -55,7 +56,7 @@ class QueryMachine(ToolMachine):
         if self.phase is Phase.NEW:
             raise RuntimeError(f"answer() called on {self!r} before start()")
         if self.phase is not Phase.RUNNING:
-            return Ignored(f"the {self.tool_call.name} call is already over")
+            return Ignored(f"the {self.tool_call.name} call no longer waits on its query")
         if response.id not in self._exec_ids:
             return Ignored(f"interaction response {response.id} is not waited on")
         kind = response.WhichOneof("result")
@@ -70,10 +71,12 @@ class QueryMachine(ToolMachine):
 
     def abort(self) -> tuple[bytes, ...]:
         """A query has no abort message: the IDE's form stays until the user closes it, and a
-        late answer is ignored (nothing waits on its id any more)."""
+        late answer is ignored (nothing waits on its id any more). Once the query was answered
+        and an exec is out (WebFetch's fetch), that exec is aborted as for any call."""
+        if self.phase is not Phase.RUNNING:
+            return super().abort()
         self._exec_ids.clear()
-        if self.phase is Phase.RUNNING:
-            self._phase = Phase.ABORTED
+        self._phase = Phase.ABORTED
         return ()
 
 
