@@ -47,7 +47,8 @@ class App:
             tool_timeout_s=config.server.tool_timeout_s,
             question_timeout_s=config.server.question_timeout_s,
             fsync_model_calls=config.server.fsync_model_calls,
-            disabled_tools=(*config.server.disabled_tools, *unconfigured_tools(config)),
+            disabled_tools=tuple(config.server.disabled_tools),
+            image_generation=config.image_generation is not None,
             run_job=server_jobs(config),
             page_text_chars=config.web_fetch.max_text_chars,
             on_llm_call=obs.on_llm_call,
@@ -63,11 +64,6 @@ class App:
         await self.registry.aclose()
         await self.observability.aclose()
         await self.store.close()
-
-
-def unconfigured_tools(config: Config) -> tuple[str, ...]:
-    """Catalogue tools this configuration cannot serve: switched off like disabled_tools."""
-    return () if config.image_generation is not None else ("GenerateImage",)
 
 
 def server_jobs(config: Config) -> JobRunner:

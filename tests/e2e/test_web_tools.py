@@ -202,7 +202,9 @@ async def test_web_fetch_approved_the_client_fetches_and_the_model_reads_text(
     assert text == f"Fetched {URL} (HTTP 200, text/html).\n\n{page}"
     assert "track()" not in text
     assert "WebFetch" in tools and "GenerateImage" in tools
-    assert tools == list(offered(Mode.AGENT, Switches(web_fetch_enabled=True)))
+    assert tools == list(
+        offered(Mode.AGENT, Switches(web_fetch_enabled=True, image_generation=True))
+    )
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)

@@ -525,7 +525,6 @@ def test_tools_native_first_then_mcp_sorted() -> None:
         "TodoWrite",
         "AskQuestion",
         "SwitchMode",
-        "GenerateImage",
         "alpha",
         "zeta",
     ]

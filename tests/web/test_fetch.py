@@ -26,7 +26,8 @@ def only_our_loopback(ip: IPAddress) -> bool:
 async def site() -> AsyncIterator[str]:
     async def page(_: web.Request) -> web.Response:
         return web.Response(
-            text="<html><head><title>Hello</title></head><body><p>Hi <b>there</b></p></body></html>",
+            text="<html><head><title>Hello</title></head>"
+            "<body><p>Hi <b>there</b></p></body></html>",
             content_type="text/html",
         )
 
@@ -160,7 +161,8 @@ def test_page_text_keeps_a_markdown_shape_and_drops_scripts() -> None:
         "<table><tr><th>k</th><th>v</th></tr><tr><td>1</td><td>2</td></tr></table></body></html>"
     )
     assert page_text(html, "text/html") == (
-        "# T\n\n## Use\n\na [link](https://e.x/y),\nnext\n\n```\na\n  b\n```\n\n| k | v |\n| 1 | 2 |"
+        "# T\n\n## Use\n\na [link](https://e.x/y),\nnext\n\n"
+        "```\na\n  b\n```\n\n| k | v |\n| 1 | 2 |"
     )
     assert page_text('{"a": 1}', "application/json") == '{"a": 1}'
     assert bounded_text("abc", 10) == ("abc", False)

@@ -54,6 +54,8 @@ class Gate(enum.StrEnum):
     MCP_META_TOOLS = "mcp_meta_tool_options.enabled"
     # Our configuration: server.disabled_tools names tools the operator switched off.
     CONFIG_DISABLED_TOOLS = "server.disabled_tools"
+    # Our configuration: an [image_generation] table names the endpoint GenerateImage uses.
+    IMAGE_GENERATION = "[image_generation]"
 
 
 ISSUE_NATIVE = 14  # this issue: Cursor's own agent in every mode
@@ -118,15 +120,7 @@ TOOLS: tuple[CatalogueTool, ...] = (
     ),
     _tool("WebSearch", ISSUE_MCP_WEB, _N, Gate.WEB_SEARCH_ENABLED),
     _tool("WebFetch", ISSUE_MCP_WEB, _B, Gate.WEB_FETCH_ENABLED),
-    _tool(
-        "GenerateImage",
-        ISSUE_MCP_WEB,
-        _B,
-        note=(
-            "offered only when [image_generation] is configured: otherwise the server "
-            "switches it off like server.disabled_tools"
-        ),
-    ),
+    _tool("GenerateImage", ISSUE_MCP_WEB, _B, Gate.IMAGE_GENERATION),
     _tool("GetMcpTools", ISSUE_MCP_WEB, _N, Gate.MCP_META_TOOLS),
     _tool("CallMcpTool", ISSUE_MCP_WEB, _N, Gate.MCP_META_TOOLS),
     _tool("FetchMcpResource", ISSUE_MCP_WEB, _N, Gate.MCP_META_TOOLS),
@@ -208,6 +202,7 @@ class Switches(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unknown_f
     suppress_subagent_progress_update_tool: bool | None = None
     mcp_meta_tools: bool | None = None
     disabled_tools: tuple[str, ...] = ()
+    image_generation: bool | None = None  # True: this server has an [image_generation]
 
 
 DEFAULT_SWITCHES = Switches()
@@ -235,6 +230,8 @@ def gate_open(gate: Gate, tool: str, switches: Switches) -> bool:
             return switches.mcp_meta_tools is True
         case Gate.CONFIG_DISABLED_TOOLS:
             return tool not in switches.disabled_tools
+        case Gate.IMAGE_GENERATION:
+            return switches.image_generation is True
         case _:
             assert_never(gate)
 

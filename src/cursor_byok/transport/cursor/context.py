@@ -288,11 +288,13 @@ def merge_context(
     custom_instructions: str | None = None,
     suppress_subagent_progress_update_tool: bool | None = None,
     disabled_tools: tuple[str, ...] = (),
+    image_generation: bool = False,
 ) -> TurnContext:
     """One TurnContext from every context source. Rules keep a fixed order (parts in the order
     given, then the inline context's rules, skills and MCP instructions) and duplicates are
     dropped, so the system prompt is the same for the same inputs. The tool gates come from
-    the inline context's flags, the run request's and our config's `disabled_tools`."""
+    the inline context's flags, the run request's, our config's `disabled_tools` and whether
+    it has an image endpoint (`image_generation`)."""
     rules: list[str] = []
     definitions: list[McpDefinition] = []
     for part in parts:
@@ -324,5 +326,6 @@ def merge_context(
             read_lints_enabled=inline.read_lints_enabled if inline is not None else None,
             suppress_subagent_progress_update_tool=suppress_subagent_progress_update_tool,
             disabled_tools=disabled_tools,
+            image_generation=image_generation or None,
         ),
     )

@@ -73,6 +73,7 @@ async def turn_context(
     parts: Sequence[ContextPart],
     requests: ClientRequests,
     disabled_tools: tuple[str, ...] = (),
+    image_generation: bool = False,
 ) -> TurnContext:
     """The run's context: the inline one, else (with no parts either) the one the client
     answers `request_context_args` with; merged with the parts and the MCP tools."""
@@ -87,6 +88,7 @@ async def turn_context(
         custom_instructions=request.custom_system_prompt,
         suppress_subagent_progress_update_tool=request.suppress_subagent_progress_update_tool,
         disabled_tools=disabled_tools,
+        image_generation=image_generation,
     )
 
 

@@ -337,7 +337,11 @@ class Run:
         self._parts = await context_parts(request, self.requests, self.runner.client_blobs)
         self._mcp_tools = request.mcp_tools
         context = await turn_context(
-            request, self._parts, self.requests, self.services.disabled_tools
+            request,
+            self._parts,
+            self.requests,
+            self.services.disabled_tools,
+            self.services.image_generation,
         )
         # A Build has no user message: the loop opens its turn with the plan.
         message = request.user_message or LLMUserMessage(content=())
@@ -394,6 +398,7 @@ class Run:
                 else None
             ),
             disabled_tools=self.services.disabled_tools,
+            image_generation=self.services.image_generation,
         )
 
     async def _consume(self) -> None:

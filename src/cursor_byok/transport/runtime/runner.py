@@ -53,6 +53,7 @@ class RunnerServices:
     supersede_timeout_s: float = 15.0
     fsync_model_calls: bool = False
     disabled_tools: tuple[str, ...] = ()  # server.disabled_tools: catalogue tools switched off
+    image_generation: bool = False  # an [image_generation] is configured: GenerateImage offered
     # Observability hooks; each runs outside the transport's path and must not raise.
     on_llm_call: Callable[[LLMCallRecord], None] | None = None
     on_run_end: Callable[[RunSummary], None] | None = None
