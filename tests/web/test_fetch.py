@@ -168,3 +168,18 @@ def test_page_text_keeps_a_markdown_shape_and_drops_scripts() -> None:
     assert bounded_text("abc", 10) == ("abc", False)
     text, cut = bounded_text("a" * 50, 10)
     assert cut and text.startswith("a" * 10 + "\n\n[The page was cut here: 10 of its 50")
+
+
+class _Pinned(PageFetcher):
+    """Resolves `pinned.invalid` (a name no resolver knows) to the test server's address."""
+
+    async def _addresses(self, host: str, port: int) -> list[IPAddress]:
+        return [LOOP] if host == "pinned.invalid" else await super()._addresses(host, port)
+
+
+async def test_the_connection_goes_to_the_checked_address(site: str) -> None:
+    # aiohttp never looks the name up itself: it is handed the address that was checked.
+    port = site.rsplit(":", 1)[1]
+    fetch = _Pinned(enabled=True, allowed=only_our_loopback)
+    got = await fetch.fetch(PageFetchJob(url=f"http://pinned.invalid:{port}/page"))
+    assert isinstance(got, PageFetched) and got.text == "# Hello\n\nHi **there**"

@@ -201,8 +201,8 @@ class ClientLink:
                     "interaction", f"{machine.tool_call.name} call {operation_id}: {reason}"
                 )
             case Send(frames=frames, wake_after_ms=wake, job=job):
-                # An approval may send the exec it allowed (WebFetch): its replies come here.
-                self._own(operation_id, machine)
+                # An approval may send the exec it allowed (WebFetch): its exec id was
+                # allocated (and so owned) through `start_tool`'s allocator.
                 return ToolProgress(operation_id, frames, wake, job)
             case _:
                 assert_never(step)
