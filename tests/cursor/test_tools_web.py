@@ -11,7 +11,7 @@ from cursor_byok.transport.cursor import ClientLink, Stray, ToolFinished, ToolPr
 from cursor_byok.transport.cursor.proto import agent_pb2 as a
 from cursor_byok.transport.cursor.tools.web import image_file_name
 from cursor_byok.web.types import ImageJob, ImageMade, JobFailed, PageFetched, PageFetchJob
-from tests.e2e.test_web_tools import PNG
+from tests.support.images import PNG
 
 URL = "https://example.org/a"
 

@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import base64
 import json
-import struct
-import zlib
 from collections.abc import Iterator
 from typing import Any
 
@@ -27,27 +25,13 @@ from tests.e2e.test_queries import (
     tool_prompt,
 )
 from tests.e2e.test_shim import WORKSPACE, chat_requests, exec_of, exec_reply, run_request
+from tests.support.images import PNG
 from tests.support.live import ServerProcess, ThreadedUpstream, brain_config, server_process
 from tests.support.upstream import FakeUpstream, Received, Reply
 
 MAX_TEXT_CHARS = 1500
 IMAGE_TIMEOUT_S = 1.5
 IMAGE_KEY = "sk-image-test-key-0123456789"
-
-
-def tiny_png() -> bytes:
-    def chunk(kind: bytes, data: bytes) -> bytes:
-        crc = zlib.crc32(kind + data) & 0xFFFFFFFF
-        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", crc)
-
-    header = struct.pack(">IIBBBBB", 2, 1, 8, 2, 0, 0, 0)
-    pixels = zlib.compress(b"\x00\xff\x00\x00\x00\x00\xff")
-    return (
-        b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", pixels) + chunk(b"IEND", b"")
-    )
-
-
-PNG = tiny_png()
 
 
 def images_answer(received: Received) -> Reply:
