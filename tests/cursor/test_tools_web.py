@@ -215,3 +215,15 @@ def test_image_file_names_stay_bare_and_safe() -> None:
     assert image_file_name("C:\\x\\My Logo.webp", "") == "My-Logo.webp"
     assert image_file_name("", "A Red Fox, at night!") == "a-red-fox-at-night.png"
     assert image_file_name("...", "") == "image.png"
+
+
+def test_a_body_the_client_fetched_that_is_not_text_is_not_shown() -> None:
+    lk = link()
+    _, fetch = approved_fetch(lk)
+    ok = a.FetchSuccess(url=URL, content="\x89PNG...", status_code=200, content_type="image/png")
+    done = lk.receive(exec_reply(fetch.id, fetch_result=a.FetchResult(success=ok)))
+    assert isinstance(done, ToolFinished)
+    assert done.result.text == (
+        f"Fetched {URL} (HTTP 200, image/png).\n\n"
+        "(The page is image/png, not text: its content is not shown.)"
+    )

@@ -24,7 +24,7 @@ from tests.e2e.test_queries import (
     tool_names,
     tool_prompt,
 )
-from tests.e2e.test_shim import WORKSPACE, chat_requests, exec_of, exec_reply, run_request
+from tests.e2e.test_shim import WORKSPACE, chat_requests, exec_of, exec_reply, run_request, unique
 from tests.support.images import PNG
 from tests.support.live import ServerProcess, ThreadedUpstream, brain_config, server_process
 from tests.support.upstream import FakeUpstream, Received, Reply
@@ -385,3 +385,27 @@ async def test_an_image_endpoint_failure_is_an_error_result(
     text, _ = model_read(upstream, prompt)
     assert text == expected
     assert IMAGE_KEY not in text
+
+
+# -- when the tools are offered ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_the_gates_webfetch_needs_the_client_and_generateimage_the_config(
+    server: ServerProcess, wserver: ServerProcess, upstream: FakeUpstream, transport: str
+) -> None:
+    seen = {}
+    for name, srv, fetch in (("plain", server, True), ("web", wserver, False)):
+        prompt = unique(f"[brief] which tools ({name}, {transport})")
+        message = web_request(prompt) if fetch else run_request(prompt)
+        async with ide(srv, transport) as (send, reader):
+            await send(message)
+            assert await reader.wait_end(30) == {} and reader.turn_ended
+        (body,) = chat_requests(upstream, prompt)
+        seen[name] = tool_names(body)
+    # No [image_generation]: no GenerateImage even with the client's web_fetch_enabled.
+    assert seen["plain"] == list(offered(Mode.AGENT, Switches(web_fetch_enabled=True)))
+    assert "WebFetch" in seen["plain"] and "GenerateImage" not in seen["plain"]
+    # The client did not say web_fetch_enabled: no WebFetch, even on a server with the table.
+    assert seen["web"] == list(offered(Mode.AGENT, Switches(image_generation=True)))
+    assert "GenerateImage" in seen["web"] and "WebFetch" not in seen["web"]

@@ -34,6 +34,9 @@ async def site() -> AsyncIterator[str]:
     async def big(_: web.Request) -> web.Response:
         return web.Response(text="x" * 50_000, content_type="text/plain")
 
+    async def png(_: web.Request) -> web.Response:
+        return web.Response(body=b"\x89PNG\r\n\x1a\n" + bytes(100), content_type="image/png")
+
     async def slow(_: web.Request) -> web.Response:
         await asyncio.sleep(5)
         return web.Response(text="late")
@@ -48,6 +51,7 @@ async def site() -> AsyncIterator[str]:
     app.router.add_get("/page", page)
     app.router.add_get("/big", big)
     app.router.add_get("/slow", slow)
+    app.router.add_get("/png", png)
     app.router.add_get("/hop", hop)
     app.router.add_get("/loop", loop_forever)
     runner = web.AppRunner(app)
@@ -183,3 +187,9 @@ async def test_the_connection_goes_to_the_checked_address(site: str) -> None:
     fetch = _Pinned(enabled=True, allowed=only_our_loopback)
     got = await fetch.fetch(PageFetchJob(url=f"http://pinned.invalid:{port}/page"))
     assert isinstance(got, PageFetched) and got.text == "# Hello\n\nHi **there**"
+
+
+async def test_a_body_that_is_not_text_is_not_shown(site: str) -> None:
+    got = await fetcher().fetch(PageFetchJob(url=f"{site}/png"))
+    assert isinstance(got, PageFetched) and got.content_type == "image/png"
+    assert got.text == "(The page is image/png, not text: its content is not shown.)"

@@ -22,7 +22,7 @@ import aiohttp
 from aiohttp.abc import AbstractResolver, ResolveResult
 
 from ..llm.upstream import tls_context
-from .page_text import page_text
+from .page_text import is_text, page_text
 from .types import JobFailed, PageFetched, PageFetchJob
 
 __all__ = ["FetchLimits", "PageFetcher", "is_public_address"]
@@ -177,6 +177,12 @@ class PageFetcher:
                 cut = True
                 break
         content_type = response.headers.get("Content-Type", "")
+        if not is_text(content_type):
+            kind = content_type.split(";", 1)[0].strip()
+            text = f"(The page is {kind}, not text: its content is not shown.)"
+            return PageFetched(
+                url=url, status=response.status, content_type=content_type, text=text
+            )
         charset = response.charset or "utf-8"
         try:
             content = body.decode(charset, errors="replace")

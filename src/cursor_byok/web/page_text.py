@@ -15,7 +15,7 @@ import re
 
 from selectolax.lexbor import LexborHTMLParser, LexborNode
 
-__all__ = ["DEFAULT_MAX_TEXT_CHARS", "bounded_text", "is_html", "page_text"]
+__all__ = ["DEFAULT_MAX_TEXT_CHARS", "bounded_text", "is_html", "is_text", "page_text"]
 
 # Longest page text the model reads ([web_fetch] max_text_chars); the rest is cut, with a note.
 DEFAULT_MAX_TEXT_CHARS = 100_000
@@ -46,6 +46,17 @@ def is_html(content: str, content_type: str) -> bool:
         return kind in ("text/html", "application/xhtml+xml")
     head = content.lstrip()[:64].lower()
     return head.startswith(("<!doctype html", "<html"))
+
+
+_TEXT_TYPES = ("json", "xml", "javascript", "ecmascript", "markdown", "yaml", "toml", "csv")
+
+
+def is_text(content_type: str) -> bool:
+    """Whether a body of this content type is text a model can read (unknown: assume so)."""
+    kind = content_type.split(";", 1)[0].strip().lower()
+    if not kind or kind.startswith("text/"):
+        return True
+    return any(word in kind for word in _TEXT_TYPES)
 
 
 def page_text(content: str, content_type: str = "") -> str:

@@ -19,7 +19,7 @@ import re
 from typing import Any, ClassVar
 from urllib.parse import urlsplit
 
-from ....web.page_text import bounded_text, page_text
+from ....web.page_text import bounded_text, is_text, page_text
 from ....web.types import ImageJob, ImageMade, JobFailed, JobOutcome, PageFetched, PageFetchJob
 from ..proto import agent_pb2
 from . import args as a
@@ -139,13 +139,18 @@ class WebFetchMachine(QueryMachine):
         *,
         cleaned: bool = False,
     ) -> Finished:
-        text = content if cleaned else page_text(content, content_type)
+        kind = content_type.split(";", 1)[0].strip() or "unknown type"
+        if cleaned:
+            text = content
+        elif is_text(content_type):
+            text = page_text(content, content_type)
+        else:
+            text = f"(The page is {kind}, not text: its content is not shown.)"
         text, _cut = bounded_text(text, self.settings.page_text_chars)
         tc = self._card()
         success = tc.web_fetch_tool_call.result.success
         success.url = url
         success.markdown = text
-        kind = content_type.split(";", 1)[0].strip() or "unknown type"
         head = f"Fetched {url} (HTTP {status}, {kind})." if status else f"Fetched {url} ({kind})."
         failed = status >= 400
         if failed:
