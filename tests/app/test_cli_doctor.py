@@ -343,3 +343,29 @@ def test_doctor_output_fits_100_columns(tmp_path: Path, capsys: pytest.CaptureFi
     assert "next step: add a model with provider = 'unused-provider-with-a-long-name-too'" in (
         " ".join(out.split())
     )
+
+
+def test_doctor_shows_the_web_tools_settings(tmp_path: Path) -> None:
+    from cursor_byok.doctor import check_config
+
+    cfg = tmp_path / "c.toml"
+    base = '[providers.img]\napi = "openai-chat"\nbase_url = "http://127.0.0.1:9/v1"\n'
+    base += '[models.m]\nprovider = "img"\n'
+    cfg.write_text(base)
+    _config, rows = check_config(str(cfg), {})
+    assert [r.name for r in rows] == ["config", "models"]
+    cfg.write_text(
+        base + '[web_fetch]\nserver_side = true\n[image_generation]\nprovider = "img"\n'
+        'model = "gpt-image-1"\n'
+    )
+    _config, rows = check_config(str(cfg), {})
+    by_name = {r.name: r for r in rows}
+    assert by_name["web fetch"].status == "OK"
+    assert by_name["web fetch"].detail == (
+        "server-side fetch on for clients that cannot fetch: public addresses only, at most "
+        "2000000 bytes, 20 s and 5 redirects a page"
+    )
+    assert by_name["images"].detail == (
+        "GenerateImage offered: model gpt-image-1 at http://127.0.0.1:9/v1/images/generations "
+        "(provider img, 120 s); not tried, an image costs"
+    )
