@@ -5,8 +5,10 @@ back as the `interaction_response` with the same id. A `QueryMachine` is still a
 (same cards, same early errors, same caller), whose "exec id" is the query's id: the link
 allocates it from the interaction ids and routes the response to `answer`.
 
-Whatever the client answers ends the call: the expected variant gives the tool's result, any
-other variant (or none) an error result the model reads. A client that never answers is
+For these three, whatever the client answers ends the call: the expected variant gives the
+tool's result, any other variant (or none) an error result the model reads. A family whose
+approval only lets the work begin (WebFetch, GenerateImage: web.py) goes on from `_on_answer`
+with an exec (its id from the exec ids) or a server job. A client that never answers is
 bounded by the runtime's deadline like any tool call (the question deadline when the answer
 waits on a person).
 """
