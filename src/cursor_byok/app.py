@@ -18,8 +18,11 @@ from .start_warnings import warn_at_start
 from .store.errors import StoreError
 from .store.sqlite import SQLiteStore
 from .transport.runtime import Runner, RunnerServices
+from .web.fetch import FetchLimits, PageFetcher
+from .web.images import ImageMaker
 from .web.jobs import job_runner
 from .web.search import WebSearch
+from .web.types import JobRunner
 
 log = logging.getLogger("cursor_byok")
 
@@ -48,11 +51,9 @@ class App:
             disabled_tools=tuple(config.server.disabled_tools),
             enabled_tools=tuple(config.server.enabled_tools),
             web_search_configured=config.web_search.offered,
-            run_job=job_runner(
-                search=WebSearch(config.web_search, registry=registry)
-                if config.web_search.offered
-                else None
-            ),
+            image_generation=config.image_generation is not None,
+            run_job=server_jobs(config, registry),
+            page_text_chars=config.web_fetch.max_text_chars,
             on_llm_call=obs.on_llm_call,
             on_run_end=obs.on_run_end,
             on_unknown_event=obs.metrics.observe_unknown_event,
@@ -66,6 +67,28 @@ class App:
         await self.registry.aclose()
         await self.observability.aclose()
         await self.store.close()
+
+
+def server_jobs(config: Config, registry: LLMRegistry) -> JobRunner:
+    """The runner of the server's own work for tool calls (web/jobs.py); a provider's own
+    web search runs over `registry`'s adapters."""
+    web = config.web_fetch
+    fetcher = PageFetcher(
+        enabled=web.server_side,
+        limits=FetchLimits(
+            max_bytes=web.max_bytes, timeout_s=web.timeout_s, max_redirects=web.max_redirects
+        ),
+    )
+    images = None
+    if (image := config.image_generation) is not None:
+        images = ImageMaker(
+            config.providers[image.provider],
+            model=image.model,
+            timeout_s=image.timeout_s,
+            extra_body=image.extra_body,
+        )
+    search = WebSearch(config.web_search, registry=registry) if config.web_search.offered else None
+    return job_runner(fetcher=fetcher, images=images, search=search)
 
 
 async def _serve(config: Config, host: str, port: int, database: str | None) -> int:

@@ -23,6 +23,7 @@ from .llm.models import Model, Prices
 from .llm.native_search import search_unsupported
 from .llm.settings import Api, ModelSettings, ProviderSettings, ReasoningEffort
 from .loop.catalogue import TOOLS, TOOLS_BY_NAME, Gate
+from .web.page_text import DEFAULT_MAX_TEXT_CHARS
 from .web.search.provider import ProviderSearchSpec
 from .web.search.settings import (
     BRAVE_URL,
@@ -38,9 +39,11 @@ __all__ = [
     "CONFIG_ENV",
     "Config",
     "ConfigError",
+    "ImageGenerationConfig",
     "Model",
     "Prices",
     "ServerConfig",
+    "WebFetchConfig",
     "is_loopback",
     "load_config",
     "parse_config",
@@ -160,11 +163,34 @@ class WebSearchConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     backend: dict[str, SearchBackendConfig] = {}
 
 
+class WebFetchConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """[web_fetch]: WebFetch's limits, and the server's own fetch for clients that cannot."""
+
+    # Fetch on the server when the client cannot (off: a team server must not reach into its
+    # own network for the model; even on, non-public addresses are refused).
+    server_side: bool = False
+    max_bytes: int = 2_000_000  # of one page fetched by the server (its body, decoded)
+    timeout_s: float = 20.0  # one server fetch, redirects included
+    max_redirects: int = 5
+    max_text_chars: int = DEFAULT_MAX_TEXT_CHARS  # the page text the model reads
+
+
+class ImageGenerationConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """[image_generation]: where GenerateImage's images are made; absent, it is not offered."""
+
+    provider: str  # a [providers.NAME] whose base_url serves /images/generations (OpenAI's)
+    model: str
+    timeout_s: float = 120.0
+    extra_body: dict[str, Any] = {}  # merged into the request (quality, response_format...)
+
+
 class RawConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     server: ServerConfig = ServerConfig()
     providers: dict[str, ProviderConfig] = {}
     models: dict[str, ModelConfig] = {}
     web_search: WebSearchConfig = WebSearchConfig()
+    web_fetch: WebFetchConfig = WebFetchConfig()
+    image_generation: ImageGenerationConfig | None = None
 
 
 DEFAULT_BASE_URLS = {
@@ -181,6 +207,8 @@ class Config(msgspec.Struct, frozen=True):
     models: dict[str, Model]
     path: str | None = None
     web_search: WebSearchSettings = WebSearchSettings()
+    web_fetch: WebFetchConfig = WebFetchConfig()
+    image_generation: ImageGenerationConfig | None = None
 
     def model(self, model_id: str) -> Model | None:
         return self.models.get(model_id)
@@ -351,6 +379,7 @@ def parse_config(
             vision=m.vision,
         )
     web_search = _web_search(raw, env, errors, providers, frozenset(broken))
+    errors += _web_errors(raw, providers, broken)
     if errors:
         raise ConfigError(*errors, path=path)
     try:
@@ -367,7 +396,13 @@ def parse_config(
     if names.default is not None:
         server = msgspec.structs.replace(server, default_model=names.default.id)
     return Config(
-        server=server, providers=providers, models=models, path=path, web_search=web_search
+        server=server,
+        providers=providers,
+        models=models,
+        path=path,
+        web_search=web_search,
+        web_fetch=raw.web_fetch,
+        image_generation=raw.image_generation,
     )
 
 
@@ -473,6 +508,42 @@ def _web_search(
         timeout_s=ws.timeout_s,
         max_results=ws.max_results,
     )
+
+
+def _web_errors(
+    raw: RawConfig, providers: Mapping[str, ProviderSettings], broken: set[str]
+) -> list[str]:
+    errors: list[str] = []
+    fetch = raw.web_fetch
+    if not 1024 <= fetch.max_bytes <= 100_000_000:
+        errors.append("web_fetch.max_bytes must be 1024-100000000")
+    if not 0 < fetch.timeout_s <= 600:
+        errors.append("web_fetch.timeout_s must be between 0 and 600 seconds")
+    if not 0 <= fetch.max_redirects <= 20:
+        errors.append("web_fetch.max_redirects must be 0-20")
+    if not 1000 <= fetch.max_text_chars <= 10_000_000:
+        errors.append("web_fetch.max_text_chars must be 1000-10000000")
+    image = raw.image_generation
+    if image is None:
+        return errors
+    if image.provider not in providers and image.provider not in broken:
+        errors.append(
+            f"image_generation.provider: {_unknown_provider(image.provider, raw.providers)}"
+        )
+    elif image.provider in providers and providers[image.provider].api not in (
+        "openai-chat",
+        "openai-responses",
+    ):
+        errors.append(
+            f"image_generation.provider: {image.provider!r} is an "
+            f"{providers[image.provider].api} provider; images need an OpenAI-compatible one "
+            "(api openai-chat or openai-responses) whose base_url serves /images/generations"
+        )
+    if not image.model.strip():
+        errors.append("image_generation.model must not be empty")
+    if not 0 < image.timeout_s <= 3600:
+        errors.append("image_generation.timeout_s must be between 0 and 3600 seconds")
+    return errors
 
 
 def _unknown_provider(name: str, known: Mapping[str, object]) -> str:

@@ -107,7 +107,37 @@ def check_config(path: str | None, env: dict[str, str]) -> tuple[Config | None, 
         )
     else:
         rows.append(Check("models", "OK", ", ".join(config.models)))
+    rows.extend(_web_rows(config))
     return config, rows
+
+
+def _web_rows(config: Config) -> list[Check]:
+    """What the web tools are set to, when the configuration says anything about them. No
+    request is made: an image costs money."""
+    rows: list[Check] = []
+    fetch = config.web_fetch
+    if fetch.server_side:
+        rows.append(
+            Check(
+                "web fetch",
+                "OK",
+                f"server-side fetch on for clients that cannot fetch: public addresses only, "
+                f"at most {fetch.max_bytes} bytes, {fetch.timeout_s:g} s and "
+                f"{fetch.max_redirects} redirects a page",
+            )
+        )
+    image = config.image_generation
+    if image is not None:
+        base = config.providers[image.provider].base_url
+        rows.append(
+            Check(
+                "images",
+                "OK",
+                f"GenerateImage offered: model {image.model} at {base}/images/generations "
+                f"(provider {image.provider}, {image.timeout_s:g} s); not tried, an image costs",
+            )
+        )
+    return rows
 
 
 def _api_key_envs(config: Config) -> dict[str, str]:

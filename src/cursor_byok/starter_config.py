@@ -115,6 +115,25 @@ context_window = 32768
 #prices = { input = 0.3, output = 2.5, cache_read = 0.075 }
 
 # ---------------------------------------------------------------------------------------------
+# Web tools (docs/operations.md, "Web tools").
+# WebFetch: the IDE fetches a page after the user approves it, and the model reads it as text.
+# A client that cannot fetch (it answers "Not implemented") gets an error result, unless the
+# server fetches for it: server_side = true, public addresses only (never loopback, private or
+# link-local ones), within the bounds below.
+#[web_fetch]
+#server_side = false           # off by default: a shared server should not fetch for the model
+#max_bytes = 2000000           # of one page the server fetches
+#timeout_s = 20                # one server fetch, redirects included
+#max_redirects = 5
+#max_text_chars = 100000       # the page text the model reads; the rest is cut, with a note
+#
+# GenerateImage: offered only with this table. `provider` names a provider above whose
+# base_url serves OpenAI's /images/generations; the image is saved in the workspace.
+#[image_generation]
+#provider = "openai"
+#model = "gpt-image-1"
+#timeout_s = 120
+#
 # Web search: the model's WebSearch tool, offered only when a backend is listed here (and the
 # IDE enables web search). The IDE asks the user to approve each search; this server runs it:
 # the first backend in `backends` that answers wins, a failing one passes to the next.

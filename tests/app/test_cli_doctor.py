@@ -388,3 +388,29 @@ async def test_doctor_searches_once_with_each_web_search_backend(
     assert [r.key_ok for r in fakes.of("tavily")] == [False]
     printed = " ".join(f"{r.detail} {r.next_step}" for r in rows)
     assert BRAVE_KEY not in printed and TAVILY_KEY not in printed and "PLANTED-eee" not in printed
+
+
+def test_doctor_shows_the_web_tools_settings(tmp_path: Path) -> None:
+    from cursor_byok.doctor import check_config
+
+    cfg = tmp_path / "c.toml"
+    base = '[providers.img]\napi = "openai-chat"\nbase_url = "http://127.0.0.1:9/v1"\n'
+    base += '[models.m]\nprovider = "img"\n'
+    cfg.write_text(base)
+    _config, rows = check_config(str(cfg), {})
+    assert [r.name for r in rows] == ["config", "models"]
+    cfg.write_text(
+        base + '[web_fetch]\nserver_side = true\n[image_generation]\nprovider = "img"\n'
+        'model = "gpt-image-1"\n'
+    )
+    _config, rows = check_config(str(cfg), {})
+    by_name = {r.name: r for r in rows}
+    assert by_name["web fetch"].status == "OK"
+    assert by_name["web fetch"].detail == (
+        "server-side fetch on for clients that cannot fetch: public addresses only, at most "
+        "2000000 bytes, 20 s and 5 redirects a page"
+    )
+    assert by_name["images"].detail == (
+        "GenerateImage offered: model gpt-image-1 at http://127.0.0.1:9/v1/images/generations "
+        "(provider img, 120 s); not tried, an image costs"
+    )

@@ -140,3 +140,63 @@ def test_vision_and_disabled_tools() -> None:
         r"tools are WriteShellStdin",
     ):
         parse_config(wrong, env=ENV)
+
+
+WEB = """
+[providers.local]
+api = "openai-chat"
+base_url = "http://127.0.0.1:9/v1"
+
+[providers.claude]
+api = "anthropic"
+base_url = "http://127.0.0.1:9"
+
+[models.m]
+provider = "local"
+"""
+
+
+def test_web_fetch_and_image_generation() -> None:
+    from cursor_byok.config import ImageGenerationConfig, WebFetchConfig
+
+    plain = parse_config(WEB, env={})
+    assert plain.web_fetch == WebFetchConfig() and not plain.web_fetch.server_side
+    assert plain.image_generation is None
+    text = WEB + (
+        "[web_fetch]\nserver_side = true\nmax_text_chars = 5000\n"
+        '[image_generation]\nprovider = "local"\nmodel = "gpt-image-1"\n'
+        'extra_body = { quality = "low" }\n'
+    )
+    config = parse_config(text, env={})
+    assert config.web_fetch.server_side and config.web_fetch.max_text_chars == 5000
+    assert config.image_generation == ImageGenerationConfig(
+        provider="local", model="gpt-image-1", extra_body={"quality": "low"}
+    )
+
+
+def test_web_config_mistakes_are_named() -> None:
+    text = WEB + (
+        "[web_fetch]\nmax_bytes = 10\ntimeout_s = 0\nmax_redirects = 99\nmax_text_chars = 1\n"
+        'servr_side = true\n[image_generation]\nprovider = "claude"\nmodel = " "\n'
+        "timeout_s = -1\n"
+    )
+    with pytest.raises(ConfigError) as info:
+        parse_config(text, env={})
+    assert list(info.value.problems) == [
+        "web_fetch.servr_side: unknown key; did you mean server_side?",
+        "web_fetch.max_bytes must be 1024-100000000",
+        "web_fetch.timeout_s must be between 0 and 600 seconds",
+        "web_fetch.max_redirects must be 0-20",
+        "web_fetch.max_text_chars must be 1000-10000000",
+        "image_generation.provider: 'claude' is an anthropic provider; images need an "
+        "OpenAI-compatible one (api openai-chat or openai-responses) whose base_url serves "
+        "/images/generations",
+        "image_generation.model must not be empty",
+        "image_generation.timeout_s must be between 0 and 3600 seconds",
+    ]
+    with pytest.raises(ConfigError) as info:
+        parse_config(WEB + '[image_generation]\nprovider = "nope"\nmodel = "x"\n', env={})
+    assert info.value.problems[0].startswith("image_generation.provider: unknown provider 'nope'")
+    with pytest.raises(ConfigError) as info:
+        parse_config(WEB + '[image_generation]\nprovider = "local"\n', env={})
+    assert list(info.value.problems) == ["image_generation.model: missing (required)"]

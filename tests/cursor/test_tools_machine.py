@@ -50,6 +50,7 @@ from cursor_byok.transport.cursor.tools.search import GlobMachine, GrepMachine
 from cursor_byok.transport.cursor.tools.shell import ShellMachine
 from cursor_byok.transport.cursor.tools.stdin import WriteShellStdinMachine
 from cursor_byok.transport.cursor.tools.todos import TodoWriteMachine
+from cursor_byok.transport.cursor.tools.web import GenerateImageMachine, WebFetchMachine
 from cursor_byok.transport.cursor.tools.web_search import WebSearchMachine
 from tests.cursor.tool_support import (
     T0,
@@ -125,6 +126,8 @@ def test_the_table_covers_exactly_the_native_tools_in_catalogue_order() -> None:
         "AskQuestion": AskQuestionMachine,
         "SwitchMode": SwitchModeMachine,
         "WebSearch": WebSearchMachine,
+        "WebFetch": WebFetchMachine,
+        "GenerateImage": GenerateImageMachine,
         "GetMcpTools": GetMcpToolsMachine,
         "CallMcpTool": CallMcpToolMachine,
         "FetchMcpResource": FetchMcpResourceMachine,

@@ -528,6 +528,7 @@ def test_tools_native_first_then_mcp_sorted() -> None:
         "alpha",
         "zeta",
     ]
+    assert names == [*offered(Mode.AGENT), "alpha", "zeta"]
     read = build_tools(None, c)[1]
     assert read.parameters["required"] == ["path"]
     assert set(read.parameters["properties"]) == {"path", "offset", "limit"}

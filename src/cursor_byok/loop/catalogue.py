@@ -20,7 +20,7 @@ from typing import assert_never
 import msgspec
 
 # Bump on every change to the table below (or to what a mode offers).
-CATALOGUE_VERSION = 10
+CATALOGUE_VERSION = 11
 
 
 class Mode(enum.StrEnum):
@@ -59,6 +59,8 @@ class Gate(enum.StrEnum):
     CONFIG_ENABLED_TOOLS = "server.enabled_tools"
     # Our configuration: [web_search] names at least one backend (server-wide or per model).
     CONFIG_WEB_SEARCH = "web_search.backends"
+    # Our configuration: an [image_generation] table names the endpoint GenerateImage uses.
+    IMAGE_GENERATION = "[image_generation]"
 
 
 ISSUE_NATIVE = 14  # this issue: Cursor's own agent in every mode
@@ -124,8 +126,8 @@ TOOLS: tuple[CatalogueTool, ...] = (
         Gate.SUPPRESS_SUBAGENT_PROGRESS_UPDATE_TOOL,
     ),
     _tool("WebSearch", ISSUE_MCP_WEB, _B, Gate.WEB_SEARCH_ENABLED, Gate.CONFIG_WEB_SEARCH),
-    _tool("WebFetch", ISSUE_MCP_WEB, _N, Gate.WEB_FETCH_ENABLED),
-    _tool("GenerateImage", ISSUE_MCP_WEB, _N),
+    _tool("WebFetch", ISSUE_MCP_WEB, _B, Gate.WEB_FETCH_ENABLED),
+    _tool("GenerateImage", ISSUE_MCP_WEB, _B, Gate.IMAGE_GENERATION),
     _tool("GetMcpTools", ISSUE_MCP_WEB, _B, Gate.MCP_META_TOOLS),
     _tool("CallMcpTool", ISSUE_MCP_WEB, _B, Gate.MCP_META_TOOLS),
     _tool("FetchMcpResource", ISSUE_MCP_WEB, _B, Gate.MCP_META_TOOLS),
@@ -209,6 +211,7 @@ class Switches(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unknown_f
     disabled_tools: tuple[str, ...] = ()
     enabled_tools: tuple[str, ...] = ()  # server.enabled_tools: the opt-in tools switched on
     web_search_configured: bool = False  # [web_search] has a backend to search with
+    image_generation: bool | None = None  # True: this server has an [image_generation]
 
 
 DEFAULT_SWITCHES = Switches()
@@ -240,6 +243,8 @@ def gate_open(gate: Gate, tool: str, switches: Switches) -> bool:
             return tool in switches.enabled_tools
         case Gate.CONFIG_WEB_SEARCH:
             return switches.web_search_configured
+        case Gate.IMAGE_GENERATION:
+            return switches.image_generation is True
         case _:
             assert_never(gate)
 

@@ -523,6 +523,59 @@ SWITCH_MODE = ToolSpec(
     side_effects=False,
 )
 
+WEB_FETCH = ToolSpec(
+    name="WebFetch",
+    description=(
+        "Read one web page: give its full http:// or https:// URL. The user approves the "
+        "fetch first. You get the page as plain text with a markdown shape (long pages are "
+        "cut, and say so). Use it for a page you know or were given; it does not search."
+    ),
+    parameters=_object(
+        {
+            "url": _string("The page's full URL, with http:// or https://."),
+            "requestSmartModeApproval": {
+                "type": "boolean",
+                "description": "Ask for the user's approval even where fetches are automatic.",
+            },
+            "smartModeBlockReason": _string(
+                "When asking for approval: why this fetch needs the user's eye."
+            ),
+        },
+        ["url"],
+    ),
+    side_effects=False,
+)
+
+GENERATE_IMAGE = ToolSpec(
+    name="GenerateImage",
+    description=(
+        "Make a new image from a text description and save it in the workspace's root "
+        "folder. The user approves first. Describe the picture fully (subject, style, "
+        "colours, layout); you are told the path it was saved to."
+    ),
+    parameters=_object(
+        {
+            "description": _string("What the image shows, in detail."),
+            "filename": _string(
+                "A bare file name for the image, such as logo.png (no folders); an existing "
+                "file of that name is replaced."
+            ),
+            "aspect_ratio": {
+                "type": "string",
+                "enum": ["1:1", "4:3", "3:4", "16:9", "9:16"],
+                "description": "The image's shape; square when left out.",
+            },
+            "reference_image_paths": {
+                "type": "array",
+                "items": {"type": "string"},
+                "description": "Workspace images the new one should resemble (shown to the user).",
+            },
+        },
+        ["description"],
+    ),
+    side_effects=True,
+)
+
 # Answered by the server after the IDE's approval: the search runs on a configured backend,
 # never on the user's machine. Name and parameters are Cursor's (reference §2.14).
 WEB_SEARCH = ToolSpec(
@@ -653,6 +706,8 @@ NATIVE_TOOLS: tuple[ToolSpec, ...] = (
     ASK_QUESTION,
     SWITCH_MODE,
     WEB_SEARCH,
+    WEB_FETCH,
+    GENERATE_IMAGE,
     GET_MCP_TOOLS,
     CALL_MCP_TOOL,
     FETCH_MCP_RESOURCE,

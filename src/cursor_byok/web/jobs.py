@@ -1,10 +1,16 @@
-"""The one `JobRunner` of the server: each job type goes to what the configuration built
-for it. A job nothing is configured for is a `JobFailed`, never an exception."""
+"""The one `JobRunner` the runtime gets: each job type goes to the backend configured for it.
+
+Every arm returns a value; a backend that raises anyway becomes a `JobFailed` here, so the
+runner keeps the promise `JobRunner` makes (it never raises).
+"""
 
 from __future__ import annotations
 
+import logging
 from typing import assert_never
 
+from .fetch import PageFetcher
+from .images import ImageMaker
 from .search import WebSearch
 from .types import (
     ImageJob,
@@ -18,18 +24,38 @@ from .types import (
 
 __all__ = ["job_runner"]
 
+log = logging.getLogger("cursor_byok.web")
 
-def job_runner(*, search: WebSearch | None = None) -> JobRunner:
+
+def job_runner(
+    *,
+    fetcher: PageFetcher,
+    images: ImageMaker | None = None,
+    search: WebSearch | None = None,
+) -> JobRunner:
+    """The runner for this server's configuration: `fetcher` for WebFetch's server-side fetch
+    (it refuses when [web_fetch] server_side is off), `images` for GenerateImage (None: no
+    [image_generation]), `search` for WebSearch (None: no backend configured)."""
+
     async def run(job: ServerJob) -> JobOutcome:
+        try:
+            return await _dispatch(job)
+        except Exception:
+            log.exception("a %s failed", type(job).__name__)
+            return JobFailed(message="the server failed to run the tool")
+
+    async def _dispatch(job: ServerJob) -> JobOutcome:
         match job:
             case WebSearchJob():
                 if search is None:
-                    return JobFailed(message="no web search backend is configured")
+                    return JobFailed(message="this server has no web search configured")
                 return await search.search(job)
             case PageFetchJob():
-                return JobFailed(message="this server does not fetch pages itself")
+                return await fetcher.fetch(job)
             case ImageJob():
-                return JobFailed(message="no image generation endpoint is configured")
+                if images is None:
+                    return JobFailed(message="this server has no image generation configured")
+                return await images.make(job)
             case _:
                 assert_never(job)
 

@@ -332,12 +332,13 @@ def merge_context(
     disabled_tools: tuple[str, ...] = (),
     enabled_tools: tuple[str, ...] = (),
     web_search_configured: bool = False,
+    image_generation: bool = False,
 ) -> TurnContext:
     """One TurnContext from every context source. Rules keep a fixed order (parts in the order
     given, then the inline context's rules, skills and MCP instructions) and duplicates are
     dropped, so the system prompt is the same for the same inputs. The tool gates come from
     the inline context's flags, the run request's and our config's (`disabled_tools`,
-    `enabled_tools`, whether a web search backend is configured).
+    `enabled_tools`, whether a web search backend and an image endpoint are configured).
 
     The MCP meta options come from the first part that has them (the mcps blob: the only
     source in ref_only mode), else from the inline context (field 34); with them on, the
@@ -381,5 +382,6 @@ def merge_context(
             disabled_tools=disabled_tools,
             enabled_tools=enabled_tools,
             web_search_configured=web_search_configured,
+            image_generation=image_generation or None,
         ),
     )

@@ -28,6 +28,7 @@ from google.protobuf.message import DecodeError  # type: ignore[import-untyped,u
 from ...llm.types import ToolCall, ToolResultMessage
 from ...loop.context import McpRoute
 from ...loop.todos import TodoUpdate
+from ...web.page_text import DEFAULT_MAX_TEXT_CHARS
 from ...web.types import JobOutcome
 from . import encode
 from .context import decode_request_context
@@ -78,9 +79,15 @@ def parse_client_message(payload: bytes) -> agent_pb2.AgentClientMessage:
 
 class ClientLink:
     def __init__(
-        self, *, conversation_id: str, now_ms: Callable[[], int], vision: bool = False
+        self,
+        *,
+        conversation_id: str,
+        now_ms: Callable[[], int],
+        vision: bool = False,
+        page_text_chars: int = DEFAULT_MAX_TEXT_CHARS,
     ) -> None:
         self.conversation_id = conversation_id
+        self.page_text_chars = page_text_chars  # WebFetch's limit ([web_fetch] max_text_chars)
         # Whether the run's model sees images (a Read of an image then attaches it); the
         # runtime sets it once the model is known.
         self.vision = vision
@@ -205,6 +212,8 @@ class ClientLink:
                     "interaction", f"{machine.tool_call.name} call {operation_id}: {reason}"
                 )
             case Send(frames=frames, wake_after_ms=wake, job=job):
+                # An approval may send the exec it allowed (WebFetch): its exec id was
+                # allocated (and so owned) through `start_tool`'s allocator.
                 return ToolProgress(operation_id, frames, wake, job)
             case _:
                 assert_never(step)
@@ -269,6 +278,7 @@ class ClientLink:
         mode: str = "agent",
         keep_stdin: bool = False,
         mcp_directory: McpDirectory | None = None,
+        workspace_root: str | None = None,
     ) -> ToolMachine:
         return machine_for(
             call,
@@ -283,6 +293,8 @@ class ClientLink:
             keep_stdin=keep_stdin,
             mcp_directory=mcp_directory,
             model=self.model_id,
+            workspace_root=workspace_root,
+            page_text_chars=self.page_text_chars,
         )
 
     def tool_running(self, operation_id: str) -> bool:
@@ -306,6 +318,7 @@ class ClientLink:
         mode: str = "agent",
         keep_stdin: bool = False,
         mcp_directory: McpDirectory | None = None,
+        workspace_root: str | None = None,
     ) -> Started:
         """tool_call_started and the first exec (or interaction query) of the call; `early`
         when the call cannot run and its answer is known at once (nothing was sent).
@@ -321,19 +334,21 @@ class ClientLink:
             mode,
             keep_stdin,
             mcp_directory,
+            workspace_root,
         )
         self._tools[operation_id] = machine
 
-        def alloc() -> int:
-            if machine.QUERY:
-                query_id = self.next_interaction_id()
-                self._query_owner[query_id] = operation_id
-                return query_id
+        def alloc_exec() -> int:
             exec_id = self._next_exec_id()
             self._exec_owner[exec_id] = operation_id
             return exec_id
 
-        started = machine.start(alloc, self._now_ms())
+        def alloc_query() -> int:
+            query_id = self.next_interaction_id()
+            self._query_owner[query_id] = operation_id
+            return query_id
+
+        started = machine.start(alloc_exec, self._now_ms(), alloc_query_id=alloc_query)
         if started.early is not None:
             self._forget(operation_id)
         return started

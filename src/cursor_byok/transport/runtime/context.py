@@ -150,6 +150,7 @@ async def turn_context(
     disabled_tools: tuple[str, ...] = (),
     enabled_tools: tuple[str, ...] = (),
     web_search_configured: bool = False,
+    image_generation: bool = False,
 ) -> TurnContext:
     """The run's context: the inline one, else (with no parts either) the one the client
     answers `request_context_args` with; merged with the parts and the MCP tools."""
@@ -166,6 +167,7 @@ async def turn_context(
         disabled_tools=disabled_tools,
         enabled_tools=enabled_tools,
         web_search_configured=web_search_configured,
+        image_generation=image_generation,
     )
 
 

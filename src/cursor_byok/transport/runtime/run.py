@@ -102,7 +102,9 @@ class Run:
         )
         self.ended = asyncio.Event()
         now_ms = self.services.now_ms
-        self.link = ClientLink(conversation_id="", now_ms=now_ms)
+        self.link = ClientLink(
+            conversation_id="", now_ms=now_ms, page_text_chars=self.services.page_text_chars
+        )
         self.requests = ClientRequests(channel, self.link, self.services.context_timeout_s)
         self.tools = ToolCalls(
             self.link,
@@ -345,6 +347,7 @@ class Run:
             self.services.disabled_tools,
             self.services.enabled_tools,
             self.services.web_search_configured,
+            self.services.image_generation,
         )
         # A Build has no user message: the loop opens its turn with the plan.
         message = request.user_message or LLMUserMessage(content=())
@@ -404,6 +407,7 @@ class Run:
             disabled_tools=self.services.disabled_tools,
             enabled_tools=self.services.enabled_tools,
             web_search_configured=self.services.web_search_configured,
+            image_generation=self.services.image_generation,
         )
         return with_kept(context, self._parts, stored.kept_parts if stored is not None else ())
 

@@ -20,6 +20,7 @@ from ...llm.model_names import ModelNames
 from ...llm.models import Model
 from ...llm.stream import LLM
 from ...store.api import LLMCallRecord, Store
+from ...web.page_text import DEFAULT_MAX_TEXT_CHARS
 from ...web.types import JobRunner
 from ..connect.channel import RunChannel
 from .client_blobs import ClientBlobs
@@ -54,6 +55,7 @@ class RunnerServices:
     disabled_tools: tuple[str, ...] = ()  # server.disabled_tools: catalogue tools switched off
     enabled_tools: tuple[str, ...] = ()  # server.enabled_tools: opt-in tools switched on
     web_search_configured: bool = False  # [web_search] names a backend: WebSearch may be offered
+    image_generation: bool = False  # an [image_generation] is configured: GenerateImage offered
     # Observability hooks; each runs outside the transport's path and must not raise.
     on_llm_call: Callable[[LLMCallRecord], None] | None = None
     on_run_end: Callable[[RunSummary], None] | None = None
@@ -61,6 +63,7 @@ class RunnerServices:
     unknown_kinds: set[str] = field(default_factory=set)  # logged once each
     # Runs the server's own work for a tool call (web search, image generation); None: none.
     run_job: JobRunner | None = None
+    page_text_chars: int = DEFAULT_MAX_TEXT_CHARS  # [web_fetch] max_text_chars
     default_model: str | None = None  # server.default_model: for names not served
     model_names: ModelNames = field(init=False)  # what run requests' model names resolve by
 

@@ -90,6 +90,11 @@ class ToolCalls:
             and "WriteShellStdin"
             in catalogue.offered(catalogue.mode_of(context.mode), context.switches),
             mcp_directory=McpDirectory.of(context),
+            workspace_root=(
+                context.environment.workspace_paths[0]
+                if context is not None and context.environment.workspace_paths
+                else None
+            ),
         )
         flight = _InFlight(record=record, started_ms=self._now_ms())
         if started.early is None:

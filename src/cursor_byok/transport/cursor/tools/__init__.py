@@ -28,6 +28,9 @@ serialized `AgentServerMessage`s. docs/dialect.md has the full mapping:
     SwitchMode  query switch_mode_request_query   ToolCall.switch_mode_tool_call   queries.py
     WebSearch   query web_search_request_query, then a server job
                                                   ToolCall.web_search_tool_call    web_search.py
+    WebFetch    query web_fetch_request_query, then fetch_args  ToolCall.web_fetch_tool_call web.py
+    GenerateImage query generate_image_request_query, a server job, then write_args
+                                                  ToolCall.generate_image_tool_call  web.py
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ from types import MappingProxyType
 
 from ....llm.types import ToolCall
 from ....loop.tools import NATIVE_TOOL_NAMES
+from ....web.page_text import DEFAULT_MAX_TEXT_CHARS
 from ..mcp import McpDirectory, McpTool
 from ..proto import agent_pb2
 from .await_shell import AwaitShellMachine
@@ -68,6 +72,7 @@ from .search import GlobMachine, GrepMachine
 from .shell import ShellMachine
 from .stdin import WriteShellStdinMachine
 from .todos import TodoWriteMachine, decode_todo, todo_items
+from .web import GenerateImageMachine, WebFetchMachine
 from .web_search import WebSearchMachine
 
 __all__ = [
@@ -117,6 +122,8 @@ NATIVE_MACHINES: Mapping[str, type[ToolMachine]] = MappingProxyType(
         "AskQuestion": AskQuestionMachine,
         "SwitchMode": SwitchModeMachine,
         "WebSearch": WebSearchMachine,
+        "WebFetch": WebFetchMachine,
+        "GenerateImage": GenerateImageMachine,
         "GetMcpTools": GetMcpToolsMachine,
         "CallMcpTool": CallMcpToolMachine,
         "FetchMcpResource": FetchMcpResourceMachine,
@@ -146,13 +153,16 @@ def machine_for(
     keep_stdin: bool = False,
     mcp_directory: McpDirectory | None = None,
     model: str = "",
+    workspace_root: str | None = None,
+    page_text_chars: int = DEFAULT_MAX_TEXT_CHARS,
 ) -> ToolMachine:
     """The machine for one call. `mcp` is the route of an MCP tool (None when the name is not
     known: it goes out as it is); native tools ignore it. `terminals_folder` is the client's
     (RequestContextEnv.terminals_folder), `budget_ms` the runner's deadline for one call,
     `vision` whether the model sees images, `mode` the conversation's mode, `mcp_directory`
     the turn's MCP servers and routes (for the meta-tools), `model` the run's model id (a
-    server job's per-model settings)."""
+    server job's per-model settings), `workspace_root` the client's first workspace folder,
+    `page_text_chars` WebFetch's text limit."""
     settings = ToolSettings(
         conversation_id=conversation_id,
         shell_block_ms=shell_block_ms,
@@ -163,6 +173,8 @@ def machine_for(
         keep_stdin=keep_stdin,
         mcp=mcp_directory if mcp_directory is not None else McpDirectory(),
         model=model,
+        workspace_root=workspace_root,
+        page_text_chars=page_text_chars,
     )
     native = NATIVE_MACHINES.get(call.name)
     if native is None:

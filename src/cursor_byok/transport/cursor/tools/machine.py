@@ -28,6 +28,7 @@ from google.protobuf.message import Message  # type: ignore[import-untyped,unuse
 from ....llm.types import ImageContent, TextContent, ToolCall, ToolResultMessage, UserContent
 from ....loop.inputs import ToolEffect
 from ....loop.tools import DEFAULT_BLOCK_UNTIL_MS
+from ....web.page_text import DEFAULT_MAX_TEXT_CHARS
 from ....web.types import JobOutcome, ServerJob
 from ..mcp import McpDirectory
 from ..proto import agent_pb2
@@ -61,11 +62,14 @@ class Phase(enum.Enum):
     RETRYING = "retrying"  # Glob: the client refused the empty pattern, the "." retry is out
     SLEEPING = "sleeping"  # AwaitShell: between two reads, until the caller's `wake`
     WORKING = "working"  # a server job (web search, image) runs; the caller `deliver`s it
+    APPROVED = "approved"  # a query was approved; the exec it allowed (WebFetch's fetch) is out
     DONE = "done"  # a result exists (Finished, Started.early or complete_locally)
     ABORTED = "aborted"  # `abort` was called while an exec was out; the loop writes the result
 
 
-_WAITING = frozenset({Phase.RUNNING, Phase.WRITING, Phase.RETRYING, Phase.SLEEPING, Phase.WORKING})
+_WAITING = frozenset(
+    {Phase.RUNNING, Phase.WRITING, Phase.RETRYING, Phase.SLEEPING, Phase.WORKING, Phase.APPROVED}
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +90,10 @@ class ToolSettings:
     # The turn's MCP servers and flat tools' routes, for the MCP meta-tools (mcp_meta.py).
     mcp: McpDirectory = field(default_factory=McpDirectory)
     model: str = ""  # the run's model id (a server job's per-model backends)
+    # RequestContextEnv.workspace_paths[0]: where GenerateImage writes its image.
+    workspace_root: str | None = None
+    # Longest page text WebFetch gives the model ([web_fetch] max_text_chars).
+    page_text_chars: int = DEFAULT_MAX_TEXT_CHARS
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,8 +147,6 @@ class ToolMachine:
     to it until a `Finished`. `abort` and `complete_locally` serve a call the loop ends itself."""
 
     CARD: ClassVar[str]  # the ToolCall.tool oneof field of this family's card
-    # An interaction query (the IDE answers with its UI) instead of an exec; see queries.py.
-    QUERY: ClassVar[bool] = False
     # The answer waits on a person (a form, an approval): the question deadline bounds it.
     WAITS_ON_PERSON: ClassVar[bool] = False
     REQUIRED: ClassVar[tuple[str, ...]] = ()  # string arguments the call cannot run without
@@ -159,6 +165,7 @@ class ToolMachine:
         self._phase = Phase.NEW
         self._exec_ids: set[int] = set()
         self._alloc: Callable[[], int] | None = None
+        self._alloc_query: Callable[[], int] | None = None
 
     def __repr__(self) -> str:
         return (
@@ -181,10 +188,19 @@ class ToolMachine:
 
     # -- the caller's events -----------------------------------------------------------------
 
-    def start(self, alloc_exec_id: Callable[[], int], now_ms: int) -> Started:
+    def start(
+        self,
+        alloc_exec_id: Callable[[], int],
+        now_ms: int,
+        *,
+        alloc_query_id: Callable[[], int] | None = None,
+    ) -> Started:
+        """`alloc_query_id` gives interaction ids for a family that asks a query (queries.py);
+        without it, queries take their ids from `alloc_exec_id` too."""
         if self._phase is not Phase.NEW:
             raise RuntimeError(f"start() called on {self!r}: a call starts once")
         self._alloc = alloc_exec_id
+        self._alloc_query = alloc_query_id
         self.started_at_ms = now_ms
         started = cards.started_frame(self.call_id, self.model_call_id, self._card())
         problem = self._argument_problem()
@@ -304,6 +320,13 @@ class ToolMachine:
     def _on_job_done(self, outcome: JobOutcome, now_ms: int) -> Step:
         raise NotImplementedError
 
+    def _on_throw(self, error: str, code: str, now_ms: int) -> Step:
+        """The client threw on the exec out (`code`: " (E42)" or ""): the call failed."""
+        return self._finish_error(
+            f"Error: the client could not run the {self.tool_call.name} call{code}: {error}",
+            now_ms,
+        )
+
     def _on_stream_close(self, now_ms: int) -> Finished:
         """The exec stream closed while its result was still waited on."""
         return self._finish_error(
@@ -391,11 +414,7 @@ class ToolMachine:
                     return Ignored(f"throw for exec {throw.id}, not waited on")
                 error = throw.error or "unknown error"
                 code = f" ({throw.error_code})" if throw.HasField("error_code") else ""
-                return self._finish_error(
-                    f"Error: the client could not run the {self.tool_call.name} call{code}: "
-                    f"{error}",
-                    now_ms,
-                )
+                return self._on_throw(error, code, now_ms)
             case "stream_close":
                 if message.stream_close.id not in self._exec_ids:
                     return Ignored(

@@ -5,8 +5,10 @@ back as the `interaction_response` with the same id. A `QueryMachine` is still a
 (same cards, same early errors, same caller), whose "exec id" is the query's id: the link
 allocates it from the interaction ids and routes the response to `answer`.
 
-Whatever the client answers ends the call: the expected variant gives the tool's result, any
-other variant (or none) an error result the model reads. A client that never answers is
+For these three, whatever the client answers ends the call: the expected variant gives the
+tool's result, any other variant (or none) an error result the model reads. A family whose
+approval only lets the work begin (WebFetch, GenerateImage: web.py) goes on from `_on_answer`
+with an exec (its id from the exec ids) or a server job. A client that never answers is
 bounded by the runtime's deadline like any tool call (the question deadline when the answer
 waits on a person).
 """
@@ -28,7 +30,6 @@ SWITCHABLE_MODES = ("agent", "plan")
 
 
 class QueryMachine(ToolMachine):
-    QUERY = True
     QUERY_FIELD: ClassVar[str]  # the InteractionQuery oneof field this family asks with
     RESPONSE_FIELD: ClassVar[str]  # the InteractionResponse oneof field it expects back
     HANDLERS: ClassVar[Handlers] = {}  # no exec replies: everything comes through `answer`
@@ -38,14 +39,16 @@ class QueryMachine(ToolMachine):
         raise NotImplementedError
 
     def _on_answer(self, response: Any, now_ms: int) -> Step:
-        """The expected response message (CreatePlanRequestResponse, ...): usually the end of
-        the call; WebSearch goes on with a server job."""
+        """The expected response message (CreatePlanRequestResponse, ...). Most families end
+        the call here; an approval may go on with an exec or a server job (web.py,
+        web_search.py)."""
         raise NotImplementedError
 
     def _first_exec(self) -> bytes:
-        if self._alloc is None:
+        alloc = self._alloc_query or self._alloc
+        if alloc is None:
             raise RuntimeError(f"{self!r} sends a query before start()")
-        query_id = self._alloc()
+        query_id = alloc()
         self._exec_ids.add(query_id)
         iq = agent_pb2.InteractionQuery(id=query_id)
         getattr(iq, self.QUERY_FIELD).CopyFrom(self._query())
@@ -56,7 +59,7 @@ class QueryMachine(ToolMachine):
         if self.phase is Phase.NEW:
             raise RuntimeError(f"answer() called on {self!r} before start()")
         if self.phase is not Phase.RUNNING:
-            return Ignored(f"the {self.tool_call.name} call is already over")
+            return Ignored(f"the {self.tool_call.name} call no longer waits on its query")
         if response.id not in self._exec_ids:
             return Ignored(f"interaction response {response.id} is not waited on")
         kind = response.WhichOneof("result")
@@ -71,11 +74,13 @@ class QueryMachine(ToolMachine):
 
     def abort(self) -> tuple[bytes, ...]:
         """A query has no abort message: the IDE's form stays until the user closes it, and a
-        late answer is ignored (nothing waits on its id any more); so is the outcome of a
-        server job the answer started (WebSearch)."""
+        late answer is ignored (nothing waits on its id any more). Once the query was answered
+        and an exec is out (WebFetch's fetch) or a server job runs (WebSearch), the call is
+        aborted as any call is (the job's outcome is then ignored)."""
+        if self.phase is not Phase.RUNNING:
+            return super().abort()
         self._exec_ids.clear()
-        if self.phase in (Phase.RUNNING, Phase.WORKING):
-            self._phase = Phase.ABORTED
+        self._phase = Phase.ABORTED
         return ()
 
 
