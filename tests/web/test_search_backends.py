@@ -177,4 +177,6 @@ async def test_the_job_runner_dispatches_on_the_job_type(fakes: SearchFakes) -> 
     assert (await run(JOB)) == SearchResults(hits=expected_hits(2), backend="searx")
     assert isinstance(await run(PageFetchJob(url="https://example.org")), JobFailed)
     assert isinstance(await run(ImageJob(description="a cat")), JobFailed)
-    assert (await job_runner()(JOB)) == JobFailed(message="no web search backend is configured")
+    assert (await job_runner()(JOB)) == JobFailed(
+        message="this server has no web search configured"
+    )

@@ -29,13 +29,15 @@ log = logging.getLogger("cursor_byok.web")
 
 def job_runner(
     *,
-    fetcher: PageFetcher,
+    fetcher: PageFetcher | None = None,
     images: ImageMaker | None = None,
     search: WebSearch | None = None,
 ) -> JobRunner:
     """The runner for this server's configuration: `fetcher` for WebFetch's server-side fetch
     (it refuses when [web_fetch] server_side is off), `images` for GenerateImage (None: no
     [image_generation]), `search` for WebSearch (None: no backend configured)."""
+
+    pages = fetcher if fetcher is not None else PageFetcher(enabled=False)
 
     async def run(job: ServerJob) -> JobOutcome:
         try:
@@ -51,7 +53,7 @@ def job_runner(
                     return JobFailed(message="this server has no web search configured")
                 return await search.search(job)
             case PageFetchJob():
-                return await fetcher.fetch(job)
+                return await pages.fetch(job)
             case ImageJob():
                 if images is None:
                     return JobFailed(message="this server has no image generation configured")
