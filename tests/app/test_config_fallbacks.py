@@ -82,7 +82,9 @@ def test_an_unknown_fallback_never_means_the_default_model() -> None:
     text = config_text(qwen='["gpt-9"]', server='default_model = "llama"')
     with pytest.raises(ConfigError) as caught:
         parse_config(text, env={})
-    assert any("models.qwen.fallbacks: unknown model 'gpt-9'" in line for line in caught.value.lines())
+    assert any(
+        "models.qwen.fallbacks: unknown model 'gpt-9'" in line for line in caught.value.lines()
+    )
 
 
 def test_every_mistake_is_listed() -> None:
