@@ -17,6 +17,7 @@ from cursor_byok.loop import (
     Resume,
     RuntimeState,
     ToolResult,
+    Transition,
     TurnContext,
     ids,
     transition,
@@ -33,7 +34,7 @@ def started(context: TurnContext = CONTEXT) -> tuple[RuntimeState, CallLLM]:
     return t.state, t.command
 
 
-def refused(state: RuntimeState, text: str = "HTTP 503: overloaded"):  # type: ignore[no-untyped-def]
+def refused(state: RuntimeState, text: str = "HTTP 503: overloaded") -> Transition:
     ts, _ = stream(state, FauxResponse.error(text, started=False))
     assert len(ts) == 1
     return ts[0]
