@@ -18,7 +18,7 @@ from typing import Any, get_args
 import msgspec
 
 from .config_shape import check_shape, key_path
-from .llm.model_names import ModelNames, NameClash, UnknownDefault
+from .llm.model_names import ModelNames, NameClash, Unknown, UnknownDefault
 from .llm.models import Model, Prices
 from .llm.native_search import search_unsupported
 from .llm.settings import Api, ModelSettings, ProviderSettings, ReasoningEffort
@@ -146,6 +146,8 @@ class ModelConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     )
     # This model's own ordered list of [web_search.backend.NAME]s (else web_search.backends).
     web_search: list[str] | None = None
+    # Models (ids or aliases) tried in order when a call fails before its first output.
+    fallbacks: list[str] = []
 
 
 class SearchBackendConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -395,6 +397,7 @@ def parse_config(
         ) from None
     if names.default is not None:
         server = msgspec.structs.replace(server, default_model=names.default.id)
+    models = _with_fallbacks(raw, models, names, path)
     return Config(
         server=server,
         providers=providers,
@@ -404,6 +407,35 @@ def parse_config(
         web_fetch=raw.web_fetch,
         image_generation=raw.image_generation,
     )
+
+
+def _with_fallbacks(
+    raw: RawConfig, models: dict[str, Model], names: ModelNames, path: str | None
+) -> dict[str, Model]:
+    """Each model's `fallbacks` resolved to model ids: served names only (never the default
+    model standing in for an unknown one), not the model itself, no repeats. A chain is flat
+    (a fallback's own fallbacks are not followed), so models that name each other are fine."""
+    errors: list[str] = []
+    out = dict(models)
+    for model_id, m in raw.models.items():
+        if not m.fallbacks or model_id not in models:
+            continue
+        key = f"{key_path('models', model_id)}.fallbacks"
+        chain: list[str] = []
+        for name in m.fallbacks:
+            found = names.resolve(name, use_default=False)
+            if isinstance(found, Unknown):
+                errors.append(f"{key}: {found.message()}")
+            elif found.model.id == model_id:
+                errors.append(f"{key}: {name!r} is this model itself")
+            elif found.model.id in chain:
+                errors.append(f"{key}: {name!r} names {found.model.id!r} a second time")
+            else:
+                chain.append(found.model.id)
+        out[model_id] = msgspec.structs.replace(models[model_id], fallbacks=tuple(chain))
+    if errors:
+        raise ConfigError(*errors, path=path)
+    return out
 
 
 SEARCH_KINDS = ("searxng", "brave", "tavily", "provider")

@@ -25,7 +25,11 @@ class ContinueLLM(_Command, frozen=True, tag="continue_llm"):
 
 
 class CallLLM(_Command, frozen=True, tag="call_llm"):
-    """Open a stream for `request`. A retry reuses the same call_id and exact request."""
+    """Open a stream for `request`. A retry reuses the same call_id and exact request.
+
+    `model`: the model to send it to, "" for the run's own; a fallback names another model and
+    `fallback_of` the call that failed before its output (a new call: its own id, request
+    bytes and record)."""
 
     call_id: str
     request: RequestMessages
@@ -33,6 +37,8 @@ class CallLLM(_Command, frozen=True, tag="call_llm"):
     catalogue_version: int = 0  # the tool catalogue the request's tools come from
     # The request's characters per context-meter category (meter.py), recorded with the call.
     prompt: PromptChars = PromptChars()
+    model: str = ""
+    fallback_of: str = ""
 
 
 class ResendLLM(_Command, frozen=True, tag="resend_llm"):
@@ -41,6 +47,7 @@ class ResendLLM(_Command, frozen=True, tag="resend_llm"):
 
     call_id: str
     messages_hash: str
+    model: str = ""  # as in the CallLLM that made the call: "" for the run's own model
 
 
 class CallClient(_Command, frozen=True, tag="call_client"):

@@ -92,6 +92,8 @@ class TurnContext(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unknow
       multitask, subagent); any other value offers agent's tools.
     - `switches`: the run's gate values (client flags, our config) that switch tools off.
     - `max_llm_calls`: at most this many LLM calls per turn; one more fails the turn.
+    - `fallbacks`: the model ids to try, in order, when a call fails before its first output
+      (the configuration of the run's model; transition.py decides when one is tried).
     - `kept_parts`: the context blobs this context was read from (KeptPart); never rendered.
     """
 
@@ -106,6 +108,7 @@ class TurnContext(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unknow
     mode: str = "agent"
     switches: Switches = DEFAULT_SWITCHES
     max_llm_calls: int = DEFAULT_MAX_LLM_CALLS
+    fallbacks: tuple[str, ...] = ()
     kept_parts: tuple[KeptPart, ...] = ()
 
     @property

@@ -55,10 +55,12 @@ class _Waiting(_Value, frozen=True, tag_field="kind"):
 
 
 class AwaitLLM(_Waiting, frozen=True, tag="llm"):
-    """An LLM call is in flight; only events carrying `call_id` are accepted."""
+    """An LLM call is in flight; only events carrying `call_id` are accepted. `fallback`: 0
+    for the run's own model, k for the k-th of the context's `fallbacks`."""
 
     call_id: str
     messages_hash: str
+    fallback: int = 0
 
 
 class AwaitClient(_Waiting, frozen=True, tag="client"):

@@ -259,11 +259,7 @@ def _call_llm(c: ConversationState) -> Transition:
         )
     n = c.llm_calls + 1
     call = ids.call_id(c.turn_id, n)
-    request = RequestMessages(
-        system_prompt=render_prompt(context),
-        messages=c.messages,
-        tools=render_tools(context),
-    )
+    request = _request(c, context)
     digest = messages_hash(c.messages)
     c2 = _commit(
         c,
@@ -279,6 +275,47 @@ def _call_llm(c: ConversationState) -> Transition:
         prompt=prompt_chars(request, context),
     )
     return _settle(c2, (), command)
+
+
+def _request(c: ConversationState, context: TurnContext) -> RequestMessages:
+    return RequestMessages(
+        system_prompt=render_prompt(context),
+        messages=c.messages,
+        tools=render_tools(context),
+    )
+
+
+def _fall_back(c: ConversationState, waiting: AwaitLLM, end: CallEnd) -> Transition | None:
+    """The same step of the turn on the next of the context's fallback models, after call
+    `waiting` failed before its first output; None when no fallback is left.
+
+    The history has not moved since that call was made (steering waits in `queued`), so the
+    request is the same messages, prompt and tools, sent as a new call to another model. Not
+    counted in `max_llm_calls`: the turn is still at the same step. The turn's next call goes
+    back to the run's own model."""
+    context = _context(c)
+    k = waiting.fallback + 1
+    if k > len(context.fallbacks):
+        return None
+    call = ids.fallback_call_id(ids.call_id(c.turn_id, c.llm_calls), k)
+    request = _request(c, context)
+    c2 = _commit(c, waiting=AwaitLLM(call_id=call, messages_hash=waiting.messages_hash, fallback=k))
+    command = CallLLM(
+        call_id=call,
+        request=request,
+        messages_hash=waiting.messages_hash,
+        catalogue_version=catalogue.CATALOGUE_VERSION,
+        prompt=prompt_chars(request, context),
+        model=context.fallbacks[k - 1],
+        fallback_of=waiting.call_id,
+    )
+    return _settle(c2, (), command, call_end=end)
+
+
+def _model_of(c: ConversationState, waiting: AwaitLLM) -> str:
+    """The model call `waiting` went to: "" for the run's own, else its fallback's id."""
+    fallbacks = _context(c).fallbacks
+    return fallbacks[waiting.fallback - 1] if 0 < waiting.fallback <= len(fallbacks) else ""
 
 
 def opening_message(context: TurnContext, user_message: LLMUserMessage) -> LLMUserMessage:
@@ -436,7 +473,7 @@ def _on_llm_event(state: RuntimeState, input: LLMEvent) -> Transition:
         case DoneEvent():
             return _on_done(c, waiting, pending, event)
         case ErrorEvent():
-            return _on_error(c, waiting, event)
+            return _on_error(c, waiting, pending, event)
         case _:
             assert_never(event)
     return Transition(RuntimeState(c, pending), (event,), CONTINUE_LLM)
@@ -487,12 +524,22 @@ def _on_done(
     return _settle(c2, emit, Final(message=message), call_end=done)
 
 
-def _on_error(c: ConversationState, waiting: AwaitLLM, event: ErrorEvent) -> Transition:
+def _on_error(
+    c: ConversationState, waiting: AwaitLLM, pending: PendingResponse | None, event: ErrorEvent
+) -> Transition:
+    """A failed call fails the turn, unless it failed before its first output (a lone
+    `error`: no `start`, so the client saw nothing of it; its retries are behind it) and a
+    fallback model is left: then that model gets the same step, and the client sees only the
+    fallback's answer. Once a call has output, no fallback follows it."""
     if event.reason == "aborted":
         c2 = _commit(c, status=Status.CANCELED, waiting=None, queued=(), queued_context=None)
         end = CallEnd(waiting.call_id, CallOutcome.CANCELED, event.error_message)
         return _settle(c2, (event,), Canceled(reason=event.error_message), call_end=end)
     end = CallEnd(waiting.call_id, CallOutcome.FAILED, event.error_message)
+    if pending is None or pending.call_id != waiting.call_id:
+        fallback = _fall_back(c, waiting, end)
+        if fallback is not None:
+            return fallback
     return _fail(c, event.message, (event,), end)
 
 
@@ -700,7 +747,9 @@ def _on_resume(state: RuntimeState, input: Resume) -> Transition:
         case Status.WAITING_LLM:
             assert isinstance(waiting, AwaitLLM)
             command: Command = ResendLLM(
-                call_id=waiting.call_id, messages_hash=waiting.messages_hash
+                call_id=waiting.call_id,
+                messages_hash=waiting.messages_hash,
+                model=_model_of(c, waiting),
             )
             return Transition(state, (), command)
         case Status.WAITING_CLIENT:

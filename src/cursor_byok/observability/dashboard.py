@@ -134,6 +134,7 @@ def _totals(calls: list[dict[str, Any]], runs: list[dict[str, Any]]) -> dict[str
         "failed_runs": sum(1 for r in runs if r["failed"]),
         "calls": len(calls),
         "failed_calls": sum(1 for r in calls if r["outcome"] == "error"),
+        "fallbacks": sum(1 for r in calls if r["fallback_of"]),
         "input_tokens": inp,
         "output_tokens": total("output_tokens"),
         "cache_read_tokens": read,

@@ -1,10 +1,11 @@
 """Prometheus metrics in a registry of their own (never the process-global one).
 
-Feed it from three places:
+Feed it from four places:
 
 - the server, once per RPC:          `metrics.observe_rpc(path, outcome)`
 - the runner's `on_llm_call` hook:   `metrics.observe_llm_call(record)` (final records only)
 - the runner's `on_run_end` hook:    `metrics.observe_run(summary)`
+- the runner's `on_fallback` hook:   `metrics.observe_fallback(model, fallback)`
 
 and serve `metrics.render()` at GET /metrics. Token and cost counters come from the LLM call
 records only, so a run summary never counts its calls' tokens twice.
@@ -170,6 +171,13 @@ class Metrics:
             ["provider", "model"],
             registry=r,
         )
+        self.llm_fallbacks = Counter(
+            f"{PREFIX}_llm_fallbacks",
+            "Model calls repeated on a fallback model after failing before their first output, "
+            "by the configured model that failed and the fallback model tried",
+            ["model", "fallback"],
+            registry=r,
+        )
         self.unknown_events = Counter(
             f"{PREFIX}_unknown_client_events",
             "Client messages this server does not handle, by kind",
@@ -249,6 +257,11 @@ class Metrics:
         self.llm_cost.labels(provider=provider, model=model).inc(
             cost if cost is not None and cost > 0 else 0.0
         )
+
+    def observe_fallback(self, model: str, fallback: str) -> None:
+        """One call that `model` failed before output, repeated on `fallback` (configured model
+        ids: a bounded label set)."""
+        self.llm_fallbacks.labels(model=model, fallback=fallback).inc()
 
     def observe_run(self, summary: RunSummary) -> None:
         provider = summary.provider or "unknown"

@@ -15,6 +15,8 @@ import logging
 from collections.abc import Awaitable
 from typing import Any, assert_never
 
+import msgspec
+
 from ...llm.events import DoneEvent, ErrorEvent, ResponseEvent
 from ...llm.model_names import Resolved, Unknown, Via
 from ...llm.models import Model
@@ -238,6 +240,8 @@ class Run:
             bases=self.runner.request_bases,
             conversation_id=request.conversation_id,
             on_event=self._on_llm_event,
+            models=self.services.models,
+            llm_for=self.services.llm_for,
         )
         self.conv = Conversation(request.conversation_id, self.store, self.runner.committed_states)
         self.checkpoints = Checkpoints(
@@ -352,6 +356,7 @@ class Run:
         # A Build has no user message: the loop opens its turn with the plan.
         message = request.user_message or LLMUserMessage(content=())
         context = with_kept(context, self._parts, kept)  # the blobs later turns may need
+        context = self._with_fallbacks(context)
         start = Start(
             user_message=message,
             context=context,
@@ -409,7 +414,15 @@ class Run:
             web_search_configured=self.services.web_search_configured,
             image_generation=self.services.image_generation,
         )
-        return with_kept(context, self._parts, stored.kept_parts if stored is not None else ())
+        kept = stored.kept_parts if stored is not None else ()
+        return self._with_fallbacks(with_kept(context, self._parts, kept))
+
+    def _with_fallbacks(self, context: TurnContext) -> TurnContext:
+        """The run's model's fallbacks, configuration the loop reads to decide on one."""
+        fallbacks = self.model.fallbacks if self.model is not None else ()
+        if context.fallbacks == fallbacks:
+            return context
+        return msgspec.structs.replace(context, fallbacks=fallbacks)
 
     async def _consume(self) -> None:
         while not self._done:
@@ -529,7 +542,25 @@ class Run:
             if on_commit is not None:
                 on_commit()
             self.reports.account(calls, turn_ends=isinstance(t.command, Final))
+            if isinstance(t.command, CallLLM) and t.command.fallback_of:
+                self._fell_back(t.command, t.call_end.error if t.call_end is not None else None)
         return status
+
+    def _fell_back(self, command: CallLLM, why: str | None) -> None:
+        """One log line and one count per fallback the loop decided."""
+        assert self.calls is not None
+        failed = self.calls.target(command.fallback_of).model.id
+        log.warning(
+            "run %s: model %s failed before its first output (%s); falling back to %s (call %s)",
+            self.channel.request_id,
+            failed,
+            why or "no error message",
+            command.model,
+            command.call_id,
+        )
+        self.summary.fallbacks += 1
+        if self.services.on_fallback is not None:
+            asyncio.get_running_loop().call_soon(self.services.on_fallback, failed, command.model)
 
     def _publish(self, t: Transition, input: Input) -> None:
         """Send what the transition emitted, and the cards of the calls it answered itself."""

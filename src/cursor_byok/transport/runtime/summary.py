@@ -21,6 +21,7 @@ class RunSummary:
     provider: str = ""
     outcome: str = "unknown"  # ok, failed, canceled, error
     llm_calls: int = 0
+    fallbacks: int = 0  # calls repeated on a fallback model after a failure before output
     usage: Usage = field(default_factory=Usage)
     ttft_ms: int | None = None
     duration_ms: int = 0
