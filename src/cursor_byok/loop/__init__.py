@@ -8,7 +8,7 @@ Public API (see docs/loop.md):
                Supersede, Resume (ToolOperation), ToolLost (LostCause), Rewind, Input; ToolEffect
                (PlanCreated, ModeSwitched) on a ToolResult; PlanBuild on a Start
     context    TurnContext, Environment, McpRoute
-    commands   ContinueLLM, CallLLM, ResendLLM, CallClient, WaitInput, Final, Failed
+    commands   ContinueLLM, CallLLM, ResendLLM, Summarize, CallClient, WaitInput, Final, Failed
                (FailureKind), Canceled, Command
     transition Transition (appended, local_results: LocalResult, call_end: CallEnd with
                CallOutcome), transition, LoopError
@@ -25,11 +25,21 @@ from .commands import (
     FailureKind,
     Final,
     ResendLLM,
+    Summarize,
     WaitInput,
 )
-from .context import DEFAULT_MAX_LLM_CALLS, READ_ONLY_MODES, Environment, McpRoute, TurnContext
+from .context import (
+    DEFAULT_COMPACTION_THRESHOLD,
+    DEFAULT_MAX_LLM_CALLS,
+    READ_ONLY_MODES,
+    ContextWindow,
+    Environment,
+    McpRoute,
+    TurnContext,
+)
 from .inputs import (
     Cancel,
+    Compact,
     Input,
     LLMEvent,
     LostCause,
@@ -40,6 +50,8 @@ from .inputs import (
     Resume,
     Rewind,
     Start,
+    SummaryDone,
+    SummaryFailed,
     Supersede,
     ToolEffect,
     ToolLost,
@@ -52,8 +64,12 @@ from .prompt import build_prompt, build_tools, render_prompt, render_tools
 from .state import (
     BUSY,
     IDLE,
+    AfterSummary,
     AwaitClient,
     AwaitLLM,
+    AwaitSummary,
+    CompactionMark,
+    CompactionReason,
     ConversationState,
     PendingResponse,
     PlanMark,
@@ -66,6 +82,7 @@ from .tools import NATIVE_TOOL_NAMES, NATIVE_TOOLS, ToolSpec, side_effects
 from .transition import (
     CallEnd,
     CallOutcome,
+    Compacted,
     LocalResult,
     LoopError,
     Transition,
@@ -75,14 +92,17 @@ from .view import WHOLE_LOG, Span
 
 __all__ = [
     "BUSY",
+    "DEFAULT_COMPACTION_THRESHOLD",
     "DEFAULT_MAX_LLM_CALLS",
     "IDLE",
     "NATIVE_TOOLS",
     "NATIVE_TOOL_NAMES",
     "READ_ONLY_MODES",
     "WHOLE_LOG",
+    "AfterSummary",
     "AwaitClient",
     "AwaitLLM",
+    "AwaitSummary",
     "CallClient",
     "CallEnd",
     "CallLLM",
@@ -90,6 +110,11 @@ __all__ = [
     "Cancel",
     "Canceled",
     "Command",
+    "Compact",
+    "Compacted",
+    "CompactionMark",
+    "CompactionReason",
+    "ContextWindow",
     "ContinueLLM",
     "ConversationState",
     "Environment",
@@ -116,6 +141,9 @@ __all__ = [
     "Span",
     "Start",
     "Status",
+    "Summarize",
+    "SummaryDone",
+    "SummaryFailed",
     "Supersede",
     "ToolEffect",
     "ToolLost",

@@ -5,6 +5,7 @@ the same ids, so the store can deduplicate LLM calls and client operations by id
 
     turn_id       "{conversation_id}:{turn}"
     call_id       "{turn_id}:llm{n}"                 n = 1, 2, ... within the turn
+    summary call  "{turn_id}:summary{n}"             counted with the turn's model calls
     operation_id  "{call_id}:{tool_call_id}"         the LLM call whose answer asked for the tool
     commit_id     "{conversation_id}@{commit}"       commit = number of committed state changes
 """
@@ -18,6 +19,10 @@ def turn_id(conversation_id: str, turn: int) -> str:
 
 def call_id(turn_id: str, n: int) -> str:
     return f"{turn_id}:llm{n}"
+
+
+def summary_call_id(turn_id: str, n: int) -> str:
+    return f"{turn_id}:summary{n}"
 
 
 def operation_id(call_id: str, tool_call_id: str) -> str:
