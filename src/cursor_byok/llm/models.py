@@ -37,3 +37,5 @@ class Model(msgspec.Struct, frozen=True):
     prices: Prices | None
     aliases: tuple[str, ...] = ()  # other names clients may ask for (llm/model_names.py)
     vision: bool = False  # the model reads images (AvailableModels.supports_images)
+    compaction_threshold: float = 0.9  # share of the window that starts a compaction
+    compaction_model: str | None = None  # the model id that writes summaries; None: this one

@@ -24,6 +24,7 @@ from ..cursor import rewound_to, turn_blob
 from . import records
 from .committed_states import CommittedStates
 from .requests import Answer, ClientRequests
+from .summaries import summary_records
 
 # How long a turn waits for the client to store its checkpoint blob (a client that keeps no
 # blobs gets no checkpoint; the turn still ends well).
@@ -138,7 +139,11 @@ class Checkpoints:
         # should the write be lost, the next run's turns are simply not a prefix of ours and
         # our history stands (never a wrong rewind).
         mode = state.context.mode if state.context is not None else None
-        self.channel.send(checkpoint_frame([m.blob_id for m in marks], state.todos, mode))
+        self.channel.send(
+            checkpoint_frame(
+                [m.blob_id for m in marks], state.todos, mode, summaries=summary_records(state)
+            )
+        )
         self._marks = list(marks)
         self.states.set_turn_marks(self.conversation_id, version, marks)
         # The marks before this turn's are what the store holds (read from it, or written by

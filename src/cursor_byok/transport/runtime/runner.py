@@ -25,7 +25,7 @@ from ..connect.channel import RunChannel
 from .client_blobs import ClientBlobs
 from .committed_states import CommittedStates
 from .request_bases import RequestBases
-from .summary import CacheStats, RunSummary
+from .summary import CacheStats, CompactionSummary, RunSummary
 
 if TYPE_CHECKING:
     from .run import Run
@@ -56,6 +56,7 @@ class RunnerServices:
     on_llm_call: Callable[[LLMCallRecord], None] | None = None
     on_run_end: Callable[[RunSummary], None] | None = None
     on_unknown_event: Callable[[str], None] | None = None
+    on_compaction: Callable[[CompactionSummary], None] | None = None
     unknown_kinds: set[str] = field(default_factory=set)  # logged once each
     # Runs the server's own work for a tool call (web search, image generation); None: none.
     run_job: JobRunner | None = None

@@ -1716,6 +1716,24 @@ class ConversationStateStructure(_message.Message):
     subagent_runs_by_parent_tool_call_id: _containers.MessageMap[str, SubagentRun]
     def __init__(self, root_prompt_messages_json: _Optional[_Iterable[bytes]] = ..., turns_old: _Optional[_Iterable[bytes]] = ..., todos: _Optional[_Iterable[bytes]] = ..., pending_tool_calls: _Optional[_Iterable[str]] = ..., token_details: _Optional[_Union[ConversationTokenDetails, _Mapping]] = ..., summary: _Optional[bytes] = ..., plan: _Optional[bytes] = ..., turns: _Optional[_Iterable[bytes]] = ..., previous_workspace_uris: _Optional[_Iterable[str]] = ..., mode: _Optional[_Union[AgentMode, str]] = ..., summary_archive: _Optional[bytes] = ..., file_states: _Optional[_Mapping[str, bytes]] = ..., summary_archives: _Optional[_Iterable[bytes]] = ..., turn_timings: _Optional[_Iterable[_Union[StepTiming, _Mapping]]] = ..., file_states_v2: _Optional[_Mapping[str, FileStateStructure]] = ..., subagent_states: _Optional[_Mapping[str, SubagentPersistedState]] = ..., self_summary_count: _Optional[int] = ..., read_paths: _Optional[_Iterable[str]] = ..., active_branch_name: _Optional[str] = ..., tracked_git_repo_branches: _Optional[_Iterable[_Union[TrackedGitRepo, _Mapping]]] = ..., agent_type: _Optional[str] = ..., subagent_threads: _Optional[_Mapping[str, str]] = ..., communicate_update_final_summary: _Optional[str] = ..., conversation_started_timestamp_ms: _Optional[int] = ..., conversation_started_time_zone: _Optional[str] = ..., communicate_update_completed_subtitle: _Optional[str] = ..., subagent_runs_by_parent_tool_call_id: _Optional[_Mapping[str, SubagentRun]] = ...) -> None: ...
 
+class ConversationSummary(_message.Message):
+    __slots__ = ("summary",)
+    SUMMARY_FIELD_NUMBER: _ClassVar[int]
+    summary: str
+    def __init__(self, summary: _Optional[str] = ...) -> None: ...
+
+class ConversationSummaryArchive(_message.Message):
+    __slots__ = ("summarized_messages", "summary", "window_tail", "summary_message")
+    SUMMARIZED_MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    SUMMARY_FIELD_NUMBER: _ClassVar[int]
+    WINDOW_TAIL_FIELD_NUMBER: _ClassVar[int]
+    SUMMARY_MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    summarized_messages: _containers.RepeatedScalarFieldContainer[bytes]
+    summary: str
+    window_tail: int
+    summary_message: bytes
+    def __init__(self, summarized_messages: _Optional[_Iterable[bytes]] = ..., summary: _Optional[str] = ..., window_tail: _Optional[int] = ..., summary_message: _Optional[bytes] = ...) -> None: ...
+
 class ConversationTokenDetails(_message.Message):
     __slots__ = ("used_tokens", "max_tokens", "breakdown", "prompt_context_usage_snapshot_blob_id")
     USED_TOKENS_FIELD_NUMBER: _ClassVar[int]
