@@ -46,6 +46,7 @@ class App:
             disabled_tools=tuple(config.server.disabled_tools),
             on_llm_call=obs.on_llm_call,
             on_run_end=obs.on_run_end,
+            on_compaction=obs.on_compaction,
             on_unknown_event=obs.metrics.observe_unknown_event,
         )
         runner = Runner(services)

@@ -293,3 +293,34 @@ async def test_a_second_refusal_after_compacting_fails_the_turn_and_never_loops(
     kinds = updates(reader)
     assert kinds.count("interaction_update.summary_started") == 1
     assert len(bodies_of(upstream, conversation, since)) == 3  # refused, summary, refused
+
+
+def sample(metrics: str, name: str, **labels: str) -> float:
+    want = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
+    for line in metrics.splitlines():
+        if line.startswith(f"{name}{{") and all(f'{k}="{v}"' in line for k, v in labels.items()):
+            return float(line.rsplit(" ", 1)[1])
+    raise AssertionError(f"no sample {name}{{{want}}} in /metrics")
+
+
+async def test_the_operator_sees_the_compactions(
+    server: ServerProcess, upstream: FakeUpstream
+) -> None:
+    """After the tests above: compactions per model and reason, tokens before and after, the
+    summary calls' cost in /metrics and on the dashboard, one log line each."""
+    async with http(server) as client:
+        metrics = (await client.get("/metrics")).text
+        totals = (await client.get("/dashboard/api/summary")).json()["totals"]
+    name = "cursor_byok_compactions_total"
+    assert sample(metrics, name, model=SMALL, reason="threshold") == 1
+    assert sample(metrics, name, model=SMALL, reason="requested") == 1
+    assert sample(metrics, name, model=SMALL, reason="overflow") == 3
+    before = sample(metrics, "cursor_byok_compaction_tokens_total", model=SMALL, when="before")
+    after = sample(metrics, "cursor_byok_compaction_tokens_total", model=SMALL, when="after")
+    assert before > after > 0
+    # The brain has no prices: the cost is counted as 0, the series exists.
+    assert sample(metrics, "cursor_byok_compaction_cost_usd_total", model=SMALL) == 0.0
+    assert totals["summary_calls"] == 5 and totals["summary_cost_usd"] == 0.0
+    lines = [line for line in server.log().splitlines() if "compacted (" in line]
+    assert len(lines) == 5
+    assert any(f"compacted (threshold, model {SMALL})" in line for line in lines)

@@ -40,7 +40,7 @@ from .metrics import Metrics
 from .outcomes import outcome_record
 
 if TYPE_CHECKING:
-    from ..transport.runtime.summary import RunSummary
+    from ..transport.runtime.summary import CompactionSummary, RunSummary
 
 log = logging.getLogger("cursor_byok.observability")
 
@@ -89,6 +89,12 @@ class Observability:
             self.metrics.observe_llm_call(record)
         except Exception:
             log.exception("metrics: could not record LLM call %s", record.call_id)
+
+    def on_compaction(self, summary: CompactionSummary) -> None:
+        try:
+            self.metrics.observe_compaction(summary)
+        except Exception:
+            log.exception("metrics: could not record a compaction")
 
     def on_run_end(self, summary: RunSummary) -> None:
         try:
