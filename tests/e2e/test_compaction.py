@@ -10,6 +10,7 @@ successful new call, never a loop."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import uuid
 from collections.abc import Iterator
@@ -21,7 +22,16 @@ from cursor_byok.loop import compaction
 from cursor_byok.transport.cursor.proto import agent_pb2
 from cursor_byok.transport.runtime.summaries import HOOK_MESSAGE, NOTHING_TO_COMPACT
 from tests.e2e.test_run_h2 import h2_run
-from tests.e2e.test_shim import Reader, ShimRun, content_text, http, kind, run_request
+from tests.e2e.test_shim import (
+    Reader,
+    ShimRun,
+    content_text,
+    exec_of,
+    http,
+    kind,
+    read_ok,
+    run_request,
+)
 from tests.support.brain import LLAMA_SERVER_OVERFLOW, answer, summary_of
 from tests.support.live import ServerProcess, brain_config, server_process
 from tests.support.upstream import FakeUpstream, Received, Reply
@@ -324,3 +334,62 @@ async def test_the_operator_sees_the_compactions(
     lines = [line for line in server.log().splitlines() if "compacted (" in line]
     assert len(lines) == 5
     assert any(f"compacted (threshold, model {SMALL})" in line for line in lines)
+
+
+async def test_one_long_turn_is_cut_inside_at_a_tool_result_boundary_over_h2(
+    server: ServerProcess, upstream: FakeUpstream
+) -> None:
+    """A single turn whose tool results fill the window: the cut goes inside the turn, after a
+    tool result; the request after it starts with the summary, then an assistant message and
+    the results of exactly its calls; the turn then finishes."""
+    conversation = str(uuid.uuid4())
+    path = f"/w/big-{conversation[:8]}.txt"
+    content = "a line of a large file that the model reads again and again\n" * 40  # ~600 tokens
+    prompt = f"[reads 9 {path}] {conversation}"
+    since = len(upstream.requests)
+    answered: set[int] = set()
+
+    def unanswered_read(m: agent_pb2.AgentServerMessage) -> bool:
+        return exec_of("read_args")(m) and m.exec_server_message.id not in answered
+
+    async with h2_run(server) as (stream, reader):
+        await stream.send(run_request(prompt, conversation, model=SMALL))
+        for _ in range(9):
+            ask = await reader.wait_for(unanswered_read)
+            esm = ask.exec_server_message
+            answered.add(esm.id)
+            await stream.send(read_ok(esm.id, esm.read_args.path, content))
+        end = await reader.wait_end()
+    assert end == {}, end
+    assert "".join(reader.texts).endswith("Read it 9 times.")
+    kinds = updates(reader)
+    compactions = kinds.count("interaction_update.summary_started")
+    assert compactions >= 1
+    assert kinds.count("interaction_update.summary_completed") == compactions
+
+    # The requests of this turn: each holds the file's path (in the summary, too).
+    bodies = [json.loads(r.body) for r in bodies_of(upstream, path, since)]
+    summaries = [
+        i for i, b in enumerate(bodies) if b["messages"][0]["content"] == compaction.SUMMARY_PROMPT
+    ]
+    assert len(summaries) == compactions
+    # Never a compaction right after another: each frees room for several model calls.
+    assert all(b - a >= 3 for a, b in itertools.pairwise(summaries))
+    k = summaries[0]
+    after = bodies[k + 1]["messages"]
+    assert after[1]["role"] == "user" and after[1]["content"].startswith(compaction.SUMMARY_HEADER)
+    assert f"[reads 9 {path}]" in after[1]["content"]  # the summary carries the turn on
+    assert after[2]["role"] == "assistant" and after[2]["tool_calls"]
+    calls = {c["id"] for m in after if m["role"] == "assistant" for c in m.get("tool_calls", [])}
+    results = {m["tool_call_id"] for m in after if m["role"] == "tool"}
+    assert calls == results  # no broken pair
+    assert prompt not in json.dumps(after)  # the turn's own message was summarized
+    # Every request of the turn after a compaction extends the one before it, up to the next.
+    for prev, nxt in itertools.pairwise(bodies):
+        if nxt["messages"][0]["content"] == compaction.SUMMARY_PROMPT:
+            continue
+        if prev["messages"][0]["content"] == compaction.SUMMARY_PROMPT:
+            continue
+        if nxt["messages"][1]["content"] != prev["messages"][1]["content"]:
+            continue  # the first request of a new epoch
+        assert nxt["messages"][: len(prev["messages"])] == prev["messages"]

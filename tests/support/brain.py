@@ -9,6 +9,7 @@ prompt it types into a real client:
 - `[tools N1 {a1} N2 {a2}]`      two tool calls in one message (parallel), then a summary
 - `[script write-read PATH TEXT]` Write(PATH, TEXT), then Read(PATH), then an answer quoting it
 - `[script write-shell PATH TEXT]` Write(PATH, TEXT), then Shell("cat PATH"), then an answer
+- `[reads N PATH]`                Read(PATH) N times, one call per step, then an answer
 - `[slow SECONDS]`               a pause before the answer (heartbeat tests)
 - `[brief]`                      a short answer however long the message (benchmarks)
 - `[fail]`                       HTTP 500 with a provider error body
@@ -77,8 +78,12 @@ COMPACTED = "[The earlier part of this conversation was compacted"
 
 
 def summary_of(transcript: str) -> str:
-    """The brain's summary: deterministic, names how much it read."""
-    return f"BRAIN SUMMARY of {transcript.count('## User')} user messages."
+    """The brain's summary: deterministic, names how much it read, and keeps a `[reads ...]`
+    script it saw going (a turn cut inside carries on from the summary)."""
+    text = f"BRAIN SUMMARY of {transcript.count('## User')} user messages."
+    if m := _READS.search(transcript):
+        text += f" Still doing: {m.group(0)}"
+    return text
 
 
 def text_reply(
@@ -141,6 +146,7 @@ _TOOL = re.compile(r"\[tool (\S+) (\{.*?\})\]")
 _TOOLS = re.compile(r"\[tools (\S+) (\{.*?\}) (\S+) (\{.*?\})\]")
 _SCRIPT = re.compile(r"\[script (write-read|write-shell) (\S+) (.+?)\]")
 _SLOW = re.compile(r"\[slow ([0-9.]+)\]")
+_READS = re.compile(r"\[reads (\d+) (\S+)\]")
 
 
 def answer(received: Received) -> Reply:
@@ -185,6 +191,15 @@ def _sized(reply: Reply, prompt_tokens: int) -> Reply:
 
 
 def _answer(prompt: str, results: list[dict[str, Any]]) -> Reply:
+    if m := _READS.search(prompt):
+        count, path = int(m.group(1)), m.group(2)
+        done = max(
+            (int(r["tool_call_id"][6:]) for r in results if r["tool_call_id"][6:].isdigit()),
+            default=0,
+        )
+        if done < count:
+            return tool_reply([(f"call_r{done + 1}", "Read", {"path": path})])
+        return text_reply(f"Read it {count} times.")
     if m := _SCRIPT.search(prompt):
         kind, path, text = m.groups()
         if not results:

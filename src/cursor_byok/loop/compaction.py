@@ -153,28 +153,28 @@ def plan_cut(
     summary alone (1 when the history starts with an earlier summary: summarizing only it
     would shrink nothing); the cut comes after more than those.
 
-    The last user message and everything after it, when that fits the threshold with room for
-    the summary; else inside the turn, at the earliest tool-result boundary whose tail fits in
-    half the budget (so the next compaction is not at once), else the earliest that fits at
-    all; else TooBig."""
-    budget = window.budget
+    The room for history is the budget less the fixed part and the summary's allowance. The
+    cut keeps the last user message and everything after it when that fits the room; else it
+    goes inside the turn, at the earliest tool-result boundary whose tail takes at most half
+    the room (so the next compaction is not at once), else the earliest that fits at all;
+    else TooBig."""
     sizes = [tokens_of_chars(chars_of(m)) for m in messages]
     tail = [0] * (len(messages) + 1)
     for i in range(len(messages) - 1, -1, -1):
         tail[i] = tail[i + 1] + sizes[i]
-    base = fixed + window.summary_output + SUMMARY_OVERHEAD_TOKENS
+    room = window.budget - fixed - window.summary_output - SUMMARY_OVERHEAD_TOKENS
     u = last_user(messages)
-    if u is not None and u > first and base + tail[u] <= budget:
+    if u is not None and u > first and tail[u] <= room:
         return u
     inside = [k for k in boundaries(messages, u if u is not None else 0) if k > first]
     for k in inside:
-        if base + tail[k] <= budget // 2:
+        if tail[k] <= room // 2:
             return k
     for k in inside:
-        if base + tail[k] <= budget:
+        if tail[k] <= room:
             return k
     smallest = inside[-1] if inside else (u if u is not None else 0)
-    return TooBig(window=window.tokens, budget=budget, fixed=fixed, tail=tail[smallest])
+    return TooBig(window=window.tokens, budget=window.budget, fixed=fixed, tail=tail[smallest])
 
 
 def requested_cut(messages: tuple[Message, ...], first: int) -> int | None:
