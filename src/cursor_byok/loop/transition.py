@@ -993,6 +993,15 @@ def _on_compact(state: RuntimeState) -> Transition:
     if c.busy:
         c, _, call_end = _close_turn(c, "superseded by a newer request")
     cut = compaction.requested_cut(c.messages, _first_summarizable(c))
+    if cut is None and c.commit == 0:
+        # A conversation this server never saw: nothing is committed, so its first turn still
+        # takes the history the client holds.
+        return Transition(
+            state,
+            (),
+            Final(message=loop_answer("")),
+            compacted=Compacted(reason=CompactionReason.REQUESTED),
+        )
     if cut is None:
         t = _replace(
             _ended_quietly(_replace(c, waiting=None)),

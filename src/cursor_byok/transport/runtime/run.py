@@ -490,6 +490,8 @@ class Run:
                         continue
                     if completes is not None:
                         self._background(self.store.save_client_operation(completes), "a result")
+                    if t.compacted is not None:  # nothing to compact, nothing to commit
+                        self._compacted(t.compacted)
                     await self._execute(t)
                     return
                 if t.state.committed is self.state.committed:
