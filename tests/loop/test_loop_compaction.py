@@ -14,6 +14,8 @@ from cursor_byok.loop import (
     AwaitLLM,
     AwaitSummary,
     CallLLM,
+    Cancel,
+    Canceled,
     Compact,
     Compacted,
     CompactionMark,
@@ -383,3 +385,25 @@ def test_the_summary_request_is_trimmed_from_the_oldest_side_to_fit_its_model() 
     assert len(text) <= limit + 200
     assert compaction.TRIMMED_NOTE in text
     assert "m9xyz" in text and "m0xyz" not in text  # the newest kept, the oldest dropped
+
+
+def test_a_cancel_while_summarizing_drops_the_summary_and_keeps_the_history() -> None:
+    s = three_turns()
+    t = transition(s, start(words(100, "q3"), CTX))
+    c = t.state.committed
+    canceled = transition(t.state, Cancel())
+    assert canceled.command == Canceled(reason="canceled by the user")
+    assert canceled.state.committed == replace(
+        c,
+        status=Status.CANCELED,
+        waiting=None,
+        commit=c.commit + 1,
+        last_commit_id=f"c@{c.commit + 1}",
+    )
+    assert canceled.appended == ()
+    assert canceled.call_end is not None and canceled.call_end.call_id == "c:4:summary1"
+    # Its answer, arriving late, is ignored.
+    late = transition(
+        canceled.state, SummaryDone(call_id="c:4:summary1", message=summary_answer("S"))
+    )
+    assert late.state is canceled.state

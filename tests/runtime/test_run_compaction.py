@@ -7,6 +7,7 @@ sources); the successful answers are recorded provider streams (tests/fixtures/p
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 
@@ -24,7 +25,7 @@ from cursor_byok.loop import compaction
 from cursor_byok.store.sqlite import SQLiteStore
 from cursor_byok.transport.runtime import Runner, RunnerServices, records
 from tests.llm.test_context_errors import ANTHROPIC, GEMINI, OPENAI, RESPONSES
-from tests.runtime.harness import Client, run_request
+from tests.runtime.harness import Client, cancel, run_request
 from tests.support.upstream import Reply, fake_upstream, fixture_bytes
 
 CASES = {
@@ -152,5 +153,59 @@ async def test_the_summary_is_written_by_the_configured_compaction_model(tmp_pat
             c for c in await store.list_conversation_llm_calls("c1", 10) if ":summary" in c.call_id
         ]
         assert summary_call.model == "cheap-model" and summary_call.status == "committed"
+        await store.close()
+        await adapter.aclose()
+
+
+async def test_a_cancel_during_the_summary_call_records_it_canceled(tmp_path: Path) -> None:
+    ok = fixture_bytes("openai-chat", "text-basic.sse")
+    async with fake_upstream() as up:
+        adapter = adapter_for("openai-chat", up.base_url)
+        model = Model(
+            id="m",
+            display_name="M",
+            provider=adapter.provider,
+            settings=ModelSettings(model="upstream-model", max_output_tokens=1000),
+            context_window=200_000,
+            prices=None,
+        )
+        store = await SQLiteStore.open(tmp_path / "db")
+        runner = Runner(
+            RunnerServices(models={"m": model}, store=store, llm_for=lambda _m: adapter)
+        )
+        for n, text in enumerate(["first", "second"]):
+            message = run_request("c1", text)
+            message.run_request.requested_model.model_id = "m"
+            client = Client(f"r{n}")
+            client.say(message)
+            up.push(Reply.sse(ok))
+            await runner.handle(client)
+            assert await client.ended() is None
+        hang = Reply(chunks=[], hang_after=True)
+        up.push(hang)
+        summarize = run_request("c1")
+        summarize.run_request.requested_model.model_id = "m"
+        summarize.run_request.action.summarize_action.SetInParent()
+        client = Client("r-sum")
+        client.say(summarize)
+        task = asyncio.create_task(runner.handle(client))
+        for _ in range(500):  # the summary call reached the provider
+            if len(up.requests) == 3:
+                break
+            await asyncio.sleep(0.01)
+        assert len(up.requests) == 3
+        client.say(cancel())
+        await asyncio.wait_for(task, 10)
+        ending = await client.ended()
+        assert ending is not None and ending.code == "canceled"
+        assert summary_kinds(client) == ["summary_started"]
+        (summary_call,) = [
+            c for c in await store.list_conversation_llm_calls("c1", 10) if ":summary" in c.call_id
+        ]
+        assert summary_call.status == "canceled"
+        record = await store.load("c1")
+        assert record is not None
+        state = records.decode_state(record.state, record.messages)
+        assert state.compactions == () and len(state.log) == 4  # nothing appended
         await store.close()
         await adapter.aclose()

@@ -42,8 +42,6 @@ from ...loop import (
     RuntimeState,
     Start,
     Summarize,
-    SummaryDone,
-    SummaryFailed,
     Supersede,
     ToolLost,
     Transition,
@@ -540,11 +538,11 @@ class Run:
         calls: list[LLMCallRecord] = []
         operations: list[ClientOperationRecord] = []
         if t.call_end is not None:
-            if isinstance(input, SummaryDone | SummaryFailed):
+            event = input.event if isinstance(input, LLMEvent) else None
+            # A model call's record, else a summary call's (ended by its answer, or canceled).
+            finished = self.calls.finished(t.call_end, event, now)
+            if finished is None:
                 finished = self.summaries.finished(t.call_end, now)
-            else:
-                event = input.event if isinstance(input, LLMEvent) else None
-                finished = self.calls.finished(t.call_end, event, now)
             if finished is not None:
                 calls.append(finished)
         on_commit = None
