@@ -57,6 +57,7 @@ class App:
             on_llm_call=obs.on_llm_call,
             on_run_end=obs.on_run_end,
             on_fallback=obs.on_fallback,
+            on_compaction=obs.on_compaction,
             on_unknown_event=obs.metrics.observe_unknown_event,
         )
         runner = Runner(services)

@@ -106,6 +106,9 @@ class ServerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     # Catalogue tools (docs/tools.md) never offered to the model, in any mode.
     disabled_tools: list[str] = []
     enabled_tools: list[str] = []  # opt-in tools to offer (WriteShellStdin)
+    # Compaction starts when the next request would pass this share of the model's window
+    # (per model: [models.X] compaction_threshold).
+    compaction_threshold: float = 0.9
 
     def __repr__(self) -> str:
         token = "set" if self.auth_token else "unset"
@@ -148,6 +151,11 @@ class ModelConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     web_search: list[str] | None = None
     # Models (ids or aliases) tried in order when a call fails before its first output.
     fallbacks: list[str] = []
+
+    # Compaction: the share of the window that starts it (None: server.compaction_threshold)
+    # and the model that writes the summary (another [models.Y] id; None: this model).
+    compaction_threshold: float | None = None
+    compaction_model: str | None = None
 
 
 class SearchBackendConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -358,6 +366,18 @@ def parse_config(
             errors.append(f"{key}.max_output_tokens must be positive")
         if any(not a.strip() for a in m.aliases):
             errors.append(f"{key}.aliases: an alias must not be empty")
+        threshold = (
+            m.compaction_threshold
+            if m.compaction_threshold is not None
+            else server.compaction_threshold
+        )
+        if not 0.1 <= threshold <= 1.0:
+            errors.append(f"{key}.compaction_threshold must be between 0.1 and 1.0")
+        if m.compaction_model is not None and m.compaction_model not in raw.models:
+            errors.append(
+                f"{key}.compaction_model: {m.compaction_model!r} is not a model of this "
+                "configuration"
+            )
         if len(errors) > found or m.provider not in providers:
             continue
         settings = ModelSettings(
@@ -379,6 +399,8 @@ def parse_config(
             prices=m.prices,
             aliases=tuple(m.aliases),
             vision=m.vision,
+            compaction_threshold=threshold,
+            compaction_model=m.compaction_model,
         )
     web_search = _web_search(raw, env, errors, providers, frozenset(broken))
     errors += _web_errors(raw, providers, broken)

@@ -50,6 +50,18 @@ class ResendLLM(_Command, frozen=True, tag="resend_llm"):
     model: str = ""  # as in the CallLLM that made the call: "" for the run's own model
 
 
+class Summarize(_Command, frozen=True, tag="summarize"):
+    """Make a compaction's summary call `call_id` with `request` (our prompt and the transcript
+    to summarize), on the user's model or its configured compaction_model, then feed back one
+    SummaryDone or SummaryFailed for it. Its record goes in the same commit as this command; a
+    resumed run gets the same command again (the request is the same, the call is sent again
+    from its stored bytes)."""
+
+    call_id: str
+    request: RequestMessages
+    messages_hash: str
+
+
 class CallClient(_Command, frozen=True, tag="call_client"):
     """Run `tool_call` on the client, then feed back one ToolResult for its id.
 
@@ -94,7 +106,15 @@ class Canceled(_Command, frozen=True, tag="canceled"):
 
 
 Command: TypeAlias = (
-    ContinueLLM | CallLLM | ResendLLM | CallClient | WaitInput | Final | Failed | Canceled
+    ContinueLLM
+    | CallLLM
+    | ResendLLM
+    | Summarize
+    | CallClient
+    | WaitInput
+    | Final
+    | Failed
+    | Canceled
 )
 
 CONTINUE_LLM = ContinueLLM()

@@ -6,6 +6,7 @@ the same ids, so the store can deduplicate LLM calls and client operations by id
     turn_id       "{conversation_id}:{turn}"
     call_id       "{turn_id}:llm{n}"                 n = 1, 2, ... within the turn
     fallback      "{call_id}:fb{k}"                  the k-th fallback model for that call
+    summary call  "{turn_id}:summary{n}"             counted with the turn's model calls
     operation_id  "{call_id}:{tool_call_id}"         the LLM call whose answer asked for the tool
     commit_id     "{conversation_id}@{commit}"       commit = number of committed state changes
 """
@@ -32,6 +33,10 @@ def fallback_of(call_id: str) -> tuple[str, int] | None:
     if not sep or not tail.isdigit() or tail.startswith("0"):
         return None
     return base, int(tail)
+
+
+def summary_call_id(turn_id: str, n: int) -> str:
+    return f"{turn_id}:summary{n}"
 
 
 def operation_id(call_id: str, tool_call_id: str) -> str:

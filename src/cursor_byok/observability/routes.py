@@ -41,7 +41,7 @@ from .metrics import Metrics
 from .outcomes import outcome_record
 
 if TYPE_CHECKING:
-    from ..transport.runtime.summary import RunSummary
+    from ..transport.runtime.summary import CompactionSummary, RunSummary
 
 log = logging.getLogger("cursor_byok.observability")
 
@@ -96,6 +96,12 @@ class Observability:
             self.metrics.observe_fallback(model, fallback)
         except Exception:
             log.exception("metrics: could not record a fallback from %s", model)
+
+    def on_compaction(self, summary: CompactionSummary) -> None:
+        try:
+            self.metrics.observe_compaction(summary)
+        except Exception:
+            log.exception("metrics: could not record a compaction")
 
     def on_run_end(self, summary: RunSummary) -> None:
         try:

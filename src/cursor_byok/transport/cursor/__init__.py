@@ -22,7 +22,17 @@ What the runtime uses:
 from .checkpoint import rewound_to, turn_blob
 from .context import ClientContext, ContextPart, merge_context
 from .context_parts import decode_request_context_part
-from .encode import HEARTBEAT, StreamEncoder, checkpoint, text_delta, turn_ended
+from .encode import (
+    HEARTBEAT,
+    StreamEncoder,
+    SummaryRecord,
+    checkpoint,
+    summary_completed,
+    summary_started,
+    summary_text,
+    text_delta,
+    turn_ended,
+)
 from .ends import (
     Ending,
     bad_request_end,
@@ -89,6 +99,7 @@ __all__ = [
     "ShellCommandRun",
     "Stray",
     "StreamEncoder",
+    "SummaryRecord",
     "ToolFinished",
     "ToolProgress",
     "UnknownEvent",
@@ -101,6 +112,9 @@ __all__ = [
     "merge_context",
     "provider_error_end",
     "rewound_to",
+    "summary_completed",
+    "summary_started",
+    "summary_text",
     "text_delta",
     "turn_blob",
     "turn_ended",

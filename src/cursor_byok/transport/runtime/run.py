@@ -26,6 +26,9 @@ from ...loop import (
     CallClient,
     CallLLM,
     Canceled,
+    Compact,
+    Compacted,
+    ContextWindow,
     ContinueLLM,
     Failed,
     Final,
@@ -38,6 +41,7 @@ from ...loop import (
     Rewind,
     RuntimeState,
     Start,
+    Summarize,
     Supersede,
     ToolLost,
     Transition,
@@ -65,6 +69,9 @@ from ..cursor import (
     canceled_end,
     internal_end,
     merge_context,
+    summary_completed,
+    summary_started,
+    summary_text,
     text_delta,
     turn_ended,
     unimplemented_end,
@@ -81,7 +88,13 @@ from .requests import ClientRequests
 from .resume import consume_exception, first_message
 from .routing import STOP, ClientMessages, Work
 from .runner import Runner
-from .summary import RunSummary
+from .summaries import (
+    HOOK_MESSAGE,
+    NOTHING_TO_COMPACT,
+    SummaryCalls,
+    context_window,
+)
+from .summary import CompactionSummary, RunSummary
 from .tools import ToolCalls
 
 log = logging.getLogger("cursor_byok.runtime")
@@ -116,6 +129,8 @@ class Run:
             on_timeout=self._tool_timed_out,
         )
         self.calls: ModelCalls | None = None
+        self.summaries: SummaryCalls | None = None
+        self.window: ContextWindow | None = None
         self.checkpoints: Checkpoints | None = None
         self.model: Model | None = None
         self.conversation_id = ""
@@ -205,6 +220,8 @@ class Run:
         self._drop_pending_blob()
         if self.calls is not None:
             self.calls.close()
+        if self.summaries is not None:
+            self.summaries.close()
 
     def supersede(self) -> None:
         """A newer run wants this conversation: the loop decides what that means for this one."""
@@ -243,6 +260,16 @@ class Run:
             models=self.services.models,
             llm_for=self.services.llm_for,
         )
+        summarizer = self._summarizer(self.model)
+        self.window = context_window(self.model, summarizer)
+        self.summaries = SummaryCalls(
+            summarizer=summarizer,
+            llm=self.services.llm_for(summarizer),
+            store=self.store,
+            conversation_id=request.conversation_id,
+            summary_output=self.window.summary_output,
+            deliver=self._apply_from_task,
+        )
         self.conv = Conversation(request.conversation_id, self.store, self.runner.committed_states)
         self.checkpoints = Checkpoints(
             conversation_id=request.conversation_id,
@@ -253,6 +280,20 @@ class Run:
             background=self._background,
             window=self.model.context_window,
         )
+
+    def _summarizer(self, model: Model) -> Model:
+        """The model that writes this run's summaries: its compaction_model, else itself."""
+        if model.compaction_model is not None:
+            other = self.services.models.get(model.compaction_model)
+            if other is not None:
+                return other
+        return model
+
+    def _with_window(self, context: TurnContext) -> TurnContext:
+        """The turn's context with the run's model budget (the loop's compaction decisions)."""
+        if self.window is None or context.window == self.window:
+            return context
+        return msgspec.structs.replace(context, window=self.window)
 
     def _resolve_model(self, model_id: str | None) -> Model:
         match self.services.model_names.resolve(model_id):
@@ -315,7 +356,7 @@ class Run:
                 self.channel.send(turn_ended(self.summary.usage))
                 self._end(None, "ok")
                 return
-            case Route.TURN | Route.RESUME | Route.NOTE:
+            case Route.TURN | Route.RESUME | Route.NOTE | Route.COMPACT:
                 pass
             case _:
                 assert_never(route.route)
@@ -332,6 +373,9 @@ class Run:
             await self._apply(await self._resume(None), None)
             self.turn_id = self.state.committed.turn_id
             return
+        if route.route == Route.COMPACT:
+            await self._apply(Compact(), input_id)
+            return
         if isinstance(request.payload, ShellCommandRun):
             await self._apply(Note(message=shell_command_note(request.payload)), input_id)
             return
@@ -344,14 +388,16 @@ class Run:
         kept = last.kept_parts if last is not None else ()
         self._parts = await context_parts(request, self.requests, self.runner.client_blobs, kept)
         self._mcp_tools = request.mcp_tools
-        context = await turn_context(
-            request,
-            self._parts,
-            self.requests,
-            self.services.disabled_tools,
-            self.services.enabled_tools,
-            self.services.web_search_configured,
-            self.services.image_generation,
+        context = self._with_window(
+            await turn_context(
+                request,
+                self._parts,
+                self.requests,
+                self.services.disabled_tools,
+                self.services.enabled_tools,
+                self.services.web_search_configured,
+                self.services.image_generation,
+            )
         )
         # A Build has no user message: the loop opens its turn with the plan.
         message = request.user_message or LLMUserMessage(content=())
@@ -398,7 +444,7 @@ class Run:
     def _follow_up_context(self, client: ClientContext) -> TurnContext:
         """The context a follow-up brought, merged with the run's parts and MCP tools."""
         stored = self.state.committed.context
-        context = merge_context(
+        merged = merge_context(
             client,
             self._parts,
             self._mcp_tools,
@@ -415,7 +461,7 @@ class Run:
             image_generation=self.services.image_generation,
         )
         kept = stored.kept_parts if stored is not None else ()
-        return self._with_fallbacks(with_kept(context, self._parts, kept))
+        return self._with_window(self._with_fallbacks(with_kept(merged, self._parts, kept)))
 
     def _with_fallbacks(self, context: TurnContext) -> TurnContext:
         """The run's model's fallbacks, configuration the loop reads to decide on one."""
@@ -471,6 +517,8 @@ class Run:
                         continue
                     if completes is not None:
                         self._background(self.store.save_client_operation(completes), "a result")
+                    if t.compacted is not None:  # nothing to compact, nothing to commit
+                        self._compacted(t.compacted)
                     await self._execute(t)
                     return
                 if t.state.committed is self.state.committed:
@@ -479,7 +527,7 @@ class Run:
                     await self._execute(t)
                     return
                 assert self.calls is not None and self.checkpoints is not None
-                prepared = self.calls.prepare(t.command) if isinstance(t.command, CallLLM) else None
+                prepared = self._prepare(t)
                 if isinstance(t.command, Final) and not t.command.replay:
                     self._pending_blob = await self.checkpoints.send_blob(
                         t.state.committed, self.version
@@ -496,6 +544,15 @@ class Run:
                 reloaded = True  # a conflict: the same input again, on the stored state
             raise RunFailed(internal_end("the conversation kept changing under this run"))
 
+    def _prepare(self, t: Transition) -> PreparedRequest | None:
+        """The exact request of the call the transition decides, for its commit."""
+        assert self.calls is not None and self.summaries is not None
+        if isinstance(t.command, CallLLM):
+            return self.calls.prepare(t.command)
+        if isinstance(t.command, Summarize):
+            return self.summaries.prepare(t.command)
+        return None
+
     async def _commit(
         self,
         input: Input,
@@ -504,14 +561,17 @@ class Run:
         prepared: PreparedRequest | None,
         completes: ClientOperationRecord | None,
     ) -> CommitStatus:
-        assert self.calls is not None
+        assert self.calls is not None and self.summaries is not None
         after = t.state.committed
         now = self.services.now_ms()
         calls: list[LLMCallRecord] = []
         operations: list[ClientOperationRecord] = []
         if t.call_end is not None:
             event = input.event if isinstance(input, LLMEvent) else None
+            # A model call's record, else a summary call's (ended by its answer, or canceled).
             finished = self.calls.finished(t.call_end, event, now)
+            if finished is None:
+                finished = self.summaries.finished(t.call_end, now)
             if finished is not None:
                 calls.append(finished)
         on_commit = None
@@ -519,6 +579,9 @@ class Run:
             assert prepared is not None
             planned, on_commit = self.calls.planned(t.command, prepared, after.turn_id, now)
             calls.append(planned)
+        elif isinstance(t.command, Summarize):
+            assert prepared is not None
+            calls.append(self.summaries.planned(t.command, prepared, after.turn_id, now))
         if completes is not None:
             operations.append(completes)
         for local in t.local_results:
@@ -572,6 +635,8 @@ class Run:
                     frame = encoder.encode(event)
                     if frame is not None:
                         send(frame)
+        if t.compacted is not None:
+            self._compacted(t.compacted)
         if t.local_results:
             context = t.state.committed.context
             routes = {r.name: r for r in context.mcp_routes} if context is not None else {}
@@ -600,6 +665,10 @@ class Run:
             case ResendLLM(call_id=call_id):
                 self._encoder(call_id)
                 await self.calls.resend(command)
+            case Summarize():
+                assert self.summaries is not None
+                self.channel.send(summary_started())
+                await self.summaries.start(command, prepared)
             case CallClient(operation_id=op):
                 if self.tools.running(op):
                     return
@@ -636,6 +705,41 @@ class Run:
             case _:
                 assert_never(command)
 
+    def _compacted(self, done: Compacted) -> None:
+        """Tell the client a compaction is done (summary_started came with its call; with
+        nothing to compact there was none), the operator too: one log line and the metrics."""
+        send = self.channel.send
+        if not done.call_id:
+            send(summary_started())
+            send(summary_completed(NOTHING_TO_COMPACT))
+            return
+        send(summary_text(done.summary))
+        send(summary_completed(HOOK_MESSAGE))
+        assert self.model is not None
+        log.info(
+            "conversation %s compacted (%s, model %s): %d messages summarized, %d kept, "
+            "about %d tokens before, %d after",
+            self.conversation_id,
+            done.reason,
+            self.model.id,
+            done.summarized,
+            done.kept,
+            done.tokens_before,
+            done.tokens_after,
+        )
+        hook = self.services.on_compaction
+        if hook is not None:
+            summary = CompactionSummary(
+                model=self.model.id,
+                reason=str(done.reason),
+                tokens_before=done.tokens_before,
+                tokens_after=done.tokens_after,
+            )
+            try:
+                hook(summary)
+            except Exception:
+                log.exception("metrics: could not count a compaction")
+
     def _encoder(self, call_id: str) -> StreamEncoder:
         encoder = self._encoders.get(call_id)
         if encoder is None:
@@ -661,6 +765,8 @@ class Run:
             self.channel.send(frame)
         if self.calls is not None:
             self.calls.close()
+        if self.summaries is not None:
+            self.summaries.close()
 
     # -- for the next issues: interaction queries ---------------------------------------------
 

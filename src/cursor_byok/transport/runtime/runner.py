@@ -26,7 +26,7 @@ from ..connect.channel import RunChannel
 from .client_blobs import ClientBlobs
 from .committed_states import CommittedStates
 from .request_bases import RequestBases
-from .summary import CacheStats, RunSummary
+from .summary import CacheStats, CompactionSummary, RunSummary
 
 if TYPE_CHECKING:
     from .run import Run
@@ -61,6 +61,7 @@ class RunnerServices:
     on_run_end: Callable[[RunSummary], None] | None = None
     on_fallback: Callable[[str, str], None] | None = None  # (model id, fallback model id)
     on_unknown_event: Callable[[str], None] | None = None
+    on_compaction: Callable[[CompactionSummary], None] | None = None
     unknown_kinds: set[str] = field(default_factory=set)  # logged once each
     # Runs the server's own work for a tool call (web search, image generation); None: none.
     run_job: JobRunner | None = None

@@ -35,6 +35,16 @@ class RunSummary:
 
 
 @dataclass(frozen=True, slots=True)
+class CompactionSummary:
+    """One compaction, for the metrics (its summary call's cost comes with its call record)."""
+
+    model: str
+    reason: str  # threshold, overflow, requested
+    tokens_before: int
+    tokens_after: int
+
+
+@dataclass(frozen=True, slots=True)
 class CacheStats:
     """One of the runtime's in-memory caches, for /metrics."""
 
