@@ -8,7 +8,6 @@ from __future__ import annotations
 import argparse
 import re
 import shlex
-from pathlib import Path
 
 import pytest
 
@@ -20,6 +19,7 @@ DOC = (REPO / "docs" / "deploy.md").read_text()
 # Commands the doc describes ahead of their branches (issue 18): checked once they exist.
 PENDING = {"token"}
 # Words after `cursor-byok` that are not subcommands: the user or container of that name.
+DEPLOY_FILES = ("Dockerfile", ".dockerignore", "deploy/compose.yaml", "deploy/cursor-byok.service")
 NOT_SUBCOMMANDS = {"sh", "sqlite3", "env", "cursor-byok"}
 _SEPARATORS = re.compile(r"[;|&<>'\"`]")
 
@@ -106,7 +106,7 @@ def test_each_toml_block_parses(block: str) -> None:
 def test_the_files_it_names_exist() -> None:
     for target in re.findall(r"\]\(\.\./([^)#]+)\)", DOC):
         assert (REPO / target).is_file(), target
-    for path in ("Dockerfile", ".dockerignore", "deploy/compose.yaml", "deploy/cursor-byok.service"):
+    for path in DEPLOY_FILES:
         assert (REPO / path).is_file(), path
 
 
@@ -233,7 +233,7 @@ def test_the_matcher_follows_docker_order() -> None:
     assert _ignored("src/a.db", rules) and _ignored("src", _rules("src\n"))
 
 
-def test_package_data_is_not_kept_out(tmp_path: Path) -> None:
+def test_package_data_is_not_kept_out() -> None:
     """The wheel's package data (pyproject's patterns) lies under src/: none of it ignored."""
     rules = _rules((REPO / ".dockerignore").read_text())
     data = [p for p in (REPO / "src").rglob("*") if p.suffix in (".sql", ".proto", ".html")]
