@@ -77,7 +77,7 @@ podman rmi -f localhost/cursor-byok-context:check >/dev/null
 leaked=$(grep -E '\.db|\.env|\.key|cursor-byok\.toml|config\.toml' <<<"$listing" || true)
 if [ -n "$leaked$secrets" ]; then
   echo "container_image: the build context holds what it must not:" >&2
-  echo "$leaked$secrets" >&2
+  printf '%s\n' "$leaked" "$secrets" >&2
   exit 1
 fi
 for needed in ./pyproject.toml ./README.md ./LICENSE ./deploy/healthcheck.py \
