@@ -6,8 +6,8 @@ container serves with the configuration and the database as volumes: it runs as 
 an online backup of the live database is whole; then the container is removed and a new one
 on the same volume still has that run.
 
-Opt-in (about 40 s with the base, the wheels and the layers cached; 2 to 3 minutes after a
-change to src/; 4 to 5 the first time on a machine):
+Opt-in (about 25 s with the base, the wheels and the layers cached; 1 minute after a change
+to src/; about 4 the first time on a machine):
 CURSOR_BYOK_CONTAINER_TESTS=1 python -m pytest tests/deploy -m container. Without it, or
 without podman, runc and mmdebstrap, every test here is skipped, with the reason.
 """
@@ -74,7 +74,7 @@ def podman(
 @pytest.fixture(scope="module")
 def image() -> str:
     if os.environ.get(OPT_IN) != "1":
-        pytest.skip(f"opt-in: set {OPT_IN}=1 (builds and runs the image: 1 to 5 minutes)")
+        pytest.skip(f"opt-in: set {OPT_IN}=1 (builds and runs the image: 25 s to 4 minutes)")
     missing = [tool for tool in TOOLS if shutil.which(tool) is None]
     if missing:
         pytest.skip(f"not installed: {', '.join(missing)} (apt-get install podman runc mmdebstrap)")
