@@ -90,7 +90,10 @@ async def test_a_turn_through_the_docs_nginx_site(tmp_path: Path) -> None:
             ) as client:
                 unauthorized = await client.get("/metrics")
                 assert unauthorized.status_code == 401
-                prompt = unique("through nginx")
+                # The brain pauses 2 s across its chunks: a buffering proxy would hand them
+                # over at once, at the end. (The server's `X-Accel-Buffering: no` keeps nginx
+                # from buffering even without the site's `proxy_buffering off`.)
+                prompt = unique("through nginx [slow 2]")
                 run = ShimRun(client, token=TOKEN)
                 async with run.subscribe() as reader:
                     await run.append(run_request(prompt))
@@ -98,4 +101,6 @@ async def test_a_turn_through_the_docs_nginx_site(tmp_path: Path) -> None:
     assert end == {}, end
     assert reader.turn_ended
     assert "".join(reader.texts) == f"You said: {prompt}"
-    assert len(reader.texts) > 1  # streamed through the proxy, not one buffered blob
+    texts = [t for t, m in reader.events if m.interaction_update.HasField("text_delta")]
+    assert len(texts) > 1
+    assert texts[-1] - texts[0] > 0.8, texts  # streamed through the proxy, not held back
