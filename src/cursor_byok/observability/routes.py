@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 from urllib.parse import parse_qs
@@ -81,6 +82,10 @@ class Observability:
         self.run_log = logging.getLogger(RUN_LOGGER)
         self._secrets = secrets_of(config)
         self._saving: set[asyncio.Task[object]] = set()
+
+    def bind_token_names(self, name_of: Callable[[str], str | None]) -> None:
+        """How metrics name a person token's series (its name, never its value)."""
+        self.metrics.token_name = name_of
 
     # -- runner hooks (RunnerServices.on_llm_call / on_run_end) ----------------------------
 

@@ -96,7 +96,7 @@ def revoke(conn: sqlite3.Connection, name: str, at_ms: int) -> AccessTokenRecord
 def usage(
     conn: sqlite3.Connection, since_ms: int, until_ms: int, token_id: str | None
 ) -> tuple[TokenUsage, ...]:
-    sql, args = _USAGE, [since_ms, until_ms]
+    sql, args = _USAGE, list[object]([since_ms, until_ms])
     if token_id is not None:
         sql += " AND token_id = ?"
         args.append(token_id)

@@ -53,8 +53,10 @@ class ModelCalls:
         bases: RequestBases,
         conversation_id: str,
         on_event: Callable[[str, ResponseEvent], Awaitable[None]],
+        token_id: str | None = None,
     ) -> None:
         self.model = model
+        self.token_id = token_id  # stored with each planned call (the usage per token)
         self.llm = llm
         self.store = store
         self.bases = bases
@@ -91,6 +93,8 @@ class ModelCalls:
             model=self.model,
             now_ms=now_ms,
         )
+        if self.token_id is not None:
+            record = msgspec.structs.replace(record, token_id=self.token_id)
         self._records[command.call_id] = record
 
         def committed() -> None:

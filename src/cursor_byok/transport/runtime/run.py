@@ -74,7 +74,7 @@ from .calls import ModelCalls
 from .checkpoints import Checkpoints, PendingBlob
 from .context import client_history, context_parts, turn_context, with_kept
 from .conversation import Conversation
-from .ending import Reports, RunFailed, end_error, ending_of, failure_ending
+from .ending import Reports, RunFailed, end_error, ending_of, failure_ending, refusal_ending
 from .requests import ClientRequests
 from .resume import consume_exception, first_message
 from .routing import STOP, ClientMessages, Work
@@ -88,8 +88,20 @@ MAX_CAS_RETRIES = 5
 
 
 class Run:
-    def __init__(self, runner: Runner, channel: RunChannel, *, resumable: bool = True) -> None:
+    def __init__(
+        self,
+        runner: Runner,
+        channel: RunChannel,
+        *,
+        resumable: bool = True,
+        token_id: str | None = None,
+    ) -> None:
         self.runner = runner
+        # The person token this run is made under (None: no limits). Subagents: a child run
+        # is created with its parent's `token_id`, so its calls count toward that token's
+        # budget and rate and keep to its models (access.py).
+        self.token_id = token_id
+        self._admitted: set[str] = set()  # call ids the token's limits let through
         self.services = runner.services
         self.store = runner.services.store
         self.channel = channel
@@ -238,6 +250,7 @@ class Run:
             bases=self.runner.request_bases,
             conversation_id=request.conversation_id,
             on_event=self._on_llm_event,
+            token_id=self.token_id,
         )
         self.conv = Conversation(request.conversation_id, self.store, self.runner.committed_states)
         self.checkpoints = Checkpoints(
@@ -466,6 +479,9 @@ class Run:
                     await self._execute(t)
                     return
                 assert self.calls is not None and self.checkpoints is not None
+                if isinstance(t.command, CallLLM):
+                    # Before the commit that decides the call: a refused call leaves nothing.
+                    await self._admit(t.command.call_id)
                 prepared = self.calls.prepare(t.command) if isinstance(t.command, CallLLM) else None
                 if isinstance(t.command, Final) and not t.command.replay:
                     self._pending_blob = await self.checkpoints.send_blob(
@@ -567,6 +583,7 @@ class Run:
                 self._encoder(call_id)
                 self.calls.open(call_id, prepared or self.calls.prepare(command))
             case ResendLLM(call_id=call_id):
+                await self._admit(call_id)
                 self._encoder(call_id)
                 await self.calls.resend(command)
             case CallClient(operation_id=op):
@@ -604,6 +621,22 @@ class Run:
                 self._end(canceled_end(reason), "canceled")
             case _:
                 assert_never(command)
+
+    async def _admit(self, call_id: str) -> None:
+        """The person token's limits before a model call is sent (once per call id)."""
+        if self.token_id is None or call_id in self._admitted:
+            return
+        assert self.model is not None
+        refusal = await self.runner.token_limits.admit(self.token_id, self.model)
+        if refusal is not None:
+            log.info(
+                "run %s: %s limit refused a model call: %s",
+                self.channel.request_id,
+                refusal.limit.value,
+                refusal.message,
+            )
+            raise RunFailed(refusal_ending(refusal))
+        self._admitted.add(call_id)
 
     def _encoder(self, call_id: str) -> StreamEncoder:
         encoder = self._encoders.get(call_id)

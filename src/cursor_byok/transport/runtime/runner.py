@@ -23,6 +23,7 @@ from ...store.api import LLMCallRecord, Store
 from ...web.page_text import DEFAULT_MAX_TEXT_CHARS
 from ...web.types import JobRunner
 from ..connect.channel import RunChannel
+from .access import TokenLimits
 from .client_blobs import ClientBlobs
 from .committed_states import CommittedStates
 from .request_bases import RequestBases
@@ -81,6 +82,7 @@ class Runner:
         self.committed_states = CommittedStates()
         self.client_blobs = ClientBlobs()
         self.request_bases = RequestBases()
+        self.token_limits = TokenLimits(services.store, services.model_names, services.now_ms)
 
     @property
     def active_runs(self) -> int:
@@ -99,8 +101,14 @@ class Runner:
         from .run import Run
 
         # Only the shim's RunSSE can be reopened under a known request_id; an HTTP/2 Run
-        # always starts with the client's own run_request.
-        run = Run(self, channel, resumable=getattr(info, "transport", "runsse") != "run")
+        # always starts with the client's own run_request. `principal`: the id of the person
+        # token the request authenticated with ("" for none: no limits).
+        run = Run(
+            self,
+            channel,
+            resumable=getattr(info, "transport", "runsse") != "run",
+            token_id=getattr(info, "principal", "") or None,
+        )
         try:
             await run.serve()
         finally:
