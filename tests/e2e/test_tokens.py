@@ -6,7 +6,9 @@ the log, /metrics or the database file."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
+import io
 import subprocess
 import sys
 import time
@@ -18,6 +20,7 @@ from typing import Any
 import httpx
 import pytest
 
+from cursor_byok.cli import main
 from cursor_byok.store.api import LLMCallRecord
 from cursor_byok.store.sqlite import SQLiteStore
 from cursor_byok.transport.cursor.proto import aiserver_pb2
@@ -61,7 +64,23 @@ input = {INPUT_PRICE}
 """
 
 
-def token_cli(config: Path, *args: str) -> subprocess.CompletedProcess[str]:
+@dataclass
+class Done:
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+def token_cli(config: Path, *args: str) -> Done:
+    """`cursor-byok token ...`: the command's own code, in this process (a child process would
+    cost its start-up per call; the revocation test runs it as one)."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(["token", *args, "--config", str(config)])
+    return Done(code, out.getvalue(), err.getvalue())
+
+
+def token_process(config: Path, *args: str) -> subprocess.CompletedProcess[str]:
     cmd = [sys.executable, "-m", "cursor_byok", "token", *args, "--config", str(config)]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=60, check=False)
 
@@ -198,7 +217,7 @@ async def test_the_budget_crossed_mid_month(team: Team, upstream: FakeUpstream) 
     )
     assert details.error == aiserver_pb2.ErrorDetails.ERROR_RESOURCE_EXHAUSTED
     assert chat_requests(upstream, prompt) == []
-    listing = token_cli(team.config, "list")
+    listing = await asyncio.to_thread(token_cli, team.config, "list")
     (row,) = [line for line in listing.stdout.splitlines() if line.startswith("alice")]
     assert "$1.2000" in row and "  2  " in row  # this month's spend and calls
 
@@ -222,7 +241,7 @@ async def test_revocation_takes_effect_at_once(team: Team) -> None:
     dave = team.secrets["dave"]
     end, _ = await shim_turn(team.server, dave, "dave before")
     assert end == {}
-    done = token_cli(team.config, "revoke", "dave")
+    done = token_process(team.config, "revoke", "dave")  # another process, as an operator would
     assert done.returncode == 0, done.stderr
     # At once: the runtime reads the token before the model call.
     end, _ = await shim_turn(team.server, dave, "dave after")
@@ -275,7 +294,7 @@ async def test_loopback_without_tokens_is_open_and_with_one_needs_it(
     with server_process(text, tmp_path) as server:
         end, answer = await shim_turn(server, None, "no tokens yet")
         assert end == {} and answer == "You said: no tokens yet"
-        secret = add_token(tmp_path / "cursor-byok.toml", "erin")
+        secret = await asyncio.to_thread(add_token, tmp_path / "cursor-byok.toml", "erin")
         deadline = time.monotonic() + 15
         async with http(server) as client:
             while True:  # the server takes the new token in within its refresh
