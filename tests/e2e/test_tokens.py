@@ -25,7 +25,16 @@ from cursor_byok.store.api import LLMCallRecord
 from cursor_byok.store.sqlite import SQLiteStore
 from cursor_byok.transport.cursor.proto import aiserver_pb2
 from cursor_byok.transport.runtime.access import month_window
-from tests.e2e.test_shim import Reader, ShimRun, chat_requests, http, run_request, unique
+from tests.e2e.test_shim import (
+    Reader,
+    ShimRun,
+    chat_requests,
+    exec_of,
+    http,
+    read_ok,
+    run_request,
+    unique,
+)
 from tests.support import connect_client as cc
 from tests.support.live import ServerProcess, server_process
 from tests.support.upstream import FakeUpstream
@@ -237,21 +246,34 @@ async def test_the_rate_limit(team: Team, upstream: FakeUpstream) -> None:
     assert chat_requests(upstream, prompt) == []
 
 
-async def test_revocation_takes_effect_at_once(team: Team) -> None:
+async def test_revocation_takes_effect_at_once(team: Team, upstream: FakeUpstream) -> None:
+    """Revoked while its run waits on a tool (an HTTP/2 stream, authenticated when it opened):
+    the call after the tool's result is refused, the call in flight before it was not."""
     dave = team.secrets["dave"]
-    end, _ = await shim_turn(team.server, dave, "dave before")
-    assert end == {}
-    done = token_process(team.config, "revoke", "dave")  # another process, as an operator would
-    assert done.returncode == 0, done.stderr
-    # At once: the runtime reads the token before the model call.
-    end, _ = await shim_turn(team.server, dave, "dave after")
-    message, _ = refused(end, "unauthenticated")
+    prompt = unique('[tool Read {"path": "notes.txt"}]')
+    client = await cc.H2Client.connect("127.0.0.1", team.server.port)
+    try:
+        stream = await client.open_run(token=dave)
+        reader = Reader(stream, stream.send)
+        await stream.send(run_request(prompt))
+        ask = await reader.wait_for(exec_of("read_args"))
+        done = await asyncio.to_thread(token_process, team.config, "revoke", "dave")
+        assert done.returncode == 0, done.stderr
+        esm = ask.exec_server_message
+        await stream.send(read_ok(esm.id, esm.read_args.path, "secret plans\n"))
+        end = await reader.wait_end()
+        await reader.close()
+    finally:
+        await client.close()
+    message, details = refused(end, "unauthenticated")
     assert message == "token 'dave' was revoked; ask for a new one"
+    assert details.error == aiserver_pb2.ErrorDetails.ERROR_UNAUTHORIZED
+    assert len(chat_requests(upstream, prompt)) == 1  # the tool call's; none after the result
     # Within the directory's refresh, the transport refuses it before reading a body.
     deadline = time.monotonic() + 15
-    async with http(team.server) as client:
+    async with http(team.server) as http_client:
         while True:
-            r = await cc.append(client, "dave-after-refresh", 0, run_request("x"), token=dave)
+            r = await cc.append(http_client, "dave-after", 0, run_request("x"), token=dave)
             if r.status_code == 401 or time.monotonic() > deadline:
                 break
             await asyncio.sleep(0.2)
@@ -272,6 +294,16 @@ async def test_the_operator_token_and_the_operator_pages(team: Team) -> None:
         summary = (await client.get("/dashboard/api/summary", headers=operator)).json()
     assert 'cursor_byok_token_llm_calls_total{outcome="ok",token="alice"} 2.0' in metrics
     assert 'cursor_byok_token_cost_usd_total{token="alice"} 1.2' in metrics
+    for name, limit in (
+        ("carol", "models"),
+        ("alice", "budget"),
+        ("bob", "rate"),
+        ("dave", "revoked"),
+    ):
+        # (dave's probes after the revocation may count too, until the transport refuses them)
+        assert f'cursor_byok_token_refusals_total{{limit="{limit}",token="{name}"}} ' in metrics
+        assert f"token={name} refused_by={limit}" in team.server.log()
+    assert "token=alice error=" not in team.server.log()  # a run it was allowed has no refusal
     rows = {row["name"]: row for row in summary["tokens"]["tokens"]}
     assert rows["alice"]["cost_usd"] == pytest.approx(2 * CALL_COST)
     assert rows["alice"]["budget_usd"] == 1.0 and rows["bob"]["rpm"] == 2

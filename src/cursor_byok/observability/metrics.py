@@ -192,6 +192,13 @@ class Metrics:
             ["token", "kind"],
             registry=r,
         )
+        self.token_refusals = Counter(
+            f"{PREFIX}_token_refusals",
+            "Runs ended because a person token's limit refused a model call, by token and limit "
+            "(models, budget, rate, revoked)",
+            ["token", "limit"],
+            registry=r,
+        )
         self.token_cost = Counter(
             f"{PREFIX}_token_cost_usd",
             "Cost in USD of the LLM calls made under a person token, from the configured prices",
@@ -284,6 +291,9 @@ class Metrics:
         self.run_duration.labels(provider=provider, model=model).observe(
             max(0, summary.duration_ms) / 1000
         )
+        if summary.token_id and summary.refused_by:
+            token = self.token_name(summary.token_id) or "unknown"
+            self.token_refusals.labels(token=token, limit=summary.refused_by).inc()
 
     # -- reading -------------------------------------------------------------------------
 

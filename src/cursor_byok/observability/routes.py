@@ -101,7 +101,10 @@ class Observability:
         except Exception:
             log.exception("metrics: could not record run %s", summary.request_id)
         try:
-            log_run(summary, self.run_log)
+            token = None
+            if summary.token_id:
+                token = self.metrics.token_name(summary.token_id) or "unknown"
+            log_run(summary, self.run_log, token)
         except Exception:
             log.exception("could not log run %s", summary.request_id)
         try:

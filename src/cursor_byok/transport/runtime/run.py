@@ -106,7 +106,7 @@ class Run:
         self.store = runner.services.store
         self.channel = channel
         self.resumable = resumable
-        self.summary = RunSummary(request_id=channel.request_id)
+        self.summary = RunSummary(request_id=channel.request_id, token_id=token_id or "")
         self.reports = Reports(
             self.summary,
             on_llm_call=self.services.on_llm_call,
@@ -629,6 +629,7 @@ class Run:
         assert self.model is not None
         refusal = await self.runner.token_limits.admit(self.token_id, self.model)
         if refusal is not None:
+            self.summary.refused_by = refusal.limit.value
             log.info(
                 "run %s: %s limit refused a model call: %s",
                 self.channel.request_id,
