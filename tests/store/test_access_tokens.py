@@ -72,5 +72,8 @@ async def test_usage_sums_the_calls_of_each_token_in_the_window(store: SQLiteSto
     (only,) = await store.token_usage(0, 100, token_id="t1")
     assert (only.llm_calls, only.cost_usd) == (1, 9.0)  # [since, until): 100 is not in it
     assert await store.token_usage(0, 1000, token_id="nobody") == ()
+    assert await store.token_spend("t1", 100, 1000) == 1.5
+    assert await store.token_spend("t1", 0, 1000) == 10.5
+    assert await store.token_spend("nobody", 0, 1000) == 0.0
     stored = await store.get_llm_call("a1")
     assert stored is not None and stored.token_id == "t1"

@@ -399,4 +399,9 @@ class Store(Protocol):
         token with calls (only `token_id`'s when given)."""
         ...
 
+    async def token_spend(self, token_id: str, since_ms: int, until_ms: int) -> float:
+        """The stored cost of the token's calls created in [since_ms, until_ms) (the budget
+        check before each model call: keep it an index-only read)."""
+        ...
+
     async def close(self) -> None: ...

@@ -256,12 +256,16 @@ class SQLiteStore:
     async def token_usage(
         self, since_ms: int, until_ms: int, token_id: str | None = None
     ) -> tuple[TokenUsage, ...]:
-        def read(conn: sqlite3.Connection) -> tuple[TokenUsage, ...]:
-            return tokens.usage(conn, since_ms, until_ms, token_id)
-
-        # One token's sum runs before each of its model calls: inline, on the index.
         return await self._read(
-            read, "summing the usage of tokens", inline=read if token_id is not None else None
+            lambda conn: tokens.usage(conn, since_ms, until_ms, token_id),
+            "summing the usage of tokens",
+        )
+
+    async def token_spend(self, token_id: str, since_ms: int, until_ms: int) -> float:
+        # On a reader thread, not inline: it scans the month's index entries of the token.
+        return await self._read(
+            lambda conn: tokens.spend(conn, token_id, since_ms, until_ms),
+            f"summing the spend of token {token_id!r}",
         )
 
     # ------------------------------------------------------------------ writes

@@ -93,6 +93,16 @@ def revoke(conn: sqlite3.Connection, name: str, at_ms: int) -> AccessTokenRecord
     return get(conn, str(row[0]))
 
 
+_SPEND = (
+    "SELECT COALESCE(SUM(cost_usd), 0.0) FROM llm_calls "
+    "WHERE token_id = ? AND created_at_ms >= ? AND created_at_ms < ?"
+)
+
+
+def spend(conn: sqlite3.Connection, token_id: str, since_ms: int, until_ms: int) -> float:
+    return float(conn.execute(_SPEND, (token_id, since_ms, until_ms)).fetchone()[0])
+
+
 def usage(
     conn: sqlite3.Connection, since_ms: int, until_ms: int, token_id: str | None
 ) -> tuple[TokenUsage, ...]:

@@ -121,8 +121,7 @@ class TokenLimits:
                 "prices configured to count it against",
             )
         start, end, month = month_window(now)
-        usage = await self._store.token_usage(start, end, token_id=record.token_id)
-        spent = usage[0].cost_usd if usage else 0.0
+        spent = await self._store.token_spend(record.token_id, start, end)
         if spent < budget:
             return None
         renews = datetime.fromtimestamp(end / 1000, tz=UTC)
