@@ -4,6 +4,7 @@ already sent finishes) and its rate. The real server over HTTP: tests/e2e/test_t
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -198,4 +199,44 @@ async def test_a_budget_needs_prices(tmp_path: Path) -> None:
     _, end = await turn(runner, "r1", "c1", model_id=MODEL.id)
     assert end is not None and end.code == "resource_exhausted"
     assert "has no prices configured" in end.message
+    await store.close()
+
+
+async def test_a_subagent_run_without_a_token_counts_toward_its_parents(tmp_path: Path) -> None:
+    clock = Clock("2026-03-10T12:00:00")
+    read = FauxResponse.tool_calls([("Read", {"path": "a.py"})])
+    runner, store = await open_runner(tmp_path / "db", [read, costing(2, "child")], clock)
+    await add_token(store, models=("fast",))
+    parent = Client("parent")
+    parent.hold_execs = True  # the parent waits on its tool while its child runs
+    message = run_request("c-parent", "go")
+    message.run_request.requested_model.model_id = "fast"
+    parent.say(message)
+    info = RunStartInfo(request_id="parent", transport="run", principal="tok_alice")
+    task = asyncio.create_task(runner.handle(parent, info))
+    await parent.until(lambda: bool(parent.held), "the parent's tool call")
+    # A child made with the operator's token (no principal) names its parent: alice's limits
+    # and attribution apply. Its model is outside alice's: refused, naming alice.
+    child = Client("child")
+    child_message = run_request("c-child", "help")
+    child_message.run_request.requested_model.model_id = "faux"
+    child.say(child_message)
+    headers = {"x-parent-request-id": "parent"}
+    await runner.handle(child, RunStartInfo(request_id="child", transport="run", headers=headers))
+    ending = await child.ended()
+    assert ending is not None and ending.code == "permission_denied"
+    assert "token 'alice' may not use model 'faux'" in ending.message
+    # On alice's model, the child's call is alice's.
+    child2 = Client("child2")
+    child2_message = run_request("c-child2", "help")
+    child2_message.run_request.requested_model.model_id = "fast"
+    child2.say(child2_message)
+    await runner.handle(child2, RunStartInfo(request_id="child2", transport="run", headers=headers))
+    assert await child2.ended() is None and child2.text() == "child"
+    assert [c.token_id for c in await store.list_recent_llm_calls()] == ["tok_alice", "tok_alice"]
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+    # A parent that is not running here lends nothing: no limits.
+    assert runner.token_of_run("", "parent") is None
+    assert runner.token_of_run("tok_bob", "parent") == "tok_bob"
     await store.close()
