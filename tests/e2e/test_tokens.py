@@ -337,3 +337,28 @@ async def test_loopback_without_tokens_is_open_and_with_one_needs_it(
         assert r.status_code == 401
         end, answer = await shim_turn(server, secret, "with erin's token")
         assert end == {} and answer == "You said: with erin's token"
+
+
+async def test_a_budget_holds_across_two_servers_on_one_database(
+    upstream: FakeUpstream, tmp_path: Path
+) -> None:
+    """Two server processes (replicas) on one database: the spend is summed there, so the
+    second server's call counts on the first."""
+    db = tmp_path / "shared.db"
+    text = config_text(upstream, db, auth_token=OPERATOR)
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    config = tmp_path / "a" / "cursor-byok.toml"
+    config.write_text(text)
+    secret = await asyncio.to_thread(add_token, config, "frank", "--budget-usd", "1.00")
+    with (
+        server_process(text, tmp_path / "a") as first,
+        server_process(text, tmp_path / "b") as second,
+    ):
+        end, _ = await shim_turn(first, secret, "frank on the first")
+        assert end == {}  # $0.60
+        end, _ = await shim_turn(second, secret, "frank on the second")
+        assert end == {}  # admitted at $0.60, then $1.20
+        end, _ = await shim_turn(first, secret, "frank on the first again")
+        message, _ = refused(end, "resource_exhausted")
+        assert message.startswith("token 'frank' has spent its monthly budget: $1.20 of $1.00")
