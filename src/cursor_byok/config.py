@@ -18,7 +18,7 @@ from typing import Any, get_args
 import msgspec
 
 from .config_shape import check_shape, key_path
-from .llm.model_names import ModelNames, NameClash, UnknownDefault
+from .llm.model_names import ModelNames, NameClash, Unknown, UnknownDefault
 from .llm.models import Model, Prices
 from .llm.native_search import search_unsupported
 from .llm.settings import Api, ModelSettings, ProviderSettings, ReasoningEffort
@@ -106,6 +106,9 @@ class ServerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     # Catalogue tools (docs/tools.md) never offered to the model, in any mode.
     disabled_tools: list[str] = []
     enabled_tools: list[str] = []  # opt-in tools to offer (WriteShellStdin)
+    # Compaction starts when the next request would pass this share of the model's window
+    # (per model: [models.X] compaction_threshold).
+    compaction_threshold: float = 0.9
 
     def __repr__(self) -> str:
         token = "set" if self.auth_token else "unset"
@@ -146,6 +149,13 @@ class ModelConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     )
     # This model's own ordered list of [web_search.backend.NAME]s (else web_search.backends).
     web_search: list[str] | None = None
+    # Models (ids or aliases) tried in order when a call fails before its first output.
+    fallbacks: list[str] = []
+
+    # Compaction: the share of the window that starts it (None: server.compaction_threshold)
+    # and the model that writes the summary (another [models.Y] id; None: this model).
+    compaction_threshold: float | None = None
+    compaction_model: str | None = None
 
 
 class SearchBackendConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -356,6 +366,18 @@ def parse_config(
             errors.append(f"{key}.max_output_tokens must be positive")
         if any(not a.strip() for a in m.aliases):
             errors.append(f"{key}.aliases: an alias must not be empty")
+        threshold = (
+            m.compaction_threshold
+            if m.compaction_threshold is not None
+            else server.compaction_threshold
+        )
+        if not 0.1 <= threshold <= 1.0:
+            errors.append(f"{key}.compaction_threshold must be between 0.1 and 1.0")
+        if m.compaction_model is not None and m.compaction_model not in raw.models:
+            errors.append(
+                f"{key}.compaction_model: {m.compaction_model!r} is not a model of this "
+                "configuration"
+            )
         if len(errors) > found or m.provider not in providers:
             continue
         settings = ModelSettings(
@@ -377,6 +399,8 @@ def parse_config(
             prices=m.prices,
             aliases=tuple(m.aliases),
             vision=m.vision,
+            compaction_threshold=threshold,
+            compaction_model=m.compaction_model,
         )
     web_search = _web_search(raw, env, errors, providers, frozenset(broken))
     errors += _web_errors(raw, providers, broken)
@@ -395,6 +419,7 @@ def parse_config(
         ) from None
     if names.default is not None:
         server = msgspec.structs.replace(server, default_model=names.default.id)
+    models = _with_fallbacks(raw, models, names, path)
     return Config(
         server=server,
         providers=providers,
@@ -404,6 +429,35 @@ def parse_config(
         web_fetch=raw.web_fetch,
         image_generation=raw.image_generation,
     )
+
+
+def _with_fallbacks(
+    raw: RawConfig, models: dict[str, Model], names: ModelNames, path: str | None
+) -> dict[str, Model]:
+    """Each model's `fallbacks` resolved to model ids: served names only (never the default
+    model standing in for an unknown one), not the model itself, no repeats. A chain is flat
+    (a fallback's own fallbacks are not followed), so models that name each other are fine."""
+    errors: list[str] = []
+    out = dict(models)
+    for model_id, m in raw.models.items():
+        if not m.fallbacks or model_id not in models:
+            continue
+        key = f"{key_path('models', model_id)}.fallbacks"
+        chain: list[str] = []
+        for name in m.fallbacks:
+            found = names.resolve(name, use_default=False)
+            if isinstance(found, Unknown):
+                errors.append(f"{key}: {found.message()}")
+            elif found.model.id == model_id:
+                errors.append(f"{key}: {name!r} is this model itself")
+            elif found.model.id in chain:
+                errors.append(f"{key}: {name!r} names {found.model.id!r} a second time")
+            else:
+                chain.append(found.model.id)
+        out[model_id] = msgspec.structs.replace(models[model_id], fallbacks=tuple(chain))
+    if errors:
+        raise ConfigError(*errors, path=path)
+    return out
 
 
 SEARCH_KINDS = ("searxng", "brave", "tavily", "provider")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -88,7 +89,14 @@ def upstream_model(upstream: FakeUpstream, marker: str) -> str:
 
 
 def run_line(server: ServerProcess, request_id: str) -> str:
-    lines = [ln for ln in server.log().splitlines() if f"request_id={request_id}" in ln]
+    """The run's one log line; it is written as the run ends, which may be just after the
+    client saw the end of its stream (wait for it, bounded)."""
+    deadline = time.monotonic() + 10
+    while True:
+        lines = [ln for ln in server.log().splitlines() if f"request_id={request_id}" in ln]
+        if lines or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
     assert len(lines) == 1, server.log()
     return lines[0]
 

@@ -288,10 +288,6 @@ def _action_request(
     return agent_pb2.AgentClientMessage(run_request=req)
 
 
-def _summarize(a: agent_pb2.ConversationAction) -> None:
-    a.summarize_action.SetInParent()
-
-
 def _cancel_subagent(a: agent_pb2.ConversationAction) -> None:
     a.cancel_subagent_action.subagent_id = "sub-1"
 
@@ -318,7 +314,6 @@ def _inject(a: agent_pb2.ConversationAction) -> None:
 
 
 UNIMPLEMENTED = {
-    "summarize_action": _summarize,
     "cancel_subagent_action": _cancel_subagent,
     "background_subagent_action": _background_subagent,
 }

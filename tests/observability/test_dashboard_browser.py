@@ -113,6 +113,18 @@ async def seed_runs_and_more(store: SQLiteStore, now: int) -> None:
             error=LONG_ERROR,
         )
     )
+    # A call made on a fallback model (its id names the call it stands in for).
+    await store.save_llm_call(
+        call_record(
+            "conv-beta-0002:1:llm1:fb1",
+            conversation_id="conv-beta-0002",
+            created_at_ms=now - 3 * 60_000 + 1,
+            input_tokens=1,
+            output_tokens=1,
+            cache_read=0,
+            cost_usd=0.0001,
+        )
+    )
     await store.save_llm_call(
         call_record(
             "call-gem",
@@ -243,6 +255,7 @@ async def test_dashboard_renders_tables_chart_and_errors(tmp_path: Path) -> None
                 "call-6",
                 "call-5",
                 "call-gem",
+                "conv-beta-0002:1:llm1:fb1",
                 "call-long",
                 "call-4",
                 "call-3",
@@ -330,6 +343,20 @@ async def test_dashboard_renders_tables_chart_and_errors(tmp_path: Path) -> None
             )
             assert unpriced[0] == "—" and "no prices" in unpriced[1]
             assert "without prices" in await page.inner_text("#totals [data-total='cost']")
+            mark = await page.eval_on_selector(
+                "#calls tr[data-call-id='conv-beta-0002:1:llm1:fb1'] .pill.fallback",
+                "p => [p.textContent, p.title]",
+            )
+            assert mark == ["fallback", "fallback for call conv-beta-0002:1:llm1"]
+            assert (
+                await page.eval_on_selector_all(
+                    "#calls tr:not([data-call-id='conv-beta-0002:1:llm1:fb1']) .pill.fallback",
+                    "ps => ps.length",
+                )
+                == 0
+            )
+            fallbacks = await page.inner_text("#totals [data-total='fallbacks'] .v")
+            assert fallbacks == "1"
 
             # One chart per model, each with drawn content.
             charts = await page.eval_on_selector_all(

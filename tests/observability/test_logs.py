@@ -204,6 +204,16 @@ def test_log_run_one_line_with_every_field(fmt: str, restore_logging: None) -> N
         assert "cache_hit_ratio=0.6" in line
 
 
+def test_log_run_says_fallbacks_only_when_there_were_some(restore_logging: None) -> None:
+    stream = io.StringIO()
+    setup_logging("text", "INFO", stream=stream)
+    log_run(summary())
+    log_run(summary(fallbacks=2))
+    plain, fell_back = stream.getvalue().splitlines()
+    assert "fallbacks=" not in plain
+    assert " llm_calls=2 fallbacks=2 " in fell_back
+
+
 def test_log_run_failure_is_a_warning_and_scrubbed(restore_logging: None) -> None:
     stream = io.StringIO()
     setup_logging("json", "INFO", secrets=[OPENAI_KEY], stream=stream)

@@ -145,6 +145,15 @@ def test_the_documented_cache_ratio_query_names_real_series() -> None:
     assert 'cursor_byok_llm_tokens_total{kind=~"input|cache_read|cache_write"}' in doc
 
 
+def test_observe_fallback_counts_by_model_and_fallback() -> None:
+    m = Metrics()
+    m.observe_fallback("sonnet", "gpt-5")
+    m.observe_fallback("sonnet", "gpt-5")
+    m.observe_fallback("sonnet", "qwen")
+    assert value(m, "cursor_byok_llm_fallbacks_total", model="sonnet", fallback="gpt-5") == 2
+    assert value(m, "cursor_byok_llm_fallbacks_total", model="sonnet", fallback="qwen") == 1
+
+
 def test_observe_run() -> None:
     m = Metrics()
     s = RunSummary(

@@ -248,7 +248,9 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
             proc.wait(timeout=10)
 
 
-def _start(env: dict[str, str], log_path: Path) -> tuple[subprocess.Popen[bytes], int, float]:
+def _start(
+    env: dict[str, str], log_path: Path, ctx: int = 4096
+) -> tuple[subprocess.Popen[bytes], int, float]:
     """Start llama-server; retry on a port race. Returns (process, port, startup seconds)."""
     binary = Path(env["LLAMA_SERVER"])
     last_error = ""
@@ -262,7 +264,7 @@ def _start(env: dict[str, str], log_path: Path) -> tuple[subprocess.Popen[bytes]
             "--port", str(port),
             "--jinja",
             "--chat-template-file", env["LLAMA_CHAT_TEMPLATE"],
-            "-c", "4096",
+            "-c", str(ctx),
             "-t", os.environ.get(THREADS_ENV, "1"),
         ]  # fmt: skip
         child_env = dict(os.environ)
@@ -301,11 +303,21 @@ def _start(env: dict[str, str], log_path: Path) -> tuple[subprocess.Popen[bytes]
 
 @pytest.fixture(scope="session")
 def llama_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LlamaServer]:
+    yield from _serve(tmp_path_factory, 4096)
+
+
+@pytest.fixture(scope="module")
+def llama_server_8k(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LlamaServer]:
+    """A llama-server with an 8,192-token context (the compaction test's window fits in it)."""
+    yield from _serve(tmp_path_factory, 8192)
+
+
+def _serve(tmp_path_factory: pytest.TempPathFactory, ctx: int) -> Iterator[LlamaServer]:
     if os.environ.get(SKIP_ENV, "") == "1":
         pytest.skip(f"real-upstream tests skipped on request: {SKIP_ENV}=1")
     env = _ensure_artifacts()
     log_path = tmp_path_factory.mktemp("llama-server") / "llama-server.log"
-    proc, port, startup_s = _start(env, log_path)
+    proc, port, startup_s = _start(env, log_path, ctx)
     try:
         yield LlamaServer(
             base_url=f"http://127.0.0.1:{port}",

@@ -9,11 +9,17 @@ prompt it types into a real client:
 - `[tools N1 {a1} N2 {a2}]`      two tool calls in one message (parallel), then a summary
 - `[script write-read PATH TEXT]` Write(PATH, TEXT), then Read(PATH), then an answer quoting it
 - `[script write-shell PATH TEXT]` Write(PATH, TEXT), then Shell("cat PATH"), then an answer
+- `[reads N PATH]`                Read(PATH) N times, one call per step, then an answer
 - `[slow SECONDS]`               a pause before the answer (heartbeat tests)
 - `[brief]`                      a short answer however long the message (benchmarks)
 - `[fail]`                       HTTP 500 with a provider error body
 - `[usage N C]`                  the answer's usage reports N prompt tokens, C of them cached
                                  (each call of the turn; the context meter's tests)
+- `[overflow]` / `[overflow-openai]` HTTP 400 "context length exceeded" (llama-server's body /
+                                 OpenAI's) while the request holds no compaction summary
+- a summary request (its user message starts "Transcript to summarize:") gets a fixed summary
+- model `brain-small`: usage reports the request's size (its bytes / 4) as the prompt tokens,
+  so a small configured window fills the way a real model's would
 - otherwise                      "You said: <text>"
 
 Everything it answers is deterministic, so tests can assert exact text.
@@ -21,6 +27,7 @@ Everything it answers is deterministic, so tests can assert exact text.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from typing import Any
@@ -58,19 +65,46 @@ def _usage(prompt: int, completion: int, cached: int = 0) -> str:
     )
 
 
-def text_reply(text: str, *, thinking: str = "", delay_s: float = 0.0) -> Reply:
+LLAMA_SERVER_OVERFLOW = (
+    '{"error":{"code":400,"message":"request (9412 tokens) exceeds the available context size '
+    '(8192 tokens), try increasing it","type":"exceed_context_size_error",'
+    '"n_prompt_tokens":9412,"n_ctx":8192}}'
+)
+OPENAI_OVERFLOW = (
+    '{"error":{"message":"This model\'s maximum context length is 8192 tokens. However, your '
+    'messages resulted in 9412 tokens. Please reduce the length of the messages.",'
+    '"type":"invalid_request_error","param":"messages","code":"context_length_exceeded"}}'
+)
+SUMMARY_REQUEST = "Transcript to summarize:"
+COMPACTED = "[The earlier part of this conversation was compacted"
+
+
+def summary_of(transcript: str) -> str:
+    """The brain's summary: deterministic, names how much it read, and keeps a `[reads ...]`
+    script it saw going (a turn cut inside carries on from the summary)."""
+    text = f"BRAIN SUMMARY of {transcript.count('## User')} user messages."
+    if m := _READS.search(transcript):
+        text += f" Still doing: {m.group(0)}"
+    return text
+
+
+def text_reply(
+    text: str, *, thinking: str = "", delay_s: float = 0.0, prompt_tokens: int = 100
+) -> Reply:
     events = [_chunk({"role": "assistant", "content": ""})]
     for i in range(0, len(thinking), CHUNK):
         events.append(_chunk({"reasoning_content": thinking[i : i + CHUNK]}))
     for i in range(0, len(text), CHUNK):
         events.append(_chunk({"content": text[i : i + CHUNK]}))
     events.append(_chunk({}, "stop"))
-    events.append(_usage(100, max(1, len(text) // 4), cached=40))
+    events.append(_usage(prompt_tokens, max(1, len(text) // 4), cached=40))
     events.append("[DONE]")
     return Reply.events(events, delay_s=delay_s)
 
 
-def tool_reply(calls: list[tuple[str, str, dict[str, Any]]], text: str = "") -> Reply:
+def tool_reply(
+    calls: list[tuple[str, str, dict[str, Any]]], text: str = "", prompt_tokens: int = 120
+) -> Reply:
     events = [_chunk({"role": "assistant", "content": None})]
     if text:
         events.append(_chunk({"content": text}))
@@ -87,7 +121,7 @@ def tool_reply(calls: list[tuple[str, str, dict[str, Any]]], text: str = "") -> 
             part = {"index": index, "function": {"arguments": raw[i : i + 7]}}
             events.append(_chunk({"tool_calls": [part]}))
     events.append(_chunk({}, "tool_calls"))
-    events.append(_usage(120, 30))
+    events.append(_usage(prompt_tokens, 30))
     events.append("[DONE]")
     return Reply.events(events)
 
@@ -127,6 +161,9 @@ def _with_usage(reply: Reply, prompt_tokens: int, cached: int) -> Reply:
     return reply
 
 
+_READS = re.compile(r"\[reads (\d+) (\S+)\]")
+
+
 def answer(received: Received) -> Reply:
     reply = _answer(received)
     body = json.loads(received.body)
@@ -154,6 +191,39 @@ def _answer(received: Received) -> Reply:
         return Reply.json(
             500, '{"error":{"message":"brain: scripted failure","type":"server_error"}}'
         )
+    if prompt.startswith(SUMMARY_REQUEST):
+        return text_reply(summary_of(prompt))
+    compacted = any(
+        m["role"] == "user" and _text_of(m["content"]).startswith(COMPACTED) for m in messages
+    )
+    if "[overflow]" in prompt and not compacted:
+        return Reply.json(400, LLAMA_SERVER_OVERFLOW)
+    if "[overflow-openai]" in prompt and not compacted:
+        return Reply.json(400, OPENAI_OVERFLOW)
+    if body.get("model") == "brain-small":
+        return _sized(_answer(prompt, results), len(received.body) // 4)
+    return _answer(prompt, results)
+
+
+def _sized(reply: Reply, prompt_tokens: int) -> Reply:
+    """`reply` with its usage chunk reporting `prompt_tokens` (what a real model would count)."""
+    count = f'"prompt_tokens": {prompt_tokens}'.encode()
+    chunks = [
+        re.sub(rb'"prompt_tokens": \d+', count, c) if b'"usage"' in c else c for c in reply.chunks
+    ]
+    return dataclasses.replace(reply, chunks=chunks)
+
+
+def _answer(prompt: str, results: list[dict[str, Any]]) -> Reply:
+    if m := _READS.search(prompt):
+        count, path = int(m.group(1)), m.group(2)
+        done = max(
+            (int(r["tool_call_id"][6:]) for r in results if r["tool_call_id"][6:].isdigit()),
+            default=0,
+        )
+        if done < count:
+            return tool_reply([(f"call_r{done + 1}", "Read", {"path": path})])
+        return text_reply(f"Read it {count} times.")
     if m := _SCRIPT.search(prompt):
         kind, path, text = m.groups()
         if not results:

@@ -46,8 +46,9 @@ from typing import Any, ClassVar
 
 import msgspec
 
+from . import context_errors
 from .assembler import MessageAssembler
-from .events import ErrorEvent, ResponseEvent
+from .events import ErrorEvent, ErrorKind, ResponseEvent
 from .http import HttpAdapter, error_text_from_body
 from .prefix_memo import PrefixMemo, fold_history
 from .settings import ModelSettings, ProviderSettings
@@ -697,6 +698,9 @@ class AnthropicAdapter(HttpAdapter):
 
     def new_decoder(self, assembler: MessageAssembler) -> AnthropicDecoder:
         return AnthropicDecoder(assembler, self.redact)
+
+    def error_kind(self, status: int, body: bytes) -> ErrorKind | None:
+        return context_errors.anthropic(status, body)
 
     def error_message(self, status: int, body: bytes) -> str:
         """`{"type":"error","error":{"type","message"},"request_id"}` -> "type: message (request

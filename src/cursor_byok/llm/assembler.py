@@ -17,6 +17,7 @@ from .canonical import sorted_value
 from .events import (
     DoneEvent,
     ErrorEvent,
+    ErrorKind,
     StartEvent,
     TextDelta,
     TextEnd,
@@ -307,6 +308,7 @@ class MessageAssembler:
         http_status: int | None = None,
         retry_after_ms: int | None = None,
         transient: bool = False,
+        kind: ErrorKind | None = None,
     ) -> ErrorEvent:
         self._terminate()
         return ErrorEvent(
@@ -315,6 +317,7 @@ class MessageAssembler:
             http_status=http_status,
             retry_after_ms=retry_after_ms,
             transient=transient,
+            kind=kind,
         )
 
     # -- internals -------------------------------------------------------------------------

@@ -13,6 +13,7 @@ values with `without_partial`.
 
 from __future__ import annotations
 
+import enum
 from typing import Literal, Protocol, TypeAlias
 
 import msgspec
@@ -92,6 +93,13 @@ class DoneEvent(_Event, frozen=True, tag="done"):
     message: AssistantMessage
 
 
+class ErrorKind(enum.StrEnum):
+    """What a provider's error means, where the loop acts on it (each adapter recognises its
+    own provider's bodies)."""
+
+    CONTEXT_LENGTH = "context_length"  # the request is over the model's context window
+
+
 class ErrorEvent(_Event, frozen=True, tag="error"):
     """Terminal failure. `message` carries what was received (stop_reason error/aborted and
     `error_message`); it is never appended to history."""
@@ -102,6 +110,7 @@ class ErrorEvent(_Event, frozen=True, tag="error"):
     http_status: int | None = None
     retry_after_ms: int | None = None
     transient: bool = False
+    kind: ErrorKind | None = None
 
     @property
     def error_message(self) -> str:

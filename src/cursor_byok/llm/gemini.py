@@ -26,9 +26,10 @@ from urllib.parse import quote
 
 import msgspec
 
+from . import context_errors
 from .assembler import MessageAssembler
 from .canonical import sorted_value
-from .events import ResponseEvent
+from .events import ErrorKind, ResponseEvent
 from .http import HttpAdapter, error_text_from_body
 from .prefix_memo import PrefixMemo, fold_history
 from .settings import ModelSettings, ProviderSettings
@@ -931,6 +932,9 @@ class GeminiAdapter(HttpAdapter):
 
     def new_decoder(self, assembler: MessageAssembler) -> GeminiDecoder:
         return GeminiDecoder(assembler, redact=self.redact)
+
+    def error_kind(self, status: int, body: bytes) -> ErrorKind | None:
+        return context_errors.gemini(status, body)
 
     def error_message(self, status: int, body: bytes) -> str:
         try:

@@ -31,6 +31,7 @@ from .deadlines import Deadline, OutputWatch, missed
 from .events import (
     DoneEvent,
     ErrorEvent,
+    ErrorKind,
     ResponseEvent,
     TextDelta,
     ThinkingDelta,
@@ -169,6 +170,10 @@ class HttpAdapter(ABC):
 
     def error_message(self, status: int, body: bytes) -> str:
         return error_text_from_body(body)
+
+    def error_kind(self, status: int, body: bytes) -> ErrorKind | None:
+        """What an error answer means where the loop acts on it (context_errors.py)."""
+        return None
 
     # -- LLM protocol ----------------------------------------------------------------------
 
@@ -381,9 +386,11 @@ class HttpResponseStream:
         self._answered = True
         try:
             if not 200 <= response.status < 300:
+                kind: ErrorKind | None = None
                 if response.status >= 400:
                     body = await watch.wait(_read_bounded(response))
                     detail = adapter.error_message(response.status, body)
+                    kind = adapter.error_kind(response.status, body)
                 else:
                     detail = not_followed(response.status, response.fields)
                 await self._emit(
@@ -391,6 +398,7 @@ class HttpResponseStream:
                         f"{name} HTTP {response.status}: {detail}",
                         http_status=response.status,
                         retry_after_ms=parse_retry_after(response.fields),
+                        kind=kind,
                     )
                 )
                 return

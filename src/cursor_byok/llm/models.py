@@ -37,3 +37,9 @@ class Model(msgspec.Struct, frozen=True):
     prices: Prices | None
     aliases: tuple[str, ...] = ()  # other names clients may ask for (llm/model_names.py)
     vision: bool = False  # the model reads images (AvailableModels.supports_images)
+    # The model ids tried in order when a call to this model fails before its first output
+    # (after its retries); resolved from ids or aliases by the configuration loader. Flat: a
+    # fallback's own fallbacks are not followed.
+    fallbacks: tuple[str, ...] = ()
+    compaction_threshold: float = 0.9  # share of the window that starts a compaction
+    compaction_model: str | None = None  # the model id that writes summaries; None: this one

@@ -43,8 +43,9 @@ from urllib.parse import urlsplit
 
 import msgspec
 
+from . import context_errors
 from .assembler import MessageAssembler
-from .events import ResponseEvent
+from .events import ErrorKind, ResponseEvent
 from .http import HttpAdapter, error_text_from_body
 from .prefix_memo import PrefixMemo, fold_history
 from .settings import ModelSettings, ProviderSettings
@@ -700,6 +701,9 @@ class OpenAIChatAdapter(HttpAdapter):
 
     def new_decoder(self, assembler: MessageAssembler) -> ChatDecoder:
         return ChatDecoder(assembler, self.redact)
+
+    def error_kind(self, status: int, body: bytes) -> ErrorKind | None:
+        return context_errors.openai(status, body)
 
     def error_message(self, status: int, body: bytes) -> str:
         """OpenAI's `{"error": {...}}` body, plus OpenRouter's `error.metadata.raw`."""

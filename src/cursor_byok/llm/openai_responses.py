@@ -44,8 +44,9 @@ from typing import Any, Literal
 
 import msgspec
 
+from . import context_errors
 from .assembler import MessageAssembler
-from .events import ResponseEvent
+from .events import ErrorKind, ResponseEvent
 from .http import HttpAdapter
 from .prefix_memo import PrefixMemo, fold_history
 from .settings import ModelSettings, ProviderSettings
@@ -434,8 +435,8 @@ class ResponsesDecoder:
 
     # -- helpers -----------------------------------------------------------------------------
 
-    def _fail(self, message: str) -> ResponseEvent:
-        return self._asm.fail(self._redact(message))
+    def _fail(self, message: str, kind: ErrorKind | None = None) -> ResponseEvent:
+        return self._asm.fail(self._redact(message), kind=kind)
 
     def _find(self, p: dict[str, Any]) -> _Item | None:
         oi = p.get("output_index")
@@ -693,7 +694,7 @@ class ResponsesDecoder:
             text = f"incomplete: {reason}"
         else:
             text = f"response {_str(response.get('status')) or 'failed'}"
-        return [self._fail(text)]
+        return [self._fail(text, kind=context_errors.openai_code(code))]
 
     def _on_error(self, p: dict[str, Any], data: str) -> list[ResponseEvent]:
         # The documented shape has code/message at the top; some servers nest them in `error`.
@@ -740,6 +741,9 @@ class OpenAIResponsesAdapter(HttpAdapter):
         if self.provider.api_key:
             headers.append(("authorization", f"Bearer {self.provider.api_key}"))
         return headers
+
+    def error_kind(self, status: int, body: bytes) -> ErrorKind | None:
+        return context_errors.openai(status, body)
 
     def new_decoder(self, assembler: MessageAssembler) -> ResponsesDecoder:
         return ResponsesDecoder(assembler, redact=self.redact)

@@ -5,7 +5,9 @@ emitted (the first event is a lone `error`, no `start`) and the failure is one t
 a connect failure or a missed first-output deadline (`transient`), or HTTP 429 / 5xx overload
 statuses. A retry resends the very
 same `PreparedRequest` (same bytes, so the provider's prompt cache still matches). Once a
-`start` went out nothing is retried: the consumer already saw output.
+`start` went out nothing is retried: the consumer already saw output. A call whose retries are
+spent still ends in a lone `error`, which is what lets the loop try a fallback model (a new call,
+docs/loop.md "Fallback models").
 
 Delays: exponential backoff with jitter ("full": uniform in [0, min(cap, base * 2^n)];
 "decorrelated": uniform in [base, 3 * previous], capped). A provider's `Retry-After` /

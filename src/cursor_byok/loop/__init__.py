@@ -7,8 +7,8 @@ Public API (see docs/loop.md):
     inputs     Start, LLMEvent, ToolResult, UserMessage (alias UserMessageInput), Cancel,
                Supersede, Resume (ToolOperation), ToolLost (LostCause), Rewind, Input; ToolEffect
                (PlanCreated, ModeSwitched) on a ToolResult; PlanBuild on a Start
-    context    TurnContext, Environment, McpRoute, McpServerInfo, McpToolInfo
-    commands   ContinueLLM, CallLLM, ResendLLM, CallClient, WaitInput, Final, Failed
+    context    TurnContext, Environment, McpRoute, McpServerInfo, McpToolInfo, ContextWindow
+    commands   ContinueLLM, CallLLM, ResendLLM, Summarize, CallClient, WaitInput, Final, Failed
                (FailureKind), Canceled, Command
     transition Transition (appended, local_results: LocalResult, call_end: CallEnd with
                CallOutcome), transition, LoopError
@@ -25,11 +25,14 @@ from .commands import (
     FailureKind,
     Final,
     ResendLLM,
+    Summarize,
     WaitInput,
 )
 from .context import (
+    DEFAULT_COMPACTION_THRESHOLD,
     DEFAULT_MAX_LLM_CALLS,
     READ_ONLY_MODES,
+    ContextWindow,
     Environment,
     McpRoute,
     McpServerInfo,
@@ -38,6 +41,7 @@ from .context import (
 )
 from .inputs import (
     Cancel,
+    Compact,
     Input,
     LLMEvent,
     LostCause,
@@ -48,6 +52,8 @@ from .inputs import (
     Resume,
     Rewind,
     Start,
+    SummaryDone,
+    SummaryFailed,
     Supersede,
     ToolEffect,
     ToolLost,
@@ -60,8 +66,12 @@ from .prompt import build_prompt, build_tools, render_prompt, render_tools
 from .state import (
     BUSY,
     IDLE,
+    AfterSummary,
     AwaitClient,
     AwaitLLM,
+    AwaitSummary,
+    CompactionMark,
+    CompactionReason,
     ConversationState,
     PendingResponse,
     PlanMark,
@@ -74,6 +84,7 @@ from .tools import NATIVE_TOOL_NAMES, NATIVE_TOOLS, ToolSpec, side_effects
 from .transition import (
     CallEnd,
     CallOutcome,
+    Compacted,
     LocalResult,
     LoopError,
     Transition,
@@ -83,14 +94,17 @@ from .view import WHOLE_LOG, Span
 
 __all__ = [
     "BUSY",
+    "DEFAULT_COMPACTION_THRESHOLD",
     "DEFAULT_MAX_LLM_CALLS",
     "IDLE",
     "NATIVE_TOOLS",
     "NATIVE_TOOL_NAMES",
     "READ_ONLY_MODES",
     "WHOLE_LOG",
+    "AfterSummary",
     "AwaitClient",
     "AwaitLLM",
+    "AwaitSummary",
     "CallClient",
     "CallEnd",
     "CallLLM",
@@ -98,6 +112,11 @@ __all__ = [
     "Cancel",
     "Canceled",
     "Command",
+    "Compact",
+    "Compacted",
+    "CompactionMark",
+    "CompactionReason",
+    "ContextWindow",
     "ContinueLLM",
     "ConversationState",
     "Environment",
@@ -126,6 +145,9 @@ __all__ = [
     "Span",
     "Start",
     "Status",
+    "Summarize",
+    "SummaryDone",
+    "SummaryFailed",
     "Supersede",
     "ToolEffect",
     "ToolLost",

@@ -25,7 +25,11 @@ class ContinueLLM(_Command, frozen=True, tag="continue_llm"):
 
 
 class CallLLM(_Command, frozen=True, tag="call_llm"):
-    """Open a stream for `request`. A retry reuses the same call_id and exact request."""
+    """Open a stream for `request`. A retry reuses the same call_id and exact request.
+
+    `model`: the model to send it to, "" for the run's own; a fallback names another model and
+    `fallback_of` the call that failed before its output (a new call: its own id, request
+    bytes and record)."""
 
     call_id: str
     request: RequestMessages
@@ -33,6 +37,8 @@ class CallLLM(_Command, frozen=True, tag="call_llm"):
     catalogue_version: int = 0  # the tool catalogue the request's tools come from
     # The request's characters per context-meter category (meter.py), recorded with the call.
     prompt: PromptChars = PromptChars()
+    model: str = ""
+    fallback_of: str = ""
 
 
 class ResendLLM(_Command, frozen=True, tag="resend_llm"):
@@ -40,6 +46,19 @@ class ResendLLM(_Command, frozen=True, tag="resend_llm"):
     that call was in flight). Nothing is rebuilt: the same bytes go out."""
 
     call_id: str
+    messages_hash: str
+    model: str = ""  # as in the CallLLM that made the call: "" for the run's own model
+
+
+class Summarize(_Command, frozen=True, tag="summarize"):
+    """Make a compaction's summary call `call_id` with `request` (our prompt and the transcript
+    to summarize), on the user's model or its configured compaction_model, then feed back one
+    SummaryDone or SummaryFailed for it. Its record goes in the same commit as this command; a
+    resumed run gets the same command again (the request is the same, the call is sent again
+    from its stored bytes)."""
+
+    call_id: str
+    request: RequestMessages
     messages_hash: str
 
 
@@ -87,7 +106,15 @@ class Canceled(_Command, frozen=True, tag="canceled"):
 
 
 Command: TypeAlias = (
-    ContinueLLM | CallLLM | ResendLLM | CallClient | WaitInput | Final | Failed | Canceled
+    ContinueLLM
+    | CallLLM
+    | ResendLLM
+    | Summarize
+    | CallClient
+    | WaitInput
+    | Final
+    | Failed
+    | Canceled
 )
 
 CONTINUE_LLM = ContinueLLM()

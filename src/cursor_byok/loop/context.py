@@ -16,6 +16,9 @@ from cursor_byok.llm.types import ToolDefinition
 from .catalogue import DEFAULT_SWITCHES, Switches
 
 DEFAULT_MAX_LLM_CALLS = 100
+# Compaction starts when the next request would pass this share of the model's window
+# (Cursor's own rule, cursor-native-tools.md §5).
+DEFAULT_COMPACTION_THRESHOLD = 0.9
 
 # Modes in which the model should only look: the prompt says so; in ask mode the server also
 # refuses the calls that would change the workspace (catalogue.REFUSED).
@@ -74,6 +77,30 @@ class McpServerInfo(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unkn
     tools: tuple[McpToolInfo, ...] = ()
 
 
+class ContextWindow(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unknown_fields=True):
+    """The token budget of the run's model, for the loop's compaction decisions.
+
+    - `tokens`: the model's context window.
+    - `threshold`: compaction starts when the next request plus `output_reserve` would pass
+      `threshold x tokens`.
+    - `output_reserve`: room left for the answer (the model's max_output_tokens, or a reserve).
+    - `summary_window`, `summary_output`: the window and the answer bound of the model that
+      writes the summary (the same model, or the configured compaction_model); the summary
+      request's input is trimmed from the oldest side to fit.
+    """
+
+    tokens: int
+    threshold: float = DEFAULT_COMPACTION_THRESHOLD
+    output_reserve: int = 0
+    summary_window: int = 0  # 0: the same as `tokens`
+    summary_output: int = 4096
+
+    @property
+    def budget(self) -> int:
+        """The most a request may hold before compaction starts."""
+        return int(self.threshold * self.tokens) - self.output_reserve
+
+
 class TurnContext(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unknown_fields=True):
     """Per-run context.
 
@@ -92,7 +119,10 @@ class TurnContext(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unknow
       multitask, subagent); any other value offers agent's tools.
     - `switches`: the run's gate values (client flags, our config) that switch tools off.
     - `max_llm_calls`: at most this many LLM calls per turn; one more fails the turn.
+    - `fallbacks`: the model ids to try, in order, when a call fails before its first output
+      (the configuration of the run's model; transition.py decides when one is tried).
     - `kept_parts`: the context blobs this context was read from (KeptPart); never rendered.
+    - `window`: the model's token budget; None: no automatic compaction.
     """
 
     rules: tuple[str, ...] = ()
@@ -106,7 +136,9 @@ class TurnContext(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unknow
     mode: str = "agent"
     switches: Switches = DEFAULT_SWITCHES
     max_llm_calls: int = DEFAULT_MAX_LLM_CALLS
+    fallbacks: tuple[str, ...] = ()
     kept_parts: tuple[KeptPart, ...] = ()
+    window: ContextWindow | None = None
 
     @property
     def read_only(self) -> bool:

@@ -1,6 +1,6 @@
 """What the conversation's state implies, derived without deciding anything: the plan a Build
-carries out, and the todo list and plan a rewound view restores. transition.py decides when;
-these only compute."""
+carries out, and the todo list and plan a rewound view restores (also into a compaction's
+epoch, whose view starts with the summary). transition.py decides when; these only compute."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import msgspec
 
 from . import view
 from .inputs import PlanBuild
-from .state import ConversationState, PlanRecord
+from .state import CompactionMark, ConversationState, PlanRecord
 from .todos import TodoItem
 from .todos import replay as replay_todos
 
@@ -25,9 +25,31 @@ def plan_to_build(c: ConversationState, build: PlanBuild) -> PlanRecord:
     return PlanRecord(text="", uri=build.uri)
 
 
+def epoch_of(c: ConversationState, active: tuple[view.Span, ...]) -> CompactionMark | None:
+    """The compaction whose summary opens `active`, or None (a view without a summary)."""
+    if not active or not c.compactions:
+        return None
+    first = active[0]
+    for mark in c.compactions:
+        if first.start == mark.at:
+            return mark
+    return None
+
+
+def fresh_from(c: ConversationState, active: tuple[view.Span, ...]) -> int:
+    """Where, in what `active` selects, the history sent after its compaction starts."""
+    mark = epoch_of(c, active)
+    return 0 if mark is None else 1 + mark.kept
+
+
 def todos_in_view(c: ConversationState, active: tuple[view.Span, ...]) -> tuple[TodoItem, ...]:
     """The todo list `active` implies: the seed, then the TodoWrite calls it selects from log
-    position `todo_from` on (an imported history's own calls are covered by the seed)."""
+    position `todo_from` on (an imported history's own calls are covered by the seed). In a
+    compaction's epoch: the list at the compaction, then the calls after its kept tail."""
+    mark = epoch_of(c, active)
+    if mark is not None:
+        after = view.suffix(active, len(c.log), 1 + mark.kept)
+        return replay_todos(mark.todos, view.materialize(after, c.log))
     if c.todo_from:
         active = tuple(
             view.Span(max(s.start, c.todo_from), s.end)
@@ -40,9 +62,12 @@ def todos_in_view(c: ConversationState, active: tuple[view.Span, ...]) -> tuple[
 def plan_in_view(c: ConversationState, active: tuple[view.Span, ...]) -> PlanRecord | None:
     """The plan `active` implies: the one saved at the last log position it selects, in view
     order; None when it selects none. A state stored before plans were marked keeps its plan."""
+    epoch = epoch_of(c, active)
+    if epoch is not None:
+        active = view.suffix(active, len(c.log), 1 + epoch.kept)
     if not c.plans:
         return c.plan
-    found: PlanRecord | None = None
+    found: PlanRecord | None = epoch.plan if epoch is not None else None
     for span in active:
         end = len(c.log) if span.end is None else span.end
         for mark in c.plans:

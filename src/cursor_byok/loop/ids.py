@@ -5,6 +5,8 @@ the same ids, so the store can deduplicate LLM calls and client operations by id
 
     turn_id       "{conversation_id}:{turn}"
     call_id       "{turn_id}:llm{n}"                 n = 1, 2, ... within the turn
+    fallback      "{call_id}:fb{k}"                  the k-th fallback model for that call
+    summary call  "{turn_id}:summary{n}"             counted with the turn's model calls
     operation_id  "{call_id}:{tool_call_id}"         the LLM call whose answer asked for the tool
     commit_id     "{conversation_id}@{commit}"       commit = number of committed state changes
 """
@@ -18,6 +20,23 @@ def turn_id(conversation_id: str, turn: int) -> str:
 
 def call_id(turn_id: str, n: int) -> str:
     return f"{turn_id}:llm{n}"
+
+
+def fallback_call_id(call_id: str, k: int) -> str:
+    """The call that repeats call `call_id`'s step on the k-th fallback model (k = 1, 2, ...)."""
+    return f"{call_id}:fb{k}"
+
+
+def fallback_of(call_id: str) -> tuple[str, int] | None:
+    """For a fallback call's id, the call it stands in for and k; None for any other id."""
+    base, sep, tail = call_id.rpartition(":fb")
+    if not sep or not tail.isdigit() or tail.startswith("0"):
+        return None
+    return base, int(tail)
+
+
+def summary_call_id(turn_id: str, n: int) -> str:
+    return f"{turn_id}:summary{n}"
 
 
 def operation_id(call_id: str, tool_call_id: str) -> str:

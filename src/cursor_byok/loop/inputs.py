@@ -144,6 +144,25 @@ class ToolLost(_Input, frozen=True, tag="tool_lost"):
     waited_ms: int | None = None
 
 
+class SummaryDone(_Input, frozen=True, tag="summary_done"):
+    """The summary call `call_id` answered: `message` is its whole answer (its text is the
+    summary, its usage the call's)."""
+
+    call_id: str
+    message: llm.AssistantMessage
+
+
+class SummaryFailed(_Input, frozen=True, tag="summary_failed"):
+    """The summary call `call_id` failed (`message` says how; never appended)."""
+
+    call_id: str
+    message: llm.AssistantMessage
+
+
+class Compact(_Input, frozen=True, tag="compact"):
+    """The user's /summarize: compact the conversation now, whatever its size."""
+
+
 class Rewind(_Input, frozen=True, tag="rewind"):
     """The client's checkpoint is behind ours: it went back to the end of an earlier turn,
     whose active history was `view` (closed spans over the log)."""
@@ -162,6 +181,9 @@ Input: TypeAlias = (
     | Resume
     | ToolLost
     | Rewind
+    | SummaryDone
+    | SummaryFailed
+    | Compact
 )
 
 # The same class, for callers that also import the LLM's UserMessage.

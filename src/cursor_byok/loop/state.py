@@ -36,12 +36,13 @@ class Status(enum.StrEnum):
     FINAL = "Final"  # the last turn ended with the model's answer
     FAILED = "Failed"  # the last turn failed
     CANCELED = "Canceled"  # the last turn was canceled (or superseded)
+    SUMMARIZING = "Summarizing"  # a compaction's summary call is in flight
 
 
 BlockKind: TypeAlias = Literal["text", "thinking", "toolCall"]
 
 # Statuses of a turn in progress: an LLM call or a client operation is outstanding.
-BUSY: frozenset[Status] = frozenset({Status.WAITING_LLM, Status.WAITING_CLIENT})
+BUSY: frozenset[Status] = frozenset({Status.WAITING_LLM, Status.WAITING_CLIENT, Status.SUMMARIZING})
 # Statuses in which a new turn may simply start.
 IDLE: frozenset[Status] = frozenset({Status.READY, Status.FINAL, Status.FAILED, Status.CANCELED})
 
@@ -55,10 +56,42 @@ class _Waiting(_Value, frozen=True, tag_field="kind"):
 
 
 class AwaitLLM(_Waiting, frozen=True, tag="llm"):
-    """An LLM call is in flight; only events carrying `call_id` are accepted."""
+    """An LLM call is in flight; only events carrying `call_id` are accepted. `fallback`: 0
+    for the run's own model, k for the k-th of the context's `fallbacks`. `compacted`: the
+    call's request was built right after a compaction (or one was tried for it), so a "context
+    length exceeded" answer fails the turn instead of compacting again (never a loop)."""
 
     call_id: str
     messages_hash: str
+    fallback: int = 0
+    compacted: bool = False
+
+
+class CompactionReason(enum.StrEnum):
+    """Why a compaction runs. Stored by value."""
+
+    THRESHOLD = "threshold"  # the next request would pass the window's threshold
+    OVERFLOW = "overflow"  # the provider answered "context length exceeded"
+    REQUESTED = "requested"  # the user's /summarize
+
+
+class AfterSummary(enum.StrEnum):
+    """What the turn does once the summary is in. Stored by value."""
+
+    CALL_LLM = "call_llm"  # the model call that was about to go out, over the compacted view
+    END = "end"  # nothing more (/summarize): the run ends with an empty answer
+
+
+class AwaitSummary(_Waiting, frozen=True, tag="summary"):
+    """A compaction's summary call is in flight. `cut`: the position in `messages` where the
+    kept tail starts (everything before it is summarized); `tokens_before`: the estimate of
+    the request that set it off."""
+
+    call_id: str
+    cut: int
+    reason: CompactionReason
+    then: AfterSummary
+    tokens_before: int = 0
 
 
 class AwaitClient(_Waiting, frozen=True, tag="client"):
@@ -78,7 +111,7 @@ class AwaitClient(_Waiting, frozen=True, tag="client"):
     ends_turn: bool = False
 
 
-Waiting: TypeAlias = AwaitLLM | AwaitClient
+Waiting: TypeAlias = AwaitLLM | AwaitClient | AwaitSummary
 
 
 class PlanRecord(_Value, frozen=True):
@@ -97,6 +130,23 @@ class PlanMark(_Value, frozen=True):
 
     at: int
     plan: PlanRecord
+
+
+class CompactionMark(_Value, frozen=True):
+    """A compaction: the summary message at log position `at`, followed in its epoch's view by
+    a kept tail of `kept` messages. Append-only, like the log; a rewind finds the epoch of any
+    turn by them."""
+
+    at: int
+    kept: int
+    reason: CompactionReason
+    tokens_before: int = 0
+    tokens_after: int = 0
+    call_id: str = ""
+    # The todo list and plan when it ran: the summarized messages are outside the new view,
+    # so a rewind into this epoch starts from these (derived.py).
+    todos: tuple[TodoItem, ...] = ()
+    plan: PlanRecord | None = None
 
 
 class ConversationState(_Value, frozen=True):
@@ -126,6 +176,11 @@ class ConversationState(_Value, frozen=True):
     # every plan saved, by log position: a rewind takes the view's last (derived.plan_in_view).
     plan: PlanRecord | None = None
     plans: tuple[PlanMark, ...] = ()
+    # Every compaction, in log order (compaction.py), and the position in `messages` from which
+    # the history was sent after the view's last compaction: the provider's usage of an answer
+    # before it measured a request that no longer exists.
+    compactions: tuple[CompactionMark, ...] = ()
+    fresh_from: int = 0
 
     @classmethod
     def new(cls, conversation_id: str) -> ConversationState:

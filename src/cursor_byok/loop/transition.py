@@ -22,6 +22,7 @@ from cursor_byok.llm.canonical import messages_hash
 from cursor_byok.llm.events import (
     DoneEvent,
     ErrorEvent,
+    ErrorKind,
     ResponseEvent,
     StartEvent,
     TextDelta,
@@ -44,7 +45,7 @@ from cursor_byok.llm.types import (
 )
 from cursor_byok.llm.types import UserMessage as LLMUserMessage
 
-from . import catalogue, derived, ids, todos, view
+from . import catalogue, compaction, derived, ids, todos, view
 from .commands import (
     CONTINUE_LLM,
     WAIT_INPUT,
@@ -56,10 +57,12 @@ from .commands import (
     FailureKind,
     Final,
     ResendLLM,
+    Summarize,
 )
-from .context import DEFAULT_CONTEXT, TurnContext
+from .context import DEFAULT_CONTEXT, ContextWindow, TurnContext
 from .inputs import (
     Cancel,
+    Compact,
     Input,
     LLMEvent,
     LostCause,
@@ -69,6 +72,8 @@ from .inputs import (
     Resume,
     Rewind,
     Start,
+    SummaryDone,
+    SummaryFailed,
     Supersede,
     ToolEffect,
     ToolLost,
@@ -89,9 +94,13 @@ from .results import (
     validate_response,
 )
 from .state import (
+    AfterSummary,
     AwaitClient,
     AwaitLLM,
+    AwaitSummary,
     BlockKind,
+    CompactionMark,
+    CompactionReason,
     ConversationState,
     PendingResponse,
     PlanMark,
@@ -139,6 +148,20 @@ class LocalResult(msgspec.Struct, frozen=True):
     todos: TodoUpdate | None = None
 
 
+class Compacted(msgspec.Struct, frozen=True, omit_defaults=True):
+    """A compaction this transition finished (for the client's summary updates, the metrics
+    and the log line). `call_id` empty: there was nothing to compact (a /summarize of a short
+    conversation), no summary call was made and `summary` is empty."""
+
+    reason: CompactionReason
+    summary: str = ""
+    call_id: str = ""
+    tokens_before: int = 0
+    tokens_after: int = 0
+    summarized: int = 0  # messages the summary replaced in the view
+    kept: int = 0  # messages kept after it
+
+
 class Transition(msgspec.Struct, frozen=True):
     state: RuntimeState
     emit: tuple[ResponseEvent, ...]
@@ -146,6 +169,7 @@ class Transition(msgspec.Struct, frozen=True):
     appended: tuple[Message, ...] = ()  # appended to the log, in order, by this transition
     local_results: tuple[LocalResult, ...] = ()
     call_end: CallEnd | None = None
+    compacted: Compacted | None = None
 
 
 def transition(state: RuntimeState, input: Input) -> Transition:
@@ -169,6 +193,12 @@ def transition(state: RuntimeState, input: Input) -> Transition:
             t = _on_tool_lost(state, input)
         case Rewind():
             t = _on_rewind(state, input)
+        case SummaryDone():
+            t = _on_summary_done(state, input)
+        case SummaryFailed():
+            t = _on_summary_failed(state, input)
+        case Compact():
+            t = _on_compact(state)
         case _:
             assert_never(input)
     after = t.state.committed.log
@@ -230,9 +260,10 @@ def _fail(
     message: AssistantMessage,
     emit: tuple[ResponseEvent, ...] = (),
     call_end: CallEnd | None = None,
+    kind: FailureKind = FailureKind.PROVIDER,
 ) -> Transition:
     c2 = _commit(c, status=Status.FAILED, waiting=None, queued=(), queued_context=None)
-    return _settle(c2, emit, Failed(message=message), call_end=call_end)
+    return _settle(c2, emit, Failed(message=message, kind=kind), call_end=call_end)
 
 
 def _flush_queue(c: ConversationState) -> ConversationState:
@@ -245,9 +276,16 @@ def _flush_queue(c: ConversationState) -> ConversationState:
     return _replace(c, queued=(), queued_context=None, context=context)
 
 
-def _call_llm(c: ConversationState) -> Transition:
+def _call_llm(c: ConversationState, *, compacted: bool = False, measure: bool = True) -> Transition:
     """Issue the next LLM call of the turn over the active history (or fail the turn when the
-    per-turn call budget is spent). `c` carries the uncommitted changes of this transition."""
+    per-turn call budget is spent). `c` carries the uncommitted changes of this transition.
+
+    When the request would pass the window's threshold, a compaction runs first (its summary
+    call, then this call over the compacted view). `compacted`: one just ran for this call; a
+    request still over the threshold then fails the turn (never a second compaction in a row).
+    `measure` False: go out whatever the estimate (a compaction that failed before the window
+    was full).
+    """
     context = _context(c)
     if c.llm_calls >= context.max_llm_calls:
         return _fail(
@@ -257,19 +295,30 @@ def _call_llm(c: ConversationState) -> Transition:
                 "(max_llm_calls)"
             ),
         )
+    system_prompt = render_prompt(context)
+    tools = render_tools(context)
+    window = context.window
+    if window is not None and measure:
+        fixed = compaction.fixed_tokens(system_prompt, tools)
+        estimate = compaction.estimated_tokens(c.messages, c.fresh_from, fixed)
+        if estimate + window.output_reserve > int(window.threshold * window.tokens):
+            if compacted:
+                too_big = compaction.TooBig(
+                    window=window.tokens, budget=window.budget, fixed=fixed, tail=estimate - fixed
+                )
+                return _fail(c, loop_failure(too_big.message()), kind=FailureKind.BAD_REQUEST)
+            return _compact(
+                c, CompactionReason.THRESHOLD, AfterSummary.CALL_LLM, window, fixed, estimate
+            )
     n = c.llm_calls + 1
     call = ids.call_id(c.turn_id, n)
-    request = RequestMessages(
-        system_prompt=render_prompt(context),
-        messages=c.messages,
-        tools=render_tools(context),
-    )
+    request = RequestMessages(system_prompt=system_prompt, messages=c.messages, tools=tools)
     digest = messages_hash(c.messages)
     c2 = _commit(
         c,
         llm_calls=n,
         status=Status.WAITING_LLM,
-        waiting=AwaitLLM(call_id=call, messages_hash=digest),
+        waiting=AwaitLLM(call_id=call, messages_hash=digest, compacted=compacted),
     )
     command = CallLLM(
         call_id=call,
@@ -279,6 +328,55 @@ def _call_llm(c: ConversationState) -> Transition:
         prompt=prompt_chars(request, context),
     )
     return _settle(c2, (), command)
+
+
+def _request(c: ConversationState, context: TurnContext) -> RequestMessages:
+    return RequestMessages(
+        system_prompt=render_prompt(context),
+        messages=c.messages,
+        tools=render_tools(context),
+    )
+
+
+def _fall_back(c: ConversationState, waiting: AwaitLLM, end: CallEnd) -> Transition | None:
+    """The same step of the turn on the next of the context's fallback models, after call
+    `waiting` failed before its first output; None when no fallback is left.
+
+    The history has not moved since that call was made (steering waits in `queued`), so the
+    request is the same messages, prompt and tools, sent as a new call to another model. Not
+    counted in `max_llm_calls`: the turn is still at the same step. The turn's next call goes
+    back to the run's own model."""
+    context = _context(c)
+    k = waiting.fallback + 1
+    if k > len(context.fallbacks):
+        return None
+    call = ids.fallback_call_id(ids.call_id(c.turn_id, c.llm_calls), k)
+    request = _request(c, context)
+    c2 = _commit(
+        c,
+        waiting=AwaitLLM(
+            call_id=call,
+            messages_hash=waiting.messages_hash,
+            fallback=k,
+            compacted=waiting.compacted,  # still no second compaction in a row
+        ),
+    )
+    command = CallLLM(
+        call_id=call,
+        request=request,
+        messages_hash=waiting.messages_hash,
+        catalogue_version=catalogue.CATALOGUE_VERSION,
+        prompt=prompt_chars(request, context),
+        model=context.fallbacks[k - 1],
+        fallback_of=waiting.call_id,
+    )
+    return _settle(c2, (), command, call_end=end)
+
+
+def _model_of(c: ConversationState, waiting: AwaitLLM) -> str:
+    """The model call `waiting` went to: "" for the run's own, else its fallback's id."""
+    fallbacks = _context(c).fallbacks
+    return fallbacks[waiting.fallback - 1] if 0 < waiting.fallback <= len(fallbacks) else ""
 
 
 def opening_message(context: TurnContext, user_message: LLMUserMessage) -> LLMUserMessage:
@@ -330,6 +428,9 @@ def _close_turn(
             closing.append(found)
         return _with(c, *closing), tuple(local), None
     if c.status == Status.WAITING_LLM and isinstance(waiting, AwaitLLM):
+        return c, (), CallEnd(waiting.call_id, CallOutcome.CANCELED, reason)
+    if c.status == Status.SUMMARIZING and isinstance(waiting, AwaitSummary):
+        # The summary is dropped; the history stays as it was, unsummarized.
         return c, (), CallEnd(waiting.call_id, CallOutcome.CANCELED, reason)
     return c, (), None
 
@@ -436,7 +537,7 @@ def _on_llm_event(state: RuntimeState, input: LLMEvent) -> Transition:
         case DoneEvent():
             return _on_done(c, waiting, pending, event)
         case ErrorEvent():
-            return _on_error(c, waiting, event)
+            return _on_error(c, waiting, pending, event)
         case _:
             assert_never(event)
     return Transition(RuntimeState(c, pending), (event,), CONTINUE_LLM)
@@ -487,12 +588,34 @@ def _on_done(
     return _settle(c2, emit, Final(message=message), call_end=done)
 
 
-def _on_error(c: ConversationState, waiting: AwaitLLM, event: ErrorEvent) -> Transition:
+def _on_error(
+    c: ConversationState, waiting: AwaitLLM, pending: PendingResponse | None, event: ErrorEvent
+) -> Transition:
+    """A failed call fails the turn, unless the provider refused it for being over its
+    context window (then one compaction, and a new call over the compacted view), or it
+    failed before its first output (a lone `error`: no `start`, so the client saw nothing of
+    it; its retries are behind it) and a fallback model is left: then that model gets the
+    same step, and the client sees only the fallback's answer. Once a call has output, no
+    fallback follows it."""
     if event.reason == "aborted":
         c2 = _commit(c, status=Status.CANCELED, waiting=None, queued=(), queued_context=None)
         end = CallEnd(waiting.call_id, CallOutcome.CANCELED, event.error_message)
         return _settle(c2, (event,), Canceled(reason=event.error_message), call_end=end)
     end = CallEnd(waiting.call_id, CallOutcome.FAILED, event.error_message)
+    if event.kind == ErrorKind.CONTEXT_LENGTH and not waiting.compacted:
+        # Over the window by the provider's count: compact once, then a new call (new id,
+        # new request) over the compacted view. A second refusal fails the turn.
+        context = _context(c)
+        window = context.window or _fallback_window()
+        fixed = compaction.fixed_tokens(render_prompt(context), render_tools(context))
+        estimate = compaction.estimated_tokens(c.messages, c.fresh_from, fixed)
+        t = _compact(c, CompactionReason.OVERFLOW, AfterSummary.CALL_LLM, window, fixed, estimate)
+        return _prepend((), t, end)
+    # Before its first output (a lone error): the next fallback model, if one is left.
+    if pending is None or pending.call_id != waiting.call_id:
+        fallback = _fall_back(c, waiting, end)
+        if fallback is not None:
+            return fallback
     return _fail(c, event.message, (event,), end)
 
 
@@ -700,7 +823,9 @@ def _on_resume(state: RuntimeState, input: Resume) -> Transition:
         case Status.WAITING_LLM:
             assert isinstance(waiting, AwaitLLM)
             command: Command = ResendLLM(
-                call_id=waiting.call_id, messages_hash=waiting.messages_hash
+                call_id=waiting.call_id,
+                messages_hash=waiting.messages_hash,
+                model=_model_of(c, waiting),
             )
             return Transition(state, (), command)
         case Status.WAITING_CLIENT:
@@ -718,6 +843,11 @@ def _on_resume(state: RuntimeState, input: Resume) -> Transition:
         case Status.READY:
             failure = loop_failure("there is nothing to resume")
             return Transition(state, (), Failed(message=failure, kind=FailureKind.BAD_REQUEST))
+        case Status.SUMMARIZING:
+            # The same summary call again (the same request; the runtime resends its stored
+            # bytes): its answer is applied once, by its input id.
+            assert isinstance(waiting, AwaitSummary)
+            return Transition(state, (), _summarize_command(c, waiting))
         case _:
             assert_never(c.status)
 
@@ -756,6 +886,7 @@ def _on_rewind(state: RuntimeState, input: Rewind) -> Transition:
         c,
         view=restored,
         messages=messages,
+        fresh_from=derived.fresh_from(c, restored),  # a turn of another epoch, or none
         todos=derived.todos_in_view(c, restored),  # the list as it was at the kept turn
         plan=derived.plan_in_view(c, restored),  # and the plan
         status=Status.READY,
@@ -764,3 +895,189 @@ def _on_rewind(state: RuntimeState, input: Rewind) -> Transition:
         queued_context=None,
     )
     return _settle(c2, (), WAIT_INPUT)
+
+
+# -- compaction ----------------------------------------------------------------------------
+
+
+def _fallback_window() -> ContextWindow:
+    """The budget of a run whose model gave none (a test's context): a common window."""
+    return ContextWindow(tokens=128_000)
+
+
+def _first_summarizable(c: ConversationState) -> int:
+    # A history that starts with an earlier summary: summarizing only that would shrink nothing.
+    return 1 if derived.epoch_of(c, c.view) is not None else 0
+
+
+def _compact(
+    c: ConversationState,
+    reason: CompactionReason,
+    then: AfterSummary,
+    window: ContextWindow,
+    fixed: int,
+    estimate: int,
+) -> Transition:
+    """Start a compaction: plan the cut and make the summary call (or, when even the smallest
+    tail does not fit, fail the turn with what fills the window)."""
+    planned = compaction.plan_cut(
+        c.messages, fixed=fixed, window=window, first=_first_summarizable(c)
+    )
+    if isinstance(planned, compaction.TooBig):
+        return _fail(c, loop_failure(planned.message()), kind=FailureKind.BAD_REQUEST)
+    return _summarize(c, planned, reason, then, estimate)
+
+
+def _summarize(
+    c: ConversationState, cut: int, reason: CompactionReason, then: AfterSummary, estimate: int
+) -> Transition:
+    n = c.llm_calls + 1
+    waiting = AwaitSummary(
+        call_id=ids.summary_call_id(c.turn_id, n),
+        cut=cut,
+        reason=reason,
+        then=then,
+        tokens_before=estimate,
+    )
+    c2 = _commit(c, llm_calls=n, status=Status.SUMMARIZING, waiting=waiting)
+    return _settle(c2, (), _summarize_command(c2, waiting))
+
+
+def _summarize_command(c: ConversationState, waiting: AwaitSummary) -> Summarize:
+    window = _context(c).window or _fallback_window()
+    request = compaction.summary_request(c.messages[: waiting.cut], window)
+    return Summarize(
+        call_id=waiting.call_id, request=request, messages_hash=messages_hash(request.messages)
+    )
+
+
+def _awaited_summary(state: RuntimeState, call_id: str) -> AwaitSummary | None:
+    c = state.committed
+    waiting = c.waiting
+    if c.status != Status.SUMMARIZING or not isinstance(waiting, AwaitSummary):
+        return None
+    return waiting if waiting.call_id == call_id else None
+
+
+def _on_summary_done(state: RuntimeState, input: SummaryDone) -> Transition:
+    """The summary is in: it is appended to the log and a new epoch of the view begins (the
+    summary, the kept tail, then what comes next); nothing is removed from the log."""
+    waiting = _awaited_summary(state, input.call_id)
+    if waiting is None:
+        return _ignore(state)
+    text = input.message.text.strip()
+    if not text:
+        failed = _replace(input.message, error_message="the summary call answered no text")
+        return _on_summary_failed(state, SummaryFailed(call_id=input.call_id, message=failed))
+    c = state.committed
+    context = _context(c)
+    at = len(c.log)
+    summary = compaction.summary_message(text)
+    tail = c.messages[waiting.cut :]
+    epoch = (view.Span(at, at + 1), *view.suffix(c.view, at, waiting.cut), view.Span(at + 1))
+    messages = (summary, *tail)
+    fixed = compaction.fixed_tokens(render_prompt(context), render_tools(context))
+    after = compaction.estimated_tokens(messages, len(messages), fixed)
+    mark = CompactionMark(
+        at=at,
+        kept=len(tail),
+        reason=waiting.reason,
+        tokens_before=waiting.tokens_before,
+        tokens_after=after,
+        call_id=waiting.call_id,
+        todos=c.todos,
+        plan=c.plan,
+    )
+    c2 = _replace(
+        c,
+        log=(*c.log, summary),
+        messages=messages,
+        view=epoch,
+        compactions=(*c.compactions, mark),
+        fresh_from=len(messages),
+        waiting=None,
+    )
+    done = Compacted(
+        reason=waiting.reason,
+        summary=text,
+        call_id=waiting.call_id,
+        tokens_before=waiting.tokens_before,
+        tokens_after=after,
+        summarized=waiting.cut,
+        kept=len(tail),
+    )
+    end = CallEnd(waiting.call_id, CallOutcome.COMMITTED)
+    match waiting.then:
+        case AfterSummary.CALL_LLM:
+            t = _call_llm(c2, compacted=True)
+        case AfterSummary.END:
+            t = _ended_quietly(c2)
+        case _:
+            assert_never(waiting.then)
+    return _replace(t, call_end=end, compacted=done)
+
+
+def _ended_quietly(c: ConversationState) -> Transition:
+    c2 = _commit(c, status=Status.FINAL, waiting=None, queued=(), queued_context=None)
+    return _settle(c2, (), Final(message=loop_answer("")))
+
+
+def _on_summary_failed(state: RuntimeState, input: SummaryFailed) -> Transition:
+    """The summary call failed. Before a threshold compaction the request still fits the window,
+    so the turn goes on without one (that call then fails rather than compacts if the provider
+    refuses it); an overflow or a /summarize fails the turn, saying why."""
+    waiting = _awaited_summary(state, input.call_id)
+    if waiting is None:
+        return _ignore(state)
+    c = _replace(state.committed, waiting=None)
+    why = input.message.error_message or "the summary call failed"
+    end = CallEnd(waiting.call_id, CallOutcome.FAILED, why)
+    match waiting.reason:
+        case CompactionReason.THRESHOLD:
+            t = _call_llm(c, compacted=True, measure=False)
+        case CompactionReason.OVERFLOW:
+            t = _fail(
+                c,
+                loop_failure(
+                    "the conversation is over the model's context window and compacting it "
+                    f"failed: {why}"
+                ),
+            )
+        case CompactionReason.REQUESTED:
+            t = _fail(c, loop_failure(f"the conversation could not be summarized: {why}"))
+        case _:
+            assert_never(waiting.reason)
+    return _replace(t, call_end=end)
+
+
+def _on_compact(state: RuntimeState) -> Transition:
+    """/summarize: compact now, keeping the last user message and what follows it. A busy turn
+    of a run that is gone is closed first, as for Start. With nothing to compact the run ends
+    at once, and says so (`compacted` without a call)."""
+    c = state.committed
+    call_end: CallEnd | None = None
+    if c.busy:
+        c, _, call_end = _close_turn(c, "superseded by a newer request")
+    cut = compaction.requested_cut(c.messages, _first_summarizable(c))
+    if cut is None and c.commit == 0:
+        # A conversation this server never saw: nothing is committed, so its first turn still
+        # takes the history the client holds.
+        return Transition(
+            state,
+            (),
+            Final(message=loop_answer("")),
+            compacted=Compacted(reason=CompactionReason.REQUESTED),
+        )
+    if cut is None:
+        t = _replace(
+            _ended_quietly(_replace(c, waiting=None)),
+            compacted=Compacted(reason=CompactionReason.REQUESTED),
+        )
+        return _prepend((), t, call_end)
+    context = _context(c)
+    fixed = compaction.fixed_tokens(render_prompt(context), render_tools(context))
+    estimate = compaction.estimated_tokens(c.messages, c.fresh_from, fixed)
+    t = _summarize(
+        _replace(c, waiting=None), cut, CompactionReason.REQUESTED, AfterSummary.END, estimate
+    )
+    return _prepend((), t, call_end)

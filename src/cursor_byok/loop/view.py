@@ -92,3 +92,19 @@ def is_prefix(head: Sequence[Span], view: Sequence[Span]) -> bool:
     last_end = last.end if last.end is not None else -1
     other_end = other.end if other.end is not None else -1
     return last.start == other.start and last_end <= other_end
+
+
+def suffix(view: Sequence[Span], log_length: int, index: int) -> tuple[Span, ...]:
+    """Closed spans selecting what `view` selects from its `index`-th message on (the kept tail
+    of a compaction, as log positions)."""
+    out: list[Span] = []
+    skip = index
+    for s in closed(view, log_length):
+        assert s.end is not None
+        size = s.end - s.start
+        if skip >= size:
+            skip -= size
+            continue
+        out.append(Span(s.start + skip, s.end))
+        skip = 0
+    return tuple(out)

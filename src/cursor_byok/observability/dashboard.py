@@ -25,7 +25,7 @@ from ..store.api import Store
 from .dashboard_rows import call_row, conversation_row, model_ids_of, prices_of, run_row
 from .dashboard_tokens import tokens_data
 from .logs import secrets_of
-from .metrics import cache_hit_ratio
+from .metrics import cache_hit_ratio, is_summary_call
 
 HTML_CONTENT_TYPE = "text/html; charset=utf-8"
 JSON_CONTENT_TYPE = "application/json"
@@ -130,11 +130,13 @@ def _totals(calls: list[dict[str, Any]], runs: list[dict[str, Any]]) -> dict[str
         total("cache_write_tokens"),
     )
     ratio = cache_hit_ratio(inp, read, write)
+    summaries = [r for r in calls if is_summary_call(str(r["call_id"]))]
     return {
         "runs": len(runs),
         "failed_runs": sum(1 for r in runs if r["failed"]),
         "calls": len(calls),
         "failed_calls": sum(1 for r in calls if r["outcome"] == "error"),
+        "fallbacks": sum(1 for r in calls if r["fallback_of"]),
         "input_tokens": inp,
         "output_tokens": total("output_tokens"),
         "cache_read_tokens": read,
@@ -143,6 +145,9 @@ def _totals(calls: list[dict[str, Any]], runs: list[dict[str, Any]]) -> dict[str
         "cache_hit_ratio": None if ratio is None else round(ratio, 4),
         "cost_usd": sum(float(r["cost_usd"] or 0.0) for r in calls),
         "unpriced_calls": sum(1 for r in calls if r["unpriced"]),
+        # Compactions: their summary calls (ids "…:summary{n}") and what those cost.
+        "summary_calls": len(summaries),
+        "summary_cost_usd": sum(float(r["cost_usd"] or 0.0) for r in summaries),
     }
 
 

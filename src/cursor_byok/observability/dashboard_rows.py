@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..config import Config, Prices
+from ..loop import ids
 from ..store.api import ConversationOverview, LLMCallRecord, RunOutcomeRecord
 from .logs import redact_text
 from .metrics import FINAL_STATUSES, cache_hit_ratio
@@ -93,7 +94,14 @@ def call_row(record: LLMCallRecord, config: Config, secrets: Sequence[str]) -> d
         # A finished call without a cost: its model has no `prices` in the configuration.
         "unpriced": final and cost is None,
         "error": _scrub(record.error, secrets),
+        # The call this one stands in for on a fallback model (loop/ids.py names it), or None.
+        "fallback_of": _fallback_of(record.call_id),
     }
+
+
+def _fallback_of(call_id: str) -> str | None:
+    found = ids.fallback_of(call_id)
+    return found[0] if found is not None else None
 
 
 def run_row(record: RunOutcomeRecord, config: Config, secrets: Sequence[str]) -> dict[str, Any]:

@@ -261,6 +261,7 @@ def run_fields(summary: RunSummary, token: str | None = None) -> dict[str, Any]:
         "provider": summary.provider,
         "outcome": summary.outcome,
         "llm_calls": summary.llm_calls,
+        "fallbacks": summary.fallbacks,
         "ttft_ms": summary.ttft_ms,
         "duration_ms": summary.duration_ms,
         "input_tokens": usage.input,
@@ -285,6 +286,8 @@ def log_run(
     parts = []
     for key, value in fields.items():
         if value is None and key in ("error", "ttft_ms", "cache_hit_ratio"):
+            continue
+        if key == "fallbacks" and not value:  # the usual run: no word about it
             continue
         parts.append(f"{key}={_kv(value)}")
     level = logging.INFO if summary.outcome in ("ok", "canceled") else logging.WARNING

@@ -1,10 +1,12 @@
 """Prometheus metrics in a registry of their own (never the process-global one).
 
-Feed it from three places:
+Feed it from four places:
 
 - the server, once per RPC:          `metrics.observe_rpc(path, outcome)`
 - the runner's `on_llm_call` hook:   `metrics.observe_llm_call(record)` (final records only)
 - the runner's `on_run_end` hook:    `metrics.observe_run(summary)`
+- the runner's `on_fallback` hook:   `metrics.observe_fallback(model, fallback)`
+- the runner's `on_compaction` hook: `metrics.observe_compaction(summary)`
 
 and serve `metrics.render()` at GET /metrics. Token and cost counters come from the LLM call
 records only, so a run summary never counts its calls' tokens twice.
@@ -37,7 +39,7 @@ from ..store.api import LLMCallRecord
 disable_created_metrics()  # type: ignore[no-untyped-call]  # prometheus-client leaves it untyped
 
 if TYPE_CHECKING:
-    from ..transport.runtime.summary import CacheStats, RunSummary
+    from ..transport.runtime.summary import CacheStats, CompactionSummary, RunSummary
 
 PREFIX = "cursor_byok"
 
@@ -54,6 +56,11 @@ _RPC_PATH = re.compile(r"^/?([A-Za-z_][\w.]*\.[A-Za-z_]\w*/[A-Za-z_]\w*)$")
 MAX_RPC_LABELS = 200
 MAX_UNKNOWN_KINDS = 64
 MAX_REMEMBERED_CALLS = 10_000
+
+
+def is_summary_call(call_id: str) -> bool:
+    """A compaction's summary call: its id is "{turn_id}:summary{n}" (loop/ids.py)."""
+    return ":summary" in call_id
 
 
 def rpc_label(path: str) -> str:
@@ -170,6 +177,34 @@ class Metrics:
             ["provider", "model"],
             registry=r,
         )
+        self.llm_fallbacks = Counter(
+            f"{PREFIX}_llm_fallbacks",
+            "Model calls repeated on a fallback model after failing before their first output, "
+            "by the configured model that failed and the fallback model tried",
+            ["model", "fallback"],
+            registry=r,
+        )
+        self.compactions = Counter(
+            f"{PREFIX}_compactions",
+            "Compactions of a conversation's history, by the run's model and why "
+            "(threshold, overflow: the provider refused the request, requested: /summarize)",
+            ["model", "reason"],
+            registry=r,
+        )
+        self.compaction_tokens = Counter(
+            f"{PREFIX}_compaction_tokens",
+            "Estimated request tokens right before (when=before) and after (when=after) each "
+            "compaction, summed, by the run's model",
+            ["model", "when"],
+            registry=r,
+        )
+        self.compaction_cost = Counter(
+            f"{PREFIX}_compaction_cost_usd",
+            "Cost in USD of the summary calls, by the model that wrote them (also counted in "
+            "llm_cost_usd)",
+            ["provider", "model"],
+            registry=r,
+        )
         self.unknown_events = Counter(
             f"{PREFIX}_unknown_client_events",
             "Client messages this server does not handle, by kind",
@@ -283,6 +318,21 @@ class Metrics:
             for kind in TOKEN_KINDS:
                 self.token_tokens.labels(token=token, kind=kind).inc(counts[kind])
             self.token_cost.labels(token=token).inc(cost if cost is not None and cost > 0 else 0.0)
+        if is_summary_call(record.call_id):
+            self.compaction_cost.labels(provider=provider, model=model).inc(
+                cost if cost is not None and cost > 0 else 0.0
+            )
+
+    def observe_compaction(self, summary: CompactionSummary) -> None:
+        model = summary.model or "unknown"
+        self.compactions.labels(model=model, reason=summary.reason).inc()
+        self.compaction_tokens.labels(model=model, when="before").inc(max(0, summary.tokens_before))
+        self.compaction_tokens.labels(model=model, when="after").inc(max(0, summary.tokens_after))
+
+    def observe_fallback(self, model: str, fallback: str) -> None:
+        """One call that `model` failed before output, repeated on `fallback` (configured model
+        ids: a bounded label set)."""
+        self.llm_fallbacks.labels(model=model, fallback=fallback).inc()
 
     def observe_run(self, summary: RunSummary) -> None:
         provider = summary.provider or "unknown"

@@ -2,6 +2,7 @@
 
     obs = Observability(config, store)
     services = RunnerServices(..., on_llm_call=obs.on_llm_call, on_run_end=obs.on_run_end,
+                              on_fallback=obs.on_fallback,
                               on_unknown_event=obs.metrics.observe_unknown_event)
     obs.metrics.bind_active_runs(lambda: runner.active_runs)
     ...
@@ -41,7 +42,7 @@ from .metrics import Metrics
 from .outcomes import outcome_record
 
 if TYPE_CHECKING:
-    from ..transport.runtime.summary import RunSummary
+    from ..transport.runtime.summary import CompactionSummary, RunSummary
 
 log = logging.getLogger("cursor_byok.observability")
 
@@ -94,6 +95,18 @@ class Observability:
             self.metrics.observe_llm_call(record)
         except Exception:
             log.exception("metrics: could not record LLM call %s", record.call_id)
+
+    def on_fallback(self, model: str, fallback: str) -> None:
+        try:
+            self.metrics.observe_fallback(model, fallback)
+        except Exception:
+            log.exception("metrics: could not record a fallback from %s", model)
+
+    def on_compaction(self, summary: CompactionSummary) -> None:
+        try:
+            self.metrics.observe_compaction(summary)
+        except Exception:
+            log.exception("metrics: could not record a compaction")
 
     def on_run_end(self, summary: RunSummary) -> None:
         try:

@@ -22,7 +22,17 @@ What the runtime uses:
 from .checkpoint import rewound_to, turn_blob
 from .context import ClientContext, ContextPart, merge_context
 from .context_parts import decode_request_context_part
-from .encode import HEARTBEAT, StreamEncoder, checkpoint, text_delta, turn_ended
+from .encode import (
+    HEARTBEAT,
+    StreamEncoder,
+    SummaryRecord,
+    checkpoint,
+    summary_completed,
+    summary_started,
+    summary_text,
+    text_delta,
+    turn_ended,
+)
 from .ends import (
     Ending,
     bad_request_end,
@@ -93,6 +103,7 @@ __all__ = [
     "ShellCommandRun",
     "Stray",
     "StreamEncoder",
+    "SummaryRecord",
     "ToolFinished",
     "ToolProgress",
     "UnknownEvent",
@@ -108,6 +119,9 @@ __all__ = [
     "provider_error_end",
     "rate_limited_end",
     "rewound_to",
+    "summary_completed",
+    "summary_started",
+    "summary_text",
     "text_delta",
     "token_revoked_end",
     "turn_blob",

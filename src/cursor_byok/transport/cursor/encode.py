@@ -11,6 +11,7 @@ import hashlib
 import re
 import urllib.parse
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import assert_never
 
 from ...llm.events import (
@@ -175,6 +176,33 @@ def token_details(meter: Meter) -> agent_pb2.ConversationTokenDetails:
     )
 
 
+@dataclass(frozen=True, slots=True)
+class SummaryRecord:
+    """One compaction, for the checkpoint: its summary and how many recent messages it kept."""
+
+    summary: str
+    window_tail: int
+
+
+def summary_started() -> bytes:
+    """`interaction_update.summary_started` (10): a compaction's summary is being written."""
+    return _update(agent_pb2.InteractionUpdate(summary_started=agent_pb2.SummaryStartedUpdate()))
+
+
+def summary_text(summary: str) -> bytes:
+    """`interaction_update.summary` (9) with the summary text."""
+    return _update(agent_pb2.InteractionUpdate(summary=agent_pb2.SummaryUpdate(summary=summary)))
+
+
+def summary_completed(hook_message: str) -> bytes:
+    """`interaction_update.summary_completed` (11), the line the IDE shows for it."""
+    return _update(
+        agent_pb2.InteractionUpdate(
+            summary_completed=agent_pb2.SummaryCompletedUpdate(hook_message=hook_message)
+        )
+    )
+
+
 def checkpoint(
     turn_blob_ids: Sequence[bytes],
     todos: Sequence[TodoItem] = (),
@@ -182,12 +210,18 @@ def checkpoint(
     plan: PlanRecord | None = None,
     plans: Sequence[PlanRecord] = (),
     meter: Meter | None = None,
+    summaries: Sequence[SummaryRecord] = (),
 ) -> bytes:
     """`conversation_checkpoint_update` listing one blob per completed turn, the todo list
     (`todos` (3): each TodoItem serialized inline, as GoL writes it; reference §3.4 [S]), the
     mode the conversation is in (`mode` 10, reference §3.3: after an approved SwitchMode it
     is the new one), its plan (`plan` 7: a serialized ConversationPlan), every plan document it
-    has, by id (`plans` 20; reference §2.11 [S]) and the context meter (`token_details` 5)."""
+    has, by id (`plans` 20; reference §2.11 [S]) and the context meter (`token_details` 5).
+    `summaries`: the compactions of the active history, oldest first (reference §5 [S]):
+    `summary` (6) is the latest as a ConversationSummary, `summary_archives` (13) one
+    ConversationSummaryArchive each ([U]: GoL writes ConversationSummary bytes there; the
+    archive is the message the field's name says, and carries window_tail, never 0), and
+    `self_summary_count` (17) how many there are."""
     state = agent_pb2.ConversationStateStructure(
         turns=list(turn_blob_ids), todos=[t.SerializeToString() for t in todo_items(todos)]
     )
@@ -202,6 +236,16 @@ def checkpoint(
         if each.uri:
             key = plan_id(each.uri)
             state.plans[key].CopyFrom(agent_pb2.PlanRegistryEntry(id=key, path=plan_path(each.uri)))
+    if summaries:
+        latest = agent_pb2.ConversationSummary(summary=summaries[-1].summary)
+        state.summary = latest.SerializeToString()
+        state.summary_archives.extend(
+            agent_pb2.ConversationSummaryArchive(
+                summary=s.summary, window_tail=max(1, s.window_tail)
+            ).SerializeToString()
+            for s in summaries
+        )
+        state.self_summary_count = len(summaries)
     return bytes(
         agent_pb2.AgentServerMessage(conversation_checkpoint_update=state).SerializeToString()
     )

@@ -6,8 +6,9 @@ before each model call is sent (a new call and a resumed one alike) the runtime 
 process or replica, takes effect at the next call) and checks, in this order:
 
 1. revoked or gone: `unauthenticated`;
-2. the model: the token's model names resolve as a client's do (llm/model_names.py); a model
-   outside them is `permission_denied`;
+2. the model a run asks for: the token's model names resolve as a client's do
+   (llm/model_names.py); a model outside them is `permission_denied`. A fallback model or the
+   compaction model the operator configured may serve the run (its calls count below);
 3. the monthly budget: the cost stored with the token's calls created in this UTC calendar
    month (the store's sum, so it holds across processes and replicas), against `budget_usd`;
    spent is `resource_exhausted`. A model without prices cannot be counted: a token with a
@@ -79,14 +80,16 @@ class TokenLimits:
         self._now_ms = now_ms
         self._recent: dict[str, deque[int]] = {}  # token id -> times of admitted calls
 
-    async def admit(self, token_id: str, model: Model) -> Refusal | None:
-        """None when the call may go; else which limit refuses it, in words naming it."""
+    async def admit(self, token_id: str, model: Model, *, scoped: bool = True) -> Refusal | None:
+        """None when the call may go; else which limit refuses it, in words naming it.
+        `scoped=False`: a model the operator chose for the run (a fallback, the compaction
+        model), outside the models limit; the budget and the rate still apply."""
         record = await self._store.get_access_token(token_id)
         if record is None or record.revoked_at_ms is not None:
             who = f"token {record.name!r}" if record is not None else "this run's token"
             return Refusal(Limit.REVOKED, f"{who} was revoked; ask for a new one")
         allowed = allowed_ids(record, self._names)
-        if allowed is not None and model.id not in allowed:
+        if scoped and allowed is not None and model.id not in allowed:
             return Refusal(
                 Limit.MODELS,
                 f"token {record.name!r} may not use model {model.id!r} "

@@ -21,6 +21,7 @@ class Route(enum.StrEnum):
     UNIMPLEMENTED = "unimplemented"  # decoded, not served yet: Connect unimplemented
     EMPTY_TURN = "empty turn"  # turn_ended at once; nothing recorded
     NOTE = "note"  # recorded in the history (loop Note), then an empty turn
+    COMPACT = "compact"  # the loop compacts the conversation (loop Compact), then the turn ends
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,7 +40,7 @@ ROUTES: dict[RunAction, ActionRoute] = {
     # A run request that only cancels: starting it already superseded the conversation's busy
     # run (Runner.claim), which is what the user asked for.
     RunAction.CANCEL: ActionRoute(Route.EMPTY_TURN),
-    RunAction.SUMMARIZE: _later("summarize_action (/summarize)"),
+    RunAction.SUMMARIZE: ActionRoute(Route.COMPACT),
     RunAction.SHELL_COMMAND: ActionRoute(Route.NOTE),
     # Plan mode from a message, the Build button, late answers: the dialect made each a turn
     # (a user message, or a Build the loop opens with the plan).

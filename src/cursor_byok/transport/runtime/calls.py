@@ -1,7 +1,9 @@
 """The model calls of one run: their exact requests, records and timings, and the streams.
 
 A call's request is prepared (serialized) once, stored in the commit that decides the call, and
-sent from those bytes; a resumed call is sent again from the stored bytes. Each open stream
+sent from those bytes; a resumed call is sent again from the stored bytes. A call goes to the
+run's model unless the loop named another (a fallback, `CallLLM.model`): that call is prepared,
+recorded and priced for its own model and sent through that model's provider. Each open stream
 hands every event straight to the run (`on_event`) from the task that reads its socket
 (`ResponseStream.deliver`): no queue and no task of the run's between the provider and the client.
 """
@@ -11,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 
 import msgspec
@@ -19,6 +21,7 @@ import msgspec
 from ...llm import canonical
 from ...llm.events import DoneEvent, ErrorEvent, ResponseEvent, StartEvent
 from ...llm.models import Model
+from ...llm.settings import ModelSettings
 from ...llm.stream import LLM, PreparedRequest, ResponseStream
 from ...llm.types import Usage
 from ...loop import CallEnd, CallLLM, CallOutcome, ResendLLM
@@ -37,10 +40,24 @@ class CallNotResendable(Exception):
     """A call to resume whose stored request is missing or cannot be rebuilt."""
 
 
+class UnknownFallback(CallNotResendable):
+    """A call for a model this server no longer serves (a fallback named by a configuration
+    that changed since the call was made)."""
+
+
 @dataclass(slots=True)
 class _Timing:
     opened: float
     first: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """Where a call goes: a model, the LLM of its provider, its settings for this conversation."""
+
+    model: Model
+    llm: LLM
+    settings: ModelSettings  # the model's, with the conversation's cache key
 
 
 class ModelCalls:
@@ -53,8 +70,11 @@ class ModelCalls:
         bases: RequestBases,
         conversation_id: str,
         on_event: Callable[[str, ResponseEvent], Awaitable[None]],
+        models: Mapping[str, Model] | None = None,
+        llm_for: Callable[[Model], LLM] | None = None,
         token_id: str | None = None,
     ) -> None:
+        """`models` and `llm_for` reach the fallback models the loop may name (none without)."""
         self.model = model
         self.token_id = token_id  # stored with each planned call (the usage per token)
         self.llm = llm
@@ -62,9 +82,10 @@ class ModelCalls:
         self.bases = bases
         self.conversation_id = conversation_id
         self._on_event = on_event
-        self._settings = msgspec.structs.replace(
-            model.settings, cache_key=cache_key(conversation_id)
-        )
+        self._models = models or {}
+        self._llm_for = llm_for
+        self._own = self._target_of(model, llm)
+        self._targets: dict[str, Target] = {}  # by call id, for calls to another model
         self._records: dict[str, LLMCallRecord] = {}
         self._timings: dict[str, _Timing] = {}
         self._streams: dict[str, ResponseStream] = {}
@@ -73,8 +94,30 @@ class ModelCalls:
 
     # -- before the commit ------------------------------------------------------------------
 
+    def _target_of(self, model: Model, llm: LLM) -> Target:
+        settings = msgspec.structs.replace(
+            model.settings, cache_key=cache_key(self.conversation_id)
+        )
+        return Target(model, llm, settings)
+
+    def _target(self, model_id: str) -> Target:
+        """The run's own model for "", else the fallback model `model_id`."""
+        if not model_id or model_id == self.model.id:
+            return self._own
+        model = self._models.get(model_id)
+        if model is None or self._llm_for is None:
+            raise UnknownFallback(f"the fallback model {model_id!r} is not served any more")
+        return self._target_of(model, self._llm_for(model))
+
+    def target(self, call_id: str) -> Target:
+        """Where call `call_id` goes (the run's own model unless the loop named another)."""
+        return self._targets.get(call_id, self._own)
+
     def prepare(self, command: CallLLM) -> PreparedRequest:
-        return self.llm.prepare(command.request, self._settings)
+        target = self._target(command.model)
+        if target is not self._own:
+            self._targets[command.call_id] = target
+        return target.llm.prepare(command.request, target.settings)
 
     def planned(
         self, command: CallLLM, prepared: PreparedRequest, turn_id: str, now_ms: int
@@ -90,7 +133,7 @@ class ModelCalls:
             turn_id=turn_id,
             stored=stored,
             prepared=prepared,
-            model=self.model,
+            model=self.target(command.call_id).model,
             now_ms=now_ms,
         )
         if self.token_id is not None:
@@ -122,7 +165,7 @@ class ModelCalls:
         duration = int((now - timing.opened) * 1000) if timing is not None else None
         if ttft is not None and self.first_ttft_ms is None:
             self.first_ttft_ms = ttft
-        prices = self.model.prices
+        prices = self.target(end.call_id).model.prices
         answer = (
             canonical.encode_message(event.message)
             if isinstance(event, DoneEvent) and end.outcome == CallOutcome.COMMITTED
@@ -152,7 +195,7 @@ class ModelCalls:
             return
         timing = _Timing(opened=time.monotonic())
         self._timings[call_id] = timing
-        stream = self.llm.send(prepared)
+        stream = self.target(call_id).llm.send(prepared)
         self._streams[call_id] = stream
         on_event = self._on_event
 
@@ -170,6 +213,9 @@ class ModelCalls:
         """Stream a call again from its stored request (a resumed turn)."""
         if command.call_id in self._streams:
             return
+        target = self._target(command.model)
+        if target is not self._own:
+            self._targets[command.call_id] = target
         record = await self.store.get_llm_call(command.call_id)
         if record is None:
             raise CallNotResendable("the interrupted model call was not recorded")
@@ -197,4 +243,4 @@ class ModelCalls:
         return list(self._records.values())
 
 
-__all__ = ["CallNotResendable", "ModelCalls", "cache_key"]
+__all__ = ["CallNotResendable", "ModelCalls", "Target", "UnknownFallback", "cache_key"]

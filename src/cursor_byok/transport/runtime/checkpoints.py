@@ -26,6 +26,7 @@ from ..cursor import rewound_to, turn_blob
 from . import records
 from .committed_states import CommittedStates
 from .requests import Answer, ClientRequests
+from .summaries import summary_records
 
 # How long a turn waits for the client to store its checkpoint blob (a client that keeps no
 # blobs gets no checkpoint; the turn still ends well).
@@ -153,6 +154,7 @@ class Checkpoints:
                 meter=meter,
                 plan=state.plan,
                 plans=plans_in_view(state, state.view),
+                summaries=summary_records(state),
             )
         )
         self._marks = list(marks)

@@ -25,6 +25,7 @@ from ...loop import (
     Final,
     ResendLLM,
     Span,
+    Summarize,
     WaitInput,
     side_effects,
 )
@@ -93,6 +94,10 @@ def command_record(command: Command) -> bytes:
         case CallLLM(call_id=call_id, messages_hash=messages_hash):
             return msgspec.json.encode(
                 {"command": "call_llm", "call_id": call_id, "messages_hash": messages_hash}
+            )
+        case Summarize(call_id=call_id, messages_hash=messages_hash):
+            return msgspec.json.encode(
+                {"command": "summarize", "call_id": call_id, "messages_hash": messages_hash}
             )
         case ResendLLM() | CallClient() | WaitInput() | Final() | Failed() | Canceled():
             return msgspec.json.encode(command)

@@ -15,6 +15,8 @@ import logging
 from collections.abc import Awaitable
 from typing import Any, assert_never
 
+import msgspec
+
 from ...llm.events import DoneEvent, ErrorEvent, ResponseEvent
 from ...llm.model_names import Resolved, Unknown, Via
 from ...llm.models import Model
@@ -24,6 +26,9 @@ from ...loop import (
     CallClient,
     CallLLM,
     Canceled,
+    Compact,
+    Compacted,
+    ContextWindow,
     ContinueLLM,
     Failed,
     Final,
@@ -36,6 +41,7 @@ from ...loop import (
     Rewind,
     RuntimeState,
     Start,
+    Summarize,
     Supersede,
     ToolLost,
     Transition,
@@ -63,6 +69,9 @@ from ..cursor import (
     canceled_end,
     internal_end,
     merge_context,
+    summary_completed,
+    summary_started,
+    summary_text,
     text_delta,
     turn_ended,
     unimplemented_end,
@@ -79,7 +88,13 @@ from .requests import ClientRequests
 from .resume import consume_exception, first_message
 from .routing import STOP, ClientMessages, Work
 from .runner import Runner
-from .summary import RunSummary
+from .summaries import (
+    HOOK_MESSAGE,
+    NOTHING_TO_COMPACT,
+    SummaryCalls,
+    context_window,
+)
+from .summary import CompactionSummary, RunSummary
 from .tools import ToolCalls
 
 log = logging.getLogger("cursor_byok.runtime")
@@ -126,6 +141,8 @@ class Run:
             on_timeout=self._tool_timed_out,
         )
         self.calls: ModelCalls | None = None
+        self.summaries: SummaryCalls | None = None
+        self.window: ContextWindow | None = None
         self.checkpoints: Checkpoints | None = None
         self.model: Model | None = None
         self.conversation_id = ""
@@ -215,6 +232,8 @@ class Run:
         self._drop_pending_blob()
         if self.calls is not None:
             self.calls.close()
+        if self.summaries is not None:
+            self.summaries.close()
 
     def supersede(self) -> None:
         """A newer run wants this conversation: the loop decides what that means for this one."""
@@ -251,6 +270,19 @@ class Run:
             conversation_id=request.conversation_id,
             on_event=self._on_llm_event,
             token_id=self.token_id,
+            models=self.services.models,
+            llm_for=self.services.llm_for,
+        )
+        summarizer = self._summarizer(self.model)
+        self.window = context_window(self.model, summarizer)
+        self.summaries = SummaryCalls(
+            summarizer=summarizer,
+            llm=self.services.llm_for(summarizer),
+            store=self.store,
+            conversation_id=request.conversation_id,
+            summary_output=self.window.summary_output,
+            deliver=self._apply_from_task,
+            token_id=self.token_id,
         )
         self.conv = Conversation(request.conversation_id, self.store, self.runner.committed_states)
         self.checkpoints = Checkpoints(
@@ -262,6 +294,20 @@ class Run:
             background=self._background,
             window=self.model.context_window,
         )
+
+    def _summarizer(self, model: Model) -> Model:
+        """The model that writes this run's summaries: its compaction_model, else itself."""
+        if model.compaction_model is not None:
+            other = self.services.models.get(model.compaction_model)
+            if other is not None:
+                return other
+        return model
+
+    def _with_window(self, context: TurnContext) -> TurnContext:
+        """The turn's context with the run's model budget (the loop's compaction decisions)."""
+        if self.window is None or context.window == self.window:
+            return context
+        return msgspec.structs.replace(context, window=self.window)
 
     def _resolve_model(self, model_id: str | None) -> Model:
         match self.services.model_names.resolve(model_id):
@@ -324,7 +370,7 @@ class Run:
                 self.channel.send(turn_ended(self.summary.usage))
                 self._end(None, "ok")
                 return
-            case Route.TURN | Route.RESUME | Route.NOTE:
+            case Route.TURN | Route.RESUME | Route.NOTE | Route.COMPACT:
                 pass
             case _:
                 assert_never(route.route)
@@ -341,6 +387,9 @@ class Run:
             await self._apply(await self._resume(None), None)
             self.turn_id = self.state.committed.turn_id
             return
+        if route.route == Route.COMPACT:
+            await self._apply(Compact(), input_id)
+            return
         if isinstance(request.payload, ShellCommandRun):
             await self._apply(Note(message=shell_command_note(request.payload)), input_id)
             return
@@ -353,18 +402,21 @@ class Run:
         kept = last.kept_parts if last is not None else ()
         self._parts = await context_parts(request, self.requests, self.runner.client_blobs, kept)
         self._mcp_tools = request.mcp_tools
-        context = await turn_context(
-            request,
-            self._parts,
-            self.requests,
-            self.services.disabled_tools,
-            self.services.enabled_tools,
-            self.services.web_search_configured,
-            self.services.image_generation,
+        context = self._with_window(
+            await turn_context(
+                request,
+                self._parts,
+                self.requests,
+                self.services.disabled_tools,
+                self.services.enabled_tools,
+                self.services.web_search_configured,
+                self.services.image_generation,
+            )
         )
         # A Build has no user message: the loop opens its turn with the plan.
         message = request.user_message or LLMUserMessage(content=())
         context = with_kept(context, self._parts, kept)  # the blobs later turns may need
+        context = self._with_fallbacks(context)
         start = Start(
             user_message=message,
             context=context,
@@ -406,7 +458,7 @@ class Run:
     def _follow_up_context(self, client: ClientContext) -> TurnContext:
         """The context a follow-up brought, merged with the run's parts and MCP tools."""
         stored = self.state.committed.context
-        context = merge_context(
+        merged = merge_context(
             client,
             self._parts,
             self._mcp_tools,
@@ -422,7 +474,15 @@ class Run:
             web_search_configured=self.services.web_search_configured,
             image_generation=self.services.image_generation,
         )
-        return with_kept(context, self._parts, stored.kept_parts if stored is not None else ())
+        kept = stored.kept_parts if stored is not None else ()
+        return self._with_window(self._with_fallbacks(with_kept(merged, self._parts, kept)))
+
+    def _with_fallbacks(self, context: TurnContext) -> TurnContext:
+        """The run's model's fallbacks, configuration the loop reads to decide on one."""
+        fallbacks = self.model.fallbacks if self.model is not None else ()
+        if context.fallbacks == fallbacks:
+            return context
+        return msgspec.structs.replace(context, fallbacks=fallbacks)
 
     async def _consume(self) -> None:
         while not self._done:
@@ -471,6 +531,8 @@ class Run:
                         continue
                     if completes is not None:
                         self._background(self.store.save_client_operation(completes), "a result")
+                    if t.compacted is not None:  # nothing to compact, nothing to commit
+                        self._compacted(t.compacted)
                     await self._execute(t)
                     return
                 if t.state.committed is self.state.committed:
@@ -479,10 +541,10 @@ class Run:
                     await self._execute(t)
                     return
                 assert self.calls is not None and self.checkpoints is not None
-                if isinstance(t.command, CallLLM):
+                if isinstance(t.command, CallLLM | Summarize):
                     # Before the commit that decides the call: a refused call leaves nothing.
-                    await self._admit(t.command.call_id)
-                prepared = self.calls.prepare(t.command) if isinstance(t.command, CallLLM) else None
+                    await self._admit_command(t.command)
+                prepared = self._prepare(t)
                 if isinstance(t.command, Final) and not t.command.replay:
                     self._pending_blob = await self.checkpoints.send_blob(
                         t.state.committed, self.version
@@ -499,6 +561,15 @@ class Run:
                 reloaded = True  # a conflict: the same input again, on the stored state
             raise RunFailed(internal_end("the conversation kept changing under this run"))
 
+    def _prepare(self, t: Transition) -> PreparedRequest | None:
+        """The exact request of the call the transition decides, for its commit."""
+        assert self.calls is not None and self.summaries is not None
+        if isinstance(t.command, CallLLM):
+            return self.calls.prepare(t.command)
+        if isinstance(t.command, Summarize):
+            return self.summaries.prepare(t.command)
+        return None
+
     async def _commit(
         self,
         input: Input,
@@ -507,14 +578,17 @@ class Run:
         prepared: PreparedRequest | None,
         completes: ClientOperationRecord | None,
     ) -> CommitStatus:
-        assert self.calls is not None
+        assert self.calls is not None and self.summaries is not None
         after = t.state.committed
         now = self.services.now_ms()
         calls: list[LLMCallRecord] = []
         operations: list[ClientOperationRecord] = []
         if t.call_end is not None:
             event = input.event if isinstance(input, LLMEvent) else None
+            # A model call's record, else a summary call's (ended by its answer, or canceled).
             finished = self.calls.finished(t.call_end, event, now)
+            if finished is None:
+                finished = self.summaries.finished(t.call_end, now)
             if finished is not None:
                 calls.append(finished)
         on_commit = None
@@ -522,6 +596,9 @@ class Run:
             assert prepared is not None
             planned, on_commit = self.calls.planned(t.command, prepared, after.turn_id, now)
             calls.append(planned)
+        elif isinstance(t.command, Summarize):
+            assert prepared is not None
+            calls.append(self.summaries.planned(t.command, prepared, after.turn_id, now))
         if completes is not None:
             operations.append(completes)
         for local in t.local_results:
@@ -545,7 +622,25 @@ class Run:
             if on_commit is not None:
                 on_commit()
             self.reports.account(calls, turn_ends=isinstance(t.command, Final))
+            if isinstance(t.command, CallLLM) and t.command.fallback_of:
+                self._fell_back(t.command, t.call_end.error if t.call_end is not None else None)
         return status
+
+    def _fell_back(self, command: CallLLM, why: str | None) -> None:
+        """One log line and one count per fallback the loop decided."""
+        assert self.calls is not None
+        failed = self.calls.target(command.fallback_of).model.id
+        log.warning(
+            "run %s: model %s failed before its first output (%s); falling back to %s (call %s)",
+            self.channel.request_id,
+            failed,
+            why or "no error message",
+            command.model,
+            command.call_id,
+        )
+        self.summary.fallbacks += 1
+        if self.services.on_fallback is not None:
+            asyncio.get_running_loop().call_soon(self.services.on_fallback, failed, command.model)
 
     def _publish(self, t: Transition, input: Input) -> None:
         """Send what the transition emitted, and the cards of the calls it answered itself."""
@@ -557,6 +652,8 @@ class Run:
                     frame = encoder.encode(event)
                     if frame is not None:
                         send(frame)
+        if t.compacted is not None:
+            self._compacted(t.compacted)
         if t.local_results:
             context = t.state.committed.context
             routes = {r.name: r for r in context.mcp_routes} if context is not None else {}
@@ -583,9 +680,14 @@ class Run:
                 self._encoder(call_id)
                 self.calls.open(call_id, prepared or self.calls.prepare(command))
             case ResendLLM(call_id=call_id):
-                await self._admit(call_id)
+                await self._admit_command(command)
                 self._encoder(call_id)
                 await self.calls.resend(command)
+            case Summarize():
+                await self._admit_command(command)
+                assert self.summaries is not None
+                self.channel.send(summary_started())
+                await self.summaries.start(command, prepared)
             case CallClient(operation_id=op):
                 if self.tools.running(op):
                     return
@@ -622,12 +724,26 @@ class Run:
             case _:
                 assert_never(command)
 
-    async def _admit(self, call_id: str) -> None:
-        """The person token's limits before a model call is sent (once per call id)."""
+    async def _admit_command(self, command: CallLLM | ResendLLM | Summarize) -> None:
+        """`_admit` for the call a command decides: a call on the run's model, on a fallback
+        the loop names, or a compaction's summary call."""
+        assert self.model is not None and self.summaries is not None
+        if isinstance(command, Summarize):
+            await self._admit(command.call_id, self.summaries.model)
+        else:
+            model = self.services.models.get(command.model) if command.model else None
+            await self._admit(command.call_id, model or self.model)
+
+    async def _admit(self, call_id: str, model: Model) -> None:
+        """The person token's limits before a model call is sent (once per call id). The
+        token's models limit the model its runs ask for; the operator's fallbacks and
+        compaction model may serve them (their cost counts like any other)."""
         if self.token_id is None or call_id in self._admitted:
             return
         assert self.model is not None
-        refusal = await self.runner.token_limits.admit(self.token_id, self.model)
+        refusal = await self.runner.token_limits.admit(
+            self.token_id, model, scoped=model.id == self.model.id
+        )
         if refusal is not None:
             self.summary.refused_by = refusal.limit.value
             log.info(
@@ -638,6 +754,41 @@ class Run:
             )
             raise RunFailed(refusal_ending(refusal))
         self._admitted.add(call_id)
+
+    def _compacted(self, done: Compacted) -> None:
+        """Tell the client a compaction is done (summary_started came with its call; with
+        nothing to compact there was none), the operator too: one log line and the metrics."""
+        send = self.channel.send
+        if not done.call_id:
+            send(summary_started())
+            send(summary_completed(NOTHING_TO_COMPACT))
+            return
+        send(summary_text(done.summary))
+        send(summary_completed(HOOK_MESSAGE))
+        assert self.model is not None
+        log.info(
+            "conversation %s compacted (%s, model %s): %d messages summarized, %d kept, "
+            "about %d tokens before, %d after",
+            self.conversation_id,
+            done.reason,
+            self.model.id,
+            done.summarized,
+            done.kept,
+            done.tokens_before,
+            done.tokens_after,
+        )
+        hook = self.services.on_compaction
+        if hook is not None:
+            summary = CompactionSummary(
+                model=self.model.id,
+                reason=str(done.reason),
+                tokens_before=done.tokens_before,
+                tokens_after=done.tokens_after,
+            )
+            try:
+                hook(summary)
+            except Exception:
+                log.exception("metrics: could not count a compaction")
 
     def _encoder(self, call_id: str) -> StreamEncoder:
         encoder = self._encoders.get(call_id)
@@ -664,6 +815,8 @@ class Run:
             self.channel.send(frame)
         if self.calls is not None:
             self.calls.close()
+        if self.summaries is not None:
+            self.summaries.close()
 
     # -- for the next issues: interaction queries ---------------------------------------------
 

@@ -27,7 +27,7 @@ from .access import TokenLimits
 from .client_blobs import ClientBlobs
 from .committed_states import CommittedStates
 from .request_bases import RequestBases
-from .summary import CacheStats, RunSummary
+from .summary import CacheStats, CompactionSummary, RunSummary
 
 if TYPE_CHECKING:
     from .run import Run
@@ -60,7 +60,9 @@ class RunnerServices:
     # Observability hooks; each runs outside the transport's path and must not raise.
     on_llm_call: Callable[[LLMCallRecord], None] | None = None
     on_run_end: Callable[[RunSummary], None] | None = None
+    on_fallback: Callable[[str, str], None] | None = None  # (model id, fallback model id)
     on_unknown_event: Callable[[str], None] | None = None
+    on_compaction: Callable[[CompactionSummary], None] | None = None
     unknown_kinds: set[str] = field(default_factory=set)  # logged once each
     # Runs the server's own work for a tool call (web search, image generation); None: none.
     run_job: JobRunner | None = None

@@ -21,6 +21,7 @@ class RunSummary:
     provider: str = ""
     outcome: str = "unknown"  # ok, failed, canceled, error
     llm_calls: int = 0
+    fallbacks: int = 0  # calls repeated on a fallback model after a failure before output
     usage: Usage = field(default_factory=Usage)
     ttft_ms: int | None = None
     duration_ms: int = 0
@@ -35,6 +36,16 @@ class RunSummary:
     # refused one of its model calls ("" for none: access.Limit's value).
     token_id: str = ""
     refused_by: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class CompactionSummary:
+    """One compaction, for the metrics (its summary call's cost comes with its call record)."""
+
+    model: str
+    reason: str  # threshold, overflow, requested
+    tokens_before: int
+    tokens_after: int
 
 
 @dataclass(frozen=True, slots=True)

@@ -1769,6 +1769,24 @@ class PlanRegistryEntry(_message.Message):
     path: str
     def __init__(self, id: _Optional[str] = ..., path: _Optional[str] = ...) -> None: ...
 
+class ConversationSummary(_message.Message):
+    __slots__ = ("summary",)
+    SUMMARY_FIELD_NUMBER: _ClassVar[int]
+    summary: str
+    def __init__(self, summary: _Optional[str] = ...) -> None: ...
+
+class ConversationSummaryArchive(_message.Message):
+    __slots__ = ("summarized_messages", "summary", "window_tail", "summary_message")
+    SUMMARIZED_MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    SUMMARY_FIELD_NUMBER: _ClassVar[int]
+    WINDOW_TAIL_FIELD_NUMBER: _ClassVar[int]
+    SUMMARY_MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    summarized_messages: _containers.RepeatedScalarFieldContainer[bytes]
+    summary: str
+    window_tail: int
+    summary_message: bytes
+    def __init__(self, summarized_messages: _Optional[_Iterable[bytes]] = ..., summary: _Optional[str] = ..., window_tail: _Optional[int] = ..., summary_message: _Optional[bytes] = ...) -> None: ...
+
 class ConversationTokenDetails(_message.Message):
     __slots__ = ("used_tokens", "max_tokens", "breakdown", "prompt_context_usage_snapshot_blob_id")
     USED_TOKENS_FIELD_NUMBER: _ClassVar[int]

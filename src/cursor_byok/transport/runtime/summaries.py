@@ -1,0 +1,173 @@
+"""A run's compaction summary calls: the budget the loop decides by, the calls themselves, and
+what the client and the checkpoint are told of compactions.
+
+A summary call is made like a model call (`ModelCalls`, on the compaction model with its answer
+bounded by the window's `summary_output`): its record, with the exact request bytes, goes in the
+commit that decides it, so a run resumed after a crash sends the same bytes again, and its usage
+and cost are recorded like any call's. Its stream is not shown to the client: its answer comes
+back to the loop as one `SummaryDone` (or `SummaryFailed`), applied once by its input id.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+
+import msgspec
+
+from ...llm.events import DoneEvent, ErrorEvent, ResponseEvent
+from ...llm.models import Model
+from ...llm.stream import LLM, PreparedRequest
+from ...loop import (
+    CallEnd,
+    CallLLM,
+    ContextWindow,
+    ConversationState,
+    Input,
+    ResendLLM,
+    Summarize,
+    SummaryDone,
+    SummaryFailed,
+    compaction,
+    derived,
+)
+from ...store.api import LLMCallRecord, Store
+from ..cursor import SummaryRecord
+from .calls import CallNotResendable, ModelCalls
+from .request_bases import RequestBases
+
+# Room left for a model's answer when it has no max_output_tokens: at most this many tokens,
+# and at most a quarter of its window (docs/operations.md, "Limits and deadlines").
+OUTPUT_RESERVE = 8192
+# The summary's own answer bound (further bounded by the summarizing model's max_output_tokens
+# and a quarter of its window).
+SUMMARY_OUTPUT = 4096
+
+HOOK_MESSAGE = "Earlier messages were summarized to free context."
+NOTHING_TO_COMPACT = "Nothing to compact yet."
+
+
+def context_window(model: Model, summarizer: Model) -> ContextWindow:
+    """The budget the loop decides compactions by, for a run of `model`."""
+    window = model.context_window
+    reserve = model.settings.max_output_tokens or min(OUTPUT_RESERVE, window // 4)
+    summary_output = min(
+        SUMMARY_OUTPUT,
+        summarizer.settings.max_output_tokens or SUMMARY_OUTPUT,
+        max(summarizer.context_window // 4, 1),
+    )
+    return ContextWindow(
+        tokens=window,
+        threshold=model.compaction_threshold,
+        output_reserve=reserve,
+        summary_window=summarizer.context_window,
+        summary_output=summary_output,
+    )
+
+
+def summary_records(state: ConversationState) -> list[SummaryRecord]:
+    """The compactions of the active history for the checkpoint, oldest first: the epoch the
+    view is in and those before it (a rewind before every compaction has none)."""
+    epoch = derived.epoch_of(state, state.view)
+    if epoch is None:
+        return []
+    out: list[SummaryRecord] = []
+    for mark in state.compactions:
+        if mark.at > epoch.at:
+            continue
+        text = state.log[mark.at].text if mark.at < len(state.log) else ""
+        out.append(
+            SummaryRecord(
+                summary=text.removeprefix(compaction.SUMMARY_HEADER), window_tail=mark.kept
+            )
+        )
+    return out
+
+
+class SummaryCalls:
+    def __init__(
+        self,
+        *,
+        summarizer: Model,
+        llm: LLM,
+        store: Store,
+        conversation_id: str,
+        summary_output: int,
+        deliver: Callable[[Input, str], Awaitable[None]],
+        token_id: str | None = None,
+    ) -> None:
+        """`token_id`: the person token of the run (its summary calls count toward it)."""
+        bounded = msgspec.structs.replace(
+            summarizer,
+            settings=msgspec.structs.replace(summarizer.settings, max_output_tokens=summary_output),
+        )
+        self.model = summarizer
+        # A base of their own: summary requests never become the base of the conversation's
+        # next model call's stored delta.
+        self._calls = ModelCalls(
+            model=bounded,
+            llm=llm,
+            store=store,
+            bases=RequestBases(),
+            conversation_id=conversation_id,
+            on_event=self._on_event,
+            token_id=token_id,
+        )
+        self._deliver = deliver
+        self._ends: dict[str, ResponseEvent] = {}
+
+    @staticmethod
+    def _as_call(command: Summarize) -> CallLLM:
+        return CallLLM(
+            call_id=command.call_id, request=command.request, messages_hash=command.messages_hash
+        )
+
+    def prepare(self, command: Summarize) -> PreparedRequest:
+        return self._calls.prepare(self._as_call(command))
+
+    def planned(
+        self, command: Summarize, prepared: PreparedRequest, turn_id: str, now_ms: int
+    ) -> LLMCallRecord:
+        record, _ = self._calls.planned(self._as_call(command), prepared, turn_id, now_ms)
+        return record
+
+    async def start(self, command: Summarize, prepared: PreparedRequest | None) -> None:
+        """Send the call: `prepared` right after its commit, else (a resumed run) its stored
+        bytes; a call never recorded is prepared again (the request is the same)."""
+        if self._calls.streaming(command.call_id):
+            return
+        if prepared is not None:
+            self._calls.open(command.call_id, prepared)
+            return
+        try:
+            await self._calls.resend(
+                ResendLLM(call_id=command.call_id, messages_hash=command.messages_hash)
+            )
+        except CallNotResendable:
+            self._calls.open(command.call_id, self.prepare(command))
+
+    async def _on_event(self, call_id: str, event: ResponseEvent) -> None:
+        if isinstance(event, DoneEvent):
+            self._ends[call_id] = event
+            await self._deliver(
+                SummaryDone(call_id=call_id, message=event.message), f"{call_id}:end"
+            )
+        elif isinstance(event, ErrorEvent):
+            self._ends[call_id] = event
+            await self._deliver(
+                SummaryFailed(call_id=call_id, message=event.message), f"{call_id}:end"
+            )
+
+    def finished(self, end: CallEnd, now_ms: int) -> LLMCallRecord | None:
+        return self._calls.finished(end, self._ends.get(end.call_id), now_ms)
+
+    def close(self) -> None:
+        self._calls.close()
+
+
+__all__ = [
+    "HOOK_MESSAGE",
+    "NOTHING_TO_COMPACT",
+    "SummaryCalls",
+    "context_window",
+    "summary_records",
+]
