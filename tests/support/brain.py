@@ -165,7 +165,7 @@ _READS = re.compile(r"\[reads (\d+) (\S+)\]")
 
 
 def answer(received: Received) -> Reply:
-    reply = _answer(received)
+    reply = _respond(received)
     body = json.loads(received.body)
     users = [m for m in body["messages"] if m["role"] == "user" and not is_tool_images(m)]
     if users and (m := _USAGE.search(_text_of(users[-1]["content"]))):
@@ -173,7 +173,7 @@ def answer(received: Received) -> Reply:
     return reply
 
 
-def _answer(received: Received) -> Reply:
+def _respond(received: Received) -> Reply:
     body = json.loads(received.body)
     messages = body["messages"]
     last_user = next(
