@@ -240,3 +240,64 @@ async def test_a_subagent_run_without_a_token_counts_toward_its_parents(tmp_path
     assert runner.token_of_run("", "parent") is None
     assert runner.token_of_run("tok_bob", "parent") == "tok_bob"
     await store.close()
+
+
+async def test_a_fallback_outside_the_models_limit_serves_and_counts(tmp_path: Path) -> None:
+    """The models limit is the model a run asks for: the operator's fallback may serve it,
+    recorded under the token, and its cost counts toward the budget."""
+    clock = Clock("2026-03-10T12:00:00")
+    primary = msgspec.structs.replace(PRICED, fallbacks=("other",))
+    store = await SQLiteStore.open(tmp_path / "db")
+    first = FauxLLM([FauxResponse.error("faux: HTTP 503", started=False)])
+    spare = FauxLLM([costing(3, "from the fallback")], provider="spare")
+    runner = Runner(
+        RunnerServices(
+            models={primary.id: primary, OTHER.id: OTHER},
+            store=store,
+            llm_for=lambda model: spare if model.id == OTHER.id else first,
+            now_ms=clock,
+        )
+    )
+    await add_token(store, models=(PRICED.id,), budget_usd=2.0)
+    client, end = await turn(runner, "r1", "c1")
+    assert end is None and client.text() == "from the fallback"
+    calls = {c.call_id: c for c in await store.list_recent_llm_calls()}
+    assert {c.token_id for c in calls.values()} == {"tok_alice"}
+    assert calls["c1:1:llm1:fb1"].cost_usd == 3.0
+    assert await store.token_spend("tok_alice", *month_window(clock.now)[:2]) == 3.0
+    _, end = await turn(runner, "r2", "c2")
+    assert end is not None and end.code == "resource_exhausted"  # $3.00 of $2.00
+    await store.close()
+
+
+async def test_a_compaction_summary_call_counts_toward_the_token(tmp_path: Path) -> None:
+    """/summarize under a token: the summary call (on the operator's compaction model, outside
+    the token's models) is admitted, recorded under the token and priced into its spend."""
+    clock = Clock("2026-03-10T12:00:00")
+    primary = msgspec.structs.replace(PRICED, compaction_model=OTHER.id)
+    store = await SQLiteStore.open(tmp_path / "db")
+    llm = FauxLLM([costing(1, "one"), costing(1, "two"), costing(5, "the summary")])
+    runner = Runner(
+        RunnerServices(
+            models={primary.id: primary, OTHER.id: OTHER},
+            store=store,
+            llm_for=lambda _model: llm,
+            now_ms=clock,
+        )
+    )
+    await add_token(store, models=(PRICED.id,))
+    for n in (1, 2):
+        assert (await turn(runner, f"r{n}", "c1", text=f"turn {n}"))[1] is None
+    client = Client("r-sum")
+    message = run_request("c1")
+    message.run_request.requested_model.model_id = PRICED.id
+    message.run_request.action.summarize_action.SetInParent()
+    client.say(message)
+    await runner.handle(
+        client, RunStartInfo(request_id="r-sum", transport="run", principal="tok_alice")
+    )
+    assert await client.ended() is None
+    (summary,) = [c for c in await store.list_recent_llm_calls() if ":summary" in c.call_id]
+    assert (summary.token_id, summary.cost_usd, summary.status) == ("tok_alice", 5.0, "committed")
+    assert await store.token_spend("tok_alice", *month_window(clock.now)[:2]) == 7.0
+    await store.close()
