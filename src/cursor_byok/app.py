@@ -8,6 +8,7 @@ import logging
 import time
 from dataclasses import dataclass
 
+from .access_tokens import TokenDirectory
 from .config import Config
 from .launch import ListenError, check_bind, serve_async, url_of
 from .llm.registry import LLMRegistry
@@ -34,6 +35,7 @@ class App:
     registry: LLMRegistry
     runner: Runner
     observability: Observability
+    tokens: TokenDirectory
 
     @classmethod
     async def open(cls, config: Config, database: str | None = None) -> App:
@@ -63,9 +65,14 @@ class App:
         runner = Runner(services)
         obs.metrics.bind_active_runs(lambda: runner.active_runs)
         obs.metrics.bind_caches(runner.cache_stats)
-        return cls(config, store, registry, runner, obs)
+        tokens = TokenDirectory(store)
+        await tokens.load()
+        tokens.start()
+        obs.bind_token_names(tokens.name_of)
+        return cls(config, store, registry, runner, obs, tokens)
 
     async def close(self) -> None:
+        await self.tokens.close()
         await self.registry.aclose()
         await self.observability.aclose()
         await self.store.close()
@@ -118,6 +125,7 @@ async def _serve(config: Config, host: str, port: int, database: str | None) -> 
             host=host,
             port=port,
             routes=app.observability,
+            authenticator=app.tokens,
             on_server_created=install_redaction,
             on_listening=listening,
         )

@@ -1,4 +1,4 @@
-"""Command line: `cursor-byok serve|init|models|doctor`."""
+"""Command line: `cursor-byok serve|init|models|doctor|token`."""
 
 from __future__ import annotations
 
@@ -56,6 +56,9 @@ def _parser() -> argparse.ArgumentParser:
         metavar="S",
         help="seconds to wait for each provider's answer (default 20)",
     )
+    from .token_cli import add_parser
+
+    add_parser(sub, CONFIG_HELP)
     return parser
 
 
@@ -171,6 +174,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     if args.command == "models":
         return cmd_models(config)
+    if args.command == "token":
+        from .token_cli import token_command
+
+        return token_command(config, args)
     from .app import serve
 
     return serve(config, host=args.host, port=args.port, database=args.db, log_level=args.log_level)

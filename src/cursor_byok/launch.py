@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from .config import Config, ConfigError, ServerConfig, is_loopback, load_config, port_number
-from .transport.connect.app import HEALTH_PATH, ConnectApp, ExtraRoutes
+from .transport.connect.app import HEALTH_PATH, Authenticator, ConnectApp, ExtraRoutes
 from .transport.connect.rsgi import RsgiBridge
 from .transport.connect.sessions import RunHandler, TransportLimits
 from .transport.cursor import CursorService, RpcSettings
@@ -127,6 +127,7 @@ def connect_app(
     *,
     limits: TransportLimits | None = None,
     routes: ExtraRoutes | None = None,
+    authenticator: Authenticator | None = None,
 ) -> ConnectApp:
     """The Connect app serving the Cursor agent service with `handler` as its run handler."""
     server = config.server
@@ -143,6 +144,7 @@ def connect_app(
         runsse_content_type=server.runsse_content_type,
         limits=limits or transport_limits(server),
         routes=routes,
+        authenticator=authenticator,
     )
 
 
@@ -259,6 +261,7 @@ async def serve_async(
     install_signals: bool = True,
     quiet: bool = False,
     routes: ExtraRoutes | None = None,
+    authenticator: Authenticator | None = None,
     on_server_created: Callable[[], None] | None = None,
     on_listening: Callable[[], None] | None = None,
 ) -> None:
@@ -268,7 +271,7 @@ async def serve_async(
     port = config.server.port if port is None else port
     check_bind(config, host)
     refuse_if_taken(host, port)
-    app = connect_app(config, handler, limits=limits, routes=routes)
+    app = connect_app(config, handler, limits=limits, routes=routes, authenticator=authenticator)
     threads_before = native_threads_not_started_by_python()
     server = _granian_server(app, config.server, host, port, quiet=quiet, on_listening=on_listening)
     if on_server_created is not None:

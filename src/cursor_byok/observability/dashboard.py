@@ -23,6 +23,7 @@ import msgspec
 from ..config import Config
 from ..store.api import Store
 from .dashboard_rows import call_row, conversation_row, model_ids_of, prices_of, run_row
+from .dashboard_tokens import tokens_data
 from .logs import secrets_of
 from .metrics import cache_hit_ratio, is_summary_call
 
@@ -168,8 +169,9 @@ async def dashboard_data(store: Store, config: Config, *, limit: int = 100) -> d
     rows = [call_row(c, config, secrets) for c in calls]
     rows.sort(key=lambda r: int(r["time_ms"]), reverse=True)
     runs = [run_row(o, config, secrets) for o in outcomes]
+    now_ms = int(time.time() * 1000)
     return {
-        "generated_at_ms": int(time.time() * 1000),
+        "generated_at_ms": now_ms,
         "limit": limit,
         "models": [
             {
@@ -186,6 +188,7 @@ async def dashboard_data(store: Store, config: Config, *, limit: int = 100) -> d
         "conversations": [conversation_row(c, secrets) for c in conversations],
         "llm_calls": rows,
         "series": _series(rows, config),
+        "tokens": await tokens_data(store, now_ms),
     }
 
 

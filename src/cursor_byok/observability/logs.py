@@ -244,9 +244,16 @@ def install_redaction(redactor: RedactingFilter | None = None) -> None:
             handler.addFilter(redactor)
 
 
-def run_fields(summary: RunSummary) -> dict[str, Any]:
+def run_fields(summary: RunSummary, token: str | None = None) -> dict[str, Any]:
+    """`token`: the name of the person token the run was made under (a run without one has
+    no `token` field, nor `refused_by`)."""
     usage = summary.usage
     ratio = cache_hit_ratio(usage.input, usage.cache_read, usage.cache_write)
+    person: dict[str, Any] = {}
+    if token is not None:
+        person["token"] = token
+        if summary.refused_by:
+            person["refused_by"] = summary.refused_by
     return {
         "request_id": summary.request_id,
         "conversation_id": summary.conversation_id,
@@ -264,15 +271,18 @@ def run_fields(summary: RunSummary) -> dict[str, Any]:
         "reasoning_tokens": usage.reasoning,
         "cache_hit_ratio": None if ratio is None else round(ratio, 4),
         "cost_usd": round(summary.cost_usd, 6),
+        **person,
         "error": summary.error,
     }
 
 
-def log_run(summary: RunSummary, logger: logging.Logger | None = None) -> None:
+def log_run(
+    summary: RunSummary, logger: logging.Logger | None = None, token: str | None = None
+) -> None:
     """One line per run: INFO when it ended ok or was canceled, WARNING otherwise. In JSON
-    format the fields are also under the `run` key."""
+    format the fields are also under the `run` key. `token`: see `run_fields`."""
     logger = logger or logging.getLogger(RUN_LOGGER)
-    fields = run_fields(summary)
+    fields = run_fields(summary, token)
     parts = []
     for key, value in fields.items():
         if value is None and key in ("error", "ttft_ms", "cache_hit_ratio"):

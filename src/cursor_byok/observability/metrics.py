@@ -212,6 +212,34 @@ class Metrics:
             registry=r,
         )
         self._unknown_kinds: set[str] = set()
+        # Per person token, by its name (never its value): calls, tokens and cost of the calls
+        # this process made under it. The month's spend across replicas is the dashboard's.
+        self.token_name: Callable[[str], str | None] = lambda token_id: None
+        self.token_llm_calls = Counter(
+            f"{PREFIX}_token_llm_calls",
+            "Finished upstream LLM calls made under a person token, by token name and outcome",
+            ["token", "outcome"],
+            registry=r,
+        )
+        self.token_tokens = Counter(
+            f"{PREFIX}_token_llm_tokens",
+            "Tokens of the LLM calls made under a person token, by token name and kind",
+            ["token", "kind"],
+            registry=r,
+        )
+        self.token_refusals = Counter(
+            f"{PREFIX}_token_refusals",
+            "Runs ended because a person token's limit refused a model call, by token and limit "
+            "(models, budget, rate, revoked)",
+            ["token", "limit"],
+            registry=r,
+        )
+        self.token_cost = Counter(
+            f"{PREFIX}_token_cost_usd",
+            "Cost in USD of the LLM calls made under a person token, from the configured prices",
+            ["token"],
+            registry=r,
+        )
 
     def bind_active_runs(self, active_runs: Callable[[], float]) -> None:
         """Read the active-runs gauge from a callback from now on (e.g. the runner's count)."""
@@ -284,6 +312,12 @@ class Metrics:
         self.llm_cost.labels(provider=provider, model=model).inc(
             cost if cost is not None and cost > 0 else 0.0
         )
+        if record.token_id is not None:
+            token = self.token_name(record.token_id) or "unknown"
+            self.token_llm_calls.labels(token=token, outcome=outcome).inc()
+            for kind in TOKEN_KINDS:
+                self.token_tokens.labels(token=token, kind=kind).inc(counts[kind])
+            self.token_cost.labels(token=token).inc(cost if cost is not None and cost > 0 else 0.0)
         if is_summary_call(record.call_id):
             self.compaction_cost.labels(provider=provider, model=model).inc(
                 cost if cost is not None and cost > 0 else 0.0
@@ -307,6 +341,9 @@ class Metrics:
         self.run_duration.labels(provider=provider, model=model).observe(
             max(0, summary.duration_ms) / 1000
         )
+        if summary.token_id and summary.refused_by:
+            token = self.token_name(summary.token_id) or "unknown"
+            self.token_refusals.labels(token=token, limit=summary.refused_by).inc()
 
     # -- reading -------------------------------------------------------------------------
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 from urllib.parse import parse_qs
@@ -83,6 +84,10 @@ class Observability:
         self._secrets = secrets_of(config)
         self._saving: set[asyncio.Task[object]] = set()
 
+    def bind_token_names(self, name_of: Callable[[str], str | None]) -> None:
+        """How metrics name a person token's series (its name, never its value)."""
+        self.metrics.token_name = name_of
+
     # -- runner hooks (RunnerServices.on_llm_call / on_run_end) ----------------------------
 
     def on_llm_call(self, record: LLMCallRecord) -> None:
@@ -109,7 +114,10 @@ class Observability:
         except Exception:
             log.exception("metrics: could not record run %s", summary.request_id)
         try:
-            log_run(summary, self.run_log)
+            token = None
+            if summary.token_id:
+                token = self.metrics.token_name(summary.token_id) or "unknown"
+            log_run(summary, self.run_log, token)
         except Exception:
             log.exception("could not log run %s", summary.request_id)
         try:

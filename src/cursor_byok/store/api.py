@@ -117,6 +117,10 @@ class LLMCallRecord(msgspec.Struct, frozen=True, kw_only=True):
     # The context meter of the request (transport/runtime/records.py encodes it): estimated
     # when planned, scaled to the provider's usage when finished. None before 0006.
     prompt_breakdown: bytes | None = None
+    # The person token the call was made under (AccessTokenRecord.token_id; a subagent's
+    # calls carry the token of the run that started it). None: the server's own auth_token,
+    # or no token at all. None before 0007.
+    token_id: str | None = None
 
 
 class ClientOperationRecord(msgspec.Struct, frozen=True, kw_only=True):
@@ -217,6 +221,34 @@ class TurnMark(msgspec.Struct, frozen=True, kw_only=True):
     blob_id: bytes
     message_count: int
     view: bytes = b""
+
+
+class AccessTokenRecord(msgspec.Struct, frozen=True, kw_only=True):
+    """A token per person: its name, the SHA-256 of its secret (the secret is never stored)
+    and its limits. `models` empty: every model. Revoked tokens keep their row, so their
+    calls keep their attribution; one token per name is active at a time."""
+
+    token_id: str
+    name: str
+    secret_hash: str
+    created_at_ms: int
+    models: tuple[str, ...] = ()
+    budget_usd: float | None = None
+    rpm: int | None = None
+    revoked_at_ms: int | None = None
+
+
+class TokenUsage(msgspec.Struct, frozen=True, kw_only=True):
+    """The sums over the model calls made under one token in a time window."""
+
+    token_id: str
+    llm_calls: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+    cost_usd: float = 0.0
+    unpriced_calls: int = 0  # finished calls stored without a cost
 
 
 class SaveResult(msgspec.Struct, frozen=True, kw_only=True):
@@ -336,6 +368,40 @@ class Store(Protocol):
         self, conversation_id: str, limit: int = 200
     ) -> tuple[RunOutcomeRecord, ...]:
         """The conversation's run outcomes, newest first."""
+        ...
+
+    async def add_access_token(self, record: AccessTokenRecord) -> SaveResult:
+        """Insert a token; `ignored` (nothing written) when an active token has its name or a
+        token has its id or secret hash."""
+        ...
+
+    async def find_access_token(self, secret_hash: str) -> AccessTokenRecord | None:
+        """The token (revoked or not) whose secret has this hash."""
+        ...
+
+    async def get_access_token(self, token_id: str) -> AccessTokenRecord | None: ...
+
+    async def list_access_tokens(
+        self, *, include_revoked: bool = False
+    ) -> tuple[AccessTokenRecord, ...]:
+        """By name, then the newest first."""
+        ...
+
+    async def revoke_access_token(self, name: str, at_ms: int) -> AccessTokenRecord | None:
+        """Mark the active token of this name revoked at `at_ms`; the record as revoked, or
+        None when no active token has that name."""
+        ...
+
+    async def token_usage(
+        self, since_ms: int, until_ms: int, token_id: str | None = None
+    ) -> tuple[TokenUsage, ...]:
+        """Sums over the calls made under a token and created in [since_ms, until_ms), one per
+        token with calls (only `token_id`'s when given)."""
+        ...
+
+    async def token_spend(self, token_id: str, since_ms: int, until_ms: int) -> float:
+        """The stored cost of the token's calls created in [since_ms, until_ms) (the budget
+        check before each model call: keep it an index-only read)."""
         ...
 
     async def close(self) -> None: ...

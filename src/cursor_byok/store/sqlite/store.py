@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, TypeVar
 
 from ..api import (
+    AccessTokenRecord,
     ClientOperationRecord,
     CommitResult,
     ConversationOverview,
@@ -24,10 +25,11 @@ from ..api import (
     RunRecord,
     SaveResult,
     Store,
+    TokenUsage,
     TurnMark,
 )
 from ..errors import StoreClosedError
-from . import activity, jobs, rows
+from . import activity, jobs, rows, tokens
 from .reads import INLINE_MESSAGES, Reads
 from .writer import Synchronous, Writer, WriterStats
 
@@ -232,7 +234,51 @@ class SQLiteStore:
             f"reading diagnostics of {call_id!r}",
         )
 
+    async def find_access_token(self, secret_hash: str) -> AccessTokenRecord | None:
+        def read(conn: sqlite3.Connection) -> AccessTokenRecord | None:
+            return tokens.find(conn, secret_hash)
+
+        return await self._read(read, "looking up a token", inline=read)
+
+    async def get_access_token(self, token_id: str) -> AccessTokenRecord | None:
+        def read(conn: sqlite3.Connection) -> AccessTokenRecord | None:
+            return tokens.get(conn, token_id)
+
+        return await self._read(read, f"reading token {token_id!r}", inline=read)
+
+    async def list_access_tokens(
+        self, *, include_revoked: bool = False
+    ) -> tuple[AccessTokenRecord, ...]:
+        return await self._read(
+            lambda conn: tokens.listing(conn, include_revoked), "listing tokens"
+        )
+
+    async def token_usage(
+        self, since_ms: int, until_ms: int, token_id: str | None = None
+    ) -> tuple[TokenUsage, ...]:
+        return await self._read(
+            lambda conn: tokens.usage(conn, since_ms, until_ms, token_id),
+            "summing the usage of tokens",
+        )
+
+    async def token_spend(self, token_id: str, since_ms: int, until_ms: int) -> float:
+        # On a reader thread, not inline: it scans the month's index entries of the token.
+        return await self._read(
+            lambda conn: tokens.spend(conn, token_id, since_ms, until_ms),
+            f"summing the spend of token {token_id!r}",
+        )
+
     # ------------------------------------------------------------------ writes
+
+    async def add_access_token(self, record: AccessTokenRecord) -> SaveResult:
+        return await self._write(
+            lambda conn: tokens.add(conn, record), f"adding token {record.name!r}"
+        )
+
+    async def revoke_access_token(self, name: str, at_ms: int) -> AccessTokenRecord | None:
+        return await self._write(
+            lambda conn: tokens.revoke(conn, name, at_ms), f"revoking token {name!r}"
+        )
 
     async def commit_input(
         self,

@@ -8,7 +8,9 @@ Routes (see docs/transport.md):
   GET  /healthz                 200 once ready (no auth)
   GET  <extra routes>           metrics, dashboard (the composition root's)
 
-Authentication (a bearer token) is checked from the headers before any body is read.
+Authentication (a bearer token) is checked from the headers before any body is read: the
+server's own `auth_token`, or a credential the `Authenticator` knows (a person token), whose
+principal then travels with the run (sessions.PRINCIPAL_HEADER, set here and only here).
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ from .http import (
 from .ledger import client_key
 from .rsgi import WRITE_NOWAIT
 from .service import Codec, Service
-from .sessions import RunHandler, SessionRegistry, TransportLimits
+from .sessions import PRINCIPAL_HEADER, RunHandler, SessionRegistry, TransportLimits
 from .streams import CANCELED, UNSUPPORTED_MEDIA, Streams
 
 log = logging.getLogger(__name__)
@@ -88,6 +90,19 @@ class ExtraRoutes(Protocol):
         ...
 
 
+class Authenticator(Protocol):
+    """Bearer credentials other than the server's own token (the composition root's person
+    tokens). Synchronous: it answers from memory, before any body is read."""
+
+    def required(self) -> bool:
+        """Whether a request must authenticate even when the server has no `auth_token`."""
+        ...
+
+    def principal(self, credentials: str) -> str | None:
+        """Who these credentials are (a stable id, never the secret), or None."""
+        ...
+
+
 class ConnectApp:
     """The ASGI application. `handler` runs each agent run (see sessions.RunHandler)."""
 
@@ -100,8 +115,10 @@ class ConnectApp:
         runsse_content_type: str = "text/event-stream",
         limits: TransportLimits | None = None,
         routes: ExtraRoutes | None = None,
+        authenticator: Authenticator | None = None,
     ) -> None:
         self.service = service
+        self.authenticator = authenticator
         self.routes = routes
         self.limits = limits or TransportLimits()
         self.registry = SessionRegistry(
@@ -129,6 +146,10 @@ class ConnectApp:
         path: str = scope["path"]
         method: str = scope["method"]
         headers = headers_of(scope)
+        headers.pop(PRINCIPAL_HEADER, None)  # only this app says who a request is
+        principal = self._principal(headers)
+        if principal:
+            headers[PRINCIPAL_HEADER] = principal
         service = self.service
         peer = scope.get("client")
         client = client_key(peer[0] if peer else None)
@@ -183,7 +204,7 @@ class ConnectApp:
 
     async def _extra(self, path: str, scope: Scope, send: Send, headers: dict[str, str]) -> None:
         assert self.routes is not None
-        if not (self.routes.is_public(path) or self.authorized(headers)):
+        if not (self.routes.is_public(path) or self.operator(headers)):
             await plain(send, 401, auth_error_text(headers).encode() + b"\n")
             return
         query = scope.get("query_string", b"").decode("latin-1")
@@ -209,15 +230,39 @@ class ConnectApp:
             await plain(send, 503, b"starting\n")
 
     def authorized(self, headers: Mapping[str, str]) -> bool:
-        """Whether the request's headers carry the configured bearer token (if any). A request
-        with more than one Authorization header never is, token or not."""
+        """Whether the request's headers carry the configured bearer token or a credential the
+        authenticator knows (when either is required). A request with more than one
+        Authorization header never is, token or not."""
         if headers.get("authorization") == REPEATED_AUTHORIZATION:
             return False
-        if self._token is None:
+        required = self.authenticator is not None and self.authenticator.required()
+        if self._token is None and not required:
             return True
-        scheme, _, credentials = headers.get("authorization", "").partition(" ")
-        ok = hmac.compare_digest(credentials.strip().encode("latin-1"), self._token)
-        return ok and scheme.lower() == "bearer"
+        credentials = _bearer(headers)
+        if credentials is None:
+            return False
+        if self._token is not None and hmac.compare_digest(
+            credentials.encode("latin-1"), self._token
+        ):
+            return True
+        return self._principal(headers) is not None
+
+    def operator(self, headers: Mapping[str, str]) -> bool:
+        """Whether the request may read the operator's pages (metrics, dashboard): with an
+        `auth_token`, only that token opens them (a person token shows a team's usage to no
+        one); without one, whoever may use the server."""
+        if self._token is None:
+            return self.authorized(headers)
+        return self.authorized(headers) and self._principal(headers) is None
+
+    def _principal(self, headers: Mapping[str, str]) -> str | None:
+        """The principal of a person token among the headers, if they carry one."""
+        if self.authenticator is None or headers.get("authorization") == REPEATED_AUTHORIZATION:
+            return None
+        credentials = _bearer(headers)
+        if not credentials:
+            return None
+        return self.authenticator.principal(credentials)
 
     # -- unary --------------------------------------------------------------------------------
 
@@ -279,4 +324,16 @@ class ConnectApp:
         session.append(append.seqno, append.payload, append.message)
 
 
-__all__ = ["CONNECT_PROTO", "HEALTH_PATH", "ConnectApp", "ExtraRoutes", "HttpReply"]
+def _bearer(headers: Mapping[str, str]) -> str | None:
+    scheme, _, credentials = headers.get("authorization", "").partition(" ")
+    return credentials.strip() if scheme.lower() == "bearer" else None
+
+
+__all__ = [
+    "CONNECT_PROTO",
+    "HEALTH_PATH",
+    "Authenticator",
+    "ConnectApp",
+    "ExtraRoutes",
+    "HttpReply",
+]

@@ -52,13 +52,20 @@ FORWARDED_HEADERS = (
 )
 
 
+# Set by ConnectApp (never taken from the client: it drops any it sent) to the principal a
+# bearer credential authenticated as: the id of a person token, not its secret.
+PRINCIPAL_HEADER = "x-cursor-byok-principal"
+
+
 @dataclass(frozen=True, slots=True)
 class RunStartInfo:
-    """What the run handler learns about the request that started the run."""
+    """What the run handler learns about the request that started the run. `principal`: who
+    the request authenticated as ("" for the server's own token, or none)."""
 
     request_id: str
     transport: Transport
     headers: Mapping[str, str] = field(default_factory=dict)
+    principal: str = ""
 
 
 RunHandler = Callable[[RunChannel, RunStartInfo], Awaitable[None]]
@@ -472,6 +479,7 @@ class SessionRegistry:
             request_id=request_id,
             transport=transport,
             headers={k: v for k, v in (headers or {}).items() if k in FORWARDED_HEADERS},
+            principal=(headers or {}).get(PRINCIPAL_HEADER, ""),
         )
         task = asyncio.get_running_loop().create_task(self._run(session, info))
         session.task = task

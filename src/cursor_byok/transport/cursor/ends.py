@@ -12,7 +12,11 @@ __all__ = [
     "bad_request_end",
     "canceled_end",
     "internal_end",
+    "model_not_allowed_end",
+    "over_budget_end",
     "provider_error_end",
+    "rate_limited_end",
+    "token_revoked_end",
     "unavailable_end",
     "unimplemented_end",
 ]
@@ -132,6 +136,68 @@ def unimplemented_end(message: str) -> Ending:
         _details(
             aiserver_pb2.ErrorDetails.ERROR_CUSTOM_MESSAGE,
             "Not supported by this server",
+            message,
+            retryable=False,
+            expected=True,
+        ),
+    )
+
+
+def over_budget_end(message: str) -> Ending:
+    """A person token's monthly budget is spent: Connect `resource_exhausted` naming it. The
+    IDE's reading of ERROR_RESOURCE_EXHAUSTED is [U]; the code and the message carry it."""
+    return Ending(
+        "resource_exhausted",
+        message,
+        _details(
+            aiserver_pb2.ErrorDetails.ERROR_RESOURCE_EXHAUSTED,
+            "Token budget spent",
+            message,
+            retryable=False,
+            expected=True,
+        ),
+    )
+
+
+def rate_limited_end(message: str) -> Ending:
+    """A person token made more model calls in the last minute than it may: Connect
+    `resource_exhausted`, retryable (a minute later it passes)."""
+    return Ending(
+        "resource_exhausted",
+        message,
+        _details(
+            aiserver_pb2.ErrorDetails.ERROR_RATE_LIMITED,
+            "Token rate limit",
+            message,
+            retryable=True,
+            expected=True,
+        ),
+    )
+
+
+def model_not_allowed_end(message: str) -> Ending:
+    """A person token asked for a model outside its list: Connect `permission_denied`."""
+    return Ending(
+        "permission_denied",
+        message,
+        _details(
+            aiserver_pb2.ErrorDetails.ERROR_MODEL_BLOCKED,
+            "Model not allowed for this token",
+            message,
+            retryable=False,
+            expected=True,
+        ),
+    )
+
+
+def token_revoked_end(message: str) -> Ending:
+    """The person token of a run was revoked (or removed) while it ran: `unauthenticated`."""
+    return Ending(
+        "unauthenticated",
+        message,
+        _details(
+            aiserver_pb2.ErrorDetails.ERROR_UNAUTHORIZED,
+            "Token revoked",
             message,
             retryable=False,
             expected=True,

@@ -72,9 +72,11 @@ class ModelCalls:
         on_event: Callable[[str, ResponseEvent], Awaitable[None]],
         models: Mapping[str, Model] | None = None,
         llm_for: Callable[[Model], LLM] | None = None,
+        token_id: str | None = None,
     ) -> None:
         """`models` and `llm_for` reach the fallback models the loop may name (none without)."""
         self.model = model
+        self.token_id = token_id  # stored with each planned call (the usage per token)
         self.llm = llm
         self.store = store
         self.bases = bases
@@ -134,6 +136,8 @@ class ModelCalls:
             model=self.target(command.call_id).model,
             now_ms=now_ms,
         )
+        if self.token_id is not None:
+            record = msgspec.structs.replace(record, token_id=self.token_id)
         self._records[command.call_id] = record
 
         def committed() -> None:

@@ -18,9 +18,14 @@ from ..cursor import (
     Ending,
     bad_request_end,
     internal_end,
+    model_not_allowed_end,
+    over_budget_end,
     provider_error_end,
+    rate_limited_end,
+    token_revoked_end,
     unavailable_end,
 )
+from .access import Limit, Refusal
 from .calls import CallNotResendable
 from .conversation import ConversationGone
 from .requests import ClientTimeout
@@ -48,6 +53,21 @@ def failure_ending(kind: FailureKind, text: str) -> Ending:
             return internal_end(text)
         case _:
             assert_never(kind)
+
+
+def refusal_ending(refusal: Refusal) -> Ending:
+    """What the client is told when a person token's limit refuses a model call."""
+    match refusal.limit:
+        case Limit.REVOKED:
+            return token_revoked_end(refusal.message)
+        case Limit.MODELS:
+            return model_not_allowed_end(refusal.message)
+        case Limit.BUDGET:
+            return over_budget_end(refusal.message)
+        case Limit.RATE:
+            return rate_limited_end(refusal.message)
+        case _:
+            assert_never(refusal.limit)
 
 
 def ending_of(exc: Exception, request_id: str) -> tuple[Ending, str]:

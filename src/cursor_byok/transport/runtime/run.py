@@ -83,7 +83,7 @@ from .calls import ModelCalls
 from .checkpoints import Checkpoints, PendingBlob
 from .context import client_history, context_parts, turn_context, with_kept
 from .conversation import Conversation
-from .ending import Reports, RunFailed, end_error, ending_of, failure_ending
+from .ending import Reports, RunFailed, end_error, ending_of, failure_ending, refusal_ending
 from .requests import ClientRequests
 from .resume import consume_exception, first_message
 from .routing import STOP, ClientMessages, Work
@@ -103,13 +103,25 @@ MAX_CAS_RETRIES = 5
 
 
 class Run:
-    def __init__(self, runner: Runner, channel: RunChannel, *, resumable: bool = True) -> None:
+    def __init__(
+        self,
+        runner: Runner,
+        channel: RunChannel,
+        *,
+        resumable: bool = True,
+        token_id: str | None = None,
+    ) -> None:
         self.runner = runner
+        # The person token this run is made under (None: no limits). Subagents: a child run
+        # is created with its parent's `token_id`, so its calls count toward that token's
+        # budget and rate and keep to its models (access.py).
+        self.token_id = token_id
+        self._admitted: set[str] = set()  # call ids the token's limits let through
         self.services = runner.services
         self.store = runner.services.store
         self.channel = channel
         self.resumable = resumable
-        self.summary = RunSummary(request_id=channel.request_id)
+        self.summary = RunSummary(request_id=channel.request_id, token_id=token_id or "")
         self.reports = Reports(
             self.summary,
             on_llm_call=self.services.on_llm_call,
@@ -257,6 +269,7 @@ class Run:
             bases=self.runner.request_bases,
             conversation_id=request.conversation_id,
             on_event=self._on_llm_event,
+            token_id=self.token_id,
             models=self.services.models,
             llm_for=self.services.llm_for,
         )
@@ -269,6 +282,7 @@ class Run:
             conversation_id=request.conversation_id,
             summary_output=self.window.summary_output,
             deliver=self._apply_from_task,
+            token_id=self.token_id,
         )
         self.conv = Conversation(request.conversation_id, self.store, self.runner.committed_states)
         self.checkpoints = Checkpoints(
@@ -527,6 +541,9 @@ class Run:
                     await self._execute(t)
                     return
                 assert self.calls is not None and self.checkpoints is not None
+                if isinstance(t.command, CallLLM | Summarize):
+                    # Before the commit that decides the call: a refused call leaves nothing.
+                    await self._admit_command(t.command)
                 prepared = self._prepare(t)
                 if isinstance(t.command, Final) and not t.command.replay:
                     self._pending_blob = await self.checkpoints.send_blob(
@@ -663,9 +680,11 @@ class Run:
                 self._encoder(call_id)
                 self.calls.open(call_id, prepared or self.calls.prepare(command))
             case ResendLLM(call_id=call_id):
+                await self._admit_command(command)
                 self._encoder(call_id)
                 await self.calls.resend(command)
             case Summarize():
+                await self._admit_command(command)
                 assert self.summaries is not None
                 self.channel.send(summary_started())
                 await self.summaries.start(command, prepared)
@@ -704,6 +723,37 @@ class Run:
                 self._end(canceled_end(reason), "canceled")
             case _:
                 assert_never(command)
+
+    async def _admit_command(self, command: CallLLM | ResendLLM | Summarize) -> None:
+        """`_admit` for the call a command decides: a call on the run's model, on a fallback
+        the loop names, or a compaction's summary call."""
+        assert self.model is not None and self.summaries is not None
+        if isinstance(command, Summarize):
+            await self._admit(command.call_id, self.summaries.model)
+        else:
+            model = self.services.models.get(command.model) if command.model else None
+            await self._admit(command.call_id, model or self.model)
+
+    async def _admit(self, call_id: str, model: Model) -> None:
+        """The person token's limits before a model call is sent (once per call id). The
+        token's models limit the model its runs ask for; the operator's fallbacks and
+        compaction model may serve them (their cost counts like any other)."""
+        if self.token_id is None or call_id in self._admitted:
+            return
+        assert self.model is not None
+        refusal = await self.runner.token_limits.admit(
+            self.token_id, model, scoped=model.id == self.model.id
+        )
+        if refusal is not None:
+            self.summary.refused_by = refusal.limit.value
+            log.info(
+                "run %s: %s limit refused a model call: %s",
+                self.channel.request_id,
+                refusal.limit.value,
+                refusal.message,
+            )
+            raise RunFailed(refusal_ending(refusal))
+        self._admitted.add(call_id)
 
     def _compacted(self, done: Compacted) -> None:
         """Tell the client a compaction is done (summary_started came with its call; with

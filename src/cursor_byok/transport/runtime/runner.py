@@ -23,6 +23,7 @@ from ...store.api import LLMCallRecord, Store
 from ...web.page_text import DEFAULT_MAX_TEXT_CHARS
 from ...web.types import JobRunner
 from ..connect.channel import RunChannel
+from .access import TokenLimits
 from .client_blobs import ClientBlobs
 from .committed_states import CommittedStates
 from .request_bases import RequestBases
@@ -83,6 +84,8 @@ class Runner:
         self.committed_states = CommittedStates()
         self.client_blobs = ClientBlobs()
         self.request_bases = RequestBases()
+        self.token_limits = TokenLimits(services.store, services.model_names, services.now_ms)
+        self._run_tokens: dict[str, str] = {}  # request id -> person token id, while it runs
 
     @property
     def active_runs(self) -> int:
@@ -102,11 +105,36 @@ class Runner:
 
         # Only the shim's RunSSE can be reopened under a known request_id; an HTTP/2 Run
         # always starts with the client's own run_request.
-        run = Run(self, channel, resumable=getattr(info, "transport", "runsse") != "run")
+        headers: Mapping[str, str] = getattr(info, "headers", {})
+        token_id = self.token_of_run(
+            getattr(info, "principal", ""), headers.get("x-parent-request-id", "")
+        )
+        run = Run(
+            self,
+            channel,
+            resumable=getattr(info, "transport", "runsse") != "run",
+            token_id=token_id,
+        )
+        request_id = channel.request_id
+        if token_id is not None:
+            self._run_tokens[request_id] = token_id
         try:
             await run.serve()
         finally:
+            if self._run_tokens.get(request_id) == token_id:
+                self._run_tokens.pop(request_id, None)
             run.close()
+
+    def token_of_run(self, principal: str, parent_request_id: str = "") -> str | None:
+        """The person token a run is made under: its own (`principal`, "" for none), except
+        that a subagent's run without one of its own takes the token of the parent run that
+        started it, while that parent runs in this process. Taking a token only adds limits
+        and attribution, so a child never escapes its parent's; a child that authenticated with
+        a token keeps it (the IDE sends the parent's). Subagents started by the server itself
+        are to be made with their parent's `Run.token_id` (access.py)."""
+        if principal:
+            return principal
+        return self._run_tokens.get(parent_request_id) if parent_request_id else None
 
     def unknown_event(self, kind: str) -> None:
         """A client message this server does not handle: counted, logged once per kind."""

@@ -93,7 +93,9 @@ class SummaryCalls:
         conversation_id: str,
         summary_output: int,
         deliver: Callable[[Input, str], Awaitable[None]],
+        token_id: str | None = None,
     ) -> None:
+        """`token_id`: the person token of the run (its summary calls count toward it)."""
         bounded = msgspec.structs.replace(
             summarizer,
             settings=msgspec.structs.replace(summarizer.settings, max_output_tokens=summary_output),
@@ -108,6 +110,7 @@ class SummaryCalls:
             bases=RequestBases(),
             conversation_id=conversation_id,
             on_event=self._on_event,
+            token_id=token_id,
         )
         self._deliver = deliver
         self._ends: dict[str, ResponseEvent] = {}

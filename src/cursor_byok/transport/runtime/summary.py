@@ -32,6 +32,10 @@ class RunSummary:
     # `model` (a metric label) so a name this server does not serve never becomes a label.
     title: str = ""
     requested_model: str = ""
+    # The person token the run was made under (its id, "" for none), and the limit that
+    # refused one of its model calls ("" for none: access.Limit's value).
+    token_id: str = ""
+    refused_by: str = ""
 
 
 @dataclass(frozen=True, slots=True)

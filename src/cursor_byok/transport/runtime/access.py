@@ -1,0 +1,138 @@
+"""The limits of a person token, checked before each model call of a run made under it.
+
+A run authenticated with a person token (`cursor-byok token add`) carries the token's id;
+before each model call is sent (a new call and a resumed one alike) the runtime asks
+`TokenLimits.admit`, which reads the token again from the store (a revocation, from any
+process or replica, takes effect at the next call) and checks, in this order:
+
+1. revoked or gone: `unauthenticated`;
+2. the model a run asks for: the token's model names resolve as a client's do
+   (llm/model_names.py); a model outside them is `permission_denied`. A fallback model or the
+   compaction model the operator configured may serve the run (its calls count below);
+3. the monthly budget: the cost stored with the token's calls created in this UTC calendar
+   month (the store's sum, so it holds across processes and replicas), against `budget_usd`;
+   spent is `resource_exhausted`. A model without prices cannot be counted: a token with a
+   budget may not call it;
+4. the rate: model calls in the last 60 s against `rpm`, counted in this process (per replica)
+   and only for calls admitted; over it is `resource_exhausted`.
+
+A call already sent finishes: nothing here stops a stream. A run without a token (the
+server's own `auth_token`, or a loopback server without tokens) has no limits.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from ...llm.model_names import ModelNames, Resolved, Via
+from ...llm.models import Model
+from ...store.api import AccessTokenRecord, Store
+
+RATE_WINDOW_MS = 60_000
+
+
+class Limit(enum.Enum):
+    """Which limit refused a call (its name is the one the client reads)."""
+
+    REVOKED = "revoked"
+    MODELS = "models"
+    BUDGET = "budget"
+    RATE = "rate"
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    limit: Limit
+    message: str
+
+
+def month_window(now_ms: int) -> tuple[int, int, str]:
+    """The UTC calendar month holding `now_ms`: [start, end) in ms and its name (2026-12)."""
+    now = datetime.fromtimestamp(now_ms / 1000, tz=UTC)
+    start = datetime(now.year, now.month, 1, tzinfo=UTC)
+    end = datetime(now.year + now.month // 12, now.month % 12 + 1, 1, tzinfo=UTC)
+    return int(start.timestamp() * 1000), int(end.timestamp() * 1000), f"{now:%Y-%m}"
+
+
+def allowed_ids(record: AccessTokenRecord, names: ModelNames) -> frozenset[str] | None:
+    """The ids of the models a token may call (None: every model). A name that resolves only
+    through the default model allows nothing: a scope never falls back."""
+    if not record.models:
+        return None
+    ids: set[str] = set()
+    for name in record.models:
+        found = names.resolve(name)
+        if isinstance(found, Resolved) and found.via is not Via.DEFAULT:
+            ids.add(found.model.id)
+    return frozenset(ids)
+
+
+class TokenLimits:
+    """Admits or refuses the model calls of runs made under person tokens."""
+
+    def __init__(self, store: Store, names: ModelNames, now_ms: Callable[[], int]) -> None:
+        self._store = store
+        self._names = names
+        self._now_ms = now_ms
+        self._recent: dict[str, deque[int]] = {}  # token id -> times of admitted calls
+
+    async def admit(self, token_id: str, model: Model, *, scoped: bool = True) -> Refusal | None:
+        """None when the call may go; else which limit refuses it, in words naming it.
+        `scoped=False`: a model the operator chose for the run (a fallback, the compaction
+        model), outside the models limit; the budget and the rate still apply."""
+        record = await self._store.get_access_token(token_id)
+        if record is None or record.revoked_at_ms is not None:
+            who = f"token {record.name!r}" if record is not None else "this run's token"
+            return Refusal(Limit.REVOKED, f"{who} was revoked; ask for a new one")
+        allowed = allowed_ids(record, self._names)
+        if scoped and allowed is not None and model.id not in allowed:
+            return Refusal(
+                Limit.MODELS,
+                f"token {record.name!r} may not use model {model.id!r} "
+                f"(its models limit: {', '.join(record.models)})",
+            )
+        now = self._now_ms()
+        if record.budget_usd is not None:
+            refusal = await self._budget(record, record.budget_usd, model, now)
+            if refusal is not None:
+                return refusal
+        if record.rpm is not None:
+            recent = self._recent.setdefault(record.token_id, deque())
+            while recent and recent[0] <= now - RATE_WINDOW_MS:
+                recent.popleft()
+            if len(recent) >= record.rpm:
+                wait_s = max(1, -(-(recent[0] + RATE_WINDOW_MS - now) // 1000))
+                return Refusal(
+                    Limit.RATE,
+                    f"token {record.name!r} is over its rate limit of {record.rpm} model "
+                    f"calls per minute; try again in {wait_s} s",
+                )
+            recent.append(now)
+        return None
+
+    async def _budget(
+        self, record: AccessTokenRecord, budget: float, model: Model, now: int
+    ) -> Refusal | None:
+        if model.prices is None:
+            return Refusal(
+                Limit.BUDGET,
+                f"token {record.name!r} has a monthly budget, and model {model.id!r} has no "
+                "prices configured to count it against",
+            )
+        start, end, month = month_window(now)
+        spent = await self._store.token_spend(record.token_id, start, end)
+        if spent < budget:
+            return None
+        renews = datetime.fromtimestamp(end / 1000, tz=UTC)
+        return Refusal(
+            Limit.BUDGET,
+            f"token {record.name!r} has spent its monthly budget: ${spent:.2f} of "
+            f"${budget:.2f} in {month} (UTC); it renews on {renews:%Y-%m-%d}",
+        )
+
+
+__all__ = ["RATE_WINDOW_MS", "Limit", "Refusal", "TokenLimits", "allowed_ids", "month_window"]

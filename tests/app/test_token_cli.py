@@ -1,0 +1,85 @@
+"""`cursor-byok token add|list|revoke`: the secret once on stdout, its hash in the database,
+clear errors for every mistake."""
+
+from __future__ import annotations
+
+import hashlib
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from cursor_byok.cli import main
+
+CONFIG = """
+[server]
+database = "{db}"
+
+[providers.local]
+api = "openai-chat"
+base_url = "http://127.0.0.1:9/v1"
+
+[models.alpha]
+provider = "local"
+aliases = ["fast"]
+"""
+
+
+@pytest.fixture
+def config(tmp_path: Path) -> Path:
+    path = tmp_path / "cursor-byok.toml"
+    path.write_text(CONFIG.format(db=tmp_path / "byok.db"))
+    return path
+
+
+def run(config: Path, capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    code = main(["token", *args, "--config", str(config)])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_add_shows_the_secret_once_and_stores_its_hash(
+    config: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, err = run(config, capsys, "add", "alice", "--models", "fast,alpha", "--rpm", "5")
+    assert code == 0
+    secret = out.strip()
+    assert secret.startswith("cbk_") and secret not in err
+    assert "token 'alice' added (fast, alpha; no budget; 5 calls/min)" in err
+    conn = sqlite3.connect(config.parent / "byok.db")
+    (row,) = conn.execute("SELECT name, secret_hash, models, rpm FROM access_tokens").fetchall()
+    conn.close()
+    assert row == ("alice", hashlib.sha256(secret.encode()).hexdigest(), '["fast","alpha"]', 5)
+    code, out, _ = run(config, capsys, "list")
+    assert code == 0 and secret not in out
+    assert out.splitlines()[1].split()[:2] == ["alice", "fast,"]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("add", "two words"), "token name 'two words': use 1 to 64 letters"),
+        (("add", "bob", "--models", "gamma"), "unknown model 'gamma'; this server offers: alpha"),
+        (("add", "bob", "--budget-usd", "-1"), "--budget-usd must be a number of dollars"),
+        (("add", "bob", "--budget-usd", "nan"), "--budget-usd must be a number of dollars"),
+        (("add", "bob", "--rpm", "0"), "--rpm must be 1 or more"),
+        (("revoke", "nobody"), "no active token is named 'nobody'"),
+    ],
+)
+def test_mistakes_are_named(
+    config: Path, capsys: pytest.CaptureFixture[str], args: tuple[str, ...], message: str
+) -> None:
+    code, out, err = run(config, capsys, *args)
+    assert code == 1 and out == ""
+    assert err.startswith("cursor-byok: ") and message in err
+
+
+def test_one_active_token_per_name(config: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert run(config, capsys, "add", "alice")[0] == 0
+    code, out, err = run(config, capsys, "add", "alice")
+    assert (code, out) == (1, "")
+    assert "a token named 'alice' is active; revoke it first" in err
+    assert run(config, capsys, "revoke", "alice")[0] == 0
+    assert run(config, capsys, "add", "alice")[0] == 0
+    code, out, _ = run(config, capsys, "list", "--all")
+    assert code == 0 and "(revoked)" in out and out.count("alice") == 2

@@ -1,0 +1,303 @@
+"""The limits of a person token, in-process with an injected clock (`RunnerServices.now_ms`):
+its models, its monthly budget (UTC calendar months; checked before each model call, a call
+already sent finishes) and its rate. The real server over HTTP: tests/e2e/test_tokens.py."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+
+import msgspec
+
+from cursor_byok.llm.faux import FauxLLM, FauxResponse
+from cursor_byok.llm.models import Model, Prices
+from cursor_byok.llm.types import Usage
+from cursor_byok.store.api import AccessTokenRecord
+from cursor_byok.store.sqlite import SQLiteStore
+from cursor_byok.transport.connect.channel import EndError
+from cursor_byok.transport.connect.sessions import RunStartInfo
+from cursor_byok.transport.cursor.proto import aiserver_pb2
+from cursor_byok.transport.runtime import Runner, RunnerServices
+from cursor_byok.transport.runtime.access import month_window
+from tests.runtime.harness import MODEL, Client, read_ok, run_request
+
+# $1 per input token: each scripted answer below costs what its `input` says.
+PRICED = msgspec.structs.replace(MODEL, prices=Prices(input=1_000_000.0))
+OTHER = Model(
+    id="other",
+    display_name="Other",
+    provider=MODEL.provider,
+    settings=MODEL.settings,
+    context_window=100_000,
+    prices=Prices(input=1_000_000.0),
+    aliases=("fast",),
+)
+
+
+def ms(text: str) -> int:
+    return int(datetime.fromisoformat(text).replace(tzinfo=UTC).timestamp() * 1000)
+
+
+def costing(dollars: int, text: str = "ok") -> FauxResponse:
+    return FauxResponse.text(text, usage=Usage(input=dollars))
+
+
+class Clock:
+    def __init__(self, at: str) -> None:
+        self.now = ms(at)
+
+    def __call__(self) -> int:
+        return self.now
+
+
+async def open_runner(
+    db: Path, script: list[FauxResponse], now_ms: Callable[[], int]
+) -> tuple[Runner, SQLiteStore]:
+    store = await SQLiteStore.open(db)
+    llm = FauxLLM(script, chunk_size=50)
+    services = RunnerServices(
+        models={PRICED.id: PRICED, OTHER.id: OTHER},
+        store=store,
+        llm_for=lambda _model: llm,
+        now_ms=now_ms,
+    )
+    return Runner(services), store
+
+
+async def add_token(store: SQLiteStore, **kw: object) -> None:
+    values: dict[str, object] = {
+        "token_id": "tok_alice",
+        "name": "alice",
+        "secret_hash": "0" * 64,
+        "created_at_ms": 0,
+    }
+    values.update(kw)
+    assert (await store.add_access_token(AccessTokenRecord(**values))).outcome == "inserted"  # type: ignore[arg-type]
+
+
+async def turn(
+    runner: Runner,
+    request_id: str,
+    conversation_id: str,
+    *,
+    model_id: str = PRICED.id,
+    text: str = "hi",
+    client: Client | None = None,
+) -> tuple[Client, EndError | None]:
+    client = client or Client(request_id)
+    message = run_request(conversation_id, text)
+    message.run_request.requested_model.model_id = model_id
+    client.say(message)
+    info = RunStartInfo(request_id=request_id, transport="run", principal="tok_alice")
+    await runner.handle(client, info)
+    return client, await client.ended()
+
+
+def test_months_are_utc_calendar_months() -> None:
+    assert month_window(ms("2026-12-31T23:59:59")) == (
+        ms("2026-12-01T00:00:00"),
+        ms("2027-01-01T00:00:00"),
+        "2026-12",
+    )
+    assert month_window(ms("2027-01-01T00:00:00"))[2] == "2027-01"
+
+
+async def test_budget_crossed_mid_month_refuses_the_next_call_and_renews_next_month(
+    tmp_path: Path,
+) -> None:
+    clock = Clock("2026-01-31T23:58:00")
+    read = dataclasses.replace(
+        FauxResponse.tool_calls([("Read", {"path": "a.py"})]), usage=Usage(input=3)
+    )
+    runner, store = await open_runner(
+        tmp_path / "db", [costing(1), read, costing(1, "renewed")], clock
+    )
+    await add_token(store, budget_usd=2.5)
+    _, end = await turn(runner, "r1", "c1")
+    assert end is None  # $1 of $2.50
+    # The second turn's first call is admitted ($1 spent) and costs $3: it finishes, its tool
+    # runs; the call after the tool result would spend more, so it is refused.
+    client, end = await turn(runner, "r2", "c2", client=Client("r2", answers=[read_ok("x\n")]))
+    assert "exec read_args" in client.kinds()
+    assert end is not None and end.code == "resource_exhausted"
+    assert end.message == (
+        "token 'alice' has spent its monthly budget: $4.00 of $2.50 in 2026-01 (UTC); "
+        "it renews on 2026-02-01"
+    )
+    clock.now = ms("2026-01-31T23:59:59")
+    _, end = await turn(runner, "r3", "c3")
+    assert end is not None and end.code == "resource_exhausted"
+    clock.now = ms("2026-02-01T00:00:00")  # a new month: nothing spent in it yet
+    client, end = await turn(runner, "r4", "c4")
+    assert end is None and client.text() == "renewed"
+    (usage,) = await store.token_usage(ms("2026-01-01T00:00:00"), ms("2026-02-01T00:00:00"))
+    assert (usage.token_id, usage.llm_calls, usage.cost_usd) == ("tok_alice", 2, 4.0)
+    (february,) = await store.token_usage(*month_window(clock.now)[:2], token_id="tok_alice")
+    assert (february.llm_calls, february.cost_usd) == (1, 1.0)
+    await store.close()
+
+
+async def test_rate_limit_counts_model_calls_in_the_last_minute(tmp_path: Path) -> None:
+    clock = Clock("2026-03-10T12:00:00")
+    runner, store = await open_runner(tmp_path / "db", [costing(0)] * 3, clock)
+    await add_token(store, rpm=2)
+    assert (await turn(runner, "r1", "c1"))[1] is None
+    clock.now += 30_000
+    assert (await turn(runner, "r2", "c2"))[1] is None
+    _, end = await turn(runner, "r3", "c3")
+    assert end is not None and end.code == "resource_exhausted"
+    assert end.message == (
+        "token 'alice' is over its rate limit of 2 model calls per minute; try again in 30 s"
+    )
+    clock.now += 30_000  # the first call is a minute old
+    assert (await turn(runner, "r4", "c4"))[1] is None
+    await store.close()
+
+
+async def test_models_limit_resolves_aliases_and_refuses_others(tmp_path: Path) -> None:
+    clock = Clock("2026-03-10T12:00:00")
+    runner, store = await open_runner(tmp_path / "db", [costing(0, "from other")], clock)
+    await add_token(store, models=("fast",))
+    client, end = await turn(runner, "r1", "c1", model_id=PRICED.id)
+    assert end is not None and end.code == "permission_denied"
+    assert end.message == "token 'alice' may not use model 'faux' (its models limit: fast)"
+    assert client.kinds() == []  # refused before anything was sent or stored
+    assert await store.load("c1") is None
+    client, end = await turn(runner, "r2", "c2", model_id="FAST")
+    assert end is None and client.text() == "from other"
+    (call,) = await store.list_recent_llm_calls()
+    assert (call.model, call.token_id) == ("faux-model", "tok_alice")
+    await store.close()
+
+
+async def test_a_revoked_token_is_refused_at_its_next_call(tmp_path: Path) -> None:
+    clock = Clock("2026-03-10T12:00:00")
+    runner, store = await open_runner(tmp_path / "db", [costing(0)] * 2, clock)
+    await add_token(store)
+    assert (await turn(runner, "r1", "c1"))[1] is None
+    assert await store.revoke_access_token("alice", clock.now) is not None
+    _, end = await turn(runner, "r2", "c2")
+    assert end is not None and end.code == "unauthenticated"
+    assert end.message == "token 'alice' was revoked; ask for a new one"
+    details = aiserver_pb2.ErrorDetails.FromString(end.details or b"")
+    assert details.error == aiserver_pb2.ErrorDetails.ERROR_UNAUTHORIZED
+    assert details.details.title == "Token revoked"
+    await store.close()
+
+
+async def test_a_budget_needs_prices(tmp_path: Path) -> None:
+    clock = Clock("2026-03-10T12:00:00")
+    store = await SQLiteStore.open(tmp_path / "db")
+    llm = FauxLLM([costing(0)])
+    runner = Runner(
+        RunnerServices(models={MODEL.id: MODEL}, store=store, llm_for=lambda _m: llm, now_ms=clock)
+    )
+    await add_token(store, budget_usd=10.0)
+    _, end = await turn(runner, "r1", "c1", model_id=MODEL.id)
+    assert end is not None and end.code == "resource_exhausted"
+    assert "has no prices configured" in end.message
+    await store.close()
+
+
+async def test_a_subagent_run_without_a_token_counts_toward_its_parents(tmp_path: Path) -> None:
+    clock = Clock("2026-03-10T12:00:00")
+    read = FauxResponse.tool_calls([("Read", {"path": "a.py"})])
+    runner, store = await open_runner(tmp_path / "db", [read, costing(2, "child")], clock)
+    await add_token(store, models=("fast",))
+    parent = Client("parent")
+    parent.hold_execs = True  # the parent waits on its tool while its child runs
+    message = run_request("c-parent", "go")
+    message.run_request.requested_model.model_id = "fast"
+    parent.say(message)
+    info = RunStartInfo(request_id="parent", transport="run", principal="tok_alice")
+    task = asyncio.create_task(runner.handle(parent, info))
+    await parent.until(lambda: bool(parent.held), "the parent's tool call")
+    # A child made with the operator's token (no principal) names its parent: alice's limits
+    # and attribution apply. Its model is outside alice's: refused, naming alice.
+    child = Client("child")
+    child_message = run_request("c-child", "help")
+    child_message.run_request.requested_model.model_id = "faux"
+    child.say(child_message)
+    headers = {"x-parent-request-id": "parent"}
+    await runner.handle(child, RunStartInfo(request_id="child", transport="run", headers=headers))
+    ending = await child.ended()
+    assert ending is not None and ending.code == "permission_denied"
+    assert "token 'alice' may not use model 'faux'" in ending.message
+    # On alice's model, the child's call is alice's.
+    child2 = Client("child2")
+    child2_message = run_request("c-child2", "help")
+    child2_message.run_request.requested_model.model_id = "fast"
+    child2.say(child2_message)
+    await runner.handle(child2, RunStartInfo(request_id="child2", transport="run", headers=headers))
+    assert await child2.ended() is None and child2.text() == "child"
+    assert [c.token_id for c in await store.list_recent_llm_calls()] == ["tok_alice", "tok_alice"]
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+    # A parent that is not running here lends nothing: no limits.
+    assert runner.token_of_run("", "parent") is None
+    assert runner.token_of_run("tok_bob", "parent") == "tok_bob"
+    await store.close()
+
+
+async def test_a_fallback_outside_the_models_limit_serves_and_counts(tmp_path: Path) -> None:
+    """The models limit is the model a run asks for: the operator's fallback may serve it,
+    recorded under the token, and its cost counts toward the budget."""
+    clock = Clock("2026-03-10T12:00:00")
+    primary = msgspec.structs.replace(PRICED, fallbacks=("other",))
+    store = await SQLiteStore.open(tmp_path / "db")
+    first = FauxLLM([FauxResponse.error("faux: HTTP 503", started=False)])
+    spare = FauxLLM([costing(3, "from the fallback")], provider="spare")
+    runner = Runner(
+        RunnerServices(
+            models={primary.id: primary, OTHER.id: OTHER},
+            store=store,
+            llm_for=lambda model: spare if model.id == OTHER.id else first,
+            now_ms=clock,
+        )
+    )
+    await add_token(store, models=(PRICED.id,), budget_usd=2.0)
+    client, end = await turn(runner, "r1", "c1")
+    assert end is None and client.text() == "from the fallback"
+    calls = {c.call_id: c for c in await store.list_recent_llm_calls()}
+    assert {c.token_id for c in calls.values()} == {"tok_alice"}
+    assert calls["c1:1:llm1:fb1"].cost_usd == 3.0
+    assert await store.token_spend("tok_alice", *month_window(clock.now)[:2]) == 3.0
+    _, end = await turn(runner, "r2", "c2")
+    assert end is not None and end.code == "resource_exhausted"  # $3.00 of $2.00
+    await store.close()
+
+
+async def test_a_compaction_summary_call_counts_toward_the_token(tmp_path: Path) -> None:
+    """/summarize under a token: the summary call (on the operator's compaction model, outside
+    the token's models) is admitted, recorded under the token and priced into its spend."""
+    clock = Clock("2026-03-10T12:00:00")
+    primary = msgspec.structs.replace(PRICED, compaction_model=OTHER.id)
+    store = await SQLiteStore.open(tmp_path / "db")
+    llm = FauxLLM([costing(1, "one"), costing(1, "two"), costing(5, "the summary")])
+    runner = Runner(
+        RunnerServices(
+            models={primary.id: primary, OTHER.id: OTHER},
+            store=store,
+            llm_for=lambda _model: llm,
+            now_ms=clock,
+        )
+    )
+    await add_token(store, models=(PRICED.id,))
+    for n in (1, 2):
+        assert (await turn(runner, f"r{n}", "c1", text=f"turn {n}"))[1] is None
+    client = Client("r-sum")
+    message = run_request("c1")
+    message.run_request.requested_model.model_id = PRICED.id
+    message.run_request.action.summarize_action.SetInParent()
+    client.say(message)
+    await runner.handle(
+        client, RunStartInfo(request_id="r-sum", transport="run", principal="tok_alice")
+    )
+    assert await client.ended() is None
+    (summary,) = [c for c in await store.list_recent_llm_calls() if ":summary" in c.call_id]
+    assert (summary.token_id, summary.cost_usd, summary.status) == ("tok_alice", 5.0, "committed")
+    assert await store.token_spend("tok_alice", *month_window(clock.now)[:2]) == 7.0
+    await store.close()
