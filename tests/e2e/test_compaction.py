@@ -138,10 +138,12 @@ async def test_a_conversation_crossing_the_threshold_is_compacted_once_and_goes_
     padding = "lorem ipsum dolor " * 70  # about 300 tokens by the character estimate
     compacted_at: int | None = None
     reader: Reader | None = None
+    meters: list[agent_pb2.ConversationTokenDetails] = []  # each turn's checkpoint
     for turn in range(12):
         since = len(upstream.requests)
         prompt = f"turn {turn} of {tag} {conversation} {padding}"
         reader = await shim_turn(server, run_request(prompt, conversation, model=SMALL))
+        meters.append(checkpoint_of(reader).token_details)
         if "interaction_update.summary_started" in reader.kinds:
             compacted_at = turn
             break
@@ -168,6 +170,21 @@ async def test_a_conversation_crossing_the_threshold_is_compacted_once_and_goes_
     ]
     assert archive.summary == summary and archive.window_tail == 1
     assert state.self_summary_count == 1
+
+    # The context meter: it grew turn by turn, and the compaction brought it down; each
+    # checkpoint's categories sum exactly to `used`; after it, the summary is its own category.
+    used = [m.used_tokens for m in meters]
+    assert used[:-1] == sorted(used[:-1]) and used[-1] < used[-2]
+    for m in meters:
+        assert m.max_tokens == m.breakdown.max_tokens > 0
+        assert sum(c.estimated_tokens for c in m.breakdown.categories) == m.used_tokens
+    by_id = {c.id: c for c in meters[-1].breakdown.categories}
+    assert by_id["summarized_conversation"].estimated_tokens > 0
+    assert all(
+        c.estimated_tokens == 0
+        for c in meters[-2].breakdown.categories
+        if c.id == "summarized_conversation"
+    )
 
     # Upstream: the summary call (our prompt, the transcript), then the turn's call over the
     # compacted view: the summary first, then the kept tail (this turn's message).

@@ -35,6 +35,7 @@ from cursor_byok.llm.types import (
     UserMessage,
 )
 
+from . import derived
 from .apportion import largest_remainder
 from .context import DEFAULT_CONTEXT, TurnContext
 from .prompt import render_prompt, render_tools, rules_section
@@ -272,7 +273,8 @@ def last_measured(state: ConversationState) -> tuple[PromptChars, int] | None:
     answer, with the turn's system prompt and tools) and the provider's prompt tokens for it.
     None when no answer in the active history carries usage."""
     messages = state.messages
-    for i in range(len(messages) - 1, -1, -1):
+    # An answer before the epoch's fresh part measured a request a compaction replaced.
+    for i in range(len(messages) - 1, max(state.fresh_from, 0) - 1, -1):
         message = messages[i]
         if isinstance(message, AssistantMessage) and prompt_tokens(message.usage) > 0:
             return _chars_of_state(state, messages[:i]), prompt_tokens(message.usage)
@@ -284,7 +286,9 @@ def _chars_of_state(state: ConversationState, messages: tuple[Message, ...]) -> 
     request = RequestMessages(
         system_prompt=render_prompt(context), messages=messages, tools=render_tools(context)
     )
-    return prompt_chars(request, context)
+    # In a compaction's epoch the view opens with the summary: the summarized conversation.
+    summarized = 1 if derived.epoch_of(state, state.view) is not None and messages else 0
+    return prompt_chars(request, context, summary_messages=summarized)
 
 
 def upcoming_tokens(state: ConversationState, chars: PromptChars) -> int:
