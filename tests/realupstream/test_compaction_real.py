@@ -12,6 +12,8 @@ import sqlite3
 import subprocess
 from pathlib import Path
 
+from cursor_byok.loop.meter import Meter
+from cursor_byok.transport.runtime.records import decode_call_meter
 from tests.e2e.conftest import bun
 from tests.realupstream.conftest import LlamaServer
 from tests.support.live import REPO, server_process
@@ -64,6 +66,17 @@ def prompt_sizes(db: Path) -> list[tuple[str, int]]:
     return [(str(r[0]), int(r[1])) for r in rows]
 
 
+def meters_of(db: Path) -> list[Meter]:
+    """The measured context meter of every committed model call (llm_calls.prompt_breakdown)."""
+    with sqlite3.connect(db) as conn:
+        rows = conn.execute(
+            "SELECT prompt_breakdown FROM llm_calls WHERE status = 'committed' "
+            "AND prompt_breakdown IS NOT NULL ORDER BY created_at_ms, call_id"
+        ).fetchall()
+    meters = [decode_call_meter(bytes(r[0])).meter for r in rows]
+    return [m for m in meters if m.measured]
+
+
 def test_thirty_turns_through_the_real_client_never_fail_on_context_length(
     llama_server_8k: LlamaServer, realclient: Path, tmp_path: Path
 ) -> None:
@@ -95,6 +108,12 @@ def test_thirty_turns_through_the_real_client_never_fail_on_context_length(
         assert len([c for c, _ in sizes if ":summary" not in c]) >= TURNS
         too_big = [(c, n) for c, n in sizes if n > window]
         assert not too_big, f"requests over the window of {window}: {too_big}"
+        # The context meter each call recorded (what the checkpoints show) stays below it too.
+        meters = meters_of(db)
+        assert len(meters) >= TURNS
+        assert all(m.max_tokens == window for m in meters)
+        over = [m.used_tokens for m in meters if m.used_tokens >= window]
+        assert not over, f"meter at or over the window of {window}: {over}"
         print(
             f"\nlong session: window {window} (fixed {fixed}), {TURNS} turns, "
             f"{len(compactions)} compactions, prompt tokens per call: {[n for _, n in sizes]}"
