@@ -106,6 +106,8 @@ class ServerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     # Catalogue tools (docs/tools.md) never offered to the model, in any mode.
     disabled_tools: list[str] = []
     enabled_tools: list[str] = []  # opt-in tools to offer (WriteShellStdin)
+    # How deep helpers (Task) may nest: a child at this depth is not offered Task.
+    subagent_max_depth: int = 2
 
     def __repr__(self) -> str:
         token = "set" if self.auth_token else "unset"
@@ -278,6 +280,8 @@ def parse_config(
         errors.append("server.certificate and server.private_key go together")
     if not 0 < server.tool_timeout_s <= 86400:
         errors.append("server.tool_timeout_s must be between 0 and 86400 seconds")
+    if not 1 <= server.subagent_max_depth <= 8:
+        errors.append("server.subagent_max_depth must be between 1 and 8")
     if not 0 < server.question_timeout_s <= 86400:
         errors.append("server.question_timeout_s must be between 0 and 86400 seconds")
     if not 0 <= server.start_check_s <= 86400:

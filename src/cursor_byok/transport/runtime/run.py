@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Mapping
 from typing import Any, assert_never
 
 from ...llm.events import DoneEvent, ErrorEvent, ResponseEvent
@@ -67,7 +67,9 @@ from ..cursor import (
     turn_ended,
     unimplemented_end,
 )
+from ..cursor.children import recognise_child
 from ..cursor.rpc import agent_title
+from ..cursor.tools import sanitize_tool_call_id
 from . import records
 from .actions import ROUTES, Route, shell_command_note
 from .calls import ModelCalls
@@ -79,6 +81,7 @@ from .requests import ClientRequests
 from .resume import consume_exception, first_message
 from .routing import STOP, ClientMessages, Work
 from .runner import Runner
+from .subagents import Expected, carried, place
 from .summary import RunSummary
 from .tools import ToolCalls
 
@@ -88,8 +91,17 @@ MAX_CAS_RETRIES = 5
 
 
 class Run:
-    def __init__(self, runner: Runner, channel: RunChannel, *, resumable: bool = True) -> None:
+    def __init__(
+        self,
+        runner: Runner,
+        channel: RunChannel,
+        *,
+        resumable: bool = True,
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
         self.runner = runner
+        # The run's forwarded headers (a child's parent ids), read at its run request.
+        self.headers: Mapping[str, str] = headers if headers is not None else {}
         self.services = runner.services
         self.store = runner.services.store
         self.channel = channel
@@ -349,6 +361,16 @@ class Run:
             self.services.web_search_configured,
             self.services.image_generation,
         )
+        child = recognise_child(request.child, self.headers, self.channel.request_id)
+        context = place(
+            context,
+            request,
+            child,
+            last,
+            self.runner.children,
+            self.services.model_names,
+            self.services.subagent_max_depth,
+        )
         # A Build has no user message: the loop opens its turn with the plan.
         message = request.user_message or LLMUserMessage(content=())
         context = with_kept(context, self._parts, kept)  # the blobs later turns may need
@@ -409,7 +431,8 @@ class Run:
             web_search_configured=self.services.web_search_configured,
             image_generation=self.services.image_generation,
         )
-        return with_kept(context, self._parts, stored.kept_parts if stored is not None else ())
+        kept = with_kept(context, self._parts, stored.kept_parts if stored is not None else ())
+        return carried(kept, stored)
 
     async def _consume(self) -> None:
         while not self._done:
@@ -555,6 +578,25 @@ class Run:
                 ):
                     send(frame)
 
+    def _expect_child(self, command: CallClient) -> None:
+        context = self.state.committed.context
+        subagents = context.subagents if context is not None else None
+        prompt = command.tool_call.arguments.get("prompt")
+        self.runner.children.expect(
+            Expected(
+                parent_conversation_id=self.conversation_id,
+                parent_request_id=self.channel.request_id,
+                tool_call_id=sanitize_tool_call_id(command.tool_call.id),
+                prompt=prompt if isinstance(prompt, str) else "",
+                depth=subagents.depth if subagents is not None else 0,
+                root_conversation_id=(
+                    subagents.root_conversation_id
+                    if subagents is not None and subagents.root_conversation_id
+                    else self.conversation_id
+                ),
+            )
+        )
+
     async def _execute(self, t: Transition, prepared: PreparedRequest | None = None) -> None:
         """Design §6 `runCommand`. Idempotent: a call already streaming or a tool already on
         the client is left as it is."""
@@ -581,6 +623,8 @@ class Run:
                     self._inbox.put_nowait(self._route.tool_result(op, early.result))
                 elif started.wake_after_ms is not None:  # it opens by waiting
                     self._route.wake_later(op, started.wake_after_ms)
+                elif command.tool_call.name == "Task":  # its child run is expected next
+                    self._expect_child(command)
             case Final(message=message, replay=replay):
                 if replay:
                     # An answer committed before, which the client may not have seen.

@@ -26,6 +26,7 @@ from ..connect.channel import RunChannel
 from .client_blobs import ClientBlobs
 from .committed_states import CommittedStates
 from .request_bases import RequestBases
+from .subagents import DEFAULT_MAX_DEPTH, Children
 from .summary import CacheStats, RunSummary
 
 if TYPE_CHECKING:
@@ -65,6 +66,7 @@ class RunnerServices:
     run_job: JobRunner | None = None
     page_text_chars: int = DEFAULT_MAX_TEXT_CHARS  # [web_fetch] max_text_chars
     default_model: str | None = None  # server.default_model: for names not served
+    subagent_max_depth: int = DEFAULT_MAX_DEPTH  # server.subagent_max_depth: Task's nesting
     model_names: ModelNames = field(init=False)  # what run requests' model names resolve by
 
     def __post_init__(self) -> None:
@@ -81,6 +83,7 @@ class Runner:
         self.committed_states = CommittedStates()
         self.client_blobs = ClientBlobs()
         self.request_bases = RequestBases()
+        self.children = Children()  # Task calls waiting for their child run
 
     @property
     def active_runs(self) -> int:
@@ -100,7 +103,12 @@ class Runner:
 
         # Only the shim's RunSSE can be reopened under a known request_id; an HTTP/2 Run
         # always starts with the client's own run_request.
-        run = Run(self, channel, resumable=getattr(info, "transport", "runsse") != "run")
+        run = Run(
+            self,
+            channel,
+            resumable=getattr(info, "transport", "runsse") != "run",
+            headers=getattr(info, "headers", None),
+        )
         try:
             await run.serve()
         finally:

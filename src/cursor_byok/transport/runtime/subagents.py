@@ -1,0 +1,147 @@
+"""Task's model choices, and where a child run sits among its parents (docs/subagents.md).
+
+A Task call out on the client is remembered here (`Children.expect`) until the IDE opens the
+child's run; the child is matched to it by the parent tool-call header (the shim), else by its
+prompt (the child's first user message is the Task prompt, [U]), else by what the child's own
+stored context says (a later turn or a `resume`). An unmatched child is placed at depth 1 with
+no known parent, logged. Memory only: a matched child keeps its place in its stored context.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import msgspec
+
+from ...llm.model_names import ModelNames, Resolved, Via
+from ...loop.context import SubagentModel, SubagentOverride, Subagents, TurnContext
+from ..cursor import RunRequest
+from ..cursor.children import ChildRun
+
+log = logging.getLogger("cursor_byok.runtime")
+
+DEFAULT_MAX_DEPTH = 2
+# Task calls waiting for their child run, at most: the oldest are dropped past it.
+MAX_EXPECTED = 1024
+
+
+def _served(names: ModelNames, name: str) -> str:
+    """Our model id for a name the client sent, "" when we do not serve it (no fallback)."""
+    found = names.resolve(name, use_default=False)
+    if isinstance(found, Resolved) and found.via is not Via.DEFAULT:
+        return found.model.id
+    return ""
+
+
+def model_choices(
+    request: RunRequest, names: ModelNames
+) -> tuple[tuple[SubagentModel, ...], tuple[SubagentOverride, ...]]:
+    """The client's Task models that we serve, in its order (duplicates once), and its pins."""
+    models: list[SubagentModel] = []
+    seen: set[str] = set()
+    for name in request.subagent_models:
+        model = _served(names, name)
+        if model and name not in seen:
+            seen.add(name)
+            models.append(SubagentModel(name=name, model=model))
+    overrides: list[SubagentOverride] = []
+    for subagent_type, name, inherit, disabled in request.subagent_overrides:
+        if disabled:
+            overrides.append(SubagentOverride(subagent_type=subagent_type, disabled=True))
+        elif inherit:
+            overrides.append(SubagentOverride(subagent_type=subagent_type, inherit=True))
+        elif name:
+            served = _served(names, name)
+            overrides.append(
+                SubagentOverride(subagent_type=subagent_type, model=name)
+                if served
+                else SubagentOverride(subagent_type=subagent_type, unserved=name)
+            )
+    return tuple(models), tuple(overrides)
+
+
+@dataclass(frozen=True, slots=True)
+class Expected:
+    """A Task call out on the client, whose child run has not opened yet."""
+
+    parent_conversation_id: str
+    parent_request_id: str
+    tool_call_id: str
+    prompt: str
+    depth: int  # the parent's depth
+    root_conversation_id: str
+
+
+class Children:
+    """The Task calls of this process waiting for their child run."""
+
+    def __init__(self) -> None:
+        self._expected: dict[str, Expected] = {}  # by the parent's tool-call id
+
+    def expect(self, call: Expected) -> None:
+        self._expected.pop(call.tool_call_id, None)
+        self._expected[call.tool_call_id] = call
+        while len(self._expected) > MAX_EXPECTED:
+            self._expected.pop(next(iter(self._expected)))
+
+    def forget(self, tool_call_id: str) -> None:
+        self._expected.pop(tool_call_id, None)
+
+    def match(self, child: ChildRun, user_text: str) -> Expected | None:
+        if child.parent_tool_call_id:
+            found = self._expected.pop(child.parent_tool_call_id, None)
+            if found is not None:
+                return found
+        text = user_text.strip()
+        for key, call in self._expected.items():
+            if text and call.prompt.strip() == text:
+                return self._expected.pop(key)
+        return None
+
+
+def place(
+    context: TurnContext,
+    request: RunRequest,
+    child: ChildRun | None,
+    stored: TurnContext | None,
+    children: Children,
+    names: ModelNames,
+    max_depth: int,
+) -> TurnContext:
+    """`context` with its Subagents: the Task choices of this request, and this
+    conversation's place (a new child's from its parent's call, a known one's as stored)."""
+    models, overrides = model_choices(request, names)
+    where = stored.subagents if stored is not None else Subagents()
+    mode = "subagent" if where.depth > 0 else context.mode  # a known child stays one
+    if child is not None:
+        mode = "subagent"
+        expected = children.match(child, request.user_text)
+        if expected is not None:
+            where = Subagents(
+                depth=expected.depth + 1,
+                subagent_type=child.subagent_type,
+                parent_conversation_id=expected.parent_conversation_id,
+                root_conversation_id=expected.root_conversation_id,
+            )
+        elif not where.parent_conversation_id:
+            log.info(
+                "conversation %s: a child run whose parent is not known here; placed at depth 1",
+                request.conversation_id,
+            )
+            where = Subagents(depth=max(1, where.depth), subagent_type=child.subagent_type)
+    subagents = msgspec.structs.replace(where, models=models, overrides=overrides)
+    switches = msgspec.structs.replace(
+        context.switches, subagent_depth_reached=True if subagents.depth >= max_depth else None
+    )
+    return msgspec.structs.replace(context, mode=mode, subagents=subagents, switches=switches)
+
+
+def carried(context: TurnContext, stored: TurnContext | None) -> TurnContext:
+    """A follow-up's context keeps the stored Subagents and depth gate."""
+    if stored is None:
+        return context
+    switches = msgspec.structs.replace(
+        context.switches, subagent_depth_reached=stored.switches.subagent_depth_reached
+    )
+    return msgspec.structs.replace(context, subagents=stored.subagents, switches=switches)

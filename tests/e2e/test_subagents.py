@@ -1,0 +1,181 @@
+"""Task and its child runs over real HTTP against the REAL server process (docs/subagents.md).
+
+Our Connect client plays the IDE on `Run` (HTTP/2) and on the HTTP/1.1 shim: the parent's
+model calls Task, the IDE gets exec `subagent_args`, opens the child's run the way the
+reference describes (§3.5: a new conversation, `subagent_type_name`, the chosen model, the
+prompt as its user message; on the shim the parent headers on its BidiAppend), the child calls
+UpdateCurrentStep and reports, and the IDE answers the parent's exec with the child's final
+message. Each test checks the exec and cards, the child's tools and prompt in its upstream
+request, the text the parent's model reads, and turn_ended on both runs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import pytest
+
+from cursor_byok.loop.catalogue import Mode, offered
+from cursor_byok.transport.cursor.proto import agent_pb2 as a
+from tests.e2e.test_queries import Send, cards, ide, tool_names, tool_prompt
+from tests.e2e.test_run_h2 import h2_run
+from tests.e2e.test_shim import (
+    Reader,
+    ShimRun,
+    chat_requests,
+    content_text,
+    exec_of,
+    exec_reply,
+    http,
+    run_request,
+)
+from tests.support.live import ServerProcess, brain_config, server_process
+from tests.support.upstream import FakeUpstream
+
+TRANSPORTS = ["h2", "shim"]
+MODELS = ["composer-test", "claude-opus-5", "brain-1"]  # claude-opus-5 is not served here
+
+
+@pytest.fixture(scope="module")
+def sserver(
+    upstream: FakeUpstream, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ServerProcess]:
+    work = tmp_path_factory.mktemp("subagents")
+    extra = "subagent_max_depth = 2"
+    with server_process(brain_config(upstream.base_url, db=work / "db", extra=extra), work) as srv:
+        yield srv
+
+
+def parent_request(prompt: str, **fields: Any) -> a.AgentClientMessage:
+    message = run_request(prompt)
+    for name in MODELS:
+        message.run_request.selected_subagent_models.add(model_id=name)
+    for key, value in fields.items():
+        getattr(message.run_request, key).extend(value)
+    return message
+
+
+def task_prompt(child_prompt: str, **args: Any) -> str:
+    return tool_prompt("Task", {"description": "Scan the code", "prompt": child_prompt, **args})
+
+
+@contextlib.asynccontextmanager
+async def child_ide(
+    server: ServerProcess, transport: str, headers: dict[str, str]
+) -> AsyncIterator[tuple[Send, Reader]]:
+    """The child's run, as the IDE opens it: on the shim its BidiAppends carry `headers`."""
+    if transport == "h2":
+        async with h2_run(server) as (stream, reader):
+            yield stream.send, reader
+        return
+    async with http(server) as client:
+        run = ShimRun(client)
+
+        async def send(message: a.AgentClientMessage) -> None:
+            await run.append(message, headers=headers)
+
+        async with run.subscribe() as reader:
+            yield send, reader
+
+
+def child_request(args: a.SubagentArgs, conversation_id: str) -> a.AgentClientMessage:
+    message = run_request(args.prompt, conversation_id, model=args.model_id)
+    message.run_request.subagent_type_name = args.subagent_type
+    return message
+
+
+async def serve_child(
+    server: ServerProcess, transport: str, args: a.SubagentArgs, parent_request_id: str
+) -> tuple[str, Reader]:
+    """Open the child's run and let it finish: (its conversation id, its reader)."""
+    child_id = str(uuid.uuid4())
+    headers = {
+        "x-parent-request-id": parent_request_id,
+        "x-parent-agent-tool-call-id": args.tool_call_id,
+    }
+    async with child_ide(server, transport, headers) as (send, reader):
+        await send(child_request(args, child_id))
+        end = await reader.wait_end(30)
+    assert end == {} and reader.turn_ended
+    return child_id, reader
+
+
+def request_id_of(send: Send) -> str:
+    run = getattr(send, "__self__", None)
+    return run.request_id if isinstance(run, ShimRun) else ""
+
+
+def tool_text(body: dict[str, Any]) -> str:
+    (tool,) = [m for m in body["messages"] if m["role"] == "tool"]
+    return content_text(tool["content"])
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_task_opens_a_child_run_whose_report_the_parent_reads(
+    sserver: ServerProcess, upstream: FakeUpstream, transport: str
+) -> None:
+    child_prompt = f"[helper Reading files] scan the parser #{uuid.uuid4().hex[:8]}"
+    prompt = task_prompt(child_prompt, subagent_type="explore", model="composer-test")
+    first_request = parent_request(prompt)
+    async with ide(sserver, transport) as (send, reader):
+        await send(first_request)
+        sent = await reader.wait_for(exec_of("subagent_args"))
+        args = sent.exec_server_message.subagent_args
+        assert args.tool_call_id == "call_t1"
+        assert args.subagent_type == "explore"
+        assert args.model_id == "composer-test"
+        assert args.prompt == child_prompt
+        assert not args.run_in_background
+        assert args.parent_conversation_id == first_request.run_request.conversation_id
+        assert args.root_parent_conversation_id == args.parent_conversation_id
+        assert args.environment == a.SUBAGENT_ENVIRONMENT_LOCAL
+        (started,) = cards(reader, "tool_call_started")
+        assert started.WhichOneof("tool") == "task_tool_call"
+        assert started.task_tool_call.args.description == "Scan the code"
+        assert started.task_tool_call.args.subagent_type.WhichOneof("type") == "explore"
+        assert started.task_tool_call.args.model == "composer-test"
+
+        child_id, child = await serve_child(sserver, transport, args, request_id_of(send))
+        steps = cards(child, "tool_call_completed")
+        assert [c.WhichOneof("tool") for c in steps] == ["communicate_update_tool_call"]
+        assert steps[0].communicate_update_tool_call.args.current_step == "Reading files"
+        assert steps[0].communicate_update_tool_call.result.success.current_step == "Reading files"
+        final = "Helper report: Reading files done, 3 files found."
+        assert "".join(child.texts).endswith(final)
+
+        success = a.SubagentSuccess(agent_id=child_id, final_message=final, tool_call_count=1)
+        await send(
+            exec_reply(
+                sent.exec_server_message.id, subagent_result=a.SubagentResult(success=success)
+            )
+        )
+        end = await reader.wait_end(30)
+    assert end == {} and reader.turn_ended
+    (done,) = cards(reader, "tool_call_completed")
+    assert done.task_tool_call.result.success.agent_id == child_id
+    assert not done.task_tool_call.result.success.is_background
+
+    # The child's model request: its own conversation, the subagent tools and our prompt.
+    (child_first, _child_second) = chat_requests(upstream, child_prompt)[-2:]
+    assert tool_names(child_first) == list(offered(Mode.SUBAGENT))
+    assert "Task" in tool_names(child_first)  # depth 1 of 2: it may start its own helper
+    system = content_text(child_first["messages"][0]["content"])
+    assert "You are a helper agent" in system
+    assert "explore: search and read, change nothing" in system
+
+    # The parent's model reads the child's final message and its agent id.
+    first, second = chat_requests(upstream, prompt)
+    task_tool = next(t for t in first["tools"] if t["function"]["name"] == "Task")
+    assert task_tool["function"]["parameters"]["properties"]["model"]["enum"] == [
+        "inherit",
+        "composer-test",
+        "brain-1",
+    ]
+    assert tool_text(second) == (
+        f"{final}\n\n(Helper agent id: {child_id}. Pass it as resume to continue this helper.)"
+    )
+    assert json.dumps(second["messages"][: len(first["messages"])]) == json.dumps(first["messages"])
