@@ -23,6 +23,7 @@ from cursor_byok.loop.catalogue import Mode, offered
 from cursor_byok.transport.cursor.proto import agent_pb2 as a
 from tests.e2e.test_queries import Send, cards, ide, tool_names, tool_prompt
 from tests.e2e.test_run_h2 import h2_run
+from tests.e2e.test_shells import run_action
 from tests.e2e.test_shim import (
     Reader,
     ShimRun,
@@ -179,3 +180,114 @@ async def test_task_opens_a_child_run_whose_report_the_parent_reads(
         f"{final}\n\n(Helper agent id: {child_id}. Pass it as resume to continue this helper.)"
     )
     assert json.dumps(second["messages"][: len(first["messages"])]) == json.dumps(first["messages"])
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_a_background_task_returns_at_once_and_its_completion_tells_the_model(
+    sserver: ServerProcess, upstream: FakeUpstream, transport: str
+) -> None:
+    child_prompt = f"[helper Indexing] index the docs #{uuid.uuid4().hex[:8]}"
+    prompt = task_prompt(child_prompt, run_in_background=True)
+    first_request = parent_request(prompt)
+    parent_id = first_request.run_request.conversation_id
+    child_id = str(uuid.uuid4())
+    async with ide(sserver, transport) as (send, reader):
+        await send(first_request)
+        sent = await reader.wait_for(exec_of("subagent_args"))
+        args = sent.exec_server_message.subagent_args
+        assert args.run_in_background and args.model_id == "brain-1"  # inherit
+        backgrounded = a.SubagentSuccess(
+            agent_id=child_id, background_reason=a.SUBAGENT_BACKGROUND_REASON_AGENT_REQUEST
+        )
+        await send(
+            exec_reply(
+                sent.exec_server_message.id,
+                subagent_result=a.SubagentResult(success=backgrounded),
+            )
+        )
+        end = await reader.wait_end(30)
+    assert end == {} and reader.turn_ended
+    (done,) = cards(reader, "tool_call_completed")
+    assert done.task_tool_call.result.success.is_background
+    assert (
+        done.task_tool_call.result.success.background_reason
+        == a.SUBAGENT_BACKGROUND_REASON_AGENT_REQUEST
+    )
+    _first, second = chat_requests(upstream, prompt)
+    assert tool_text(second) == (
+        f"The helper runs in the background (agent id {child_id}). You will be told when it "
+        "finishes; go on with other work meanwhile."
+    )
+
+    # The IDE runs the child (under the agent id it gave), then tells the parent.
+    headers = {"x-parent-request-id": "", "x-parent-agent-tool-call-id": ""}
+    async with child_ide(sserver, transport, headers) as (csend, creader):
+        await csend(child_request(args, child_id))
+        assert await creader.wait_end(30) == {}
+    completion = a.BackgroundTaskCompletion(
+        task_id=child_id,
+        kind=a.BACKGROUND_TASK_KIND_SUBAGENT,
+        status=a.BACKGROUND_TASK_STATUS_SUCCESS,
+        reason=a.BACKGROUND_TASK_COMPLETION_REASON_TASK_FINISHED,
+        title="Scan the code",
+        subagent_id=child_id,
+        tool_call_id="call_t1",
+    )
+    action = a.ConversationAction()
+    action.background_task_completion_action.completions.append(completion)
+    reader = await run_action(sserver, transport, parent_id, action)
+    assert reader.turn_ended
+    marker = f"Final message of helper {child_id}:"
+    (notified,) = chat_requests(upstream, marker)
+    notice = content_text(notified["messages"][-1]["content"])
+    assert f"Background subagent {child_id} (Scan the code) finished successfully." in notice
+    assert notice.endswith(f"{marker}\nHelper report: Indexing done, 3 files found.")
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_cancel_subagent_ends_that_child_and_the_parent_goes_on(
+    sserver: ServerProcess, upstream: FakeUpstream, transport: str
+) -> None:
+    child_prompt = f"[slow 20] a long look #{uuid.uuid4().hex[:8]}"
+    prompt = task_prompt(child_prompt)
+    first_request = parent_request(prompt)
+    parent_id = first_request.run_request.conversation_id
+    child_id = str(uuid.uuid4())
+    async with ide(sserver, transport) as (send, reader):
+        await send(first_request)
+        sent = await reader.wait_for(exec_of("subagent_args"))
+        args = sent.exec_server_message.subagent_args
+        headers = {
+            "x-parent-request-id": request_id_of(send),
+            "x-parent-agent-tool-call-id": args.tool_call_id,
+        }
+        async with child_ide(sserver, transport, headers) as (csend, creader):
+            await csend(child_request(args, child_id))
+            assert await wait_for_upstream(upstream, child_prompt)
+            cancel = a.AgentClientMessage()
+            cancel.run_request.conversation_id = parent_id
+            cancel.run_request.requested_model.model_id = "brain-1"
+            cancel.run_request.action.cancel_subagent_action.subagent_id = child_id
+            async with ide(sserver, transport) as (xsend, xreader):
+                await xsend(cancel)
+                assert await xreader.wait_end(30) == {}
+            assert xreader.turn_ended
+            child_end = await creader.wait_end(30)
+        assert child_end is not None
+        assert not any("You said" in t for t in creader.texts)  # it never finished
+        failed = a.SubagentError(agent_id=child_id, error="canceled by the user")
+        await send(
+            exec_reply(sent.exec_server_message.id, subagent_result=a.SubagentResult(error=failed))
+        )
+        end = await reader.wait_end(30)
+    assert end == {} and reader.turn_ended  # the parent's turn ends normally
+    _first, second = chat_requests(upstream, prompt)
+    assert tool_text(second) == (
+        f"Error: the helper (agent id {child_id}) failed: canceled by the user"
+    )
+
+
+async def wait_for_upstream(upstream: FakeUpstream, marker: str) -> bool:
+    from tests.e2e.test_shim import wait_until
+
+    return await wait_until(lambda: bool(chat_requests(upstream, marker)), 15)

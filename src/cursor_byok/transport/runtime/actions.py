@@ -21,6 +21,7 @@ class Route(enum.StrEnum):
     UNIMPLEMENTED = "unimplemented"  # decoded, not served yet: Connect unimplemented
     EMPTY_TURN = "empty turn"  # turn_ended at once; nothing recorded
     NOTE = "note"  # recorded in the history (loop Note), then an empty turn
+    CANCEL_CHILD = "cancel child"  # cancel the named child's run here, then an empty turn
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,13 +47,13 @@ ROUTES: dict[RunAction, ActionRoute] = {
     RunAction.START_PLAN: ActionRoute(Route.TURN),
     RunAction.EXECUTE_PLAN: ActionRoute(Route.TURN),
     RunAction.ASK_QUESTION_COMPLETION: ActionRoute(Route.TURN),
-    RunAction.CANCEL_SUBAGENT: _later("cancel_subagent_action (stopping a subagent)"),
+    RunAction.CANCEL_SUBAGENT: ActionRoute(Route.CANCEL_CHILD),
     # The dialect wrote the run's user message: a notice of what the client reported.
     RunAction.BACKGROUND_TASK_COMPLETION: ActionRoute(Route.TURN),
     RunAction.BACKGROUND_SHELL: ActionRoute(Route.TURN),
-    RunAction.BACKGROUND_SUBAGENT: _later(
-        "background_subagent_action (moving a subagent to background)"
-    ),
+    # [U] The IDE answers the Task's pending exec with a background reason itself
+    # (TaskMachine reads it); the action's own run has nothing more to do.
+    RunAction.BACKGROUND_SUBAGENT: ActionRoute(Route.EMPTY_TURN),
     RunAction.SUBSCRIPTION_NOTIFICATION: ActionRoute(Route.EMPTY_TURN),
     RunAction.GOAL_CONTINUATION: ActionRoute(Route.EMPTY_TURN),
     RunAction.INJECT_CONTEXT: ActionRoute(Route.EMPTY_TURN),

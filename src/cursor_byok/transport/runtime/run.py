@@ -23,6 +23,7 @@ from ...llm.types import UserMessage as LLMUserMessage
 from ...loop import (
     CallClient,
     CallLLM,
+    Cancel,
     Canceled,
     ContinueLLM,
     Failed,
@@ -70,6 +71,7 @@ from ..cursor import (
 from ..cursor.children import recognise_child
 from ..cursor.rpc import agent_title
 from ..cursor.tools import sanitize_tool_call_id
+from ..cursor.values import BackgroundCompletions, CancelSubagent
 from . import records
 from .actions import ROUTES, Route, shell_command_note
 from .calls import ModelCalls
@@ -81,7 +83,7 @@ from .requests import ClientRequests
 from .resume import consume_exception, first_message
 from .routing import STOP, ClientMessages, Work
 from .runner import Runner
-from .subagents import Expected, carried, place
+from .subagents import Expected, carried, place, with_reports
 from .summary import RunSummary
 from .tools import ToolCalls
 
@@ -181,6 +183,10 @@ class Run:
                         )
                     )
                 )
+            if ROUTES[request.action].route is Route.CANCEL_CHILD:
+                # Before the claim: the parent's own run, still going, must stay alive.
+                self._cancel_child(request)
+                return
             lock = await self.runner.claim(self, conversation_id)
             async with lock:
                 await self._begin(first.input_id, request)
@@ -215,6 +221,23 @@ class Run:
         self._drop_pending_blob()
         if self.calls is not None:
             self.calls.close()
+
+    def _cancel_child(self, request: RunRequest) -> None:
+        """cancel_subagent_action: that helper's run ends canceled; this run is empty."""
+        if isinstance(request.payload, CancelSubagent):
+            found = self.runner.cancel_child(request.payload.subagent_id)
+            log.info(
+                "run %s: cancel of helper %s (%s)",
+                self.channel.request_id,
+                request.payload.subagent_id,
+                "its run was canceled" if found else "no run of it is going here",
+            )
+        self.channel.send(turn_ended(self.summary.usage))
+        self._end(None, "ok")
+
+    def cancel_as_child(self) -> None:
+        """The parent's user canceled this helper (cancel_subagent_action)."""
+        self._inbox.put_nowait(Work(Cancel(reason="the helper was canceled"), None))
 
     def supersede(self) -> None:
         """A newer run wants this conversation: the loop decides what that means for this one."""
@@ -323,6 +346,9 @@ class Run:
                 self.channel.send(turn_ended(self.summary.usage))
                 self._end(None, "ok")
                 return
+            case Route.CANCEL_CHILD:
+                self._cancel_child(request)
+                return
             case Route.TURN | Route.RESUME | Route.NOTE:
                 pass
             case _:
@@ -345,6 +371,8 @@ class Run:
             return
         if request.user_message is None and request.build is None:
             raise RunFailed(bad_request_end("the run request carries no user message"))
+        if isinstance(request.payload, BackgroundCompletions):
+            request = await with_reports(request, request.payload, self.store, self.runner)
         history: tuple[Any, ...] = ()
         if not stored:
             history = await client_history(request, self.requests, self.runner.client_blobs)

@@ -126,6 +126,14 @@ class Runner:
             except Exception:
                 log.exception("metrics: could not count a %s", kind)
 
+    def cancel_child(self, conversation_id: str) -> bool:
+        """Cancel the run of a helper's conversation, when one is going here."""
+        run = self._active.get(conversation_id)
+        if run is None:
+            return False
+        run.cancel_as_child()
+        return True
+
     async def claim(self, run: Run, conversation_id: str) -> asyncio.Lock:
         """Make an older run of the same conversation give way, then hand out its lock."""
         old = self._active.get(conversation_id)

@@ -9,15 +9,24 @@ no known parent, logged. Memory only: a matched child keeps its place in its sto
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
 from ...llm.model_names import ModelNames, Resolved, Via
+from ...llm.types import AssistantMessage, UserMessage
 from ...loop.context import SubagentModel, SubagentOverride, Subagents, TurnContext
+from ...store.api import Store
 from ..cursor import RunRequest
 from ..cursor.children import ChildRun
+from ..cursor.values import BackgroundCompletions, BackgroundTaskKind
+from .conversation import Conversation
+
+if TYPE_CHECKING:
+    from .runner import Runner
 
 log = logging.getLogger("cursor_byok.runtime")
 
@@ -145,3 +154,36 @@ def carried(context: TurnContext, stored: TurnContext | None) -> TurnContext:
         context.switches, subagent_depth_reached=stored.switches.subagent_depth_reached
     )
     return msgspec.structs.replace(context, subagents=stored.subagents, switches=switches)
+
+
+def _final_text(messages: tuple[Any, ...]) -> str:
+    """The last assistant message's text (a helper's report)."""
+    for message in reversed(messages):
+        if isinstance(message, AssistantMessage):
+            return message.text.strip()
+    return ""
+
+
+async def with_reports(
+    request: RunRequest, completions: BackgroundCompletions, store: Store, runner: Runner
+) -> RunRequest:
+    """A background completion's run request whose notice also carries, for each finished
+    helper this server served, the helper's final message from its own conversation (the
+    IDE's completion only names it)."""
+    lines: list[str] = []
+    for done in completions.completions:
+        if done.kind is not BackgroundTaskKind.SUBAGENT or not done.finished:
+            continue
+        cid = done.subagent_id or done.task_id
+        if not cid:
+            continue
+        conv = Conversation(cid, store, runner.committed_states)
+        if not await conv.load():
+            continue
+        report = _final_text(conv.state.committed.messages)
+        if report:
+            lines.append(f"Final message of helper {cid}:\n{report}")
+    if not lines or request.user_message is None:
+        return request
+    text = "\n\n".join([request.user_text, *lines])
+    return dataclasses.replace(request, user_message=UserMessage.of_text(text), user_text=text)
