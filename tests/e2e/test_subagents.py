@@ -141,6 +141,8 @@ async def test_task_opens_a_child_run_whose_report_the_parent_reads(
         assert started.task_tool_call.args.model == "composer-test"
 
         child_id, child = await serve_child(sserver, transport, args, request_id_of(send))
+        # Linked to its parent's call (shim: by the headers; HTTP/2: by its prompt).
+        assert f"conversation {child_id}: a child run whose parent" not in sserver.log()
         steps = cards(child, "tool_call_completed")
         assert [c.WhichOneof("tool") for c in steps] == ["communicate_update_tool_call"]
         assert steps[0].communicate_update_tool_call.args.current_step == "Reading files"
