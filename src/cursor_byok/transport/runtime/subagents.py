@@ -9,6 +9,7 @@ no known parent, logged. Memory only: a matched child keeps its place in its sto
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import logging
 from dataclasses import dataclass
@@ -17,11 +18,15 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from ...llm.model_names import ModelNames, Resolved, Via
-from ...llm.types import AssistantMessage, UserMessage
+from ...llm.types import AssistantMessage, TextContent, ToolResultMessage, UserMessage
 from ...loop.context import SubagentModel, SubagentOverride, Subagents, TurnContext
-from ...store.api import Store
+from ...loop.inputs import ToolOperation
+from ...loop.state import AwaitClient, Status
+from ...store.api import Store, SubagentLink
 from ..cursor import RunRequest
 from ..cursor.children import ChildRun
+from ..cursor.tools import sanitize_tool_call_id
+from ..cursor.tools.subagents import report_text
 from ..cursor.values import BackgroundCompletions, BackgroundTaskKind
 from .conversation import Conversation
 
@@ -109,6 +114,19 @@ class Children:
         return None
 
 
+def link_of(
+    expected: Expected, child_conversation_id: str, subagent_type: str, now_ms: int
+) -> SubagentLink:
+    return SubagentLink(
+        parent_conversation_id=expected.parent_conversation_id,
+        parent_tool_call_id=expected.tool_call_id,
+        child_conversation_id=child_conversation_id,
+        subagent_type=subagent_type,
+        depth=expected.depth + 1,
+        created_at_ms=now_ms,
+    )
+
+
 def place(
     context: TurnContext,
     request: RunRequest,
@@ -117,11 +135,12 @@ def place(
     children: Children,
     names: ModelNames,
     max_depth: int,
-) -> TurnContext:
+) -> tuple[TurnContext, Expected | None]:
     """`context` with its Subagents: the Task choices of this request, and this
     conversation's place (a new child's from its parent's call, a known one's as stored)."""
     models, overrides = model_choices(request, names)
     where = stored.subagents if stored is not None else Subagents()
+    expected: Expected | None = None
     mode = "subagent" if where.depth > 0 else context.mode  # a known child stays one
     if child is not None:
         mode = "subagent"
@@ -143,7 +162,8 @@ def place(
     switches = msgspec.structs.replace(
         context.switches, subagent_depth_reached=True if subagents.depth >= max_depth else None
     )
-    return msgspec.structs.replace(context, mode=mode, subagents=subagents, switches=switches)
+    placed = msgspec.structs.replace(context, mode=mode, subagents=subagents, switches=switches)
+    return placed, expected
 
 
 def carried(context: TurnContext, stored: TurnContext | None) -> TurnContext:
@@ -187,3 +207,52 @@ async def with_reports(
         return request
     text = "\n\n".join([request.user_text, *lines])
     return dataclasses.replace(request, user_message=UserMessage.of_text(text), user_text=text)
+
+
+# How often a resumed parent looks at its helper's conversation while waiting for its end.
+RECOVERY_POLL_S = 0.25
+
+
+async def recovered(
+    op: ToolOperation,
+    waiting: AwaitClient,
+    conversation_id: str,
+    store: Store,
+    runner: Runner,
+    wait_s: float,
+) -> ToolOperation:
+    """A Task call sent before a restart (its answer from the IDE lost with the stream): the
+    result built from the helper conversation linked to it, once that helper's turn is over
+    (waiting at most `wait_s`). Any other operation, an unlinked call, or a helper that does
+    not finish in time: `op` unchanged (the loop's exactly-once rule: outcome unknown)."""
+    if not op.sent or op.result is not None or waiting.next >= len(waiting.calls):
+        return op
+    call = waiting.calls[waiting.next]
+    if call.name != "Task":
+        return op
+    link = await store.find_subagent_link(conversation_id, sanitize_tool_call_id(call.id))
+    if link is None:
+        return op
+    child = link.child_conversation_id
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + wait_s
+    while True:
+        conv = Conversation(child, store, runner.committed_states)
+        if await conv.load() and conv.state.committed.status is Status.FINAL:
+            report = _final_text(conv.state.committed.messages)
+            log.info(
+                "conversation %s: the Task call %s gets the report of helper %s, read from "
+                "its conversation",
+                conversation_id,
+                call.id,
+                child,
+            )
+            result = ToolResultMessage(
+                tool_call_id=call.id,
+                tool_name=call.name,
+                content=(TextContent(text=report_text(report, child)),),
+            )
+            return msgspec.structs.replace(op, result=result)
+        if loop.time() >= deadline:
+            return op
+        await asyncio.sleep(RECOVERY_POLL_S)

@@ -22,7 +22,19 @@ from ..proto import agent_pb2
 from . import args as a
 from .machine import Finished, Handlers, Phase, Step, ToolMachine
 
-__all__ = ["ModelChoice", "TaskMachine", "UpdateCurrentStepMachine", "choose_model"]
+__all__ = [
+    "ModelChoice",
+    "TaskMachine",
+    "UpdateCurrentStepMachine",
+    "choose_model",
+    "report_text",
+]
+
+
+def report_text(final_message: str, agent_id: str) -> str:
+    """What the parent's model reads of a helper that finished."""
+    body = final_message.strip() or "The helper finished without a final message."
+    return f"{body}\n\n(Helper agent id: {agent_id}. Pass it as resume to continue this helper.)"
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,13 +202,7 @@ class TaskMachine(ToolMachine):
                 "told when it finishes; go on with other work meanwhile."
             )
             return self._finish(text, tc, now_ms)
-        final = (success.final_message or "").strip()
-        body = final or "The helper finished without a final message."
-        text = (
-            f"{body}\n\n(Helper agent id: {success.agent_id}. Pass it as resume to continue "
-            "this helper.)"
-        )
-        return self._finish(text, tc, now_ms)
+        return self._finish(report_text(success.final_message, success.agent_id), tc, now_ms)
 
     HANDLERS: ClassVar[Handlers] = {Phase.RUNNING: {"subagent_result": _on_result}}
 
