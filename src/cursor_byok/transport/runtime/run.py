@@ -15,12 +15,15 @@ import logging
 from collections.abc import Awaitable, Mapping
 from typing import Any, assert_never
 
+import msgspec
+
 from ...llm.events import DoneEvent, ErrorEvent, ResponseEvent
 from ...llm.model_names import Resolved, Unknown, Via
 from ...llm.models import Model
 from ...llm.stream import PreparedRequest
 from ...llm.types import UserMessage as LLMUserMessage
 from ...loop import (
+    AwaitClient,
     CallClient,
     CallLLM,
     Cancel,
@@ -83,7 +86,7 @@ from .requests import ClientRequests
 from .resume import consume_exception, first_message
 from .routing import STOP, ClientMessages, Work
 from .runner import Runner
-from .subagents import Expected, carried, place, with_reports
+from .subagents import Expected, carried, link_of, place, recovered, with_reports
 from .summary import RunSummary
 from .tools import ToolCalls
 
@@ -390,7 +393,7 @@ class Run:
             self.services.image_generation,
         )
         child = recognise_child(request.child, self.headers, self.channel.request_id)
-        context = place(
+        context, parent_call = place(
             context,
             request,
             child,
@@ -399,6 +402,9 @@ class Run:
             self.services.model_names,
             self.services.subagent_max_depth,
         )
+        if parent_call is not None and child is not None:
+            link = link_of(parent_call, cid, child.subagent_type, self.services.now_ms())
+            await self.store.save_subagent_link(link)
         # A Build has no user message: the loop opens its turn with the plan.
         message = request.user_message or LLMUserMessage(content=())
         context = with_kept(context, self._parts, kept)  # the blobs later turns may need
@@ -436,6 +442,18 @@ class Run:
         resume, record = await self.conv.resume(turn_id)
         if record is not None:
             self.tools.remember(record)
+        waiting = self.state.committed.waiting
+        if resume.operation is not None and isinstance(waiting, AwaitClient):
+            operation = await recovered(
+                resume.operation,
+                waiting,
+                self.conversation_id,
+                self.store,
+                self.runner,
+                self.services.question_timeout_s,
+            )
+            if operation is not resume.operation:
+                return msgspec.structs.replace(resume, operation=operation)
         return resume
 
     # -- client messages --------------------------------------------------------------------
