@@ -293,3 +293,37 @@ async def wait_for_upstream(upstream: FakeUpstream, marker: str) -> bool:
     from tests.e2e.test_shim import wait_until
 
     return await wait_until(lambda: bool(chat_requests(upstream, marker)), 15)
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_the_checkpoint_carries_the_clients_helper_fields_back(
+    sserver: ServerProcess, transport: str
+) -> None:
+    message = run_request(f"hello #{uuid.uuid4().hex[:8]}")
+    state = message.run_request.conversation_state
+    state.subagent_states["agent-1"].CopyFrom(
+        a.SubagentPersistedState(created_timestamp_ms=5, last_used_timestamp_ms=9, model_id="m")
+    )
+    state.subagent_runs_by_parent_tool_call_id["call_9"].CopyFrom(
+        a.SubagentRun(
+            parent_tool_call_id="call_9",
+            subagent_id="agent-1",
+            status=a.SUBAGENT_RUN_STATUS_SUCCESS,
+            title="Scan",
+        )
+    )
+    state.subagent_threads["agent-1"] = "thread-1"
+    async with ide(sserver, transport) as (send, reader):
+        await send(message)
+        assert await reader.wait_end(30) == {}
+    (checkpoint,) = [
+        m.conversation_checkpoint_update
+        for m in reader.messages
+        if m.WhichOneof("message") == "conversation_checkpoint_update"
+    ]
+    assert dict(checkpoint.subagent_states) == dict(state.subagent_states)
+    assert dict(checkpoint.subagent_runs_by_parent_tool_call_id) == dict(
+        state.subagent_runs_by_parent_tool_call_id
+    )
+    assert dict(checkpoint.subagent_threads) == {"agent-1": "thread-1"}
+    assert len(checkpoint.turns) == 1

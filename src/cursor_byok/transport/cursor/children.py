@@ -16,7 +16,24 @@ from dataclasses import dataclass
 
 from .proto import agent_pb2
 
-__all__ = ["ChildRun", "ChildSignals", "child_signals", "recognise_child"]
+__all__ = ["ChildRun", "ChildSignals", "child_signals", "recognise_child", "subagent_state"]
+
+# ConversationStateStructure fields of the IDE's helpers (reference §3.5 item 8) that the
+# server does not write: the checkpoints it publishes carry them back as the client sent them.
+_CARRIED_MAPS = ("subagent_states", "subagent_threads", "subagent_runs_by_parent_tool_call_id")
+_CARRIED_SCALARS = ("communicate_update_final_summary", "communicate_update_completed_subtitle")
+
+
+def subagent_state(state: agent_pb2.ConversationStateStructure) -> bytes:
+    """The client's helper fields of its checkpoint, serialized (b"" when it has none)."""
+    out = agent_pb2.ConversationStateStructure()
+    for name in _CARRIED_MAPS:
+        getattr(out, name).MergeFrom(getattr(state, name))
+    for name in _CARRIED_SCALARS:
+        if state.HasField(name):
+            setattr(out, name, getattr(state, name))
+    return bytes(out.SerializeToString(deterministic=True))
+
 
 log = logging.getLogger("cursor_byok.dialect")
 

@@ -23,7 +23,7 @@ from ...llm.types import ImageContent, TextContent, UserContent
 from ...llm.types import UserMessage as LlmUserMessage
 from ...loop.inputs import PlanBuild
 from .background import background_shell_notice, completion_notice
-from .children import child_signals
+from .children import child_signals, subagent_state
 from .context import PartKind, decode_request_context, mcp_definition
 from .history import DialectError, history_from_conversation_history
 from .proto import agent_pb2
@@ -413,6 +413,7 @@ def decode_run_request(req: agent_pb2.AgentRunRequest) -> RunRequest:
         suppress_subagent_progress_update_tool=suppress,
         payload=payload,
         child=child_signals(req),
+        subagent_state=subagent_state(state),
         subagent_models=tuple(m.model_id for m in req.selected_subagent_models if m.model_id),
         subagent_overrides=tuple(
             (

@@ -213,6 +213,8 @@ class RunRequest:
     subagent_models: tuple[str, ...] = ()
     # AgentRunRequest.subagent_model_overrides (20): (type, model name, inherit, disabled).
     subagent_overrides: tuple[tuple[str, str, bool, bool], ...] = ()
+    # The client checkpoint's helper fields (children.subagent_state): carried back unchanged.
+    subagent_state: bytes = b""
 
 
 # -- what one client message is, once matched ------------------------------------------------

@@ -357,6 +357,7 @@ class Run:
             case _:
                 assert_never(route.route)
         cid = request.conversation_id
+        self.checkpoints.carried = request.subagent_state
         stored = await self.conv.load()
         # Input commits belong to a stored conversation: without one there is nothing to find.
         previous = await self.store.find_input_commit(cid, input_id) if stored else None
