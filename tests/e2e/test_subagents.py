@@ -110,6 +110,15 @@ def request_id_of(send: Send) -> str:
     return run.request_id if isinstance(run, ShimRun) else ""
 
 
+def totals(reader: Reader) -> a.TurnEndedUpdate:
+    (ended,) = [
+        m.interaction_update.turn_ended
+        for m in reader.messages
+        if m.interaction_update.HasField("turn_ended")
+    ]
+    return ended
+
+
 def tool_text(body: dict[str, Any]) -> str:
     (tool,) = [m for m in body["messages"] if m["role"] == "tool"]
     return content_text(tool["content"])
@@ -161,6 +170,12 @@ async def test_task_opens_a_child_run_whose_report_the_parent_reads(
     (done,) = cards(reader, "tool_call_completed")
     assert done.task_tool_call.result.success.agent_id == child_id
     assert not done.task_tool_call.result.success.is_background
+    # Totals: the child's own (two calls: 120 + 60 uncached input tokens, 40 cache reads),
+    # and the parent turn's, which adds the child's to its own two calls.
+    child_totals, parent_totals = totals(child), totals(reader)
+    assert (child_totals.input_tokens, child_totals.cache_read_tokens) == (180, 40)
+    assert (parent_totals.input_tokens, parent_totals.cache_read_tokens) == (360, 80)
+    assert parent_totals.output_tokens > child_totals.output_tokens > 0
 
     # The child's model request: its own conversation, the subagent tools and our prompt.
     (child_first, _child_second) = chat_requests(upstream, child_prompt)[-2:]

@@ -86,7 +86,15 @@ from .requests import ClientRequests
 from .resume import consume_exception, first_message
 from .routing import STOP, ClientMessages, Work
 from .runner import Runner
-from .subagents import Expected, carried, link_of, place, recovered, with_reports
+from .subagents import (
+    Expected,
+    carried,
+    helper_totals,
+    link_of,
+    place,
+    recovered,
+    with_reports,
+)
 from .summary import RunSummary
 from .tools import ToolCalls
 
@@ -145,6 +153,7 @@ class Run:
         self._run_saved: asyncio.Future[Any] | None = None
         self._parts: tuple[ContextPart, ...] = ()  # the run's context parts, for follow-ups
         self._mcp_tools: tuple[McpDefinition, ...] = ()
+        self._helper_calls: list[tuple[str, int]] = []  # this run's Task calls, and when
         self._route = ClientMessages(
             channel=channel,
             link=self.link,
@@ -629,11 +638,13 @@ class Run:
         context = self.state.committed.context
         subagents = context.subagents if context is not None else None
         prompt = command.tool_call.arguments.get("prompt")
+        tool_call_id = sanitize_tool_call_id(command.tool_call.id)
+        self._helper_calls.append((tool_call_id, self.services.now_ms()))
         self.runner.children.expect(
             Expected(
                 parent_conversation_id=self.conversation_id,
                 parent_request_id=self.channel.request_id,
-                tool_call_id=sanitize_tool_call_id(command.tool_call.id),
+                tool_call_id=tool_call_id,
                 prompt=prompt if isinstance(prompt, str) else "",
                 depth=subagents.depth if subagents is not None else 0,
                 root_conversation_id=(
@@ -681,7 +692,13 @@ class Run:
                 else:
                     # The protocol's order: turn_ended (the client stops showing
                     # "generating"), then the final checkpoint, then the end of the stream.
-                    self.channel.send(turn_ended(self.summary.usage))
+                    if self._helper_calls:  # the helpers' tokens join the turn's totals
+                        helpers = await helper_totals(
+                            self.store, self.conversation_id, self._helper_calls
+                        )
+                        self.summary.helper_usage, self.summary.helper_cost_usd = helpers
+                    usage = self.summary.usage + self.summary.helper_usage
+                    self.channel.send(turn_ended(usage))
                     await self._publish_checkpoint()
                 self._end(None, "ok")
             case Failed(message=message, kind=kind):

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from ...llm.model_names import ModelNames, Resolved, Via
-from ...llm.types import AssistantMessage, TextContent, ToolResultMessage, UserMessage
+from ...llm.types import AssistantMessage, TextContent, ToolResultMessage, Usage, UserMessage
 from ...loop.context import SubagentModel, SubagentOverride, Subagents, TurnContext
 from ...loop.inputs import ToolOperation
 from ...loop.state import AwaitClient, Status
@@ -256,3 +256,27 @@ async def recovered(
         if loop.time() >= deadline:
             return op
         await asyncio.sleep(RECOVERY_POLL_S)
+
+
+async def helper_totals(
+    store: Store, conversation_id: str, calls: list[tuple[str, int]]
+) -> tuple[Usage, float]:
+    """The tokens and cost of the helpers a turn's Task calls started (`calls`: each call's
+    id and when it was sent): the LLM calls of each linked child conversation made since."""
+    usage, cost = Usage(), 0.0
+    for tool_call_id, since_ms in calls:
+        link = await store.find_subagent_link(conversation_id, tool_call_id)
+        if link is None:
+            continue
+        for call in await store.list_conversation_llm_calls(link.child_conversation_id):
+            if call.created_at_ms < since_ms:
+                continue
+            usage = usage + Usage(
+                input=call.input_tokens or 0,
+                output=call.output_tokens or 0,
+                cache_read=call.cache_read_tokens or 0,
+                cache_write=call.cache_write_tokens or 0,
+                reasoning=call.reasoning_tokens or 0,
+            )
+            cost += call.cost_usd or 0.0
+    return usage, cost

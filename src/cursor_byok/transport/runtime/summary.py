@@ -31,6 +31,10 @@ class RunSummary:
     # `model` (a metric label) so a name this server does not serve never becomes a label.
     title: str = ""
     requested_model: str = ""
+    # The helpers (Task children) this run waited for: their tokens and cost, counted in
+    # their own runs' summaries and added here only to the turn's totals the client sees.
+    helper_usage: Usage = field(default_factory=Usage)
+    helper_cost_usd: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
