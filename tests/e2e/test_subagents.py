@@ -131,6 +131,7 @@ async def test_task_opens_a_child_run_whose_report_the_parent_reads(
     child_prompt = f"[helper Reading files] scan the parser #{uuid.uuid4().hex[:8]}"
     prompt = task_prompt(child_prompt, subagent_type="explore", model="composer-test")
     first_request = parent_request(prompt)
+    parent_id = first_request.run_request.conversation_id
     async with ide(sserver, transport) as (send, reader):
         await send(first_request)
         sent = await reader.wait_for(exec_of("subagent_args"))
@@ -176,6 +177,23 @@ async def test_task_opens_a_child_run_whose_report_the_parent_reads(
     assert (child_totals.input_tokens, child_totals.cache_read_tokens) == (180, 40)
     assert (parent_totals.input_tokens, parent_totals.cache_read_tokens) == (360, 80)
     assert parent_totals.output_tokens > child_totals.output_tokens > 0
+    # The dashboard's drill-down of the parent shows its helper, with the helper's own totals.
+    async with http(sserver) as client:
+        drill = (await client.get(f"/dashboard/api/conversation?id={parent_id}")).json()
+    (helper,) = drill["helpers"]
+    assert helper["conversation_id"] == child_id
+    assert (helper["parent_tool_call_id"], helper["subagent_type"], helper["depth"]) == (
+        "call_t1",
+        "explore",
+        1,
+    )
+    assert (helper["llm_calls"], helper["input_tokens"], helper["cache_read_tokens"]) == (
+        2,
+        180,
+        40,
+    )
+    assert helper["output_tokens"] == child_totals.output_tokens
+    assert helper["helpers"] == []
 
     # The child's model request: its own conversation, the subagent tools and our prompt.
     (child_first, _child_second) = chat_requests(upstream, child_prompt)[-2:]
