@@ -360,3 +360,64 @@ async def test_the_checkpoint_carries_the_clients_helper_fields_back(
     )
     assert dict(checkpoint.subagent_threads) == {"agent-1": "thread-1"}
     assert len(checkpoint.turns) == 1
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_resume_continues_the_childs_conversation(
+    sserver: ServerProcess, upstream: FakeUpstream, transport: str
+) -> None:
+    tag = uuid.uuid4().hex[:8]
+    first_prompt = f"[helper Mapping] map the modules #{tag}"
+    prompt = task_prompt(first_prompt)
+    request = parent_request(prompt)
+    parent_id = request.run_request.conversation_id
+    async with ide(sserver, transport) as (send, reader):
+        await send(request)
+        sent = await reader.wait_for(exec_of("subagent_args"))
+        args = sent.exec_server_message.subagent_args
+        child_id, child = await serve_child(sserver, transport, args, request_id_of(send))
+        final = "".join(child.texts).split("Let me check.")[-1]
+        success = a.SubagentSuccess(agent_id=child_id, final_message=final)
+        await send(
+            exec_reply(
+                sent.exec_server_message.id, subagent_result=a.SubagentResult(success=success)
+            )
+        )
+        assert await reader.wait_end(30) == {}
+
+    # The next turn resumes that helper: the IDE opens a run on the child's own conversation.
+    again = f"[helper Rechecking] look again #{tag}"
+    prompt2 = task_prompt(again, resume=child_id)
+    follow = run_request(prompt2, parent_id)
+    async with ide(sserver, transport) as (send, reader):
+        await send(follow)
+        sent = await reader.wait_for(exec_of("subagent_args"))
+        args2 = sent.exec_server_message.subagent_args
+        assert args2.resume_agent_id == child_id
+        (started,) = cards(reader, "tool_call_started")
+        assert started.task_tool_call.args.resume == child_id
+        headers = {
+            "x-parent-request-id": request_id_of(send),
+            "x-parent-agent-tool-call-id": args2.tool_call_id,
+        }
+        async with child_ide(sserver, transport, headers) as (csend, creader):
+            await csend(child_request(args2, child_id))
+            assert await creader.wait_end(30) == {}
+        success = a.SubagentSuccess(agent_id=child_id, final_message="rechecked")
+        await send(
+            exec_reply(
+                sent.exec_server_message.id, subagent_result=a.SubagentResult(success=success)
+            )
+        )
+        assert await reader.wait_end(30) == {}
+    # The helper's model saw its first task and report before the new one, in its own
+    # conversation, still with the subagent tools.
+    helper_calls = [
+        b for b in chat_requests(upstream, again) if "UpdateCurrentStep" in tool_names(b)
+    ]
+    (resumed, _after) = helper_calls
+    texts = [content_text(m["content"]) for m in resumed["messages"] if m["role"] != "system"]
+    assert first_prompt in texts[0]
+    assert any("Helper report: Mapping done" in t for t in texts)
+    assert again in texts[-1]
+    assert tool_names(resumed) == list(offered(Mode.SUBAGENT))
