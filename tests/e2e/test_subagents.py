@@ -110,6 +110,15 @@ def request_id_of(send: Send) -> str:
     return run.request_id if isinstance(run, ShimRun) else ""
 
 
+def sent_card_call_id(reader: Reader) -> str:
+    (started,) = [
+        m.interaction_update.tool_call_started
+        for m in reader.messages
+        if m.interaction_update.HasField("tool_call_started")
+    ]
+    return started.call_id
+
+
 def totals(reader: Reader) -> a.TurnEndedUpdate:
     (ended,) = [
         m.interaction_update.turn_ended
@@ -159,6 +168,16 @@ async def test_task_opens_a_child_run_whose_report_the_parent_reads(
         assert steps[0].communicate_update_tool_call.result.success.current_step == "Reading files"
         final = "Helper report: Reading files done, 3 files found."
         assert "".join(child.texts).endswith(final)
+        # The parent's Task card shows the helper's progress as it happens.
+        (progress,) = [
+            m.interaction_update.tool_call_delta
+            for m in reader.messages
+            if m.interaction_update.HasField("tool_call_delta")
+        ]
+        assert progress.call_id == sent_card_call_id(reader)
+        inner = progress.tool_call_delta.task_tool_call_delta.interaction_update
+        step = inner.tool_call_completed.tool_call.communicate_update_tool_call
+        assert step.args.current_step == "Reading files"
 
         success = a.SubagentSuccess(agent_id=child_id, final_message=final, tool_call_count=1)
         await send(

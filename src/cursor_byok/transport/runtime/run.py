@@ -72,8 +72,10 @@ from ..cursor import (
     unimplemented_end,
 )
 from ..cursor.children import recognise_child
+from ..cursor.encode import call_id_for
 from ..cursor.rpc import agent_title
 from ..cursor.tools import sanitize_tool_call_id
+from ..cursor.tools.cards import task_progress_frame
 from ..cursor.values import BackgroundCompletions, CancelSubagent
 from . import records
 from .actions import ROUTES, Route, shell_command_note
@@ -154,6 +156,7 @@ class Run:
         self._parts: tuple[ContextPart, ...] = ()  # the run's context parts, for follow-ups
         self._mcp_tools: tuple[McpDefinition, ...] = ()
         self._helper_calls: list[tuple[str, int]] = []  # this run's Task calls, and when
+        self._parent_call: Expected | None = None  # a child run's parent call, when known
         self._route = ClientMessages(
             channel=channel,
             link=self.link,
@@ -246,6 +249,16 @@ class Run:
             )
         self.channel.send(turn_ended(self.summary.usage))
         self._end(None, "ok")
+
+    def _progress_to_parent(self, card: bytes) -> None:
+        """A helper's progress card, shown in its parent's Task card too (when the parent's
+        run is going in this process)."""
+        call = self._parent_call
+        if call is None or not call.card_call_id:
+            return
+        parent = self.runner.active_run(call.parent_conversation_id)
+        if parent is not None:
+            parent.channel.send(task_progress_frame(call.card_call_id, call.model_call_id, card))
 
     def cancel_as_child(self) -> None:
         """The parent's user canceled this helper (cancel_subagent_action)."""
@@ -412,6 +425,7 @@ class Run:
             self.services.model_names,
             self.services.subagent_max_depth,
         )
+        self._parent_call = parent_call
         if parent_call is not None and child is not None:
             link = link_of(parent_call, cid, child.subagent_type, self.services.now_ms())
             await self.store.save_subagent_link(link)
@@ -645,6 +659,8 @@ class Run:
                 parent_conversation_id=self.conversation_id,
                 parent_request_id=self.channel.request_id,
                 tool_call_id=tool_call_id,
+                card_call_id=call_id_for(command.llm_call_id, command.content_index),
+                model_call_id=command.llm_call_id,
                 prompt=prompt if isinstance(prompt, str) else "",
                 depth=subagents.depth if subagents is not None else 0,
                 root_conversation_id=(
@@ -678,6 +694,8 @@ class Run:
                 early = started.early
                 if early is not None:  # unusable arguments: the answer is known at once
                     self.channel.send(early.card)
+                    if command.tool_call.name == "UpdateCurrentStep":
+                        self._progress_to_parent(early.card)
                     self._inbox.put_nowait(self._route.tool_result(op, early.result))
                 elif started.wake_after_ms is not None:  # it opens by waiting
                     self._route.wake_later(op, started.wake_after_ms)

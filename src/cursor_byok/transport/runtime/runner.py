@@ -126,6 +126,9 @@ class Runner:
             except Exception:
                 log.exception("metrics: could not count a %s", kind)
 
+    def active_run(self, conversation_id: str) -> Run | None:
+        return self._active.get(conversation_id)
+
     def cancel_child(self, conversation_id: str) -> bool:
         """Cancel the run of a helper's conversation, when one is going here."""
         run = self._active.get(conversation_id)

@@ -85,6 +85,8 @@ class Expected:
     prompt: str
     depth: int  # the parent's depth
     root_conversation_id: str
+    card_call_id: str = ""  # the parent's Task card (its child's progress goes into it)
+    model_call_id: str = ""
 
 
 class Children:
