@@ -440,3 +440,27 @@ async def test_resume_continues_the_childs_conversation(
     assert any("Helper report: Mapping done" in t for t in texts)
     assert again in texts[-1]
     assert tool_names(resumed) == list(offered(Mode.SUBAGENT))
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_the_childs_selected_context_reaches_its_model(
+    sserver: ServerProcess, upstream: FakeUpstream, transport: str
+) -> None:
+    """The IDE's attachments on the child's run (`UserMessage.selected_context`) reach the
+    helper's model with its task, as for any turn."""
+    prompt = f"summarise the attached file #{uuid.uuid4().hex[:8]}"
+    args = a.SubagentArgs(
+        tool_call_id="call_x", subagent_type="explore", model_id="brain-1", prompt=prompt
+    )
+    message = child_request(args, str(uuid.uuid4()))
+    selected = message.run_request.action.user_message_action.user_message.selected_context
+    selected.files.add(
+        path="/w/src/parser.py", relative_path="src/parser.py", content="def parse(): ..."
+    )
+    async with child_ide(sserver, transport, {}) as (send, reader):
+        await send(message)
+        assert await reader.wait_end(30) == {}
+    (body,) = chat_requests(upstream, prompt)
+    user = content_text(body["messages"][-1]["content"])
+    assert "Attached file src/parser.py:\n```\ndef parse(): ...\n```" in user
+    assert tool_names(body) == list(offered(Mode.SUBAGENT))
