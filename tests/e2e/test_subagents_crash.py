@@ -115,6 +115,14 @@ async def crash_and_come_back(crashable: Crashable, upstream: FakeUpstream) -> N
     )
     assert creader.end == {} and creader.turn_ended, crashable.log()
     assert preader.end == {} and preader.turn_ended, crashable.log()
+    # The parent turn's totals after the restart: its own second call (60 uncached input
+    # tokens, 40 cache reads) and the whole helper (120 + 60, 40), whose calls ran either side.
+    (ended,) = [
+        m.interaction_update.turn_ended
+        for m in preader.messages
+        if m.interaction_update.HasField("turn_ended")
+    ]
+    assert (ended.input_tokens, ended.cache_read_tokens) == (240, 80), crashable.log()
     # No second child was asked for, and only the one link exists.
     assert not [m for m in preader.messages if exec_of("subagent_args")(m)]
     assert links(crashable.db) == [(parent_id, args.tool_call_id, child_id)]

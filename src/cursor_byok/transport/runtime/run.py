@@ -155,7 +155,7 @@ class Run:
         self._run_saved: asyncio.Future[Any] | None = None
         self._parts: tuple[ContextPart, ...] = ()  # the run's context parts, for follow-ups
         self._mcp_tools: tuple[McpDefinition, ...] = ()
-        self._helper_calls: list[tuple[str, int]] = []  # this run's Task calls, and when
+        self._helper_calls: list[str] = []  # the tool-call ids of this run's Task calls
         self._parent_call: Expected | None = None  # a child run's parent call, when known
         self._route = ClientMessages(
             channel=channel,
@@ -476,7 +476,9 @@ class Run:
                 self.runner,
                 self.services.question_timeout_s,
             )
-            if operation is not resume.operation:
+            if operation is not resume.operation:  # a Task result rebuilt from its helper
+                call = waiting.calls[waiting.next]
+                self._helper_calls.append(sanitize_tool_call_id(call.id))
                 return msgspec.structs.replace(resume, operation=operation)
         return resume
 
@@ -653,7 +655,7 @@ class Run:
         subagents = context.subagents if context is not None else None
         prompt = command.tool_call.arguments.get("prompt")
         tool_call_id = sanitize_tool_call_id(command.tool_call.id)
-        self._helper_calls.append((tool_call_id, self.services.now_ms()))
+        self._helper_calls.append(tool_call_id)
         self.runner.children.expect(
             Expected(
                 parent_conversation_id=self.conversation_id,

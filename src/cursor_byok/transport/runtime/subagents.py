@@ -261,17 +261,18 @@ async def recovered(
 
 
 async def helper_totals(
-    store: Store, conversation_id: str, calls: list[tuple[str, int]]
+    store: Store, conversation_id: str, calls: list[str]
 ) -> tuple[Usage, float]:
-    """The tokens and cost of the helpers a turn's Task calls started (`calls`: each call's
-    id and when it was sent): the LLM calls of each linked child conversation made since."""
+    """The tokens and cost of the helpers a turn's Task calls (`calls`, their tool-call ids)
+    started: the LLM calls of each linked child conversation made since its link (a resumed
+    helper's earlier turns belong to the call that started them)."""
     usage, cost = Usage(), 0.0
-    for tool_call_id, since_ms in calls:
+    for tool_call_id in calls:
         link = await store.find_subagent_link(conversation_id, tool_call_id)
         if link is None:
             continue
         for call in await store.list_conversation_llm_calls(link.child_conversation_id):
-            if call.created_at_ms < since_ms:
+            if call.created_at_ms < link.created_at_ms:
                 continue
             usage = usage + Usage(
                 input=call.input_tokens or 0,
