@@ -319,11 +319,13 @@ def _inject(a: agent_pb2.ConversationAction) -> None:
 
 UNIMPLEMENTED = {
     "summarize_action": _summarize,
-    "cancel_subagent_action": _cancel_subagent,
-    "background_subagent_action": _background_subagent,
 }
 EMPTY_TURN = {
     "cancel_action": _cancel,
+    # Issue 17: a cancel of a helper that is not running here, and a helper moved to the
+    # background (the Task exec's answer carries that), end as empty turns.
+    "cancel_subagent_action": _cancel_subagent,
+    "background_subagent_action": _background_subagent,
     "subscription_notification_action": _notification,
     "goal_continuation_action": _goal,
     "inject_context_action": _inject,
