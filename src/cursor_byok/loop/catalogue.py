@@ -198,10 +198,11 @@ MODES: dict[Mode, tuple[str, ...]] = {
 }
 
 # Calls the server answers with an error itself, never sending them to the client: ask mode
-# never changes the workspace, whatever the model calls.
+# never changes the workspace, whatever the model calls (nor does a helper it would start:
+# a child run has the subagent tools, which change the workspace).
 REFUSED: dict[Mode, frozenset[str]] = {
     Mode.ASK: frozenset(
-        {"Write", "StrReplace", "EditNotebook", "Delete", "Shell", "WriteShellStdin"}
+        {"Write", "StrReplace", "EditNotebook", "Delete", "Shell", "WriteShellStdin", "Task"}
     ),
 }
 
