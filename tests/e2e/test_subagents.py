@@ -138,7 +138,12 @@ async def test_task_opens_a_child_run_whose_report_the_parent_reads(
     sserver: ServerProcess, upstream: FakeUpstream, transport: str
 ) -> None:
     child_prompt = f"[helper Reading files] scan the parser #{uuid.uuid4().hex[:8]}"
-    prompt = task_prompt(child_prompt, subagent_type="explore", model="composer-test")
+    prompt = task_prompt(
+        child_prompt,
+        subagent_type="explore",
+        model="composer-test",
+        file_attachments=["docs/diagram.png"],
+    )
     first_request = parent_request(prompt)
     parent_id = first_request.run_request.conversation_id
     async with ide(sserver, transport) as (send, reader):
@@ -153,11 +158,14 @@ async def test_task_opens_a_child_run_whose_report_the_parent_reads(
         assert args.parent_conversation_id == first_request.run_request.conversation_id
         assert args.root_parent_conversation_id == args.parent_conversation_id
         assert args.environment == a.SUBAGENT_ENVIRONMENT_LOCAL
+        (image,) = args.selected_context.selected_images
+        assert (image.path, image.mime_type) == ("docs/diagram.png", "image/png")
         (started,) = cards(reader, "tool_call_started")
         assert started.WhichOneof("tool") == "task_tool_call"
         assert started.task_tool_call.args.description == "Scan the code"
         assert started.task_tool_call.args.subagent_type.WhichOneof("type") == "explore"
         assert started.task_tool_call.args.model == "composer-test"
+        assert list(started.task_tool_call.args.attachments) == ["docs/diagram.png"]
 
         child_id, child = await serve_child(sserver, transport, args, request_id_of(send))
         # Linked to its parent's call (shim: by the headers; HTTP/2: by its prompt).

@@ -425,6 +425,11 @@ def task_parameters(
                     "finishes. Default false: wait for its result."
                 ),
             },
+            "file_attachments": {
+                "type": "array",
+                "items": {"type": "string"},
+                "description": "Paths of images in the workspace the helper should look at.",
+            },
         },
         ["description", "prompt"],
     )

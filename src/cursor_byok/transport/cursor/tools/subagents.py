@@ -86,6 +86,16 @@ def choose_model(
     )
 
 
+_MIME = {".png": "image/png", ".jpg": "image/jpeg", ".jpeg": "image/jpeg", ".gif": "image/gif"}
+_MIME[".webp"] = "image/webp"
+
+
+def _mime(path: str) -> str:
+    """The type a Task attachment's name says ("" when it says none we know)."""
+    dot = path.rfind(".")
+    return _MIME.get(path[dot:].lower(), "") if dot >= 0 else ""
+
+
 def subagent_type_card(name: str) -> agent_pb2.SubagentType:
     """The card's SubagentType for one of our type names; a name without a variant of its own
     is `custom` with the name."""
@@ -130,7 +140,14 @@ class TaskMachine(ToolMachine):
         resume = a.get_str(self.args, "resume")
         if resume:
             args.resume = resume
+        args.attachments.extend(self._attachments())
         return tc
+
+    def _attachments(self) -> list[str]:
+        raw = self.args.get("file_attachments")
+        if not isinstance(raw, list):
+            return []
+        return [p for p in raw if isinstance(p, str) and p.strip()]
 
     def _set_error(self, tc: agent_pb2.ToolCall, text: str) -> None:
         tc.task_tool_call.result.error.error = text
@@ -170,6 +187,8 @@ class TaskMachine(ToolMachine):
         resume = a.get_str(self.args, "resume")
         if resume:
             request.resume_agent_id = resume
+        for path in self._attachments():  # the IDE loads them for the helper [U]
+            request.selected_context.selected_images.add(path=path, mime_type=_mime(path))
         return self._exec("subagent_args", request)
 
     def _on_result(self, result: agent_pb2.SubagentResult, now_ms: int) -> Step:
