@@ -54,6 +54,7 @@ class App:
             enabled_tools=tuple(config.server.enabled_tools),
             web_search_configured=config.web_search.offered,
             image_generation=config.image_generation is not None,
+            subagent_max_depth=config.server.subagent_max_depth,
             run_job=server_jobs(config, registry),
             page_text_chars=config.web_fetch.max_text_chars,
             on_llm_call=obs.on_llm_call,

@@ -109,6 +109,8 @@ class ServerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     # Compaction starts when the next request would pass this share of the model's window
     # (per model: [models.X] compaction_threshold).
     compaction_threshold: float = 0.9
+    # How deep helpers (Task) may nest: a child at this depth is not offered Task.
+    subagent_max_depth: int = 2
 
     def __repr__(self) -> str:
         token = "set" if self.auth_token else "unset"
@@ -288,6 +290,8 @@ def parse_config(
         errors.append("server.certificate and server.private_key go together")
     if not 0 < server.tool_timeout_s <= 86400:
         errors.append("server.tool_timeout_s must be between 0 and 86400 seconds")
+    if not 1 <= server.subagent_max_depth <= 8:
+        errors.append("server.subagent_max_depth must be between 1 and 8")
     if not 0 < server.question_timeout_s <= 86400:
         errors.append("server.question_timeout_s must be between 0 and 86400 seconds")
     if not 0 <= server.start_check_s <= 86400:

@@ -49,6 +49,7 @@ from cursor_byok.transport.cursor.tools.queries import (
 from cursor_byok.transport.cursor.tools.search import GlobMachine, GrepMachine
 from cursor_byok.transport.cursor.tools.shell import ShellMachine
 from cursor_byok.transport.cursor.tools.stdin import WriteShellStdinMachine
+from cursor_byok.transport.cursor.tools.subagents import TaskMachine, UpdateCurrentStepMachine
 from cursor_byok.transport.cursor.tools.todos import TodoWriteMachine
 from cursor_byok.transport.cursor.tools.web import GenerateImageMachine, WebFetchMachine
 from cursor_byok.transport.cursor.tools.web_search import WebSearchMachine
@@ -89,6 +90,7 @@ TOOL_ARGS: dict[str, dict[str, Any]] = {
     "some_mcp": {"k": [1, {"v": None}]},
     "FetchMcpResource": {"server": "s", "uri": "u://x"},
     "ListMcpResources": {"server": "s"},
+    "Task": {"description": "d", "prompt": "p"},
 }
 REPLY_KINDS = [f.name for f in a.ExecClientMessage.DESCRIPTOR.oneofs_by_name["message"].fields]
 
@@ -125,6 +127,8 @@ def test_the_table_covers_exactly_the_native_tools_in_catalogue_order() -> None:
         "CreatePlan": CreatePlanMachine,
         "AskQuestion": AskQuestionMachine,
         "SwitchMode": SwitchModeMachine,
+        "Task": TaskMachine,
+        "UpdateCurrentStep": UpdateCurrentStepMachine,
         "WebSearch": WebSearchMachine,
         "WebFetch": WebFetchMachine,
         "GenerateImage": GenerateImageMachine,

@@ -313,34 +313,16 @@ def _inject(a: agent_pb2.ConversationAction) -> None:
     a.inject_context_action.user_context = b"\x0a\x03abc"
 
 
-UNIMPLEMENTED = {
-    "cancel_subagent_action": _cancel_subagent,
-    "background_subagent_action": _background_subagent,
-}
 EMPTY_TURN = {
     "cancel_action": _cancel,
+    # Issue 17: a cancel of a helper that is not running here, and a helper moved to the
+    # background (the Task exec's answer carries that), end as empty turns.
+    "cancel_subagent_action": _cancel_subagent,
+    "background_subagent_action": _background_subagent,
     "subscription_notification_action": _notification,
     "goal_continuation_action": _goal,
     "inject_context_action": _inject,
 }
-
-
-@pytest.mark.parametrize("transport", TRANSPORTS)
-@pytest.mark.parametrize("action", list(UNIMPLEMENTED))
-async def test_an_action_a_later_change_builds_answers_unimplemented_naming_it(
-    server: ServerProcess, upstream: FakeUpstream, action: str, transport: str
-) -> None:
-    before = len(upstream.requests)
-    async with open_run(server, transport) as (send, reader):
-        await send(_action_request(UNIMPLEMENTED[action], str(uuid.uuid4())))
-        end = await reader.wait_end()
-    assert end["error"]["code"] == "unimplemented", end
-    assert action in end["error"]["message"]
-    details = cc.decode_error_details(end["error"])
-    assert details.details.title == "Not supported by this server"
-    assert action in details.details.detail
-    assert not reader.turn_ended and execs(reader) == []
-    assert len(upstream.requests) == before
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)

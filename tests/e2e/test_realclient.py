@@ -211,3 +211,20 @@ def test_omp_rejects_a_query_tool_and_the_turn_ends_normally(
     # The scripted model repeats the result (cut when long) as its answer.
     said = deltas(r.stdout, "text_delta").split("The tool said: ", 1)[1]
     assert expected.startswith(said) and len(said) >= min(len(expected), 150)
+
+
+def test_omp_task_call_ends_the_turn_normally(
+    realclient: Path, server: ServerProcess, upstream: FakeUpstream
+) -> None:
+    """A model that calls Task against a client that runs no helpers (oh-my-pi): whatever the
+    client answers the subagent_args exec with, the model reads a result and the turn ends
+    (issue 17)."""
+    prompt = '[tool Task {"description": "Scan the code", "prompt": "Find the parser."}]'
+    r = drive(realclient, server.url, "--prompt", prompt, "--tool", "--exec", "--model", "brain-1")
+    assert r.returncode == 0, r.stdout + r.stderr + server.log()
+    assert r.stdout.strip().endswith("DRIVE OK")
+    body = last_chat_request(upstream)
+    (tool,) = [m for m in body["messages"] if m["role"] == "tool"]
+    assert tool["content"]
+    said = deltas(r.stdout, "text_delta").split("The tool said: ", 1)[1]
+    assert tool["content"].startswith(said[:40])

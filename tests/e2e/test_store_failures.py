@@ -216,7 +216,9 @@ async def test_disk_full_is_a_clear_error_and_the_next_run_works(
             # below the current size to it): the next write that needs a new page fails.
             await complete_turn(srv.base_url, "full-0", run_request("conv-warm", "warm up"))
             await app.store.set_size_limit(1)
-            run = await failed_run(srv.base_url, "full-1", run_request(conv, "disk full: hi"))
+            # Long enough to need new pages whatever the free pages the warm-up left.
+            hi = "disk full: hi " + "x" * 64_000
+            run = await failed_run(srv.base_url, "full-1", run_request(conv, hi))
             error = run.result.error
             assert error is not None
             assert error["code"] == "unavailable", error

@@ -201,6 +201,7 @@ PINNED_DIGESTS = {
     9: "cc0b98846b511ea602e2017dd022169aa6a62a9d2320ee6c8732fc993c756dec",
     10: "a6d56d52029a6451728222fd6805d5febd0cbe01d4bf8eb93877ecdcd575958a",
     11: "3fd6237d315c6031b7b7ad88ab9d941ebff034afd7236c4122cfa3b473802c69",
+    12: "964a019df8b3f69b81538ae97331ab790f5003fef66a0e9e65557944c68af654",
 }
 
 
@@ -226,7 +227,11 @@ def test_the_version_moves_with_the_catalogue() -> None:
     [
         ("CreatePlan", "agent", "CreatePlan is not offered in agent mode (only in plan mode)."),
         ("SwitchMode", "ask", "SwitchMode is not offered in ask mode (only in agent, multitask"),
-        ("Task", "agent", "Task is not available on this server."),
+        (
+            "UpdateCurrentStep",
+            "agent",
+            "UpdateCurrentStep is not offered in agent mode (only in subagent mode).",
+        ),
         ("Teleport", "agent", "unknown tool 'Teleport'."),
         ("Shell", "agent", "Shell is switched off for this conversation."),
         ("CreatePlan", "triage", "CreatePlan is not offered in agent mode"),

@@ -363,7 +363,7 @@ def test_a_follow_up_when_idle_starts_a_turn_with_its_own_context_and_mode() -> 
     names = [d.name for d in t.command.request.tools]
     assert names == [
         "Shell", "Read", "Write", "StrReplace", "Delete", "LS", "Grep", "Glob", "AwaitShell",
-        "EditNotebook", "ReadLints", "TodoWrite", "AskQuestion",
+        "EditNotebook", "ReadLints", "TodoWrite", "AskQuestion", "Task",
     ]  # fmt: skip
 
 

@@ -525,6 +525,7 @@ def test_tools_native_first_then_mcp_sorted() -> None:
         "TodoWrite",
         "AskQuestion",
         "SwitchMode",
+        "Task",
         "alpha",
         "zeta",
     ]

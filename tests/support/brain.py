@@ -11,6 +11,7 @@ prompt it types into a real client:
 - `[script write-shell PATH TEXT]` Write(PATH, TEXT), then Shell("cat PATH"), then an answer
 - `[reads N PATH]`                Read(PATH) N times, one call per step, then an answer
 - `[slow SECONDS]`               a pause before the answer (heartbeat tests)
+- `[helper STEP]`                a helper (Task child): UpdateCurrentStep(STEP), then a report
 - `[brief]`                      a short answer however long the message (benchmarks)
 - `[fail]`                       HTTP 500 with a provider error body
 - `[usage N C]`                  the answer's usage reports N prompt tokens, C of them cached
@@ -148,6 +149,7 @@ _TOOL = re.compile(r"\[tool (\S+) (\{.*?\})\]")
 _TOOLS = re.compile(r"\[tools (\S+) (\{.*?\}) (\S+) (\{.*?\})\]")
 _SCRIPT = re.compile(r"\[script (write-read|write-shell) (\S+) (.+?)\]")
 _SLOW = re.compile(r"\[slow ([0-9.]+)\]")
+_HELPER = re.compile(r"\[helper ([^\]]+)\]")
 _USAGE = re.compile(r"\[usage ([0-9]+) ([0-9]+)\]")
 
 
@@ -233,6 +235,10 @@ def _answer(prompt: str, results: list[dict[str, Any]]) -> Reply:
                 return tool_reply([("call_r1", "Read", {"path": path})])
             return tool_reply([("call_s1", "Shell", {"command": f"cat {path}"})])
         return text_reply(f"Done. The file says: {_text_of(results[-1]['content'])[:200]}")
+    if (m := _HELPER.search(prompt)) and "[tool " not in prompt:
+        if not results:
+            return tool_reply([("call_h1", "UpdateCurrentStep", {"current_step": m.group(1)})])
+        return text_reply(f"Helper report: {m.group(1)} done, 3 files found.")
     if m := _TOOLS.search(prompt):
         n1, a1, n2, a2 = m.groups()
         if not results:

@@ -252,8 +252,10 @@ async def append(
     hex_data: str | None = None,
     token: str | None = None,
     content_type: str = "application/proto",
+    headers: dict[str, str] | None = None,
 ) -> httpx.Response:
-    """POST one BidiAppend. `message` may be raw bytes (to send garbage)."""
+    """POST one BidiAppend. `message` may be raw bytes (to send garbage); `headers` are
+    added to the request's own."""
     payload = message if isinstance(message, bytes) else message.SerializeToString()
     req = aiserver_pb2.BidiAppendRequest(append_seqno=seqno)
     req.request_id.request_id = request_id
@@ -262,7 +264,9 @@ async def append(
     else:
         req.data = hex_data if hex_data is not None else payload.hex()
     body = req.SerializeToString()
+    extra = headers or {}
     headers = {"content-type": content_type, "x-request-id": request_id, **auth_headers(token)}
+    headers.update(extra)
     if enveloped:
         body = envelope(body)
     if gzip_body:

@@ -20,7 +20,7 @@ from typing import assert_never
 import msgspec
 
 # Bump on every change to the table below (or to what a mode offers).
-CATALOGUE_VERSION = 11
+CATALOGUE_VERSION = 12
 
 
 class Mode(enum.StrEnum):
@@ -61,6 +61,8 @@ class Gate(enum.StrEnum):
     CONFIG_WEB_SEARCH = "web_search.backends"
     # Our configuration: an [image_generation] table names the endpoint GenerateImage uses.
     IMAGE_GENERATION = "[image_generation]"
+    # Our configuration: a child run nested server.subagent_max_depth deep starts no more.
+    SUBAGENT_DEPTH = "server.subagent_max_depth"
 
 
 ISSUE_NATIVE = 14  # this issue: Cursor's own agent in every mode
@@ -118,11 +120,17 @@ TOOLS: tuple[CatalogueTool, ...] = (
     _tool("CreatePlan", ISSUE_NATIVE, _B),
     _tool("AskQuestion", ISSUE_NATIVE, _B),
     _tool("SwitchMode", ISSUE_NATIVE, _B),
-    _tool("Task", ISSUE_SUBAGENTS, _N),
+    _tool(
+        "Task",
+        ISSUE_SUBAGENTS,
+        _B,
+        Gate.SUBAGENT_DEPTH,
+        note="our subagent types: generalPurpose, explore, shell; models from the client's list",
+    ),
     _tool(
         "UpdateCurrentStep",
         ISSUE_SUBAGENTS,
-        _N,
+        _B,
         Gate.SUPPRESS_SUBAGENT_PROGRESS_UPDATE_TOOL,
     ),
     _tool("WebSearch", ISSUE_MCP_WEB, _B, Gate.WEB_SEARCH_ENABLED, Gate.CONFIG_WEB_SEARCH),
@@ -190,10 +198,11 @@ MODES: dict[Mode, tuple[str, ...]] = {
 }
 
 # Calls the server answers with an error itself, never sending them to the client: ask mode
-# never changes the workspace, whatever the model calls.
+# never changes the workspace, whatever the model calls (nor does a helper it would start:
+# a child run has the subagent tools, which change the workspace).
 REFUSED: dict[Mode, frozenset[str]] = {
     Mode.ASK: frozenset(
-        {"Write", "StrReplace", "EditNotebook", "Delete", "Shell", "WriteShellStdin"}
+        {"Write", "StrReplace", "EditNotebook", "Delete", "Shell", "WriteShellStdin", "Task"}
     ),
 }
 
@@ -212,6 +221,8 @@ class Switches(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unknown_f
     enabled_tools: tuple[str, ...] = ()  # server.enabled_tools: the opt-in tools switched on
     web_search_configured: bool = False  # [web_search] has a backend to search with
     image_generation: bool | None = None  # True: this server has an [image_generation]
+    # True: this run is nested server.subagent_max_depth deep: Task is not offered.
+    subagent_depth_reached: bool | None = None
 
 
 DEFAULT_SWITCHES = Switches()
@@ -245,6 +256,8 @@ def gate_open(gate: Gate, tool: str, switches: Switches) -> bool:
             return switches.web_search_configured
         case Gate.IMAGE_GENERATION:
             return switches.image_generation is True
+        case Gate.SUBAGENT_DEPTH:
+            return switches.subagent_depth_reached is not True
         case _:
             assert_never(gate)
 

@@ -101,6 +101,44 @@ class ContextWindow(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unkn
         return int(self.threshold * self.tokens) - self.output_reserve
 
 
+class SubagentModel(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unknown_fields=True):
+    """A model the client lists for Task (AgentRunRequest.selected_subagent_models) that this
+    server serves: the client's name for it and our model id."""
+
+    name: str
+    model: str
+
+
+class SubagentOverride(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unknown_fields=True):
+    """The client's pin for one subagent type (AgentRunRequest.subagent_model_overrides):
+    a model (`model`, our id; `unserved` when we do not serve the name it gave), the parent's
+    model (`inherit`), or the type switched off (`disabled`)."""
+
+    subagent_type: str
+    model: str = ""
+    unserved: str = ""
+    inherit: bool = False
+    disabled: bool = False
+
+
+class Subagents(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unknown_fields=True):
+    """What Task and a child run need to know (docs/subagents.md).
+
+    - `models`, `overrides`: Task's model choices, as above.
+    - `depth`: how deep this conversation is nested: 0 for a conversation the user started,
+      1 for its child, and so on. Task is not offered at server.subagent_max_depth.
+    - `subagent_type`: set on a child run (AgentRunRequest.subagent_type_name).
+    - `parent_conversation_id`, `root_conversation_id`: the conversation that started this
+      child, and the top-level one; empty for a top-level conversation."""
+
+    models: tuple[SubagentModel, ...] = ()
+    overrides: tuple[SubagentOverride, ...] = ()
+    depth: int = 0
+    subagent_type: str = ""
+    parent_conversation_id: str = ""
+    root_conversation_id: str = ""
+
+
 class TurnContext(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unknown_fields=True):
     """Per-run context.
 
@@ -123,6 +161,7 @@ class TurnContext(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unknow
       (the configuration of the run's model; transition.py decides when one is tried).
     - `kept_parts`: the context blobs this context was read from (KeptPart); never rendered.
     - `window`: the model's token budget; None: no automatic compaction.
+    - `subagents`: Task's model choices and, on a child run, where it sits (Subagents).
     """
 
     rules: tuple[str, ...] = ()
@@ -139,6 +178,7 @@ class TurnContext(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unknow
     fallbacks: tuple[str, ...] = ()
     kept_parts: tuple[KeptPart, ...] = ()
     window: ContextWindow | None = None
+    subagents: Subagents = Subagents()
 
     @property
     def read_only(self) -> bool:

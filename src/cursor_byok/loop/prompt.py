@@ -15,7 +15,7 @@ from .catalogue import Mode, mode_of, offered
 from .context import DEFAULT_CONTEXT, Environment, McpServerInfo, TurnContext
 from .inputs import Input, Start
 from .state import ConversationState
-from .tools import NATIVE_BY_NAME
+from .tools import NATIVE_BY_NAME, TASK, task_parameters
 
 BASE_INSTRUCTIONS = """\
 You are a coding agent working inside the user's editor. You help with software tasks by \
@@ -51,6 +51,33 @@ PLAN_NOTE = """\
 Produce a plan: the steps you would take, the files involved and the risks. Do not carry it \
 out. When the plan is ready, hand it to the user with CreatePlan: they review it and start the \
 work with its Build button."""
+
+
+SUBAGENT_NOTE = """\
+You are a helper agent: another agent gave you the task in the user message and reads only your \
+final message. Work on your own; nobody answers questions. When you are done, end with a \
+complete, self-contained report of what you did and found (files, results, anything left \
+open): that report is all the other agent gets."""
+
+SUBAGENT_TYPE_NOTES = {
+    "explore": "Your task is to explore: search and read, change nothing.",
+    "shell": "Your task is command-line work: use Shell for it and report the outcomes.",
+}
+
+SUBAGENT_PROGRESS_NOTE = """\
+Report your progress with UpdateCurrentStep as you move from step to step; the user sees it."""
+
+
+def _subagent_section(context: TurnContext) -> str | None:
+    if mode_of(context.mode) is not Mode.SUBAGENT:
+        return None
+    lines = [SUBAGENT_NOTE]
+    note = SUBAGENT_TYPE_NOTES.get(context.subagents.subagent_type)
+    if note:
+        lines.append(note)
+    if "UpdateCurrentStep" in offered(Mode.SUBAGENT, context.switches):
+        lines.append(SUBAGENT_PROGRESS_NOTE)
+    return "\n".join(lines)
 
 
 MCP_META_NOTE = """\
@@ -133,6 +160,9 @@ def rules_section(context: TurnContext) -> str:
 def render_prompt(context: TurnContext) -> str:
     """The system prompt for `context`; the same context always gives the same text."""
     sections = [BASE_INSTRUCTIONS]
+    subagent = _subagent_section(context)
+    if subagent:
+        sections.append(subagent)
     if context.read_only:
         sections.append(READ_ONLY_NOTE.format(mode=context.mode))
         if mode_of(context.mode) is Mode.ASK:
@@ -155,6 +185,15 @@ def render_prompt(context: TurnContext) -> str:
     return "\n\n".join(sections)
 
 
+def _definition(name: str, context: TurnContext) -> ToolDefinition:
+    if name == TASK.name:  # its model choices are the client's list (the same every turn)
+        models = tuple(m.name for m in context.subagents.models)
+        return ToolDefinition(
+            name=TASK.name, description=TASK.description, parameters=task_parameters(models)
+        )
+    return NATIVE_BY_NAME[name].definition
+
+
 def render_tools(context: TurnContext) -> tuple[ToolDefinition, ...]:
     """The mode's native tools in catalogue order (catalogue.offered), then the MCP tools sorted
     by name, in every mode (the real Cursor does not withhold them in ask or plan). With the
@@ -165,7 +204,7 @@ def render_tools(context: TurnContext) -> tuple[ToolDefinition, ...]:
     name) is left out, so names stay unique.
     """
     names = offered(mode_of(context.mode), context.switches)
-    out = [NATIVE_BY_NAME[name].definition for name in names]
+    out = [_definition(name, context) for name in names]
     if context.mcp_meta:
         return tuple(out)
     taken = set(NATIVE_BY_NAME)

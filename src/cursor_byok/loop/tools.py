@@ -377,6 +377,101 @@ TODO_WRITE = ToolSpec(
     side_effects=False,  # server state only: nothing on the user's machine changes
 )
 
+# Task's subagent types: the reference's (CAP build) that a child run of ours can serve with
+# the subagent tool set; each only changes the child's prompt (loop/prompt.py). The types that
+# need Cursor's own services (ci-investigator, bugbot, security-review, best-of-n-runner) are
+# not offered: a child of ours could not do what their names promise.
+SUBAGENT_TYPES: tuple[str, ...] = ("generalPurpose", "explore", "shell")
+# `model`: the parent's model, whatever the client lists.
+INHERIT = "inherit"
+
+
+def task_parameters(
+    models: tuple[str, ...] = (), types: tuple[str, ...] = SUBAGENT_TYPES
+) -> dict[str, Any]:
+    """Task's arguments; `models` are the names the client listed that this server serves
+    (AgentRunRequest.selected_subagent_models), in the client's order."""
+    return _object(
+        {
+            "description": _string(
+                "A short title for the task (three to five words), shown as the helper's name."
+            ),
+            "prompt": _string(
+                "Everything the helper needs to do the task on its own: the goal, the files or "
+                "places to look at, what to leave alone and what to report back. It sees none "
+                "of this conversation."
+            ),
+            "subagent_type": {
+                "type": "string",
+                "enum": list(types),
+                "description": (
+                    "The kind of helper: generalPurpose for any multi-step work, explore to "
+                    "search and read the code without changing it, shell for command-line work."
+                ),
+            },
+            "model": {
+                "type": "string",
+                "enum": [INHERIT, *models],
+                "description": f"The model the helper runs on; {INHERIT} (the default) is yours.",
+            },
+            "resume": _string(
+                "The agent id an earlier Task result gave, to continue that helper's "
+                "conversation instead of starting a new one."
+            ),
+            "run_in_background": {
+                "type": "boolean",
+                "description": (
+                    "true: return at once and go on working; you are told when the helper "
+                    "finishes. Default false: wait for its result."
+                ),
+            },
+            "file_attachments": {
+                "type": "array",
+                "items": {"type": "string"},
+                "description": "Paths of images in the workspace the helper should look at.",
+            },
+        },
+        ["description", "prompt"],
+    )
+
+
+TASK = ToolSpec(
+    name="Task",
+    description=(
+        "Hand a self-contained piece of work to a helper agent that runs with its own "
+        "conversation and tools in the same workspace, and get its final report back as the "
+        "result. Use it for broad searches or independent multi-step work that would fill "
+        "this conversation with detail; give the helper a complete prompt, because it sees "
+        "nothing else. The result ends with the helper's agent id: pass it as resume to "
+        "continue that helper later."
+    ),
+    parameters=task_parameters(),
+    side_effects=True,  # the helper can change the workspace; never started twice
+)
+
+UPDATE_CURRENT_STEP = ToolSpec(
+    name="UpdateCurrentStep",
+    description=(
+        "Tell the user, who watches you from the conversation that started you, what you are "
+        "doing now. Call it when you move to a new step; once, at the very end, give "
+        "final_summary and completed_subtitle instead."
+    ),
+    parameters=_object(
+        {
+            "current_step": {
+                "type": "string",
+                "minLength": 1,
+                "description": "The step you are on now, in at most six words.",
+            },
+            "final_summary": _string("At the end only: what you did, for the user."),
+            "completed_subtitle": _string("At the end only: four to six words in the past tense."),
+        },
+        [],
+    ),
+    side_effects=False,  # a progress line: nothing on the user's machine changes
+)
+
+
 # The cell languages Cursor's EditNotebook names.
 CELL_LANGUAGES = (
     "python",
@@ -705,6 +800,8 @@ NATIVE_TOOLS: tuple[ToolSpec, ...] = (
     CREATE_PLAN,
     ASK_QUESTION,
     SWITCH_MODE,
+    TASK,
+    UPDATE_CURRENT_STEP,
     WEB_SEARCH,
     WEB_FETCH,
     GENERATE_IMAGE,
@@ -715,6 +812,7 @@ NATIVE_TOOLS: tuple[ToolSpec, ...] = (
 )
 # Tools the server answers itself (no exec goes to the client).
 LOCAL_TOOL_NAMES: frozenset[str] = frozenset({TODO_WRITE.name})
+
 NATIVE_BY_NAME: dict[str, ToolSpec] = {t.name: t for t in NATIVE_TOOLS}
 
 NATIVE_TOOL_NAMES: tuple[str, ...] = tuple(t.name for t in NATIVE_TOOLS)

@@ -196,6 +196,37 @@ async def dashboard_json(store: Store, config: Config, *, limit: int = 100) -> b
     return msgspec.json.encode(await dashboard_data(store, config, limit=limit))
 
 
+# How deep the drill-down follows helpers of helpers (server.subagent_max_depth is at most 8).
+MAX_HELPER_DEPTH = 8
+
+
+async def helper_tree(store: Store, conversation_id: str, depth: int = 0) -> list[dict[str, Any]]:
+    """The helpers (Task children) a conversation started, each with its own tokens and cost
+    (its LLM calls) and its own helpers, oldest first."""
+    if depth >= MAX_HELPER_DEPTH:
+        return []
+    out: list[dict[str, Any]] = []
+    for link in await store.list_subagent_links(conversation_id):
+        child = link.child_conversation_id
+        calls = await store.list_conversation_llm_calls(child)
+        out.append(
+            {
+                "conversation_id": child,
+                "parent_tool_call_id": link.parent_tool_call_id,
+                "subagent_type": link.subagent_type,
+                "depth": link.depth,
+                "started_at_ms": link.created_at_ms,
+                "llm_calls": len(calls),
+                "input_tokens": sum(c.input_tokens or 0 for c in calls),
+                "output_tokens": sum(c.output_tokens or 0 for c in calls),
+                "cache_read_tokens": sum(c.cache_read_tokens or 0 for c in calls),
+                "cost_usd": sum(c.cost_usd or 0.0 for c in calls),
+                "helpers": await helper_tree(store, child, depth + 1),
+            }
+        )
+    return out
+
+
 async def conversation_data(
     store: Store, config: Config, conversation_id: str, *, limit: int = 200
 ) -> dict[str, Any] | None:
@@ -216,6 +247,7 @@ async def conversation_data(
         "conversation": conversation_row(overview, secrets),
         "runs": [run_row(o, config, secrets) for o in outcomes],
         "llm_calls": rows,
+        "helpers": await helper_tree(store, conversation_id),
     }
 
 

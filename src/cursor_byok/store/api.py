@@ -152,6 +152,17 @@ class RunRecord(msgspec.Struct, frozen=True, kw_only=True):
     created_at_ms: int
 
 
+class SubagentLink(msgspec.Struct, frozen=True, kw_only=True):
+    """A helper's conversation and the parent Task call that started it (docs/subagents.md)."""
+
+    parent_conversation_id: str
+    parent_tool_call_id: str  # the call id as sent in SubagentArgs.tool_call_id
+    child_conversation_id: str
+    subagent_type: str = ""
+    depth: int = 1
+    created_at_ms: int
+
+
 class RunOutcomeRecord(msgspec.Struct, frozen=True, kw_only=True):
     """How one run ended, kept for the dashboard (observability writes it when the run is over;
     the runtime never reads it back).
@@ -319,6 +330,19 @@ class Store(Protocol):
         ...
 
     async def find_run(self, request_id: str) -> RunRecord | None: ...
+
+    async def save_subagent_link(self, link: SubagentLink) -> SaveResult:
+        """Insert once per parent call (the first child wins; another is `ignored`). Not
+        durable on its own, like `save_run`: the child's first commit, durable, follows it."""
+        ...
+
+    async def find_subagent_link(
+        self, parent_conversation_id: str, tool_call_id: str
+    ) -> SubagentLink | None: ...
+
+    async def list_subagent_links(
+        self, parent_conversation_id: str
+    ) -> tuple[SubagentLink, ...]: ...
 
     async def save_turn_marks(
         self, conversation_id: str, marks: Sequence[TurnMark], *, unchanged: int = 0

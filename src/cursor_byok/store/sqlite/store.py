@@ -25,11 +25,12 @@ from ..api import (
     RunRecord,
     SaveResult,
     Store,
+    SubagentLink,
     TokenUsage,
     TurnMark,
 )
 from ..errors import StoreClosedError
-from . import activity, jobs, rows, tokens
+from . import activity, jobs, links, rows, tokens
 from .reads import INLINE_MESSAGES, Reads
 from .writer import Synchronous, Writer, WriterStats
 
@@ -220,6 +221,27 @@ class SQLiteStore:
             return rows.find_run(conn, request_id)
 
         return await self._read(read, f"reading run {request_id!r}", inline=read)
+
+    async def save_subagent_link(self, link: SubagentLink) -> SaveResult:
+        return await self._write(
+            lambda conn: links.save_link(conn, link),
+            f"saving the helper link of {link.child_conversation_id!r}",
+            durable=False,
+        )
+
+    async def find_subagent_link(
+        self, parent_conversation_id: str, tool_call_id: str
+    ) -> SubagentLink | None:
+        def read(conn: sqlite3.Connection) -> SubagentLink | None:
+            return links.find_link(conn, parent_conversation_id, tool_call_id)
+
+        return await self._read(read, f"reading a helper link of {parent_conversation_id!r}")
+
+    async def list_subagent_links(self, parent_conversation_id: str) -> tuple[SubagentLink, ...]:
+        return await self._read(
+            lambda conn: links.list_links(conn, parent_conversation_id),
+            f"listing the helpers of {parent_conversation_id!r}",
+        )
 
     async def list_turn_marks(self, conversation_id: str) -> tuple[TurnMark, ...]:
         def read(conn: sqlite3.Connection) -> tuple[TurnMark, ...]:

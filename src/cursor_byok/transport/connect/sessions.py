@@ -64,7 +64,9 @@ class RunStartInfo:
 
     request_id: str
     transport: Transport
-    headers: Mapping[str, str] = field(default_factory=dict)
+    # Filled in by every request of the run until its first message is read (the shim's
+    # RunSSE may come before the BidiAppend that carries a child run's parent headers).
+    headers: dict[str, str] = field(default_factory=dict)
     principal: str = ""
 
 
@@ -133,6 +135,7 @@ class Session:
         self.subscribers = 0
         self.detached_at = self.created_at
         self.task: asyncio.Task[None] | None = None
+        self.info: RunStartInfo | None = None
         self.duplicates = 0
         self._direct: DirectOutput | None = None
         self._router: Callable[[Incoming], None] | None = None
@@ -449,6 +452,10 @@ class SessionRegistry:
                     "failed_precondition",
                     f"request_id {request_id!r} belongs to a {session.transport} stream",
                 )
+            if headers and session.info is not None:
+                for name in FORWARDED_HEADERS:
+                    if name in headers:
+                        session.info.headers.setdefault(name, headers[name])
             return session, False
         if len(self._sessions) >= self.limits.max_sessions:
             self._forget_finished(entries=len(self._sessions) - self.limits.max_sessions + 1)
@@ -481,6 +488,7 @@ class SessionRegistry:
             headers={k: v for k, v in (headers or {}).items() if k in FORWARDED_HEADERS},
             principal=(headers or {}).get(PRINCIPAL_HEADER, ""),
         )
+        session.info = info
         task = asyncio.get_running_loop().create_task(self._run(session, info))
         session.task = task
         self._tasks.add(task)

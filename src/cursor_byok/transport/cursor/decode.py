@@ -23,6 +23,7 @@ from ...llm.types import ImageContent, TextContent, UserContent
 from ...llm.types import UserMessage as LlmUserMessage
 from ...loop.inputs import PlanBuild
 from .background import background_shell_notice, completion_notice
+from .children import child_signals, subagent_state
 from .context import PartKind, decode_request_context, mcp_definition
 from .history import DialectError, history_from_conversation_history
 from .proto import agent_pb2
@@ -411,6 +412,18 @@ def decode_run_request(req: agent_pb2.AgentRunRequest) -> RunRequest:
         user_text=um.text if um is not None else (notice.text if notice is not None else ""),
         suppress_subagent_progress_update_tool=suppress,
         payload=payload,
+        child=child_signals(req),
+        subagent_state=subagent_state(state),
+        subagent_models=tuple(m.model_id for m in req.selected_subagent_models if m.model_id),
+        subagent_overrides=tuple(
+            (
+                o.subagent_type,
+                o.model.model_id if o.WhichOneof("selection") == "model" else "",
+                o.WhichOneof("selection") == "inherit" and o.inherit,
+                o.WhichOneof("selection") == "disabled" and o.disabled,
+            )
+            for o in req.subagent_model_overrides
+        ),
     )
     if kind in ("start_plan_action", "execute_plan_action", "async_ask_question_completion_action"):
         return _plan_or_answers(req, action, request)

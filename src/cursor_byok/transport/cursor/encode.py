@@ -211,8 +211,11 @@ def checkpoint(
     plans: Sequence[PlanRecord] = (),
     meter: Meter | None = None,
     summaries: Sequence[SummaryRecord] = (),
+    carried: bytes = b"",
 ) -> bytes:
-    """`conversation_checkpoint_update` listing one blob per completed turn, the todo list
+    """`carried`: the client's own helper fields (children.subagent_state), as it sent them.
+
+    `conversation_checkpoint_update` listing one blob per completed turn, the todo list
     (`todos` (3): each TodoItem serialized inline, as GoL writes it; reference §3.4 [S]), the
     mode the conversation is in (`mode` 10, reference §3.3: after an approved SwitchMode it
     is the new one), its plan (`plan` 7: a serialized ConversationPlan), every plan document it
@@ -225,6 +228,8 @@ def checkpoint(
     state = agent_pb2.ConversationStateStructure(
         turns=list(turn_blob_ids), todos=[t.SerializeToString() for t in todo_items(todos)]
     )
+    if carried:
+        state.MergeFromString(carried)
     if meter is not None:
         state.token_details.CopyFrom(token_details(meter))
     value = agent_mode(mode) if mode is not None else None

@@ -26,7 +26,7 @@ from typing import assert_never
 from google.protobuf.message import DecodeError  # type: ignore[import-untyped,unused-ignore]
 
 from ...llm.types import ToolCall, ToolResultMessage
-from ...loop.context import McpRoute
+from ...loop.context import McpRoute, Subagents
 from ...loop.todos import TodoUpdate
 from ...web.page_text import DEFAULT_MAX_TEXT_CHARS
 from ...web.types import JobOutcome
@@ -279,6 +279,7 @@ class ClientLink:
         keep_stdin: bool = False,
         mcp_directory: McpDirectory | None = None,
         workspace_root: str | None = None,
+        subagents: Subagents | None = None,
     ) -> ToolMachine:
         return machine_for(
             call,
@@ -295,6 +296,7 @@ class ClientLink:
             model=self.model_id,
             workspace_root=workspace_root,
             page_text_chars=self.page_text_chars,
+            subagents=subagents,
         )
 
     def tool_running(self, operation_id: str) -> bool:
@@ -319,6 +321,7 @@ class ClientLink:
         keep_stdin: bool = False,
         mcp_directory: McpDirectory | None = None,
         workspace_root: str | None = None,
+        subagents: Subagents | None = None,
     ) -> Started:
         """tool_call_started and the first exec (or interaction query) of the call; `early`
         when the call cannot run and its answer is known at once (nothing was sent).
@@ -335,6 +338,7 @@ class ClientLink:
             keep_stdin,
             mcp_directory,
             workspace_root,
+            subagents,
         )
         self._tools[operation_id] = machine
 

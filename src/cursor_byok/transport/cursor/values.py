@@ -15,6 +15,7 @@ from ...llm.types import Message, ToolResultMessage, UserMessage
 from ...loop.inputs import PlanBuild, ToolEffect
 from ...loop.todos import TodoItem
 from ...web.types import ServerJob
+from .children import ChildSignals
 from .context import ClientContext, PartKind
 from .mcp import McpDefinition
 
@@ -206,6 +207,14 @@ class RunRequest:
     # execute_plan_action (the IDE's Build button): the plan to carry out; `user_message` is
     # then None and `mode` is the action's execution_mode.
     build: PlanBuild | None = None
+    # What the body says of a child run (children.py reads it with the headers).
+    child: ChildSignals = field(default_factory=ChildSignals)
+    # AgentRunRequest.selected_subagent_models (14): the model names Task may offer, in order.
+    subagent_models: tuple[str, ...] = ()
+    # AgentRunRequest.subagent_model_overrides (20): (type, model name, inherit, disabled).
+    subagent_overrides: tuple[tuple[str, str, bool, bool], ...] = ()
+    # The client checkpoint's helper fields (children.subagent_state): carried back unchanged.
+    subagent_state: bytes = b""
 
 
 # -- what one client message is, once matched ------------------------------------------------

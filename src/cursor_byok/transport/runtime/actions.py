@@ -1,6 +1,6 @@
 """What a run does for the action that started it (`RunRequest.action`), before the loop sees
-anything: a turn for the loop, a clear `unimplemented` for an action a later issue builds, or
-an empty successful turn for an action no issue builds (cursor-native-tools.md §3.7).
+anything: a turn for the loop, a compaction, a child's cancel, or an empty successful turn for
+an action no issue builds (cursor-native-tools.md §3.7).
 
 This is routing, not a decision about the conversation: every variant has one fixed route,
 listed here so docs/dialect.md can show the table. Never invalid_argument for a known action.
@@ -18,20 +18,15 @@ from ..cursor import RunAction, ShellCommandRun
 class Route(enum.StrEnum):
     TURN = "turn"  # a user message: the loop starts a turn
     RESUME = "resume"  # the loop continues the conversation's turn
-    UNIMPLEMENTED = "unimplemented"  # decoded, not served yet: Connect unimplemented
     EMPTY_TURN = "empty turn"  # turn_ended at once; nothing recorded
     NOTE = "note"  # recorded in the history (loop Note), then an empty turn
     COMPACT = "compact"  # the loop compacts the conversation (loop Compact), then the turn ends
+    CANCEL_CHILD = "cancel child"  # cancel the named child's run here, then an empty turn
 
 
 @dataclass(frozen=True, slots=True)
 class ActionRoute:
     route: Route
-    why: str = ""  # for UNIMPLEMENTED: what the client is told
-
-
-def _later(what: str) -> ActionRoute:
-    return ActionRoute(Route.UNIMPLEMENTED, f"this server does not support {what} yet")
 
 
 ROUTES: dict[RunAction, ActionRoute] = {
@@ -47,13 +42,13 @@ ROUTES: dict[RunAction, ActionRoute] = {
     RunAction.START_PLAN: ActionRoute(Route.TURN),
     RunAction.EXECUTE_PLAN: ActionRoute(Route.TURN),
     RunAction.ASK_QUESTION_COMPLETION: ActionRoute(Route.TURN),
-    RunAction.CANCEL_SUBAGENT: _later("cancel_subagent_action (stopping a subagent)"),
+    RunAction.CANCEL_SUBAGENT: ActionRoute(Route.CANCEL_CHILD),
     # The dialect wrote the run's user message: a notice of what the client reported.
     RunAction.BACKGROUND_TASK_COMPLETION: ActionRoute(Route.TURN),
     RunAction.BACKGROUND_SHELL: ActionRoute(Route.TURN),
-    RunAction.BACKGROUND_SUBAGENT: _later(
-        "background_subagent_action (moving a subagent to background)"
-    ),
+    # [U] The IDE answers the Task's pending exec with a background reason itself
+    # (TaskMachine reads it); the action's own run has nothing more to do.
+    RunAction.BACKGROUND_SUBAGENT: ActionRoute(Route.EMPTY_TURN),
     RunAction.SUBSCRIPTION_NOTIFICATION: ActionRoute(Route.EMPTY_TURN),
     RunAction.GOAL_CONTINUATION: ActionRoute(Route.EMPTY_TURN),
     RunAction.INJECT_CONTEXT: ActionRoute(Route.EMPTY_TURN),

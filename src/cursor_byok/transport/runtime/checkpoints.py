@@ -63,6 +63,8 @@ class Checkpoints:
         self.channel = channel
         self._background = background
         self._marks: list[TurnMark] | None = None  # None: not read yet
+        # The client's helper fields of its last checkpoint: published back unchanged.
+        self.carried = b""
 
     def new_conversation(self) -> None:
         """A conversation new to this server has no turns published yet."""
@@ -155,6 +157,7 @@ class Checkpoints:
                 plan=state.plan,
                 plans=plans_in_view(state, state.view),
                 summaries=summary_records(state),
+                carried=self.carried,
             )
         )
         self._marks = list(marks)

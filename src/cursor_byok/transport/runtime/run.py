@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Mapping
 from typing import Any, assert_never
 
 import msgspec
@@ -23,8 +23,10 @@ from ...llm.models import Model
 from ...llm.stream import PreparedRequest
 from ...llm.types import UserMessage as LLMUserMessage
 from ...loop import (
+    AwaitClient,
     CallClient,
     CallLLM,
+    Cancel,
     Canceled,
     Compact,
     Compacted,
@@ -74,9 +76,13 @@ from ..cursor import (
     summary_text,
     text_delta,
     turn_ended,
-    unimplemented_end,
 )
+from ..cursor.children import recognise_child
+from ..cursor.encode import call_id_for
 from ..cursor.rpc import agent_title
+from ..cursor.tools import sanitize_tool_call_id
+from ..cursor.tools.cards import task_progress_frame
+from ..cursor.values import BackgroundCompletions, CancelSubagent
 from . import records
 from .actions import ROUTES, Route, shell_command_note
 from .calls import ModelCalls
@@ -88,6 +94,15 @@ from .requests import ClientRequests
 from .resume import consume_exception, first_message
 from .routing import STOP, ClientMessages, Work
 from .runner import Runner
+from .subagents import (
+    Expected,
+    carried,
+    helper_totals,
+    link_of,
+    place,
+    recovered,
+    with_reports,
+)
 from .summaries import (
     HOOK_MESSAGE,
     NOTHING_TO_COMPACT,
@@ -110,6 +125,7 @@ class Run:
         *,
         resumable: bool = True,
         token_id: str | None = None,
+        headers: Mapping[str, str] | None = None,
     ) -> None:
         self.runner = runner
         # The person token this run is made under (None: no limits). Subagents: a child run
@@ -117,6 +133,8 @@ class Run:
         # budget and rate and keep to its models (access.py).
         self.token_id = token_id
         self._admitted: set[str] = set()  # call ids the token's limits let through
+        # The run's forwarded headers (a child's parent ids), read at its run request.
+        self.headers: Mapping[str, str] = headers if headers is not None else {}
         self.services = runner.services
         self.store = runner.services.store
         self.channel = channel
@@ -157,6 +175,8 @@ class Run:
         self._run_saved: asyncio.Future[Any] | None = None
         self._parts: tuple[ContextPart, ...] = ()  # the run's context parts, for follow-ups
         self._mcp_tools: tuple[McpDefinition, ...] = ()
+        self._helper_calls: list[str] = []  # the tool-call ids of this run's Task calls
+        self._parent_call: Expected | None = None  # a child run's parent call, when known
         self._route = ClientMessages(
             channel=channel,
             link=self.link,
@@ -198,6 +218,10 @@ class Run:
                         )
                     )
                 )
+            if ROUTES[request.action].route is Route.CANCEL_CHILD:
+                # Before the claim: the parent's own run, still going, must stay alive.
+                self._cancel_child(request)
+                return
             lock = await self.runner.claim(self, conversation_id)
             async with lock:
                 await self._begin(first.input_id, request)
@@ -234,6 +258,33 @@ class Run:
             self.calls.close()
         if self.summaries is not None:
             self.summaries.close()
+
+    def _cancel_child(self, request: RunRequest) -> None:
+        """cancel_subagent_action: that helper's run ends canceled; this run is empty."""
+        if isinstance(request.payload, CancelSubagent):
+            found = self.runner.cancel_child(request.payload.subagent_id)
+            log.info(
+                "run %s: cancel of helper %s (%s)",
+                self.channel.request_id,
+                request.payload.subagent_id,
+                "its run was canceled" if found else "no run of it is going here",
+            )
+        self.channel.send(turn_ended(self.summary.usage))
+        self._end(None, "ok")
+
+    def _progress_to_parent(self, card: bytes) -> None:
+        """A helper's progress card, shown in its parent's Task card too (when the parent's
+        run is going in this process)."""
+        call = self._parent_call
+        if call is None or not call.card_call_id:
+            return
+        parent = self.runner.active_run(call.parent_conversation_id)
+        if parent is not None:
+            parent.channel.send(task_progress_frame(call.card_call_id, call.model_call_id, card))
+
+    def cancel_as_child(self) -> None:
+        """The parent's user canceled this helper (cancel_subagent_action)."""
+        self._inbox.put_nowait(Work(Cancel(reason="the helper was canceled"), None))
 
     def supersede(self) -> None:
         """A newer run wants this conversation: the loop decides what that means for this one."""
@@ -361,8 +412,6 @@ class Run:
         assert self.checkpoints is not None
         route = ROUTES[request.action]
         match route.route:
-            case Route.UNIMPLEMENTED:
-                raise RunFailed(unimplemented_end(route.why))
             case Route.EMPTY_TURN:
                 log.info(
                     "run %s: %s ends as an empty turn", self.channel.request_id, request.action
@@ -370,11 +419,15 @@ class Run:
                 self.channel.send(turn_ended(self.summary.usage))
                 self._end(None, "ok")
                 return
+            case Route.CANCEL_CHILD:
+                self._cancel_child(request)
+                return
             case Route.TURN | Route.RESUME | Route.NOTE | Route.COMPACT:
                 pass
             case _:
                 assert_never(route.route)
         cid = request.conversation_id
+        self.checkpoints.carried = request.subagent_state
         stored = await self.conv.load()
         # Input commits belong to a stored conversation: without one there is nothing to find.
         previous = await self.store.find_input_commit(cid, input_id) if stored else None
@@ -395,6 +448,8 @@ class Run:
             return
         if request.user_message is None and request.build is None:
             raise RunFailed(bad_request_end("the run request carries no user message"))
+        if isinstance(request.payload, BackgroundCompletions):
+            request = await with_reports(request, request.payload, self.store, self.runner)
         history: tuple[Any, ...] = ()
         if not stored:
             history = await client_history(request, self.requests, self.runner.client_blobs)
@@ -413,6 +468,20 @@ class Run:
                 self.services.image_generation,
             )
         )
+        child = recognise_child(request.child, self.headers, self.channel.request_id)
+        context, parent_call = place(
+            context,
+            request,
+            child,
+            last,
+            self.runner.children,
+            self.services.model_names,
+            self.services.subagent_max_depth,
+        )
+        self._parent_call = parent_call
+        if parent_call is not None and child is not None:
+            link = link_of(parent_call, cid, child.subagent_type, self.services.now_ms())
+            await self.store.save_subagent_link(link)
         # A Build has no user message: the loop opens its turn with the plan.
         message = request.user_message or LLMUserMessage(content=())
         context = with_kept(context, self._parts, kept)  # the blobs later turns may need
@@ -451,6 +520,20 @@ class Run:
         resume, record = await self.conv.resume(turn_id)
         if record is not None:
             self.tools.remember(record)
+        waiting = self.state.committed.waiting
+        if resume.operation is not None and isinstance(waiting, AwaitClient):
+            operation = await recovered(
+                resume.operation,
+                waiting,
+                self.conversation_id,
+                self.store,
+                self.runner,
+                self.services.question_timeout_s,
+            )
+            if operation is not resume.operation:  # a Task result rebuilt from its helper
+                call = waiting.calls[waiting.next]
+                self._helper_calls.append(sanitize_tool_call_id(call.id))
+                return msgspec.structs.replace(resume, operation=operation)
         return resume
 
     # -- client messages --------------------------------------------------------------------
@@ -474,8 +557,8 @@ class Run:
             web_search_configured=self.services.web_search_configured,
             image_generation=self.services.image_generation,
         )
-        kept = stored.kept_parts if stored is not None else ()
-        return self._with_window(self._with_fallbacks(with_kept(merged, self._parts, kept)))
+        kept = with_kept(merged, self._parts, stored.kept_parts if stored is not None else ())
+        return self._with_window(self._with_fallbacks(carried(kept, stored)))
 
     def _with_fallbacks(self, context: TurnContext) -> TurnContext:
         """The run's model's fallbacks, configuration the loop reads to decide on one."""
@@ -668,6 +751,29 @@ class Run:
                 ):
                     send(frame)
 
+    def _expect_child(self, command: CallClient) -> None:
+        context = self.state.committed.context
+        subagents = context.subagents if context is not None else None
+        prompt = command.tool_call.arguments.get("prompt")
+        tool_call_id = sanitize_tool_call_id(command.tool_call.id)
+        self._helper_calls.append(tool_call_id)
+        self.runner.children.expect(
+            Expected(
+                parent_conversation_id=self.conversation_id,
+                parent_request_id=self.channel.request_id,
+                tool_call_id=tool_call_id,
+                card_call_id=call_id_for(command.llm_call_id, command.content_index),
+                model_call_id=command.llm_call_id,
+                prompt=prompt if isinstance(prompt, str) else "",
+                depth=subagents.depth if subagents is not None else 0,
+                root_conversation_id=(
+                    subagents.root_conversation_id
+                    if subagents is not None and subagents.root_conversation_id
+                    else self.conversation_id
+                ),
+            )
+        )
+
     async def _execute(self, t: Transition, prepared: PreparedRequest | None = None) -> None:
         """Design §6 `runCommand`. Idempotent: a call already streaming or a tool already on
         the client is left as it is."""
@@ -697,9 +803,13 @@ class Run:
                 early = started.early
                 if early is not None:  # unusable arguments: the answer is known at once
                     self.channel.send(early.card)
+                    if command.tool_call.name == "UpdateCurrentStep":
+                        self._progress_to_parent(early.card)
                     self._inbox.put_nowait(self._route.tool_result(op, early.result))
                 elif started.wake_after_ms is not None:  # it opens by waiting
                     self._route.wake_later(op, started.wake_after_ms)
+                elif command.tool_call.name == "Task":  # its child run is expected next
+                    self._expect_child(command)
             case Final(message=message, replay=replay):
                 if replay:
                     # An answer committed before, which the client may not have seen.
@@ -709,7 +819,13 @@ class Run:
                 else:
                     # The protocol's order: turn_ended (the client stops showing
                     # "generating"), then the final checkpoint, then the end of the stream.
-                    self.channel.send(turn_ended(self.summary.usage))
+                    if self._helper_calls:  # the helpers' tokens join the turn's totals
+                        helpers = await helper_totals(
+                            self.store, self.conversation_id, self._helper_calls
+                        )
+                        self.summary.helper_usage, self.summary.helper_cost_usd = helpers
+                    usage = self.summary.usage + self.summary.helper_usage
+                    self.channel.send(turn_ended(usage))
                     await self._publish_checkpoint()
                 self._end(None, "ok")
             case Failed(message=message, kind=kind):

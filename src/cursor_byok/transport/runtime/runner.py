@@ -27,6 +27,7 @@ from .access import TokenLimits
 from .client_blobs import ClientBlobs
 from .committed_states import CommittedStates
 from .request_bases import RequestBases
+from .subagents import DEFAULT_MAX_DEPTH, Children
 from .summary import CacheStats, CompactionSummary, RunSummary
 
 if TYPE_CHECKING:
@@ -68,6 +69,7 @@ class RunnerServices:
     run_job: JobRunner | None = None
     page_text_chars: int = DEFAULT_MAX_TEXT_CHARS  # [web_fetch] max_text_chars
     default_model: str | None = None  # server.default_model: for names not served
+    subagent_max_depth: int = DEFAULT_MAX_DEPTH  # server.subagent_max_depth: Task's nesting
     model_names: ModelNames = field(init=False)  # what run requests' model names resolve by
 
     def __post_init__(self) -> None:
@@ -86,6 +88,7 @@ class Runner:
         self.request_bases = RequestBases()
         self.token_limits = TokenLimits(services.store, services.model_names, services.now_ms)
         self._run_tokens: dict[str, str] = {}  # request id -> person token id, while it runs
+        self.children = Children()  # Task calls waiting for their child run
 
     @property
     def active_runs(self) -> int:
@@ -114,6 +117,7 @@ class Runner:
             channel,
             resumable=getattr(info, "transport", "runsse") != "run",
             token_id=token_id,
+            headers=getattr(info, "headers", None),
         )
         request_id = channel.request_id
         if token_id is not None:
@@ -147,6 +151,17 @@ class Runner:
                 services.on_unknown_event(kind)
             except Exception:
                 log.exception("metrics: could not count a %s", kind)
+
+    def active_run(self, conversation_id: str) -> Run | None:
+        return self._active.get(conversation_id)
+
+    def cancel_child(self, conversation_id: str) -> bool:
+        """Cancel the run of a helper's conversation, when one is going here."""
+        run = self._active.get(conversation_id)
+        if run is None:
+            return False
+        run.cancel_as_child()
+        return True
 
     async def claim(self, run: Run, conversation_id: str) -> asyncio.Lock:
         """Make an older run of the same conversation give way, then hand out its lock."""

@@ -36,6 +36,10 @@ class RunSummary:
     # refused one of its model calls ("" for none: access.Limit's value).
     token_id: str = ""
     refused_by: str = ""
+    # The helpers (Task children) this run waited for: their tokens and cost, counted in
+    # their own runs' summaries and added here only to the turn's totals the client sees.
+    helper_usage: Usage = field(default_factory=Usage)
+    helper_cost_usd: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)

@@ -95,6 +95,7 @@ class ToolCalls:
                 if context is not None and context.environment.workspace_paths
                 else None
             ),
+            subagents=context.subagents if context is not None else None,
         )
         flight = _InFlight(record=record, started_ms=self._now_ms())
         if started.early is None:

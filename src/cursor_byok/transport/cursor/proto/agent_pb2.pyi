@@ -94,6 +94,25 @@ class BackgroundTaskStatus(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     BACKGROUND_TASK_STATUS_SUCCESS: _ClassVar[BackgroundTaskStatus]
     BACKGROUND_TASK_STATUS_ERROR: _ClassVar[BackgroundTaskStatus]
     BACKGROUND_TASK_STATUS_ABORTED: _ClassVar[BackgroundTaskStatus]
+
+class SubagentBackgroundReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    SUBAGENT_BACKGROUND_REASON_UNSPECIFIED: _ClassVar[SubagentBackgroundReason]
+    SUBAGENT_BACKGROUND_REASON_AGENT_REQUEST: _ClassVar[SubagentBackgroundReason]
+    SUBAGENT_BACKGROUND_REASON_USER_REQUEST: _ClassVar[SubagentBackgroundReason]
+    SUBAGENT_BACKGROUND_REASON_QUEUED_FOLLOW_UP: _ClassVar[SubagentBackgroundReason]
+
+class TaskMode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    TASK_MODE_UNSPECIFIED: _ClassVar[TaskMode]
+    TASK_MODE_AGENT: _ClassVar[TaskMode]
+    TASK_MODE_PLAN: _ClassVar[TaskMode]
+
+class SubagentEnvironment(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    SUBAGENT_ENVIRONMENT_UNSPECIFIED: _ClassVar[SubagentEnvironment]
+    SUBAGENT_ENVIRONMENT_LOCAL: _ClassVar[SubagentEnvironment]
+    SUBAGENT_ENVIRONMENT_CLOUD: _ClassVar[SubagentEnvironment]
 AGENT_MODE_UNSPECIFIED: AgentMode
 AGENT_MODE_AGENT: AgentMode
 AGENT_MODE_ASK: AgentMode
@@ -145,6 +164,16 @@ BACKGROUND_TASK_STATUS_UNSPECIFIED: BackgroundTaskStatus
 BACKGROUND_TASK_STATUS_SUCCESS: BackgroundTaskStatus
 BACKGROUND_TASK_STATUS_ERROR: BackgroundTaskStatus
 BACKGROUND_TASK_STATUS_ABORTED: BackgroundTaskStatus
+SUBAGENT_BACKGROUND_REASON_UNSPECIFIED: SubagentBackgroundReason
+SUBAGENT_BACKGROUND_REASON_AGENT_REQUEST: SubagentBackgroundReason
+SUBAGENT_BACKGROUND_REASON_USER_REQUEST: SubagentBackgroundReason
+SUBAGENT_BACKGROUND_REASON_QUEUED_FOLLOW_UP: SubagentBackgroundReason
+TASK_MODE_UNSPECIFIED: TaskMode
+TASK_MODE_AGENT: TaskMode
+TASK_MODE_PLAN: TaskMode
+SUBAGENT_ENVIRONMENT_UNSPECIFIED: SubagentEnvironment
+SUBAGENT_ENVIRONMENT_LOCAL: SubagentEnvironment
+SUBAGENT_ENVIRONMENT_CLOUD: SubagentEnvironment
 
 class BidiRequestId(_message.Message):
     __slots__ = ("request_id",)
@@ -1863,31 +1892,87 @@ class SubagentTypeExplore(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
 
+class SubagentTypeMediaReview(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class SubagentTypeBash(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class SubagentTypeBrowserUse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class SubagentTypeShell(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class SubagentTypeVmSetupHelper(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class SubagentTypeDebug(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class SubagentTypeCursorGuide(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class SubagentTypeWatchVideo(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
 class SubagentType(_message.Message):
-    __slots__ = ("unspecified", "computer_use", "custom", "explore")
+    __slots__ = ("unspecified", "computer_use", "custom", "explore", "media_review", "bash", "browser_use", "shell", "vm_setup_helper", "debug", "cursor_guide", "watch_video")
     UNSPECIFIED_FIELD_NUMBER: _ClassVar[int]
     COMPUTER_USE_FIELD_NUMBER: _ClassVar[int]
     CUSTOM_FIELD_NUMBER: _ClassVar[int]
     EXPLORE_FIELD_NUMBER: _ClassVar[int]
+    MEDIA_REVIEW_FIELD_NUMBER: _ClassVar[int]
+    BASH_FIELD_NUMBER: _ClassVar[int]
+    BROWSER_USE_FIELD_NUMBER: _ClassVar[int]
+    SHELL_FIELD_NUMBER: _ClassVar[int]
+    VM_SETUP_HELPER_FIELD_NUMBER: _ClassVar[int]
+    DEBUG_FIELD_NUMBER: _ClassVar[int]
+    CURSOR_GUIDE_FIELD_NUMBER: _ClassVar[int]
+    WATCH_VIDEO_FIELD_NUMBER: _ClassVar[int]
     unspecified: SubagentTypeUnspecified
     computer_use: SubagentTypeComputerUse
     custom: SubagentTypeCustom
     explore: SubagentTypeExplore
-    def __init__(self, unspecified: _Optional[_Union[SubagentTypeUnspecified, _Mapping]] = ..., computer_use: _Optional[_Union[SubagentTypeComputerUse, _Mapping]] = ..., custom: _Optional[_Union[SubagentTypeCustom, _Mapping]] = ..., explore: _Optional[_Union[SubagentTypeExplore, _Mapping]] = ...) -> None: ...
+    media_review: SubagentTypeMediaReview
+    bash: SubagentTypeBash
+    browser_use: SubagentTypeBrowserUse
+    shell: SubagentTypeShell
+    vm_setup_helper: SubagentTypeVmSetupHelper
+    debug: SubagentTypeDebug
+    cursor_guide: SubagentTypeCursorGuide
+    watch_video: SubagentTypeWatchVideo
+    def __init__(self, unspecified: _Optional[_Union[SubagentTypeUnspecified, _Mapping]] = ..., computer_use: _Optional[_Union[SubagentTypeComputerUse, _Mapping]] = ..., custom: _Optional[_Union[SubagentTypeCustom, _Mapping]] = ..., explore: _Optional[_Union[SubagentTypeExplore, _Mapping]] = ..., media_review: _Optional[_Union[SubagentTypeMediaReview, _Mapping]] = ..., bash: _Optional[_Union[SubagentTypeBash, _Mapping]] = ..., browser_use: _Optional[_Union[SubagentTypeBrowserUse, _Mapping]] = ..., shell: _Optional[_Union[SubagentTypeShell, _Mapping]] = ..., vm_setup_helper: _Optional[_Union[SubagentTypeVmSetupHelper, _Mapping]] = ..., debug: _Optional[_Union[SubagentTypeDebug, _Mapping]] = ..., cursor_guide: _Optional[_Union[SubagentTypeCursorGuide, _Mapping]] = ..., watch_video: _Optional[_Union[SubagentTypeWatchVideo, _Mapping]] = ...) -> None: ...
 
 class SubagentPersistedState(_message.Message):
-    __slots__ = ("conversation_state", "created_timestamp_ms", "last_used_timestamp_ms", "subagent_type", "model_id")
+    __slots__ = ("conversation_state", "created_timestamp_ms", "last_used_timestamp_ms", "subagent_type", "model_id", "environment", "cloud_subagent", "first_class_bc_id", "cloud_requested_environment_build_id")
     CONVERSATION_STATE_FIELD_NUMBER: _ClassVar[int]
     CREATED_TIMESTAMP_MS_FIELD_NUMBER: _ClassVar[int]
     LAST_USED_TIMESTAMP_MS_FIELD_NUMBER: _ClassVar[int]
     SUBAGENT_TYPE_FIELD_NUMBER: _ClassVar[int]
     MODEL_ID_FIELD_NUMBER: _ClassVar[int]
+    ENVIRONMENT_FIELD_NUMBER: _ClassVar[int]
+    CLOUD_SUBAGENT_FIELD_NUMBER: _ClassVar[int]
+    FIRST_CLASS_BC_ID_FIELD_NUMBER: _ClassVar[int]
+    CLOUD_REQUESTED_ENVIRONMENT_BUILD_ID_FIELD_NUMBER: _ClassVar[int]
     conversation_state: ConversationStateStructure
     created_timestamp_ms: int
     last_used_timestamp_ms: int
     subagent_type: SubagentType
     model_id: str
-    def __init__(self, conversation_state: _Optional[_Union[ConversationStateStructure, _Mapping]] = ..., created_timestamp_ms: _Optional[int] = ..., last_used_timestamp_ms: _Optional[int] = ..., subagent_type: _Optional[_Union[SubagentType, _Mapping]] = ..., model_id: _Optional[str] = ...) -> None: ...
+    environment: int
+    cloud_subagent: bool
+    first_class_bc_id: str
+    cloud_requested_environment_build_id: str
+    def __init__(self, conversation_state: _Optional[_Union[ConversationStateStructure, _Mapping]] = ..., created_timestamp_ms: _Optional[int] = ..., last_used_timestamp_ms: _Optional[int] = ..., subagent_type: _Optional[_Union[SubagentType, _Mapping]] = ..., model_id: _Optional[str] = ..., environment: _Optional[int] = ..., cloud_subagent: _Optional[bool] = ..., first_class_bc_id: _Optional[str] = ..., cloud_requested_environment_build_id: _Optional[str] = ...) -> None: ...
 
 class SubagentRun(_message.Message):
     __slots__ = ("parent_tool_call_id", "subagent_id", "status", "title", "detail", "transcript_path", "output_path", "completed_timestamp_ms", "completion_reason")
@@ -2228,7 +2313,7 @@ class EditToolCallDelta(_message.Message):
     def __init__(self, stream_content_delta: _Optional[str] = ...) -> None: ...
 
 class ToolCall(_message.Message):
-    __slots__ = ("shell_tool_call", "delete_tool_call", "glob_tool_call", "grep_tool_call", "read_tool_call", "update_todos_tool_call", "read_todos_tool_call", "edit_tool_call", "ls_tool_call", "read_lints_tool_call", "mcp_tool_call", "create_plan_tool_call", "web_search_tool_call", "task_tool_call", "list_mcp_resources_tool_call", "read_mcp_resource_tool_call", "ask_question_tool_call", "fetch_tool_call", "switch_mode_tool_call", "generate_image_tool_call", "write_shell_stdin_tool_call", "truncated_tool_call", "web_fetch_tool_call", "await_tool_call", "get_mcp_tools_tool_call", "tool_call_id", "started_at_ms", "completed_at_ms")
+    __slots__ = ("shell_tool_call", "delete_tool_call", "glob_tool_call", "grep_tool_call", "read_tool_call", "update_todos_tool_call", "read_todos_tool_call", "edit_tool_call", "ls_tool_call", "read_lints_tool_call", "mcp_tool_call", "create_plan_tool_call", "web_search_tool_call", "task_tool_call", "list_mcp_resources_tool_call", "read_mcp_resource_tool_call", "ask_question_tool_call", "fetch_tool_call", "switch_mode_tool_call", "generate_image_tool_call", "write_shell_stdin_tool_call", "truncated_tool_call", "web_fetch_tool_call", "await_tool_call", "get_mcp_tools_tool_call", "communicate_update_tool_call", "tool_call_id", "started_at_ms", "completed_at_ms")
     SHELL_TOOL_CALL_FIELD_NUMBER: _ClassVar[int]
     DELETE_TOOL_CALL_FIELD_NUMBER: _ClassVar[int]
     GLOB_TOOL_CALL_FIELD_NUMBER: _ClassVar[int]
@@ -2254,6 +2339,7 @@ class ToolCall(_message.Message):
     WEB_FETCH_TOOL_CALL_FIELD_NUMBER: _ClassVar[int]
     AWAIT_TOOL_CALL_FIELD_NUMBER: _ClassVar[int]
     GET_MCP_TOOLS_TOOL_CALL_FIELD_NUMBER: _ClassVar[int]
+    COMMUNICATE_UPDATE_TOOL_CALL_FIELD_NUMBER: _ClassVar[int]
     TOOL_CALL_ID_FIELD_NUMBER: _ClassVar[int]
     STARTED_AT_MS_FIELD_NUMBER: _ClassVar[int]
     COMPLETED_AT_MS_FIELD_NUMBER: _ClassVar[int]
@@ -2282,10 +2368,11 @@ class ToolCall(_message.Message):
     web_fetch_tool_call: WebFetchToolCall
     await_tool_call: AwaitToolCall
     get_mcp_tools_tool_call: GetMcpToolsToolCall
+    communicate_update_tool_call: CommunicateUpdateToolCall
     tool_call_id: str
     started_at_ms: int
     completed_at_ms: int
-    def __init__(self, shell_tool_call: _Optional[_Union[ShellToolCall, _Mapping]] = ..., delete_tool_call: _Optional[_Union[DeleteToolCall, _Mapping]] = ..., glob_tool_call: _Optional[_Union[GlobToolCall, _Mapping]] = ..., grep_tool_call: _Optional[_Union[GrepToolCall, _Mapping]] = ..., read_tool_call: _Optional[_Union[ReadToolCall, _Mapping]] = ..., update_todos_tool_call: _Optional[_Union[UpdateTodosToolCall, _Mapping]] = ..., read_todos_tool_call: _Optional[_Union[ReadTodosToolCall, _Mapping]] = ..., edit_tool_call: _Optional[_Union[EditToolCall, _Mapping]] = ..., ls_tool_call: _Optional[_Union[LsToolCall, _Mapping]] = ..., read_lints_tool_call: _Optional[_Union[ReadLintsToolCall, _Mapping]] = ..., mcp_tool_call: _Optional[_Union[McpToolCall, _Mapping]] = ..., create_plan_tool_call: _Optional[_Union[CreatePlanToolCall, _Mapping]] = ..., web_search_tool_call: _Optional[_Union[WebSearchToolCall, _Mapping]] = ..., task_tool_call: _Optional[_Union[TaskToolCall, _Mapping]] = ..., list_mcp_resources_tool_call: _Optional[_Union[ListMcpResourcesToolCall, _Mapping]] = ..., read_mcp_resource_tool_call: _Optional[_Union[ReadMcpResourceToolCall, _Mapping]] = ..., ask_question_tool_call: _Optional[_Union[AskQuestionToolCall, _Mapping]] = ..., fetch_tool_call: _Optional[_Union[FetchToolCall, _Mapping]] = ..., switch_mode_tool_call: _Optional[_Union[SwitchModeToolCall, _Mapping]] = ..., generate_image_tool_call: _Optional[_Union[GenerateImageToolCall, _Mapping]] = ..., write_shell_stdin_tool_call: _Optional[_Union[WriteShellStdinToolCall, _Mapping]] = ..., truncated_tool_call: _Optional[_Union[TruncatedToolCall, _Mapping]] = ..., web_fetch_tool_call: _Optional[_Union[WebFetchToolCall, _Mapping]] = ..., await_tool_call: _Optional[_Union[AwaitToolCall, _Mapping]] = ..., get_mcp_tools_tool_call: _Optional[_Union[GetMcpToolsToolCall, _Mapping]] = ..., tool_call_id: _Optional[str] = ..., started_at_ms: _Optional[int] = ..., completed_at_ms: _Optional[int] = ...) -> None: ...
+    def __init__(self, shell_tool_call: _Optional[_Union[ShellToolCall, _Mapping]] = ..., delete_tool_call: _Optional[_Union[DeleteToolCall, _Mapping]] = ..., glob_tool_call: _Optional[_Union[GlobToolCall, _Mapping]] = ..., grep_tool_call: _Optional[_Union[GrepToolCall, _Mapping]] = ..., read_tool_call: _Optional[_Union[ReadToolCall, _Mapping]] = ..., update_todos_tool_call: _Optional[_Union[UpdateTodosToolCall, _Mapping]] = ..., read_todos_tool_call: _Optional[_Union[ReadTodosToolCall, _Mapping]] = ..., edit_tool_call: _Optional[_Union[EditToolCall, _Mapping]] = ..., ls_tool_call: _Optional[_Union[LsToolCall, _Mapping]] = ..., read_lints_tool_call: _Optional[_Union[ReadLintsToolCall, _Mapping]] = ..., mcp_tool_call: _Optional[_Union[McpToolCall, _Mapping]] = ..., create_plan_tool_call: _Optional[_Union[CreatePlanToolCall, _Mapping]] = ..., web_search_tool_call: _Optional[_Union[WebSearchToolCall, _Mapping]] = ..., task_tool_call: _Optional[_Union[TaskToolCall, _Mapping]] = ..., list_mcp_resources_tool_call: _Optional[_Union[ListMcpResourcesToolCall, _Mapping]] = ..., read_mcp_resource_tool_call: _Optional[_Union[ReadMcpResourceToolCall, _Mapping]] = ..., ask_question_tool_call: _Optional[_Union[AskQuestionToolCall, _Mapping]] = ..., fetch_tool_call: _Optional[_Union[FetchToolCall, _Mapping]] = ..., switch_mode_tool_call: _Optional[_Union[SwitchModeToolCall, _Mapping]] = ..., generate_image_tool_call: _Optional[_Union[GenerateImageToolCall, _Mapping]] = ..., write_shell_stdin_tool_call: _Optional[_Union[WriteShellStdinToolCall, _Mapping]] = ..., truncated_tool_call: _Optional[_Union[TruncatedToolCall, _Mapping]] = ..., web_fetch_tool_call: _Optional[_Union[WebFetchToolCall, _Mapping]] = ..., await_tool_call: _Optional[_Union[AwaitToolCall, _Mapping]] = ..., get_mcp_tools_tool_call: _Optional[_Union[GetMcpToolsToolCall, _Mapping]] = ..., communicate_update_tool_call: _Optional[_Union[CommunicateUpdateToolCall, _Mapping]] = ..., tool_call_id: _Optional[str] = ..., started_at_ms: _Optional[int] = ..., completed_at_ms: _Optional[int] = ...) -> None: ...
 
 class AwaitToolCall(_message.Message):
     __slots__ = ("args", "result")
@@ -2908,30 +2995,48 @@ class WebSearchToolCall(_message.Message):
     def __init__(self, args: _Optional[_Union[WebSearchArgs, _Mapping]] = ..., result: _Optional[_Union[WebSearchResult, _Mapping]] = ...) -> None: ...
 
 class TaskArgs(_message.Message):
-    __slots__ = ("description", "prompt", "subagent_type", "model", "resume")
+    __slots__ = ("description", "prompt", "subagent_type", "model", "resume", "agent_id", "attachments", "mode", "responding_to_message_ids", "environment", "machine")
     DESCRIPTION_FIELD_NUMBER: _ClassVar[int]
     PROMPT_FIELD_NUMBER: _ClassVar[int]
     SUBAGENT_TYPE_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
     RESUME_FIELD_NUMBER: _ClassVar[int]
+    AGENT_ID_FIELD_NUMBER: _ClassVar[int]
+    ATTACHMENTS_FIELD_NUMBER: _ClassVar[int]
+    MODE_FIELD_NUMBER: _ClassVar[int]
+    RESPONDING_TO_MESSAGE_IDS_FIELD_NUMBER: _ClassVar[int]
+    ENVIRONMENT_FIELD_NUMBER: _ClassVar[int]
+    MACHINE_FIELD_NUMBER: _ClassVar[int]
     description: str
     prompt: str
     subagent_type: SubagentType
     model: str
     resume: str
-    def __init__(self, description: _Optional[str] = ..., prompt: _Optional[str] = ..., subagent_type: _Optional[_Union[SubagentType, _Mapping]] = ..., model: _Optional[str] = ..., resume: _Optional[str] = ...) -> None: ...
+    agent_id: str
+    attachments: _containers.RepeatedScalarFieldContainer[str]
+    mode: int
+    responding_to_message_ids: _containers.RepeatedScalarFieldContainer[str]
+    environment: int
+    machine: str
+    def __init__(self, description: _Optional[str] = ..., prompt: _Optional[str] = ..., subagent_type: _Optional[_Union[SubagentType, _Mapping]] = ..., model: _Optional[str] = ..., resume: _Optional[str] = ..., agent_id: _Optional[str] = ..., attachments: _Optional[_Iterable[str]] = ..., mode: _Optional[int] = ..., responding_to_message_ids: _Optional[_Iterable[str]] = ..., environment: _Optional[int] = ..., machine: _Optional[str] = ...) -> None: ...
 
 class TaskSuccess(_message.Message):
-    __slots__ = ("conversation_steps", "agent_id", "is_background", "duration_ms")
+    __slots__ = ("conversation_steps", "agent_id", "is_background", "duration_ms", "result_suffix", "background_reason", "transcript_path")
     CONVERSATION_STEPS_FIELD_NUMBER: _ClassVar[int]
     AGENT_ID_FIELD_NUMBER: _ClassVar[int]
     IS_BACKGROUND_FIELD_NUMBER: _ClassVar[int]
     DURATION_MS_FIELD_NUMBER: _ClassVar[int]
+    RESULT_SUFFIX_FIELD_NUMBER: _ClassVar[int]
+    BACKGROUND_REASON_FIELD_NUMBER: _ClassVar[int]
+    TRANSCRIPT_PATH_FIELD_NUMBER: _ClassVar[int]
     conversation_steps: _containers.RepeatedCompositeFieldContainer[ConversationStep]
     agent_id: str
     is_background: bool
     duration_ms: int
-    def __init__(self, conversation_steps: _Optional[_Iterable[_Union[ConversationStep, _Mapping]]] = ..., agent_id: _Optional[str] = ..., is_background: _Optional[bool] = ..., duration_ms: _Optional[int] = ...) -> None: ...
+    result_suffix: str
+    background_reason: SubagentBackgroundReason
+    transcript_path: str
+    def __init__(self, conversation_steps: _Optional[_Iterable[_Union[ConversationStep, _Mapping]]] = ..., agent_id: _Optional[str] = ..., is_background: _Optional[bool] = ..., duration_ms: _Optional[int] = ..., result_suffix: _Optional[str] = ..., background_reason: _Optional[_Union[SubagentBackgroundReason, str]] = ..., transcript_path: _Optional[str] = ...) -> None: ...
 
 class TaskError(_message.Message):
     __slots__ = ("error",)
@@ -2948,12 +3053,54 @@ class TaskResult(_message.Message):
     def __init__(self, success: _Optional[_Union[TaskSuccess, _Mapping]] = ..., error: _Optional[_Union[TaskError, _Mapping]] = ...) -> None: ...
 
 class TaskToolCall(_message.Message):
+    __slots__ = ("args", "result", "cloud_agent_bc_id")
+    ARGS_FIELD_NUMBER: _ClassVar[int]
+    RESULT_FIELD_NUMBER: _ClassVar[int]
+    CLOUD_AGENT_BC_ID_FIELD_NUMBER: _ClassVar[int]
+    args: TaskArgs
+    result: TaskResult
+    cloud_agent_bc_id: str
+    def __init__(self, args: _Optional[_Union[TaskArgs, _Mapping]] = ..., result: _Optional[_Union[TaskResult, _Mapping]] = ..., cloud_agent_bc_id: _Optional[str] = ...) -> None: ...
+
+class CommunicateUpdateArgs(_message.Message):
+    __slots__ = ("current_step", "final_summary", "completed_subtitle")
+    CURRENT_STEP_FIELD_NUMBER: _ClassVar[int]
+    FINAL_SUMMARY_FIELD_NUMBER: _ClassVar[int]
+    COMPLETED_SUBTITLE_FIELD_NUMBER: _ClassVar[int]
+    current_step: str
+    final_summary: str
+    completed_subtitle: str
+    def __init__(self, current_step: _Optional[str] = ..., final_summary: _Optional[str] = ..., completed_subtitle: _Optional[str] = ...) -> None: ...
+
+class CommunicateUpdateSuccess(_message.Message):
+    __slots__ = ("current_step", "message_index")
+    CURRENT_STEP_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_INDEX_FIELD_NUMBER: _ClassVar[int]
+    current_step: str
+    message_index: int
+    def __init__(self, current_step: _Optional[str] = ..., message_index: _Optional[int] = ...) -> None: ...
+
+class CommunicateUpdateError(_message.Message):
+    __slots__ = ("error",)
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    error: str
+    def __init__(self, error: _Optional[str] = ...) -> None: ...
+
+class CommunicateUpdateResult(_message.Message):
+    __slots__ = ("success", "error")
+    SUCCESS_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    success: CommunicateUpdateSuccess
+    error: CommunicateUpdateError
+    def __init__(self, success: _Optional[_Union[CommunicateUpdateSuccess, _Mapping]] = ..., error: _Optional[_Union[CommunicateUpdateError, _Mapping]] = ...) -> None: ...
+
+class CommunicateUpdateToolCall(_message.Message):
     __slots__ = ("args", "result")
     ARGS_FIELD_NUMBER: _ClassVar[int]
     RESULT_FIELD_NUMBER: _ClassVar[int]
-    args: TaskArgs
-    result: TaskResult
-    def __init__(self, args: _Optional[_Union[TaskArgs, _Mapping]] = ..., result: _Optional[_Union[TaskResult, _Mapping]] = ...) -> None: ...
+    args: CommunicateUpdateArgs
+    result: CommunicateUpdateResult
+    def __init__(self, args: _Optional[_Union[CommunicateUpdateArgs, _Mapping]] = ..., result: _Optional[_Union[CommunicateUpdateResult, _Mapping]] = ...) -> None: ...
 
 class GetMcpToolsArgs(_message.Message):
     __slots__ = ("server", "tool_name", "pattern", "tool_call_id")
@@ -5012,26 +5159,52 @@ class FetchResult(_message.Message):
     def __init__(self, success: _Optional[_Union[FetchSuccess, _Mapping]] = ..., error: _Optional[_Union[FetchError, _Mapping]] = ...) -> None: ...
 
 class SubagentArgs(_message.Message):
-    __slots__ = ("tool_call_id", "subagent_type", "prompt")
+    __slots__ = ("tool_call_id", "subagent_type", "model_id", "prompt", "readonly", "resume_agent_id", "run_in_background", "parent_conversation_id", "interrupt", "mode", "fork_agent_id", "root_parent_conversation_id", "selected_context", "environment", "cloud_base_branch")
     TOOL_CALL_ID_FIELD_NUMBER: _ClassVar[int]
     SUBAGENT_TYPE_FIELD_NUMBER: _ClassVar[int]
+    MODEL_ID_FIELD_NUMBER: _ClassVar[int]
     PROMPT_FIELD_NUMBER: _ClassVar[int]
+    READONLY_FIELD_NUMBER: _ClassVar[int]
+    RESUME_AGENT_ID_FIELD_NUMBER: _ClassVar[int]
+    RUN_IN_BACKGROUND_FIELD_NUMBER: _ClassVar[int]
+    PARENT_CONVERSATION_ID_FIELD_NUMBER: _ClassVar[int]
+    INTERRUPT_FIELD_NUMBER: _ClassVar[int]
+    MODE_FIELD_NUMBER: _ClassVar[int]
+    FORK_AGENT_ID_FIELD_NUMBER: _ClassVar[int]
+    ROOT_PARENT_CONVERSATION_ID_FIELD_NUMBER: _ClassVar[int]
+    SELECTED_CONTEXT_FIELD_NUMBER: _ClassVar[int]
+    ENVIRONMENT_FIELD_NUMBER: _ClassVar[int]
+    CLOUD_BASE_BRANCH_FIELD_NUMBER: _ClassVar[int]
     tool_call_id: str
     subagent_type: str
+    model_id: str
     prompt: str
-    def __init__(self, tool_call_id: _Optional[str] = ..., subagent_type: _Optional[str] = ..., prompt: _Optional[str] = ...) -> None: ...
+    readonly: bool
+    resume_agent_id: str
+    run_in_background: bool
+    parent_conversation_id: str
+    interrupt: bool
+    mode: TaskMode
+    fork_agent_id: str
+    root_parent_conversation_id: str
+    selected_context: SelectedContext
+    environment: SubagentEnvironment
+    cloud_base_branch: str
+    def __init__(self, tool_call_id: _Optional[str] = ..., subagent_type: _Optional[str] = ..., model_id: _Optional[str] = ..., prompt: _Optional[str] = ..., readonly: _Optional[bool] = ..., resume_agent_id: _Optional[str] = ..., run_in_background: _Optional[bool] = ..., parent_conversation_id: _Optional[str] = ..., interrupt: _Optional[bool] = ..., mode: _Optional[_Union[TaskMode, str]] = ..., fork_agent_id: _Optional[str] = ..., root_parent_conversation_id: _Optional[str] = ..., selected_context: _Optional[_Union[SelectedContext, _Mapping]] = ..., environment: _Optional[_Union[SubagentEnvironment, str]] = ..., cloud_base_branch: _Optional[str] = ...) -> None: ...
 
 class SubagentSuccess(_message.Message):
-    __slots__ = ("agent_id", "final_message", "tool_call_count", "transcript_path")
+    __slots__ = ("agent_id", "final_message", "tool_call_count", "background_reason", "transcript_path")
     AGENT_ID_FIELD_NUMBER: _ClassVar[int]
     FINAL_MESSAGE_FIELD_NUMBER: _ClassVar[int]
     TOOL_CALL_COUNT_FIELD_NUMBER: _ClassVar[int]
+    BACKGROUND_REASON_FIELD_NUMBER: _ClassVar[int]
     TRANSCRIPT_PATH_FIELD_NUMBER: _ClassVar[int]
     agent_id: str
     final_message: str
     tool_call_count: int
+    background_reason: SubagentBackgroundReason
     transcript_path: str
-    def __init__(self, agent_id: _Optional[str] = ..., final_message: _Optional[str] = ..., tool_call_count: _Optional[int] = ..., transcript_path: _Optional[str] = ...) -> None: ...
+    def __init__(self, agent_id: _Optional[str] = ..., final_message: _Optional[str] = ..., tool_call_count: _Optional[int] = ..., background_reason: _Optional[_Union[SubagentBackgroundReason, str]] = ..., transcript_path: _Optional[str] = ...) -> None: ...
 
 class SubagentError(_message.Message):
     __slots__ = ("agent_id", "error")

@@ -31,6 +31,8 @@ serialized `AgentServerMessage`s. docs/dialect.md has the full mapping:
     WebFetch    query web_fetch_request_query, then fetch_args  ToolCall.web_fetch_tool_call web.py
     GenerateImage query generate_image_request_query, a server job, then write_args
                                                   ToolCall.generate_image_tool_call  web.py
+    Task        subagent_args                     ToolCall.task_tool_call      subagents.py
+    UpdateCurrentStep none (the server answers)   ToolCall.communicate_update_tool_call
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from collections.abc import Mapping
 from types import MappingProxyType
 
 from ....llm.types import ToolCall
+from ....loop.context import Subagents
 from ....loop.tools import NATIVE_TOOL_NAMES
 from ....web.page_text import DEFAULT_MAX_TEXT_CHARS
 from ..mcp import McpDirectory, McpTool
@@ -71,6 +74,7 @@ from .queries import AskQuestionMachine, CreatePlanMachine, QueryMachine, Switch
 from .search import GlobMachine, GrepMachine
 from .shell import ShellMachine
 from .stdin import WriteShellStdinMachine
+from .subagents import TaskMachine, UpdateCurrentStepMachine
 from .todos import TodoWriteMachine, decode_todo, todo_items
 from .web import GenerateImageMachine, WebFetchMachine
 from .web_search import WebSearchMachine
@@ -121,6 +125,8 @@ NATIVE_MACHINES: Mapping[str, type[ToolMachine]] = MappingProxyType(
         "CreatePlan": CreatePlanMachine,
         "AskQuestion": AskQuestionMachine,
         "SwitchMode": SwitchModeMachine,
+        "Task": TaskMachine,
+        "UpdateCurrentStep": UpdateCurrentStepMachine,
         "WebSearch": WebSearchMachine,
         "WebFetch": WebFetchMachine,
         "GenerateImage": GenerateImageMachine,
@@ -155,6 +161,7 @@ def machine_for(
     model: str = "",
     workspace_root: str | None = None,
     page_text_chars: int = DEFAULT_MAX_TEXT_CHARS,
+    subagents: Subagents | None = None,
 ) -> ToolMachine:
     """The machine for one call. `mcp` is the route of an MCP tool (None when the name is not
     known: it goes out as it is); native tools ignore it. `terminals_folder` is the client's
@@ -175,6 +182,7 @@ def machine_for(
         model=model,
         workspace_root=workspace_root,
         page_text_chars=page_text_chars,
+        subagents=subagents if subagents is not None else Subagents(),
     )
     native = NATIVE_MACHINES.get(call.name)
     if native is None:

@@ -80,6 +80,18 @@ def shell_delta_frame(
     return agent_pb2.AgentServerMessage(interaction_update=iu).SerializeToString()
 
 
+def task_progress_frame(call_id: str, model_call_id: str, child_update: bytes) -> bytes:
+    """A helper's card (a serialized AgentServerMessage of its own run, an interaction
+    update) shown inside the parent's Task card: `tool_call_delta.task_tool_call_delta`."""
+    child = agent_pb2.AgentServerMessage.FromString(child_update)
+    iu = agent_pb2.InteractionUpdate()
+    iu.tool_call_delta.call_id = call_id
+    iu.tool_call_delta.model_call_id = model_call_id
+    delta = iu.tool_call_delta.tool_call_delta.task_tool_call_delta
+    delta.interaction_update.CopyFrom(child.interaction_update)
+    return agent_pb2.AgentServerMessage(interaction_update=iu).SerializeToString()
+
+
 def exec_frame(request: agent_pb2.ExecServerMessage) -> bytes:
     return agent_pb2.AgentServerMessage(exec_server_message=request).SerializeToString()
 

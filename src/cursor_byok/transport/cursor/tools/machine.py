@@ -26,6 +26,7 @@ from typing import Any, ClassVar
 from google.protobuf.message import Message  # type: ignore[import-untyped,unused-ignore]
 
 from ....llm.types import ImageContent, TextContent, ToolCall, ToolResultMessage, UserContent
+from ....loop.context import Subagents
 from ....loop.inputs import ToolEffect
 from ....loop.tools import DEFAULT_BLOCK_UNTIL_MS
 from ....web.page_text import DEFAULT_MAX_TEXT_CHARS
@@ -94,6 +95,8 @@ class ToolSettings:
     workspace_root: str | None = None
     # Longest page text WebFetch gives the model ([web_fetch] max_text_chars).
     page_text_chars: int = DEFAULT_MAX_TEXT_CHARS
+    # Task's model choices and where this conversation sits among helpers (subagents.py).
+    subagents: Subagents = field(default_factory=Subagents)
 
 
 @dataclass(frozen=True, slots=True)
