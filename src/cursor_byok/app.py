@@ -15,8 +15,8 @@ from .observability.logs import install_redaction, secrets_of, setup_logging
 from .observability.routes import Observability
 from .start_check import database_fit_to_serve
 from .start_warnings import warn_at_start
+from .store.backends import AnyStore, is_postgres_url, open_store
 from .store.errors import StoreError
-from .store.sqlite import SQLiteStore
 from .transport.runtime import Runner, RunnerServices
 from .web.fetch import FetchLimits, PageFetcher
 from .web.images import ImageMaker
@@ -30,14 +30,14 @@ log = logging.getLogger("cursor_byok")
 @dataclass
 class App:
     config: Config
-    store: SQLiteStore
+    store: AnyStore
     registry: LLMRegistry
     runner: Runner
     observability: Observability
 
     @classmethod
     async def open(cls, config: Config, database: str | None = None) -> App:
-        store = await SQLiteStore.open(database or config.server.database)
+        store = await open_store(database or config.server.database)
         registry = LLMRegistry()
         obs = Observability(config, store)
         services = RunnerServices(
@@ -94,7 +94,10 @@ def server_jobs(config: Config, registry: LLMRegistry) -> JobRunner:
 async def _serve(config: Config, host: str, port: int, database: str | None) -> int:
     try:
         path = database or config.server.database
-        if not await database_fit_to_serve(path, config.server.start_check_s):
+        # A PostgreSQL server checks its own pages; the quick check reads a SQLite file.
+        if not is_postgres_url(path) and not await database_fit_to_serve(
+            path, config.server.start_check_s
+        ):
             return 2
         app = await App.open(config, database)
     except StoreError as exc:

@@ -13,13 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from cursor_byok.store import SQLiteStore, Store
+from cursor_byok.store import AnyStore, SQLiteStore, Store
 
 from .conftest import commit, raw
 
 
 async def test_messages_table_refuses_updates_gaps_and_every_delete(
-    store: SQLiteStore, db_path: Path
+    store: AnyStore, db_path: Path
 ) -> None:
     for v in range(3):
         await commit(store, "c1", f"i{v}", v, (f"m{v}".encode(),))
@@ -42,7 +42,7 @@ async def test_messages_table_refuses_updates_gaps_and_every_delete(
 
 
 async def test_a_delete_is_refused_even_where_a_rewind_once_allowed_it(
-    store: SQLiteStore, db_path: Path
+    store: AnyStore, db_path: Path
 ) -> None:
     """Before migration 0003 a `message_rewinds` row of the conversation's current version let
     a DELETE of the rows past `keep` through; now nothing does."""
