@@ -15,11 +15,13 @@ import glob
 import os
 import shutil
 import socket
+import sqlite3
 import subprocess
 import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 USER = "nobody"
 
@@ -132,3 +134,23 @@ def cluster(*, fsync: bool = False) -> Iterator[Cluster]:
         yield c
     finally:
         c.stop()
+
+
+@contextlib.contextmanager
+def reader(database: str | os.PathLike[str]) -> Iterator[Any]:
+    """A connection that reads the store's tables from outside, with `?` placeholders on both
+    backends: SQLite's own (read-only), or psycopg's behind the store's adapter."""
+    name = os.fspath(database)
+    if name.startswith("postgresql://"):
+        import psycopg
+
+        from cursor_byok.store.postgres.conn import PgConn
+
+        with psycopg.connect(name, autocommit=True) as conn:
+            yield PgConn(conn)
+        return
+    conn3 = sqlite3.connect(f"file:{name}?mode=ro", uri=True, timeout=5)
+    try:
+        yield conn3
+    finally:
+        conn3.close()
