@@ -17,6 +17,7 @@ from .start_check import database_fit_to_serve
 from .start_warnings import warn_at_start
 from .store.backends import AnyStore, is_postgres_url, open_store
 from .store.errors import StoreError
+from .store.postgres import PostgresStore
 from .transport.runtime import Runner, RunnerServices
 from .web.fetch import FetchLimits, PageFetcher
 from .web.images import ImageMaker
@@ -58,7 +59,11 @@ class App:
             on_run_end=obs.on_run_end,
             on_unknown_event=obs.metrics.observe_unknown_event,
         )
+        if isinstance(store, PostgresStore):
+            services.claims = store
         runner = Runner(services)
+        if isinstance(store, PostgresStore):
+            await store.watch_claims(runner.on_claim)
         obs.metrics.bind_active_runs(lambda: runner.active_runs)
         obs.metrics.bind_caches(runner.cache_stats)
         return cls(config, store, registry, runner, obs)

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
+import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -28,6 +30,7 @@ from psycopg import errors as pg
 from ..api import (
     ClientOperationRecord,
     CommitResult,
+    ConversationClaims,
     ConversationOverview,
     ConversationRecord,
     ConversationSummary,
@@ -48,6 +51,7 @@ from .errors import display_url, map_error
 from .schema import migrate
 
 T = TypeVar("T")
+log = logging.getLogger("cursor_byok.store")
 # A retry of the whole transaction, once: two writers inserting the same new key (two saves
 # of one new call record) make the second fail on the key; run again, it finds the row.
 _RETRY = (pg.UniqueViolation, pg.SerializationFailure, pg.DeadlockDetected)
@@ -88,6 +92,7 @@ class PostgresStore:
         self._slots: list[_Slot] = []
         self._executor = ThreadPoolExecutor(self._connections, thread_name_prefix="store-pg")
         self.schema_version = 0
+        self._watchers: list[_ClaimWatcher] = []
 
     # ------------------------------------------------------------------ life cycle
 
@@ -140,6 +145,8 @@ class PostgresStore:
         if self._closed:
             return
         self._closed = True
+        for watcher in self._watchers:
+            await asyncio.to_thread(watcher.stop)
         await self._close_slots()
 
     async def _close_slots(self) -> None:
@@ -431,6 +438,24 @@ class PostgresStore:
             write=True,
         )
 
+    # ------------------------------------------------------------------ claims (replicas)
+
+    async def announce_claim(self, conversation_id: str, claimant: str) -> None:
+        """NOTIFY every process listening on this database (store.api.ConversationClaims)."""
+        payload = f"{conversation_id}\n{claimant}"
+        await self._run(
+            lambda conn: conn.execute("SELECT pg_notify(?, ?)", (CLAIMS_CHANNEL, payload)),
+            f"announcing a run of {conversation_id!r}",
+            write=True,
+            durable=False,
+        )
+
+    async def watch_claims(self, on_claim: Callable[[str, str], None]) -> None:
+        self._check_open()
+        watcher = _ClaimWatcher(self, on_claim)
+        self._watchers.append(watcher)
+        await watcher.start()
+
     async def append_stream_diagnostics(
         self, call_id: str, events: Sequence[tuple[int, bytes]]
     ) -> None:
@@ -443,6 +468,53 @@ class PostgresStore:
         )
 
 
+CLAIMS_CHANNEL = "cursor_byok_claims"
+
+
+class _ClaimWatcher:
+    """A connection of its own that LISTENs for claims, on a thread of its own (psycopg's
+    `notifies` blocks), handing each to the caller's event loop."""
+
+    def __init__(self, store: PostgresStore, on_claim: Callable[[str, str], None]) -> None:
+        self._store = store
+        self._on_claim = on_claim
+        self._loop = asyncio.get_running_loop()
+        self._stop = threading.Event()
+        self._listening = threading.Event()
+        self._thread = threading.Thread(target=self._main, name="store-pg-claims", daemon=True)
+
+    async def start(self) -> None:
+        self._thread.start()
+        await asyncio.to_thread(self._listening.wait, 10)
+
+    def _main(self) -> None:
+        while not self._stop.is_set():
+            try:
+                with psycopg.connect(self._store.url, autocommit=True) as conn:
+                    conn.execute(f"LISTEN {CLAIMS_CHANNEL}")
+                    self._listening.set()
+                    while not self._stop.is_set():
+                        for note in conn.notifies(timeout=0.5):
+                            cid, _, claimant = note.payload.partition("\n")
+                            with contextlib.suppress(RuntimeError):  # the loop is closed
+                                self._loop.call_soon_threadsafe(self._deliver, cid, claimant)
+            except psycopg.Error:
+                # The server went away: listen again once it is back. A claim announced in
+                # between is missed; the version compare-and-set still decides.
+                self._listening.set()
+                self._stop.wait(1.0)
+
+    def _deliver(self, cid: str, claimant: str) -> None:
+        try:
+            self._on_claim(cid, claimant)
+        except Exception:  # pragma: no cover - the runtime's handler must not raise
+            log.exception("handling a claim of %r", cid)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(5)
+
+
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
     return text[0] if text else type(exc).__name__
@@ -451,4 +523,7 @@ def _first_line(exc: BaseException) -> str:
 if TYPE_CHECKING:
 
     def _conforms(store: PostgresStore) -> Store:  # mypy checks it against the protocol
+        return store
+
+    def _claims(store: PostgresStore) -> ConversationClaims:
         return store

@@ -2,7 +2,9 @@
 
 A run holds its conversation while it drives it: a newer run of the same conversation tells
 the holder to give way (`Supersede`, decided by the loop: the holder ends canceled) and takes
-the conversation once the holder is gone. Across processes the store's version check decides.
+the conversation once the holder is gone. Across processes the store's version check decides;
+replicas on one PostgreSQL also hear each other's claims (`on_claim`), so the holder on
+another replica gives way at once rather than at its next commit.
 The caches every run uses live here: committed states, client blobs, request bases.
 """
 
@@ -12,6 +14,7 @@ import asyncio
 import contextlib
 import logging
 import time
+import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -19,7 +22,7 @@ from typing import TYPE_CHECKING
 from ...llm.model_names import ModelNames
 from ...llm.models import Model
 from ...llm.stream import LLM
-from ...store.api import LLMCallRecord, Store
+from ...store.api import ConversationClaims, LLMCallRecord, Store
 from ...web.page_text import DEFAULT_MAX_TEXT_CHARS
 from ...web.types import JobRunner
 from ..connect.channel import RunChannel
@@ -65,6 +68,10 @@ class RunnerServices:
     run_job: JobRunner | None = None
     page_text_chars: int = DEFAULT_MAX_TEXT_CHARS  # [web_fetch] max_text_chars
     default_model: str | None = None  # server.default_model: for names not served
+    # Replicas on one PostgreSQL: a claim announced by another process makes this one's run of
+    # that conversation give way, as a newer run of this process does (None: SQLite, where
+    # the version compare-and-set alone decides between processes).
+    claims: ConversationClaims | None = None
     model_names: ModelNames = field(init=False)  # what run requests' model names resolve by
 
     def __post_init__(self) -> None:
@@ -78,6 +85,9 @@ class Runner:
         self.services = services
         self._active: dict[str, Run] = {}
         self._locks: dict[str, asyncio.Lock] = {}
+        # This process's name in the claims it announces: its own come back to it and are
+        # ignored (a newer run of this process has superseded the older one already).
+        self.replica = uuid.uuid4().hex
         self.committed_states = CommittedStates()
         self.client_blobs = ClientBlobs()
         self.request_bases = RequestBases()
@@ -126,7 +136,25 @@ class Runner:
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(old.ended.wait(), self.services.supersede_timeout_s)
         self._active[conversation_id] = run
+        claims = self.services.claims
+        if claims is not None:
+            try:
+                await claims.announce_claim(conversation_id, self.replica)
+            except Exception as exc:  # the compare-and-set still decides; say why it is late
+                log.warning(
+                    "could not tell the other replicas about a run of %r: %s", conversation_id, exc
+                )
         return self._locks.setdefault(conversation_id, asyncio.Lock())
+
+    def on_claim(self, conversation_id: str, claimant: str) -> None:
+        """Another process took `conversation_id` (store.api.ConversationClaims): a run of it
+        here gives way, ending canceled without committing, as when superseded in-process."""
+        if claimant == self.replica:
+            return
+        run = self._active.get(conversation_id)
+        if run is not None:
+            log.info("a run of %r started on another replica; this one gives way", conversation_id)
+            run.supersede()
 
     def release(self, run: Run, conversation_id: str) -> None:
         if self._active.get(conversation_id) is run:
