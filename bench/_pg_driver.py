@@ -1,13 +1,14 @@
 """Which PostgreSQL driver for the store: psycopg 3 against asyncpg on the store's statements.
 
-    .venv/bin/python bench/pg_driver.py [--commits 400]
+    .venv/bin/python bench/_pg_driver.py [--commits 400] [--fsync on|off]
 
 Starts a throwaway cluster (tests/support/postgres.py, fsync on) and times, with each driver,
 the store's two hot paths: `commit_input` (find the input id, the version compare-and-set,
 append two messages, record the input, in one transaction) and `load` (the conversation row
 and its messages in one snapshot). psycopg runs the way the store runs it (a blocking
 connection on a worker thread, `asyncio.to_thread` per operation); asyncpg runs natively on
-the event loop. Prints the median and p95 per operation in ms. Figures: docs/store.md.
+the event loop. Prints the median and p95 per operation in ms. Figures: docs/store.md. Not
+run by `bench/run` (its name starts with `_`): it chose the driver once.
 """
 
 from __future__ import annotations
