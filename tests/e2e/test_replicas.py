@@ -16,6 +16,7 @@ from pathlib import Path
 
 from cursor_byok.launch import free_port, probe_health_blocking
 from cursor_byok.llm.types import AssistantMessage, UserMessage
+from tests.e2e import test_crash_recovery as crash
 from tests.e2e.test_shim import ShimRun, http, is_text, run_request, unique
 from tests.e2e.test_two_processes import history
 from tests.paths import REPO
@@ -129,3 +130,54 @@ async def test_shim_runs_through_nginx_stick_to_one_replica_each(
     served_b = [r for r in request_ids if f"request_id={r}" in log_b]
     assert sorted(served_a + served_b) == sorted(request_ids)  # each run on exactly one
     assert served_a and served_b, "the hash spread 16 runs over both replicas"
+
+
+async def test_kill9_of_the_replica_holding_a_turn_then_the_other_replica_takes_it_over(
+    upstream: FakeUpstream, tmp_path: Path, pg_cluster: Cluster
+) -> None:
+    """Replica A streams a turn's answer and dies (kill -9); the client reopens the RunSSE of
+    the same request id on replica B without re-sending its appends. B finds the run in the
+    database, resends the identical upstream request and the answer is committed once."""
+    upstream.requests.clear()  # requests_with() counts this test's requests only
+    db = pg_cluster.create_database(f"failover_{uuid.uuid4().hex[:8]}")
+    work_a, work_b = tmp_path / "a", tmp_path / "b"
+    work_a.mkdir()
+    work_b.mkdir()
+    conversation = f"conv-failover-{uuid.uuid4().hex[:8]}"
+    prompt = unique("failover: tell me something")
+    answer = f"You said: {prompt}"
+    upstream.push(crash.partial_then_hang("HALF-ANSWER-NEVER-COMMITTED " * 3))
+    with (
+        server_process(brain_config(upstream.base_url, db=db), work_a) as a,
+        server_process(brain_config(upstream.base_url, db=db), work_b) as b,
+    ):
+        async with crash.shim_http(a.url) as on_a:
+            run1 = crash.ShimRun(on_a, f"req-{uuid.uuid4()}", crash.ScriptedClient())
+            try:
+                await run1.open(crash.user_run_request(conversation, prompt))
+                await run1.wait_for(lambda: len(run1.result.texts) >= 3, "text deltas")
+                assert len(crash.db_calls(db, conversation)) == 1
+                a.kill9()
+                await run1.finish()
+            finally:
+                await run1.close()
+        assert run1.text.startswith("HALF-ANSWER") and not run1.result.turn_ended
+        async with crash.shim_http(b.url) as on_b:
+            run2 = crash.ShimRun(on_b, run1.request_id, crash.ScriptedClient())
+            run2.seqno = run1.seqno  # a reopening client goes on counting its appends
+            try:
+                await run2.open(None)
+                await run2.finish()
+            finally:
+                await run2.close()
+        logs = a.log() + b.log()
+    assert run2.result.turn_ended and run2.result.error is None, run2.describe() + logs
+    assert run2.text == answer, run2.describe()
+    sent = crash.requests_with(upstream, prompt)
+    assert len(sent) == 2, f"expected the call once more on replica B, got {len(sent)}"
+    assert sent[1].body == sent[0].body, "the retried request is not byte-identical"
+    messages = crash.decoded(crash.db_messages(db, conversation))
+    crash.assert_one_answer(messages, answer)
+    assert not any("HALF-ANSWER" in getattr(m, "text", "") for m in messages)
+    calls = crash.db_calls(db, conversation)
+    assert len(calls) == 1 and calls[0][2] == "committed", calls
