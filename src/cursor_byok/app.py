@@ -126,6 +126,7 @@ async def _serve(config: Config, host: str, port: int, database: str | None) -> 
             routes=app.observability,
             on_server_created=install_redaction,
             on_listening=listening,
+            relay=app.store if isinstance(app.store, PostgresStore) else None,
         )
     except ListenError as exc:
         log.error("%s", exc)

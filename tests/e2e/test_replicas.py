@@ -13,13 +13,26 @@ import subprocess
 import time
 import uuid
 from pathlib import Path
+from typing import Any
+
+import httpx
 
 from cursor_byok.launch import free_port, probe_health_blocking
 from cursor_byok.llm.types import AssistantMessage, UserMessage
 from tests.e2e import test_crash_recovery as crash
-from tests.e2e.test_shim import ShimRun, http, is_text, run_request, unique
+from tests.e2e.test_shim import (
+    ShimRun,
+    chat_requests,
+    exec_of,
+    http,
+    is_text,
+    read_ok,
+    run_request,
+    unique,
+)
 from tests.e2e.test_two_processes import history
 from tests.paths import REPO
+from tests.support import connect_client as cc
 from tests.support.live import ServerProcess, brain_config, server_process
 from tests.support.postgres import Cluster
 from tests.support.upstream import FakeUpstream
@@ -181,3 +194,64 @@ async def test_kill9_of_the_replica_holding_a_turn_then_the_other_replica_takes_
     assert not any("HALF-ANSWER" in getattr(m, "text", "") for m in messages)
     calls = crash.db_calls(db, conversation)
     assert len(calls) == 1 and calls[0][2] == "committed", calls
+
+
+class AlternatingRun(ShimRun):
+    """A shim run whose RunSSE is on one replica and whose appends alternate: even
+    append_seqno to the other replica, odd ones to the RunSSE's own."""
+
+    def __init__(self, holder: httpx.AsyncClient, other: httpx.AsyncClient) -> None:
+        super().__init__(holder)
+        self.other = other
+
+    async def append(self, message: Any, seqno: int | None = None, **kw: Any) -> httpx.Response:
+        if seqno is None:
+            seqno = self.next_seq()
+        else:
+            self.seq = max(self.seq, seqno + 1)
+        client = self.other if seqno % 2 == 0 else self.client
+        r = await cc.append(client, self.request_id, seqno, message, token=self.token, **kw)
+        assert r.status_code == 200, (r.status_code, r.text)
+        return r
+
+
+async def test_shim_appends_to_alternating_replicas_reach_the_runsse_holder_once(
+    upstream: FakeUpstream, tmp_path: Path, pg_cluster: Cluster
+) -> None:
+    """RunSSE on replica A; the run request goes to B, the tool result to A and again to B
+    (a client retrying on another replica). Each append is stored first and delivered to A
+    through the database, in order and once: one turn, one tool result, one answer."""
+    db = pg_cluster.create_database(f"appends_{uuid.uuid4().hex[:8]}")
+    work_a, work_b = tmp_path / "a", tmp_path / "b"
+    work_a.mkdir()
+    work_b.mkdir()
+    conversation = str(uuid.uuid4())
+    prompt = unique('[tool Read {"path": "/home/tester/project-e2e/notes.md"}]')
+    with (
+        server_process(brain_config(upstream.base_url, db=db), work_a) as a,
+        server_process(brain_config(upstream.base_url, db=db), work_b) as b,
+    ):
+        async with http(a) as client_a, http(b) as client_b:
+            run = AlternatingRun(client_a, client_b)
+            async with run.subscribe() as reader:
+                await run.append(run_request(prompt, conversation))  # seqno 0: to B
+                ask = await reader.wait_for(exec_of("read_args"), 20)
+                esm = ask.exec_server_message
+                result = read_ok(esm.id, esm.read_args.path, "line one\nline two\n")
+                seqno = run.seq
+                await run.append(result, seqno=seqno)  # odd: to A
+                # the same append again, now to the replica that does not hold the run
+                r = await cc.append(client_b, run.request_id, seqno, result)
+                assert r.status_code == 200, r.text
+                end = await reader.wait_end(20)
+        logs = a.log() + b.log()
+    assert end == {} and reader.turn_ended, logs
+    assert "line one" in "".join(reader.texts)
+    _first, second = chat_requests(upstream, prompt)  # one turn: two model calls, no more
+    tool = [m for m in second["messages"] if m["role"] == "tool"]
+    assert len(tool) == 1 and "line two" in tool[0]["content"]
+    assert f"request_id={run.request_id}" in a.log()
+    assert f"request_id={run.request_id}" not in b.log()  # B never ran it
+    messages = history(db, conversation)
+    assert [type(m).__name__ for m in messages].count("AssistantMessage") >= 1
+    assert sum(isinstance(m, UserMessage) for m in messages) == 1

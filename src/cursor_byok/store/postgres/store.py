@@ -92,7 +92,7 @@ class PostgresStore:
         self._slots: list[_Slot] = []
         self._executor = ThreadPoolExecutor(self._connections, thread_name_prefix="store-pg")
         self.schema_version = 0
-        self._watchers: list[_ClaimWatcher] = []
+        self._watchers: list[_Watcher] = []
 
     # ------------------------------------------------------------------ life cycle
 
@@ -451,10 +451,55 @@ class PostgresStore:
         )
 
     async def watch_claims(self, on_claim: Callable[[str, str], None]) -> None:
+        def split(payload: str) -> None:
+            cid, _, claimant = payload.partition("\n")
+            on_claim(cid, claimant)
+
+        await self._watch(CLAIMS_CHANNEL, split)
+
+    async def _watch(self, channel: str, on_payload: Callable[[str], None]) -> None:
         self._check_open()
-        watcher = _ClaimWatcher(self, on_claim)
+        watcher = _Watcher(self, channel, on_payload)
         self._watchers.append(watcher)
         await watcher.start()
+
+    # ------------------------------------------------------------------ appends (replicas)
+
+    async def publish_append(self, request_id: str, seqno: int, payload: bytes) -> bool:
+        """Store one client message of a shim run, then NOTIFY every replica (in the same
+        transaction: the notification goes out once the row is committed). False: that
+        (request_id, seqno) was stored before (the client sent it again)."""
+        now = self._clock()
+
+        def job(conn: Conn) -> bool:
+            cur = conn.execute(
+                "INSERT INTO run_appends (request_id, seqno, payload, created_at_ms) "
+                "VALUES (?, ?, ?, ?) ON CONFLICT (request_id, seqno) DO NOTHING",
+                (request_id, seqno, payload, now),
+            )
+            conn.execute("SELECT pg_notify(?, ?)", (APPENDS_CHANNEL, request_id))
+            return cur.rowcount == 1
+
+        return await self._run(job, f"storing append {seqno} of run {request_id!r}", write=True)
+
+    async def fetch_appends(
+        self, request_id: str, from_seqno: int
+    ) -> tuple[tuple[int, bytes], ...]:
+        """The run's stored client messages from `from_seqno` on, in order."""
+
+        def read(conn: Conn) -> tuple[tuple[int, bytes], ...]:
+            rows = conn.execute(
+                "SELECT seqno, payload FROM run_appends WHERE request_id = ? AND seqno >= ? "
+                "ORDER BY seqno",
+                (request_id, from_seqno),
+            ).fetchall()
+            return tuple((int(r[0]), bytes(r[1])) for r in rows)
+
+        return await self._run(read, f"reading the appends of run {request_id!r}", write=False)
+
+    async def watch_appends(self, on_append: Callable[[str], None]) -> None:
+        """Call `on_append(request_id)` for each append stored by any replica from now on."""
+        await self._watch(APPENDS_CHANNEL, on_append)
 
     async def append_stream_diagnostics(
         self, call_id: str, events: Sequence[tuple[int, bytes]]
@@ -469,19 +514,23 @@ class PostgresStore:
 
 
 CLAIMS_CHANNEL = "cursor_byok_claims"
+APPENDS_CHANNEL = "cursor_byok_appends"
 
 
-class _ClaimWatcher:
-    """A connection of its own that LISTENs for claims, on a thread of its own (psycopg's
-    `notifies` blocks), handing each to the caller's event loop."""
+class _Watcher:
+    """A connection of its own that LISTENs on one channel, on a thread of its own (psycopg's
+    `notifies` blocks), handing each payload to the caller's event loop."""
 
-    def __init__(self, store: PostgresStore, on_claim: Callable[[str, str], None]) -> None:
+    def __init__(
+        self, store: PostgresStore, channel: str, on_payload: Callable[[str], None]
+    ) -> None:
         self._store = store
-        self._on_claim = on_claim
+        self._channel = channel
+        self._on_payload = on_payload
         self._loop = asyncio.get_running_loop()
         self._stop = threading.Event()
         self._listening = threading.Event()
-        self._thread = threading.Thread(target=self._main, name="store-pg-claims", daemon=True)
+        self._thread = threading.Thread(target=self._main, name=f"store-pg-{channel}", daemon=True)
 
     async def start(self) -> None:
         self._thread.start()
@@ -491,24 +540,24 @@ class _ClaimWatcher:
         while not self._stop.is_set():
             try:
                 with psycopg.connect(self._store.url, autocommit=True) as conn:
-                    conn.execute(f"LISTEN {CLAIMS_CHANNEL}")
+                    conn.execute(f"LISTEN {self._channel}")
                     self._listening.set()
                     while not self._stop.is_set():
                         for note in conn.notifies(timeout=0.5):
-                            cid, _, claimant = note.payload.partition("\n")
                             with contextlib.suppress(RuntimeError):  # the loop is closed
-                                self._loop.call_soon_threadsafe(self._deliver, cid, claimant)
+                                self._loop.call_soon_threadsafe(self._deliver, note.payload)
             except psycopg.Error:
-                # The server went away: listen again once it is back. A claim announced in
-                # between is missed; the version compare-and-set still decides.
+                # The server went away: listen again once it is back. What was announced in
+                # between is missed: the version compare-and-set still decides between runs,
+                # and a stored append is read again when its RunSSE is (re)opened.
                 self._listening.set()
                 self._stop.wait(1.0)
 
-    def _deliver(self, cid: str, claimant: str) -> None:
+    def _deliver(self, payload: str) -> None:
         try:
-            self._on_claim(cid, claimant)
-        except Exception:  # pragma: no cover - the runtime's handler must not raise
-            log.exception("handling a claim of %r", cid)
+            self._on_payload(payload)
+        except Exception:  # pragma: no cover - the handlers must not raise
+            log.exception("handling a notification on %s", self._channel)
 
     def stop(self) -> None:
         self._stop.set()
