@@ -90,7 +90,8 @@ def nginx_config(front: int, replicas: tuple[int, int], folder: Path) -> str:
     return (
         f"daemon off;\npid {folder}/nginx.pid;\nerror_log {folder}/error.log;\n"
         "events { worker_connections 256; }\n"
-        f"http {{\naccess_log {folder}/access.log;\nclient_body_temp_path {folder}/body;\n"
+        "http {\nlog_format sticky '$http_x_request_id $upstream_addr $request_uri';\n"
+        f"access_log {folder}/access.log sticky;\nclient_body_temp_path {folder}/body;\n"
         f"proxy_temp_path {folder}/proxy;\n{block}\n}}\n"
     )
 
@@ -139,6 +140,15 @@ async def test_shim_runs_through_nginx_stick_to_one_replica_each(
             proxy.terminate()
             proxy.wait(10)
         log_a, log_b = a.log(), b.log()
+    # nginx's own record: every request of a run (its RunSSE, its BidiAppends) went to one
+    # replica. Without the hash they alternate (the appends would still arrive, relayed
+    # through the database, so only this shows that routing is sticky).
+    upstreams: dict[str, set[str]] = {}
+    for line in (front / "access.log").read_text().splitlines():
+        rid, addr, _uri = line.split(" ", 2)
+        upstreams.setdefault(rid, set()).add(addr)
+    for rid in request_ids:
+        assert len(upstreams.get(rid, set())) == 1, (rid, upstreams.get(rid))
     served_a = [r for r in request_ids if f"request_id={r}" in log_a]
     served_b = [r for r in request_ids if f"request_id={r}" in log_b]
     assert sorted(served_a + served_b) == sorted(request_ids)  # each run on exactly one

@@ -355,3 +355,13 @@ class ConversationClaims(Protocol):
         """Start calling `on_claim(conversation_id, claimant)` on the caller's event loop for
         each claim announced from now on, until the store is closed."""
         ...
+
+    async def hold_conversation(self, conversation_id: str) -> bool:
+        """Try once to take this process's hold on the conversation (PostgreSQL: a
+        session-level advisory lock on a connection of its own, so a process that dies lets
+        go with its connection). False: another process holds it."""
+        ...
+
+    async def release_conversation(self, conversation_id: str) -> None:
+        """Let go of the hold taken by `hold_conversation` (nothing when not held)."""
+        ...

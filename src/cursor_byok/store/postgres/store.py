@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import logging
 import threading
 import time
@@ -93,6 +94,10 @@ class PostgresStore:
         self._executor = ThreadPoolExecutor(self._connections, thread_name_prefix="store-pg")
         self.schema_version = 0
         self._watchers: list[_Watcher] = []
+        # The holds of this process's runs: one connection, one thread (session-level advisory
+        # locks belong to the connection that took them).
+        self._holds = _Holds(self)
+        self._holds_executor = ThreadPoolExecutor(1, thread_name_prefix="store-pg-holds")
 
     # ------------------------------------------------------------------ life cycle
 
@@ -147,6 +152,8 @@ class PostgresStore:
         self._closed = True
         for watcher in self._watchers:
             await asyncio.to_thread(watcher.stop)
+        await asyncio.get_running_loop().run_in_executor(None, self._holds_executor.shutdown, True)
+        self._holds.close()
         await self._close_slots()
 
     async def _close_slots(self) -> None:
@@ -450,6 +457,23 @@ class PostgresStore:
             durable=False,
         )
 
+    async def hold_conversation(self, conversation_id: str) -> bool:
+        """`pg_try_advisory_lock` on the hold connection (store.api.ConversationClaims)."""
+        self._check_open()
+        key = _lock_key(conversation_id)
+        return await asyncio.get_running_loop().run_in_executor(
+            self._holds_executor, self._holds.try_lock, key
+        )
+
+    async def release_conversation(self, conversation_id: str) -> None:
+        if self._closed:
+            return
+        key = _lock_key(conversation_id)
+        with contextlib.suppress(RuntimeError):  # the executor was shut down by close()
+            await asyncio.get_running_loop().run_in_executor(
+                self._holds_executor, self._holds.unlock, key
+            )
+
     async def watch_claims(self, on_claim: Callable[[str, str], None]) -> None:
         def split(payload: str) -> None:
             cid, _, claimant = payload.partition("\n")
@@ -562,6 +586,51 @@ class _Watcher:
     def stop(self) -> None:
         self._stop.set()
         self._thread.join(5)
+
+
+def _lock_key(conversation_id: str) -> int:
+    """The advisory lock key of a conversation: 64 bits of its sha256, signed."""
+    digest = hashlib.sha256(b"cursor-byok conversation " + conversation_id.encode()).digest()
+    return int.from_bytes(digest[:8], "big", signed=True)
+
+
+class _Holds:
+    """The connection that holds this process's advisory locks, used on one thread only."""
+
+    def __init__(self, store: PostgresStore) -> None:
+        self._store = store
+        self._conn: psycopg.Connection[Any] | None = None
+        self._held: set[int] = set()
+
+    def _connection(self) -> psycopg.Connection[Any]:
+        if self._conn is None or self._conn.closed or self._conn.broken:
+            self._held.clear()  # a lost connection lost its locks with it
+            self._conn = self._store._connect()
+        return self._conn
+
+    def try_lock(self, key: int) -> bool:
+        if key in self._held:
+            return True
+        try:
+            row = self._connection().execute("SELECT pg_try_advisory_lock(%s)", (key,)).fetchone()
+        except psycopg.Error as exc:
+            raise map_error(exc, self._store.path, "taking a conversation's hold") from exc
+        if row is not None and row[0]:
+            self._held.add(key)
+            return True
+        return False
+
+    def unlock(self, key: int) -> None:
+        if key not in self._held or self._conn is None:
+            return
+        self._held.discard(key)
+        with contextlib.suppress(psycopg.Error):
+            self._conn.execute("SELECT pg_advisory_unlock(%s)", (key,))
+
+    def close(self) -> None:
+        if self._conn is not None:
+            with contextlib.suppress(Exception):
+                self._conn.close()
 
 
 def _first_line(exc: BaseException) -> str:

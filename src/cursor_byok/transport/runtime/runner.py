@@ -88,6 +88,8 @@ class Runner:
         # This process's name in the claims it announces: its own come back to it and are
         # ignored (a newer run of this process has superseded the older one already).
         self.replica = uuid.uuid4().hex
+        self._held: set[str] = set()  # conversations whose cross-replica hold this process has
+        self._releases: dict[str, asyncio.Task[None]] = {}  # holds being let go
         self.committed_states = CommittedStates()
         self.client_blobs = ClientBlobs()
         self.request_bases = RequestBases()
@@ -136,15 +138,57 @@ class Runner:
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(old.ended.wait(), self.services.supersede_timeout_s)
         self._active[conversation_id] = run
-        claims = self.services.claims
-        if claims is not None:
-            try:
-                await claims.announce_claim(conversation_id, self.replica)
-            except Exception as exc:  # the compare-and-set still decides; say why it is late
-                log.warning(
-                    "could not tell the other replicas about a run of %r: %s", conversation_id, exc
-                )
+        if self.services.claims is not None:
+            await self._claim_across_replicas(conversation_id)
         return self._locks.setdefault(conversation_id, asyncio.Lock())
+
+    async def _claim_across_replicas(self, conversation_id: str) -> None:
+        """Tell the other replicas (their run of it gives way), then wait for its hold: the
+        other replica lets go when its run has ended (or when it dies, with its connection).
+        Past `supersede_timeout_s` the run goes on without it, as in-process: the version
+        compare-and-set still decides."""
+        claims = self.services.claims
+        assert claims is not None
+        try:
+            await claims.announce_claim(conversation_id, self.replica)
+            if conversation_id in self._held:
+                return
+            if (letting_go := self._releases.get(conversation_id)) is not None:
+                await letting_go  # an earlier run of it here lets go first, then we take it
+            deadline = time.monotonic() + self.services.supersede_timeout_s
+            while not await claims.hold_conversation(conversation_id):
+                if time.monotonic() > deadline:
+                    log.warning(
+                        "a run of %r on another replica did not give way within %g s; "
+                        "going on (the version check decides)",
+                        conversation_id,
+                        self.services.supersede_timeout_s,
+                    )
+                    return
+                await asyncio.sleep(0.05)
+            self._held.add(conversation_id)
+        except Exception as exc:  # the compare-and-set still decides; say why it is late
+            log.warning("could not claim %r across replicas: %s", conversation_id, exc)
+
+    def _release_hold(self, conversation_id: str) -> None:
+        claims = self.services.claims
+        if claims is None:
+            return
+
+        async def release() -> None:
+            try:
+                await claims.release_conversation(conversation_id)
+            except Exception as exc:  # a hold not let go ends with this process's connection
+                log.warning("could not let go of %r: %s", conversation_id, exc)
+
+        task = asyncio.get_running_loop().create_task(release())
+        self._releases[conversation_id] = task
+
+        def done(_: asyncio.Task[None]) -> None:
+            if self._releases.get(conversation_id) is task:
+                del self._releases[conversation_id]
+
+        task.add_done_callback(done)
 
     def on_claim(self, conversation_id: str, claimant: str) -> None:
         """Another process took `conversation_id` (store.api.ConversationClaims): a run of it
@@ -159,6 +203,9 @@ class Runner:
     def release(self, run: Run, conversation_id: str) -> None:
         if self._active.get(conversation_id) is run:
             del self._active[conversation_id]
+            if conversation_id in self._held:
+                self._held.discard(conversation_id)
+                self._release_hold(conversation_id)
             lock = self._locks.get(conversation_id)
             if lock is not None and not lock.locked():
                 del self._locks[conversation_id]
