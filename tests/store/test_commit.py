@@ -297,3 +297,24 @@ async def test_closed_store_refuses_calls(db_path: Path) -> None:
     async with await SQLiteStore.open(db_path) as s2:
         rec = await s2.load("c1")
         assert rec is not None and rec.messages == (b"m0",)
+
+
+async def test_the_same_input_sent_twice_at_once_commits_once_and_is_a_duplicate_once(
+    store: AnyStore,
+) -> None:
+    """Two commits of one input id racing (a client's retry reaching another replica): one is
+    committed, the other is a duplicate with the first one's result, never a conflict. On
+    PostgreSQL both may miss the first dedupe look; the loser of the compare-and-set looks
+    again."""
+    for i in range(20):
+        cid = f"twice-{i}"
+        await commit(store, cid, "i0", 0, (b"m0",))
+        a, b = await asyncio.gather(
+            commit(store, cid, "again", 1, (b"m1",), result=b"R"),
+            commit(store, cid, "again", 1, (b"m1",), result=b"R"),
+        )
+        assert sorted((a.status, b.status)) == ["committed", "duplicate"], (i, a, b)
+        dup = a if a.status == "duplicate" else b
+        assert dup.previous is not None and dup.previous.result == b"R"
+        rec = await store.load(cid)
+        assert rec is not None and rec.messages == (b"m0", b"m1") and rec.version == 2
