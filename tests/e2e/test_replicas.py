@@ -265,3 +265,38 @@ async def test_shim_appends_to_alternating_replicas_reach_the_runsse_holder_once
     messages = history(db, conversation)
     assert [type(m).__name__ for m in messages].count("AssistantMessage") >= 1
     assert sum(isinstance(m, UserMessage) for m in messages) == 1
+
+
+async def test_a_runsse_reopened_on_another_replica_continues_the_turn_once(
+    upstream: FakeUpstream, tmp_path: Path, pg_cluster: Cluster
+) -> None:
+    """The client's RunSSE drops while replica A streams the answer and is reopened on B (a
+    balancer without stickiness, or A draining), with no append sent again. B reads the run's
+    stored appends, A's run gives way, and B answers the turn: one answer in the history."""
+    upstream.requests.clear()
+    db = pg_cluster.create_database(f"reopen_{uuid.uuid4().hex[:8]}")
+    work_a, work_b = tmp_path / "a", tmp_path / "b"
+    work_a.mkdir()
+    work_b.mkdir()
+    conversation = str(uuid.uuid4())
+    prompt = unique("[slow 6] reopened elsewhere")
+    with (
+        server_process(brain_config(upstream.base_url, db=db), work_a) as a,
+        server_process(brain_config(upstream.base_url, db=db), work_b) as b,
+    ):
+        async with http(a) as client_a, http(b) as client_b:
+            on_a = ShimRun(client_a)
+            async with on_a.subscribe() as first:
+                await on_a.append(run_request(prompt, conversation))
+                await first.wait_for(is_text)
+            on_b = ShimRun(client_b)
+            on_b.request_id = on_a.request_id
+            on_b.seq = on_a.seq
+            async with on_b.subscribe() as second:
+                end = await second.wait_end(30)
+        logs = a.log() + b.log()
+    assert end == {} and second.turn_ended, (end, logs)
+    assert f"You said: {prompt}" in "".join(second.texts)
+    messages = history(db, conversation)
+    assert [type(m) for m in messages] == [UserMessage, AssistantMessage], messages
+    assert messages[-1].text == f"You said: {prompt}"

@@ -88,6 +88,7 @@ class Runner:
         # This process's name in the claims it announces: its own come back to it and are
         # ignored (a newer run of this process has superseded the older one already).
         self.replica = uuid.uuid4().hex
+        self._tasks: dict[Run, asyncio.Task[object]] = {}  # each run's handler task
         self._held: set[str] = set()  # conversations whose cross-replica hold this process has
         self._releases: dict[str, asyncio.Task[None]] = {}  # holds being let go
         self.committed_states = CommittedStates()
@@ -113,9 +114,13 @@ class Runner:
         # Only the shim's RunSSE can be reopened under a known request_id; an HTTP/2 Run
         # always starts with the client's own run_request.
         run = Run(self, channel, resumable=getattr(info, "transport", "runsse") != "run")
+        task = asyncio.current_task()
+        if task is not None:
+            self._tasks[run] = task
         try:
             await run.serve()
         finally:
+            self._tasks.pop(run, None)
             run.close()
 
     def unknown_event(self, kind: str) -> None:
@@ -139,10 +144,10 @@ class Runner:
                 await asyncio.wait_for(old.ended.wait(), self.services.supersede_timeout_s)
         self._active[conversation_id] = run
         if self.services.claims is not None:
-            await self._claim_across_replicas(conversation_id)
+            await self._claim_across_replicas(conversation_id, run.channel.request_id)
         return self._locks.setdefault(conversation_id, asyncio.Lock())
 
-    async def _claim_across_replicas(self, conversation_id: str) -> None:
+    async def _claim_across_replicas(self, conversation_id: str, request_id: str) -> None:
         """Tell the other replicas (their run of it gives way), then wait for its hold: the
         other replica lets go when its run has ended (or when it dies, with its connection).
         Past `supersede_timeout_s` the run goes on without it, as in-process: the version
@@ -150,7 +155,7 @@ class Runner:
         claims = self.services.claims
         assert claims is not None
         try:
-            await claims.announce_claim(conversation_id, self.replica)
+            await claims.announce_claim(conversation_id, f"{self.replica} {request_id}")
             if conversation_id in self._held:
                 return
             if (letting_go := self._releases.get(conversation_id)) is not None:
@@ -191,14 +196,25 @@ class Runner:
         task.add_done_callback(done)
 
     def on_claim(self, conversation_id: str, claimant: str) -> None:
-        """Another process took `conversation_id` (store.api.ConversationClaims): a run of it
-        here gives way, ending canceled without committing, as when superseded in-process."""
-        if claimant == self.replica:
+        """Another process took `conversation_id` (store.api.ConversationClaims; `claimant` is
+        "<process> <request_id>"). A newer run of it: the run here gives way, ending canceled
+        without committing, as when superseded in-process. The same run (its RunSSE reopened
+        on the other replica): the run here stops as at a shutdown, deciding nothing, and the
+        other replica resumes the turn from the store."""
+        replica, _, request_id = claimant.partition(" ")
+        if replica == self.replica:
             return
         run = self._active.get(conversation_id)
-        if run is not None:
-            log.info("a run of %r started on another replica; this one gives way", conversation_id)
-            run.supersede()
+        if run is None:
+            return
+        if request_id and request_id == run.channel.request_id:
+            task = self._tasks.get(run)
+            if task is not None:
+                log.info("run %s continues on another replica; stopping it here", request_id)
+                task.cancel()
+            return
+        log.info("a run of %r started on another replica; this one gives way", conversation_id)
+        run.supersede()
 
     def release(self, run: Run, conversation_id: str) -> None:
         if self._active.get(conversation_id) is run:
