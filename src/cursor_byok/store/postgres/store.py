@@ -133,9 +133,12 @@ class PostgresStore:
         try:
             first = await loop.run_in_executor(self._executor, self._connect)
             self._slots.append(_Slot(first))
-            self.schema_version = await loop.run_in_executor(
-                self._executor, migrate, first, self.path, load_migrations("postgresql")
-            )
+            try:
+                self.schema_version = await loop.run_in_executor(
+                    self._executor, migrate, first, self.path, load_migrations("postgresql")
+                )
+            except psycopg.Error as exc:  # the server went away, the user may not create...
+                raise map_error(exc, self.path, "migrating the database") from exc
             for _ in range(self._connections - 1):
                 self._slots.append(_Slot(None))  # connected on first use
         except BaseException:
