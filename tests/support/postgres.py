@@ -52,12 +52,15 @@ class Cluster:
                 "(it installs Debian's postgresql package)"
             )
         self._pg_ctl = pg_ctl
-        self._root = Path(tempfile.mkdtemp(prefix="cbyok-pg-"))
+        self._as_owner = os.geteuid() == 0
+        # As root the cluster's folder must be reachable by `nobody`: /tmp is, whatever
+        # TMPDIR points at (a folder under /root would not be).
+        base = "/tmp" if self._as_owner and os.path.isdir("/tmp") else None
+        self._root = Path(tempfile.mkdtemp(prefix="cbyok-pg-", dir=base))
         self.data = self._root / "data"
         self.port = _free_port()
         self.startup_s = 0.0
         started = time.monotonic()
-        self._as_owner = os.geteuid() == 0
         if self._as_owner:
             shutil.chown(self._root, USER)
             os.chmod(self._root, 0o700)
