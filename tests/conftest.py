@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, settings
 
 from tests.paths import REALCLIENT
+from tests.support import postgres
+from tests.support.postgres import Cluster
 
 SETUP = REALCLIENT / "setup.sh"
 
@@ -33,3 +36,11 @@ def realclient() -> Path:
     folder = Path(proc.stdout.strip().splitlines()[-1])
     assert (folder / "drive.ts").is_file(), folder
     return folder
+
+
+@pytest.fixture(scope="session")
+def pg_cluster() -> Iterator[Cluster]:
+    """One throwaway PostgreSQL cluster for the whole session (tests/support/postgres.py);
+    each test that needs one makes its own database in it."""
+    with postgres.cluster() as c:
+        yield c

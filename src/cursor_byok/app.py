@@ -16,8 +16,9 @@ from .observability.logs import install_redaction, secrets_of, setup_logging
 from .observability.routes import Observability
 from .start_check import database_fit_to_serve
 from .start_warnings import warn_at_start
+from .store.backends import AnyStore, is_postgres_url, open_store
 from .store.errors import StoreError
-from .store.sqlite import SQLiteStore
+from .store.postgres import PostgresStore
 from .transport.runtime import Runner, RunnerServices
 from .web.fetch import FetchLimits, PageFetcher
 from .web.images import ImageMaker
@@ -31,7 +32,7 @@ log = logging.getLogger("cursor_byok")
 @dataclass
 class App:
     config: Config
-    store: SQLiteStore
+    store: AnyStore
     registry: LLMRegistry
     runner: Runner
     observability: Observability
@@ -39,7 +40,7 @@ class App:
 
     @classmethod
     async def open(cls, config: Config, database: str | None = None) -> App:
-        store = await SQLiteStore.open(database or config.server.database)
+        store = await open_store(database or config.server.database)
         registry = LLMRegistry()
         obs = Observability(config, store)
         services = RunnerServices(
@@ -63,7 +64,11 @@ class App:
             on_compaction=obs.on_compaction,
             on_unknown_event=obs.metrics.observe_unknown_event,
         )
+        if isinstance(store, PostgresStore):
+            services.claims = store
         runner = Runner(services)
+        if isinstance(store, PostgresStore):
+            await store.watch_claims(runner.on_claim)
         obs.metrics.bind_active_runs(lambda: runner.active_runs)
         obs.metrics.bind_caches(runner.cache_stats)
         tokens = TokenDirectory(store)
@@ -104,7 +109,10 @@ def server_jobs(config: Config, registry: LLMRegistry) -> JobRunner:
 async def _serve(config: Config, host: str, port: int, database: str | None) -> int:
     try:
         path = database or config.server.database
-        if not await database_fit_to_serve(path, config.server.start_check_s):
+        # A PostgreSQL server checks its own pages; the quick check reads a SQLite file.
+        if not is_postgres_url(path) and not await database_fit_to_serve(
+            path, config.server.start_check_s
+        ):
             return 2
         app = await App.open(config, database)
     except StoreError as exc:
@@ -129,6 +137,7 @@ async def _serve(config: Config, host: str, port: int, database: str | None) -> 
             authenticator=app.tokens,
             on_server_created=install_redaction,
             on_listening=listening,
+            relay=app.store if isinstance(app.store, PostgresStore) else None,
         )
     except ListenError as exc:
         log.error("%s", exc)

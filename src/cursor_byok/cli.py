@@ -29,7 +29,7 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--config", help=CONFIG_HELP)
     serve.add_argument("--host", help="address to listen on (default: server.host)")
     serve.add_argument("--port", type=port_number, help="port to listen on (default: server.port)")
-    serve.add_argument("--db", help="SQLite database file (default: server.database)")
+    serve.add_argument("--db", help="SQLite file or postgresql:// URL (default: server.database)")
     serve.add_argument(
         "--log-level",
         choices=LOG_LEVELS,
@@ -48,7 +48,7 @@ def _parser() -> argparse.ArgumentParser:
         "doctor", help="check the configuration, the database and every provider"
     )
     doctor.add_argument("--config", help=CONFIG_HELP)
-    doctor.add_argument("--db", help="SQLite database file (default: server.database)")
+    doctor.add_argument("--db", help="SQLite file or postgresql:// URL (default: server.database)")
     doctor.add_argument(
         "--timeout",
         type=float,

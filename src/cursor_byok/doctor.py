@@ -30,6 +30,7 @@ from .llm.events import DoneEvent, ErrorEvent
 from .llm.registry import ADAPTERS, LLMRegistry
 from .llm.types import RequestMessages, UserMessage
 from .observability.logs import redact_text, secrets_of
+from .store.backends import display_name, is_postgres_url
 from .store.errors import (
     StoreCorruptError,
     StoreError,
@@ -37,7 +38,8 @@ from .store.errors import (
     StoreLockedError,
     StoreSchemaError,
 )
-from .store.migrate import latest_version
+from .store.migrate import latest_version, load_migrations
+from .store.postgres import PostgresStore
 from .store.sqlite import SQLiteStore
 from .web.search import SearchBackend, WebSearch
 from .web.types import SearchResults, WebSearchJob
@@ -169,8 +171,41 @@ def _integrity(path: str) -> tuple[int, str, int | None]:
         conn.close()
 
 
+async def check_postgres(url: str) -> Check:
+    """Connect, migrate if needed (as `serve` would) and report the schema version."""
+    name = "database"
+    shown = display_name(url)
+    try:
+        store = await PostgresStore.open(url, connections=1)
+    except StoreSchemaError as exc:
+        return Check(
+            name,
+            "FAIL",
+            f"schema problem: {exc}",
+            "a newer cursor-byok wrote it: upgrade cursor-byok, or use another database",
+        )
+    except StoreError as exc:
+        return Check(
+            name,
+            "FAIL",
+            f"cannot use {shown}: {exc.cause} ({exc.detail})",
+            "check that the server runs, the URL, the user's password and its rights",
+        )
+    try:
+        version = store.schema_version
+        await store.list_conversations(limit=1)  # the tables answer to this user
+    except StoreError as exc:
+        return Check(name, "FAIL", f"cannot read {shown}: {exc}", "check the user's rights")
+    finally:
+        await store.close()
+    latest = latest_version(load_migrations("postgresql"))
+    return Check(name, "OK", f"{shown}: PostgreSQL, schema v{version} (latest {latest})")
+
+
 async def check_database(path: str) -> Check:
     name = "database"
+    if is_postgres_url(path):
+        return await check_postgres(path)
     p = Path(path)
     if not p.exists():
         parent = p.resolve().parent

@@ -34,6 +34,7 @@ from typing import Any
 
 from .config import Config, ConfigError, ServerConfig, is_loopback, load_config, port_number
 from .transport.connect.app import HEALTH_PATH, Authenticator, ConnectApp, ExtraRoutes
+from .transport.connect.relay import AppendRelay
 from .transport.connect.rsgi import RsgiBridge
 from .transport.connect.sessions import RunHandler, TransportLimits
 from .transport.cursor import CursorService, RpcSettings
@@ -128,8 +129,10 @@ def connect_app(
     limits: TransportLimits | None = None,
     routes: ExtraRoutes | None = None,
     authenticator: Authenticator | None = None,
+    relay: AppendRelay | None = None,
 ) -> ConnectApp:
-    """The Connect app serving the Cursor agent service with `handler` as its run handler."""
+    """The Connect app serving the Cursor agent service with `handler` as its run handler;
+    `relay`: replicas on one database deliver the shim's appends through it."""
     server = config.server
     rpc = RpcSettings(
         models=tuple(config.models.values()),
@@ -145,6 +148,7 @@ def connect_app(
         limits=limits or transport_limits(server),
         routes=routes,
         authenticator=authenticator,
+        relay=relay,
     )
 
 
@@ -264,6 +268,7 @@ async def serve_async(
     authenticator: Authenticator | None = None,
     on_server_created: Callable[[], None] | None = None,
     on_listening: Callable[[], None] | None = None,
+    relay: AppendRelay | None = None,
 ) -> None:
     """Serve until SIGINT/SIGTERM (or until `stop` is set), in the running event loop.
     `on_listening` runs once the socket is open. Raises ListenError when it cannot be."""
@@ -271,7 +276,11 @@ async def serve_async(
     port = config.server.port if port is None else port
     check_bind(config, host)
     refuse_if_taken(host, port)
-    app = connect_app(config, handler, limits=limits, routes=routes, authenticator=authenticator)
+    app = connect_app(
+        config, handler, limits=limits, routes=routes, authenticator=authenticator, relay=relay
+    )
+    if relay is not None and app.relayed is not None:
+        await relay.watch_appends(app.relayed.heard)
     threads_before = native_threads_not_started_by_python()
     server = _granian_server(app, config.server, host, port, quiet=quiet, on_listening=on_listening)
     if on_server_created is not None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 import subprocess
 from collections.abc import Iterator
@@ -10,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.live import ServerProcess, ThreadedUpstream, brain_config, server_process
+from tests.support.postgres import Cluster
 from tests.support.upstream import FakeUpstream
 
 
@@ -17,6 +19,19 @@ from tests.support.upstream import FakeUpstream
 def upstream() -> Iterator[FakeUpstream]:
     with ThreadedUpstream() as up:
         yield up
+
+
+_DATABASES = itertools.count(1)
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def shared_database(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """One database for several server processes: a SQLite file, or a new database on the
+    suite's PostgreSQL cluster."""
+    if request.param == "sqlite":
+        return str(tmp_path / "shared.db")
+    cluster: Cluster = request.getfixturevalue("pg_cluster")
+    return cluster.create_database(f"shared{next(_DATABASES)}")
 
 
 @pytest.fixture(scope="module")

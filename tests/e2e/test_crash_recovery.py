@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import json
 import sqlite3
 import time
@@ -46,6 +47,7 @@ from cursor_byok.llm.types import AssistantMessage, ToolResultMessage, UserMessa
 from cursor_byok.transport.cursor.proto import agent_pb2 as a
 from cursor_byok.transport.cursor.proto import aiserver_pb2
 from cursor_byok.transport.runtime.checkpoints import BLOB_TIMEOUT_S
+from tests.support import postgres
 from tests.support.connect_client import (
     RUNSSE,
     StreamResult,
@@ -307,15 +309,13 @@ async def complete_turn(
 
 
 @contextlib.contextmanager
-def db_reader(db: Path) -> Iterator[sqlite3.Connection]:
-    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5)
-    try:
+def db_reader(db: Path | str) -> Iterator[Any]:
+    """SQLite read-only, or PostgreSQL (the tests that run on both pass a URL)."""
+    with postgres.reader(db) as conn:
         yield conn
-    finally:
-        conn.close()
 
 
-def db_messages(db: Path, conversation_id: str) -> list[bytes]:
+def db_messages(db: Path | str, conversation_id: str) -> list[bytes]:
     with db_reader(db) as conn:
         rows = conn.execute(
             "SELECT body FROM messages WHERE conversation_id = ? ORDER BY seq", (conversation_id,)
@@ -323,7 +323,7 @@ def db_messages(db: Path, conversation_id: str) -> list[bytes]:
     return [bytes(r[0]) for r in rows]
 
 
-def db_state(db: Path, conversation_id: str) -> dict[str, Any] | None:
+def db_state(db: Path | str, conversation_id: str) -> dict[str, Any] | None:
     with db_reader(db) as conn:
         row = conn.execute(
             "SELECT state FROM conversations WHERE conversation_id = ?", (conversation_id,)
@@ -331,7 +331,7 @@ def db_state(db: Path, conversation_id: str) -> dict[str, Any] | None:
     return None if row is None else json.loads(row[0])
 
 
-def db_version(db: Path, conversation_id: str) -> int:
+def db_version(db: Path | str, conversation_id: str) -> int:
     with db_reader(db) as conn:
         row = conn.execute(
             "SELECT version FROM conversations WHERE conversation_id = ?", (conversation_id,)
@@ -339,7 +339,7 @@ def db_version(db: Path, conversation_id: str) -> int:
     return 0 if row is None else int(row[0])
 
 
-def db_calls(db: Path, conversation_id: str) -> list[tuple[str, str, str]]:
+def db_calls(db: Path | str, conversation_id: str) -> list[tuple[str, str, str]]:
     """(call_id, messages_hash, status) of the conversation's LLM calls, oldest first."""
     with db_reader(db) as conn:
         rows = conn.execute(
@@ -350,7 +350,7 @@ def db_calls(db: Path, conversation_id: str) -> list[tuple[str, str, str]]:
     return [(r[0], r[1], r[2]) for r in rows]
 
 
-def db_operations(db: Path, conversation_id: str) -> list[tuple[str, str, int]]:
+def db_operations(db: Path | str, conversation_id: str) -> list[tuple[str, str, int]]:
     """(tool_name, status, side_effects) of the conversation's client operations."""
     with db_reader(db) as conn:
         rows = conn.execute(
@@ -436,9 +436,11 @@ class Crashable:
     logs: list[Path] = field(default_factory=list)
     _stack: contextlib.ExitStack = field(default_factory=contextlib.ExitStack)
 
+    database: str | None = None  # a postgresql:// URL; None: a SQLite file in `root`
+
     @property
-    def db(self) -> Path:
-        return self.root / "byok.db"
+    def db(self) -> Path | str:
+        return self.database or self.root / "byok.db"
 
     @property
     def url(self) -> str:
@@ -468,8 +470,19 @@ class Crashable:
 
 
 @pytest.fixture
-def crashable(upstream: FakeUpstream, tmp_path: Path) -> Iterator[Crashable]:
-    server = Crashable(upstream, tmp_path)
+def crashable(
+    upstream: FakeUpstream, tmp_path: Path, request: pytest.FixtureRequest
+) -> Iterator[Crashable]:
+    """On SQLite; a test parametrized with `crashable=postgresql` (indirect) gets a new
+    database on the suite's PostgreSQL cluster instead."""
+    database = None
+    if getattr(request, "param", "sqlite") == "postgresql":
+        cluster: postgres.Cluster = request.getfixturevalue("pg_cluster")
+        database = cluster.create_database(f"crash{next(_DATABASES)}")
+    # The same test runs on both backends with the same prompts: requests_with() must see
+    # this test's requests only.
+    upstream.requests.clear()
+    server = Crashable(upstream, tmp_path, database=database)
     try:
         yield server
     finally:
@@ -524,6 +537,7 @@ async def complete_turn_logged(
     return run
 
 
+_DATABASES = itertools.count(1)
 NOTES = "first line of the notes\nsecond line\n"
 
 
@@ -532,6 +546,7 @@ NOTES = "first line of the notes\nsecond line\n"
 # ---------------------------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("crashable", ["sqlite", "postgresql"], indirect=True)
 @pytest.mark.parametrize("comeback", ["reopen_runsse", "resume_action"])
 async def test_kill9_during_llm_stream_resends_the_same_request(
     crashable: Crashable, upstream: FakeUpstream, tmp_path: Path, comeback: str
@@ -644,6 +659,7 @@ SIDE_EFFECT_TOOLS = {
 
 
 @pytest.mark.parametrize("tool", sorted(SIDE_EFFECT_TOOLS))
+@pytest.mark.parametrize("crashable", ["sqlite", "postgresql"], indirect=True)
 async def test_kill9_during_side_effect_tool_is_not_run_again(
     crashable: Crashable, upstream: FakeUpstream, tmp_path: Path, tool: str
 ) -> None:

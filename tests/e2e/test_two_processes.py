@@ -1,4 +1,5 @@
-"""Two server processes on one database file, one conversation: the version CAS decides. A run
+"""Two server processes on one database (a SQLite file, a PostgreSQL database: each test runs
+on both), one conversation: the version CAS decides. A run
 that loses the race reloads, sees the conversation continued elsewhere and ends canceled; the
 history holds exactly one answer, never two appends for one turn."""
 
@@ -6,7 +7,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import sqlite3
 import uuid
 from pathlib import Path
 
@@ -15,27 +15,25 @@ from cursor_byok.llm.types import AssistantMessage, UserMessage
 from cursor_byok.transport.runtime.stored_request import is_delta, load_request
 from tests.e2e.test_crash_recovery import requests_with
 from tests.e2e.test_shim import ShimRun, http, is_text, run_request, unique
+from tests.support import postgres
 from tests.support.live import brain_config, server_process
 from tests.support.upstream import FakeUpstream
 
 
-def history(db: Path, conversation_id: str) -> list[object]:
-    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
-    try:
+def history(db: Path | str, conversation_id: str) -> list[object]:
+    with postgres.reader(db) as conn:
         rows = conn.execute(
             "SELECT seq, body FROM messages WHERE conversation_id = ? ORDER BY seq",
             (conversation_id,),
         ).fetchall()
-    finally:
-        conn.close()
     assert [r[0] for r in rows] == list(range(len(rows)))  # no gaps, no duplicates
     return [canonical.decode_message(bytes(r[1])) for r in rows]
 
 
 async def test_a_run_that_loses_the_race_keeps_nothing(
-    upstream: FakeUpstream, tmp_path: Path
+    upstream: FakeUpstream, tmp_path: Path, shared_database: str
 ) -> None:
-    db = tmp_path / "shared.db"
+    db = shared_database
     work_a, work_b = tmp_path / "a", tmp_path / "b"
     work_a.mkdir()
     work_b.mkdir()
@@ -67,7 +65,7 @@ async def test_a_run_that_loses_the_race_keeps_nothing(
 
 
 async def test_turns_alternating_between_processes_see_each_others_history(
-    upstream: FakeUpstream, tmp_path: Path
+    upstream: FakeUpstream, tmp_path: Path, shared_database: str
 ) -> None:
     """Each process keeps its last committed state for the next turn (committed_states.py) and
     its last request as the base of the next stored delta (stored_request.py). When the other
@@ -75,7 +73,7 @@ async def test_turns_alternating_between_processes_see_each_others_history(
     conversation again (no commit against an old version, so no "changed under this run" in
     either log), send the whole history, and every stored request must still rebuild to the
     bytes that were sent."""
-    db = tmp_path / "shared.db"
+    db = shared_database
     work_a, work_b = tmp_path / "a", tmp_path / "b"
     work_a.mkdir()
     work_b.mkdir()
@@ -116,8 +114,7 @@ async def test_turns_alternating_between_processes_see_each_others_history(
 
     for earlier, later in itertools.pairwise(checkpoints):
         assert later[: len(earlier)] == earlier  # each extends the one before
-    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
-    try:
+    with postgres.reader(db) as conn:
         marks = conn.execute(
             "SELECT turn, blob_id, message_count FROM turn_marks WHERE conversation_id = ? "
             "ORDER BY turn",
@@ -141,5 +138,3 @@ async def test_turns_alternating_between_processes_see_each_others_history(
         for (_, data, request_hash), prompt in zip(calls, prompts, strict=True):
             rebuilt = await load_request(bytes(data), request_hash, fetch)
             assert rebuilt.body == requests_with(upstream, prompt)[0].body
-    finally:
-        conn.close()

@@ -16,11 +16,15 @@ import sys
 import time
 from pathlib import Path
 
-from cursor_byok.store import SQLiteStore
+from cursor_byok.store import SQLiteStore, open_store
 
 
 async def race(db: str, name: str, n: int, ready: Path, go: Path) -> None:
-    store = await SQLiteStore.open(db, busy_timeout_ms=10_000)
+    store = (
+        await open_store(db)
+        if db.startswith("postgresql://")
+        else await SQLiteStore.open(db, busy_timeout_ms=10_000)
+    )
     ready.touch()
     deadline = time.monotonic() + 30
     while not go.exists():
@@ -61,7 +65,7 @@ async def race(db: str, name: str, n: int, ready: Path, go: Path) -> None:
 
 
 async def acks(db: str, n: int) -> None:
-    store = await SQLiteStore.open(db)
+    store = await open_store(db)
     payload = os.urandom(2000)
     for v in range(n):
         r = await store.commit_input(

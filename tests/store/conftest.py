@@ -3,13 +3,40 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import itertools
 import sqlite3
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 
 import pytest
 
-from cursor_byok.store import ClientOperationRecord, CommitResult, LLMCallRecord, SQLiteStore
+from cursor_byok.store import (
+    AnyStore,
+    ClientOperationRecord,
+    CommitResult,
+    LLMCallRecord,
+    PostgresStore,
+    SQLiteStore,
+    is_postgres_url,
+    open_store,
+)
+from tests.support.postgres import Cluster
+
+_DB_NUMBERS = itertools.count(1)
+
+
+BACKENDS = ("sqlite", "postgresql")
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Every test that asks for `backend` (directly or through `store` or `database`) runs on
+    both backends, except those that also reach into the SQLite file (`db_path`)."""
+    if "backend" in metafunc.fixturenames:
+        sqlite_only = (
+            "db_path" in metafunc.fixturenames
+            or metafunc.definition.get_closest_marker("sqlite_only") is not None
+        )
+        metafunc.parametrize("backend", ("sqlite",) if sqlite_only else BACKENDS)
 
 
 @pytest.fixture
@@ -18,12 +45,29 @@ def db_path(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-async def store(db_path: Path) -> AsyncIterator[SQLiteStore]:
-    s = await SQLiteStore.open(db_path)
+def database(backend: str, tmp_path: Path, request: pytest.FixtureRequest) -> str:
+    """A fresh empty database of `backend`: a file path, or the URL of a new PostgreSQL
+    database on the suite's cluster."""
+    if backend == "sqlite":
+        return str(tmp_path / "store.db")
+    cluster: Cluster = request.getfixturevalue("pg_cluster")
+    return cluster.create_database(f"t{next(_DB_NUMBERS)}")
+
+
+@pytest.fixture
+async def store(database: str) -> AsyncIterator[AnyStore]:
+    s = await open_store(database)
     try:
         yield s
     finally:
         await s.close()
+
+
+async def open_with_clock(database: str, clock: Callable[[], int]) -> AnyStore:
+    """Another store on `database` whose writes are stamped by `clock`."""
+    if is_postgres_url(database):
+        return await PostgresStore.open(database, clock=clock)
+    return await SQLiteStore.open(database, clock=clock)
 
 
 def call_record(
@@ -63,7 +107,7 @@ def operation_record(
 
 
 async def commit(
-    store: SQLiteStore,
+    store: AnyStore,
     conversation_id: str,
     input_id: str,
     expected_version: int,
@@ -107,7 +151,7 @@ def raw(path: Path) -> sqlite3.Connection:
     return sqlite3.connect(path, isolation_level=None)
 
 
-async def wait_for_batch(store: SQLiteStore, batches_before: int) -> None:
+async def wait_for_batch(store: AnyStore, batches_before: int) -> None:
     """Wait until the writer has taken a batch (it counts it before BEGIN IMMEDIATE)."""
     for _ in range(5000):
         if store.stats().batches > batches_before:

@@ -10,12 +10,14 @@ import sys
 import threading
 from pathlib import Path
 
-from cursor_byok.store import SQLiteStore
+import pytest
+
+from cursor_byok.store import AnyStore, SQLiteStore, open_store
 from cursor_byok.store.api import RunRecord
 from cursor_byok.store.sqlite import INLINE_MESSAGES
 
 
-async def _commit(store: SQLiteStore, cid: str, *, durable: bool, count: int = 1) -> None:
+async def _commit(store: AnyStore, cid: str, *, durable: bool, count: int = 1) -> None:
     result = await store.commit_input(
         cid,
         input_id="i1",
@@ -29,7 +31,8 @@ async def _commit(store: SQLiteStore, cid: str, *, durable: bool, count: int = 1
     assert result.status == "committed"
 
 
-async def test_only_durable_commits_are_fsynced(store: SQLiteStore) -> None:
+@pytest.mark.sqlite_only
+async def test_only_durable_commits_are_fsynced(store: AnyStore) -> None:
     before = store.stats().synced_batches
     await _commit(store, "quick", durable=False)
     await store.save_run(
@@ -56,9 +59,9 @@ async def test_a_normal_store_never_fsyncs_a_commit(db_path: Path) -> None:
 
 _CHILD = """
 import asyncio, sys
-from cursor_byok.store import SQLiteStore
+from cursor_byok.store import open_store
 async def main():
-    store = await SQLiteStore.open(sys.argv[1])
+    store = await open_store(sys.argv[1])
     await store.commit_input("c", input_id="i", expected_version=0, state=b"s",
         append_messages=[b"kept"], expected_message_count=0, result=b"", durable=False)
     print("committed", flush=True)
@@ -67,9 +70,9 @@ asyncio.run(main())
 """
 
 
-async def test_a_non_durable_commit_survives_kill_9(db_path: Path) -> None:
+async def test_a_non_durable_commit_survives_kill_9(database: str) -> None:
     child = subprocess.Popen(
-        [sys.executable, "-c", _CHILD, str(db_path)],
+        [sys.executable, "-c", _CHILD, database],
         stdout=subprocess.PIPE,
         text=True,
         env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2] / "src")},
@@ -83,7 +86,7 @@ async def test_a_non_durable_commit_survives_kill_9(db_path: Path) -> None:
         if child.poll() is None:
             child.kill()
             child.wait()
-    store = await SQLiteStore.open(db_path)
+    store = await open_store(database)
     try:
         record = await store.load("c")
         assert record is not None and record.messages == (b"kept",) and record.version == 1
@@ -91,7 +94,8 @@ async def test_a_non_durable_commit_survives_kill_9(db_path: Path) -> None:
         await store.close()
 
 
-async def test_point_reads_run_on_the_callers_thread(store: SQLiteStore) -> None:
+@pytest.mark.sqlite_only
+async def test_point_reads_run_on_the_callers_thread(store: AnyStore) -> None:
     await _commit(store, "small", durable=True, count=3)
     await store.save_run(
         RunRecord(request_id="r1", conversation_id="small", request=b"x", created_at_ms=1)
@@ -105,7 +109,8 @@ async def test_point_reads_run_on_the_callers_thread(store: SQLiteStore) -> None
     assert store._reads.pool_connections == 0  # no reader thread was needed
 
 
-async def test_a_large_conversation_loads_on_a_reader_thread(store: SQLiteStore) -> None:
+@pytest.mark.sqlite_only
+async def test_a_large_conversation_loads_on_a_reader_thread(store: AnyStore) -> None:
     await _commit(store, "large", durable=True, count=INLINE_MESSAGES + 1)
     record = await store.load("large")
     assert record is not None and len(record.messages) == INLINE_MESSAGES + 1

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from cursor_byok.store import (
+    AnyStore,
     SQLiteStore,
     StoreCorruptError,
     StoreFullError,
@@ -21,7 +22,7 @@ from cursor_byok.store import (
 from .conftest import commit, wait_for_batch, write_lock
 
 
-async def test_disk_full_fails_the_batch_and_recovers(store: SQLiteStore, db_path: Path) -> None:
+async def test_disk_full_fails_the_batch_and_recovers(store: AnyStore, db_path: Path) -> None:
     await commit(store, "c1", "i0", 0, (b"m0",))
     before = await store.load("c1")
     size = os.path.getsize(db_path) + os.path.getsize(str(db_path) + "-wal")

@@ -11,15 +11,17 @@ import sqlite3
 from importlib import resources
 from pathlib import Path
 
+import psycopg
 import pytest
 
-from cursor_byok.store import SQLiteStore, Store
+from cursor_byok.store import AnyStore, PostgresStore, SQLiteStore, Store
+from tests.support.postgres import Cluster
 
 from .conftest import commit, raw
 
 
 async def test_messages_table_refuses_updates_gaps_and_every_delete(
-    store: SQLiteStore, db_path: Path
+    store: AnyStore, db_path: Path
 ) -> None:
     for v in range(3):
         await commit(store, "c1", f"i{v}", v, (f"m{v}".encode(),))
@@ -41,8 +43,35 @@ async def test_messages_table_refuses_updates_gaps_and_every_delete(
     assert not {n for n in public if "truncate" in n or "rewind" in n or "remove" in n}
 
 
+async def test_postgresql_messages_refuse_updates_gaps_deletes_replacements_and_truncate(
+    pg_cluster: Cluster,
+) -> None:
+    """The same rules as SQLite's triggers, in PL/pgSQL (0001, 0003 for PostgreSQL), by direct
+    SQL on the database; TRUNCATE, which skips row triggers, is refused too."""
+    url = pg_cluster.create_database("append_only")
+    store = await PostgresStore.open(url)
+    try:
+        for v in range(3):
+            await commit(store, "c1", f"i{v}", v, (f"m{v}".encode(),))
+        statements = {
+            "UPDATE messages SET body = '\\x00' WHERE seq = 0": "append-only: no update",
+            "DELETE FROM messages WHERE seq = 2": "never deleted",
+            "INSERT INTO messages VALUES ('c1', 7, 3, '\\x00')": "gap in seq",
+            "INSERT INTO messages VALUES ('c1', 1, 3, '\\x00')": "duplicate key",
+            "TRUNCATE messages CASCADE": "never deleted",
+        }
+        with psycopg.connect(url, autocommit=True) as conn:
+            for sql, why in statements.items():
+                with pytest.raises(psycopg.Error, match=why):
+                    conn.execute(sql)
+        rec = await store.load("c1")
+        assert rec is not None and rec.messages == (b"m0", b"m1", b"m2")
+    finally:
+        await store.close()
+
+
 async def test_a_delete_is_refused_even_where_a_rewind_once_allowed_it(
-    store: SQLiteStore, db_path: Path
+    store: AnyStore, db_path: Path
 ) -> None:
     """Before migration 0003 a `message_rewinds` row of the conversation's current version let
     a DELETE of the rows past `keep` through; now nothing does."""

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
 import re
 import sqlite3
 from pathlib import Path
 
+import psycopg
 import pytest
 
-from cursor_byok.store import SQLiteStore, StoreSchemaError
+from cursor_byok.store import PostgresStore, SQLiteStore, StoreSchemaError
 from cursor_byok.store.api import TurnMark
 from cursor_byok.store.migrate import (
     APPLICATION_ID,
@@ -18,6 +20,7 @@ from cursor_byok.store.migrate import (
     migrate,
     split_statements,
 )
+from tests.support.postgres import Cluster
 
 from .conftest import commit, raw
 
@@ -211,3 +214,28 @@ def test_migration_3_splits_into_its_statements() -> None:
 
 def _strip_sql_comments(sql: str) -> str:
     return "\n".join(line.split("--", 1)[0] for line in sql.splitlines())
+
+
+async def test_postgresql_migrates_once_refuses_newer_and_foreign_databases(
+    pg_cluster: Cluster,
+) -> None:
+    """PostgreSQL (store/postgres/schema.py): replicas starting together migrate once (the
+    advisory lock), the version is the latest of the one numbered list, a newer version and a
+    database that is not cursor-byok's are refused naming why."""
+    url = pg_cluster.create_database("migrate_pg")
+    stores = await asyncio.gather(*(PostgresStore.open(url) for _ in range(4)))
+    latest = latest_version(load_migrations("postgresql"))
+    assert latest == latest_version(load_migrations("sqlite"))  # one list, both dialects
+    assert {s.schema_version for s in stores} == {latest}
+    for s in stores:
+        await s.close()
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("UPDATE cursor_byok_schema SET version = 99")
+    with pytest.raises(StoreSchemaError, match=f"version 99 is newer.*schema version {latest}"):
+        await PostgresStore.open(url)
+
+    foreign = pg_cluster.create_database("foreign_pg")
+    with psycopg.connect(foreign, autocommit=True) as conn:
+        conn.execute("CREATE TABLE conversations (id TEXT)")
+    with pytest.raises(StoreSchemaError, match="not a cursor-byok database"):
+        await PostgresStore.open(foreign)

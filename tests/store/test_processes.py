@@ -1,4 +1,5 @@
-"""Two server processes on one database file; durability across kill -9."""
+"""Two server processes on one database (a SQLite file, a PostgreSQL database); durability
+across kill -9."""
 
 from __future__ import annotations
 
@@ -9,14 +10,14 @@ import sys
 import time
 from pathlib import Path
 
-from cursor_byok.store import SQLiteStore
+from cursor_byok.store import open_store
 
 WORKER = Path(__file__).with_name("_worker.py")
 
 
-async def test_two_processes_never_both_append(tmp_path: Path) -> None:
-    db = tmp_path / "shared.db"
-    await (await SQLiteStore.open(db)).close()  # migrate once up front
+async def test_two_processes_never_both_append(tmp_path: Path, database: str) -> None:
+    db = database
+    await (await open_store(db)).close()  # migrate once up front
     n = 150
     go = tmp_path / "go"
     procs = []
@@ -40,7 +41,7 @@ async def test_two_processes_never_both_append(tmp_path: Path) -> None:
     assert conflicts > 0, "the processes did race for the same versions"
     all_won = won["A"] + won["B"]
     assert sorted(all_won) == list(range(1, n + 1)), "each version committed exactly once"
-    async with await SQLiteStore.open(db) as s:
+    async with await open_store(db) as s:
         rec = await s.load("shared")
     assert rec is not None
     assert rec.version == n
@@ -49,8 +50,8 @@ async def test_two_processes_never_both_append(tmp_path: Path) -> None:
     assert rec.state == f"{owner[n]}@{n}".encode()
 
 
-async def test_acknowledged_commits_survive_kill_9(tmp_path: Path) -> None:
-    db = tmp_path / "durable.db"
+async def test_acknowledged_commits_survive_kill_9(database: str) -> None:
+    db = database
     proc = subprocess.Popen(
         [sys.executable, str(WORKER), "acks", str(db), "100000"],
         stdout=subprocess.PIPE,
@@ -64,7 +65,7 @@ async def test_acknowledged_commits_survive_kill_9(tmp_path: Path) -> None:
             break
     proc.send_signal(signal.SIGKILL)
     proc.wait(timeout=10)
-    async with await SQLiteStore.open(db) as s:
+    async with await open_store(db) as s:
         rec = await s.load("durable")
     assert rec is not None
     assert rec.version >= last

@@ -4,18 +4,18 @@ from __future__ import annotations
 
 import pytest
 
-from cursor_byok.store import RecordMismatchError, SQLiteStore, StoreIntegrityError
+from cursor_byok.store import AnyStore, RecordMismatchError, StoreIntegrityError
 
-from .conftest import call_record, commit, operation_record
+from .conftest import call_record, commit, open_with_clock, operation_record
 
 
 @pytest.fixture
-async def conv(store: SQLiteStore) -> SQLiteStore:
+async def conv(store: AnyStore) -> AnyStore:
     await commit(store, "c1", "i0", 0, (b"m0",))
     return store
 
 
-async def test_llm_call_upsert_keeps_request_bytes_immutable(conv: SQLiteStore) -> None:
+async def test_llm_call_upsert_keeps_request_bytes_immutable(conv: AnyStore) -> None:
     request = b'{"model":"m","messages":[' + b"x" * 20_000 + b"]}"
     planned = call_record("call-1", request=request)
     assert (await conv.save_llm_call(planned)).outcome == "inserted"
@@ -35,7 +35,7 @@ async def test_llm_call_upsert_keeps_request_bytes_immutable(conv: SQLiteStore) 
     assert await conv.get_llm_call("call-1") == stored
 
 
-async def test_llm_call_observability_fields_round_trip(conv: SQLiteStore) -> None:
+async def test_llm_call_observability_fields_round_trip(conv: AnyStore) -> None:
     done = call_record(
         "call-1",
         status="committed",
@@ -59,7 +59,7 @@ async def test_llm_call_observability_fields_round_trip(conv: SQLiteStore) -> No
     assert await conv.get_llm_call("missing") is None
 
 
-async def test_committed_llm_call_is_final(conv: SQLiteStore) -> None:
+async def test_committed_llm_call_is_final(conv: AnyStore) -> None:
     await conv.save_llm_call(call_record("call-1", status="committed", assistant_hash="h1"))
     late = await conv.save_llm_call(call_record("call-1", status="failed", error="dup stream"))
     assert late.outcome == "ignored" and "committed" in late.reason
@@ -67,7 +67,7 @@ async def test_committed_llm_call_is_final(conv: SQLiteStore) -> None:
     assert stored is not None and (stored.status, stored.assistant_hash) == ("committed", "h1")
 
 
-async def test_failed_llm_call_can_be_retried_with_the_same_id(conv: SQLiteStore) -> None:
+async def test_failed_llm_call_can_be_retried_with_the_same_id(conv: AnyStore) -> None:
     await conv.save_llm_call(call_record("call-1", status="failed", error="502"))
     r = await conv.save_llm_call(call_record("call-1", status="streaming"))
     assert r.outcome == "updated"
@@ -76,7 +76,7 @@ async def test_failed_llm_call_can_be_retried_with_the_same_id(conv: SQLiteStore
 
 
 async def test_llm_call_needs_a_known_conversation_and_a_valid_status(
-    conv: SQLiteStore,
+    conv: AnyStore,
 ) -> None:
     with pytest.raises(StoreIntegrityError, match="FOREIGN KEY"):
         await conv.save_llm_call(call_record("call-x", conversation_id="unknown"))
@@ -84,7 +84,7 @@ async def test_llm_call_needs_a_known_conversation_and_a_valid_status(
         await conv.save_llm_call(call_record("call-y", status="done"))
 
 
-async def test_client_operation_lifecycle_and_completed_result_kept(conv: SQLiteStore) -> None:
+async def test_client_operation_lifecycle_and_completed_result_kept(conv: AnyStore) -> None:
     op = operation_record("op-1")
     assert (await conv.save_client_operation(op)).outcome == "inserted"
     sent = operation_record("op-1", status="sent", updated_at_ms=1500)
@@ -109,9 +109,9 @@ async def test_client_operation_lifecycle_and_completed_result_kept(conv: SQLite
     assert await conv.get_client_operation("op-2") is None
 
 
-async def test_listings_for_the_dashboard(store: SQLiteStore) -> None:
+async def test_listings_for_the_dashboard(database: str) -> None:
     times = iter(range(10_000, 20_000, 10))
-    s = await SQLiteStore.open(store.path + ".2", clock=lambda: next(times))
+    s = await open_with_clock(database, lambda: next(times))
     try:
         for c in ("a", "b", "c"):
             await commit(s, c, "i0", 0, (b"m",))
@@ -127,7 +127,7 @@ async def test_listings_for_the_dashboard(store: SQLiteStore) -> None:
         await s.close()
 
 
-async def test_stream_diagnostics_are_kept_apart(conv: SQLiteStore) -> None:
+async def test_stream_diagnostics_are_kept_apart(conv: AnyStore) -> None:
     await conv.save_llm_call(call_record("call-1"))
     await conv.append_stream_diagnostics("call-1", [(0, b"start"), (1, b"delta")])
     await conv.append_stream_diagnostics("call-1", [(1, b"again"), (2, b"done")])

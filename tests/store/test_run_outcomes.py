@@ -5,6 +5,7 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
+from cursor_byok.store import AnyStore
 from cursor_byok.store.api import LLMCallRecord, RunOutcomeRecord
 from cursor_byok.store.migrate import latest_version
 from cursor_byok.store.sqlite import SQLiteStore
@@ -47,7 +48,7 @@ def call(call_id: str, conversation_id: str, at: int, **kw: object) -> LLMCallRe
     )
 
 
-async def commit(store: SQLiteStore, conversation_id: str) -> None:
+async def commit(store: AnyStore, conversation_id: str) -> None:
     result = await store.commit_input(
         conversation_id,
         input_id="i1",

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import msgspec
 
+from cursor_byok.store import AnyStore
 from cursor_byok.store.api import RunRecord, TurnMark
 from cursor_byok.store.sqlite import SQLiteStore
 
@@ -26,7 +27,7 @@ async def test_run_requests_survive_a_reopen(db_path: Path) -> None:
     await store.close()
 
 
-async def test_turn_marks_are_replaced_whole(store: SQLiteStore) -> None:
+async def test_turn_marks_are_replaced_whole(store: AnyStore) -> None:
     marks = [
         TurnMark(conversation_id="c1", turn=i, blob_id=bytes([i]) * 32, message_count=2 * i)
         for i in (1, 2, 3)
@@ -38,7 +39,7 @@ async def test_turn_marks_are_replaced_whole(store: SQLiteStore) -> None:
     assert await store.list_turn_marks("c2") == ()
 
 
-async def test_unchanged_turn_marks_are_not_written_again(store: SQLiteStore) -> None:
+async def test_unchanged_turn_marks_are_not_written_again(store: AnyStore) -> None:
     """A new turn writes its own mark only; if an earlier write was lost, all are written."""
     marks = [
         TurnMark(conversation_id="c1", turn=i, blob_id=bytes([i]) * 32, message_count=2 * i)
@@ -67,7 +68,7 @@ async def test_unchanged_turn_marks_are_not_written_again(store: SQLiteStore) ->
     assert await store.list_turn_marks("c1") == ()
 
 
-async def test_turn_mark_views_are_kept_as_given(store: SQLiteStore, db_path: Path) -> None:
+async def test_turn_mark_views_are_kept_as_given(store: AnyStore, db_path: Path) -> None:
     """`view` is opaque bytes: any bytes come back unchanged, no view comes back as b"" (stored
     as NULL), through a whole write and through `unchanged=n`."""
     views = [b"\x00view-1\xff", b"", b"v3" * 50_000, b"\x00"]

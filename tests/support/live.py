@@ -44,7 +44,7 @@ class ThreadedUpstream:
             self._loop.close()
 
 
-def brain_config(upstream_url: str, *, db: Path, extra: str = "") -> str:
+def brain_config(upstream_url: str, *, db: Path | str, extra: str = "") -> str:
     return f"""
 [server]
 host = "127.0.0.1"

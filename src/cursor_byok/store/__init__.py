@@ -14,6 +14,7 @@ from .api import (
     SaveResult,
     Store,
 )
+from .backends import AnyStore, is_postgres_url, open_store
 from .errors import (
     RecordMismatchError,
     StoreClosedError,
@@ -25,9 +26,11 @@ from .errors import (
     StoreLockedError,
     StoreSchemaError,
 )
+from .postgres import PostgresStore
 from .sqlite import SQLiteStore, WriterStats
 
 __all__ = [
+    "AnyStore",
     "CallStatus",
     "ClientOperationRecord",
     "CommitResult",
@@ -37,6 +40,7 @@ __all__ = [
     "InputCommit",
     "LLMCallRecord",
     "OperationStatus",
+    "PostgresStore",
     "RecordMismatchError",
     "SQLiteStore",
     "SaveOutcome",
@@ -51,4 +55,6 @@ __all__ = [
     "StoreLockedError",
     "StoreSchemaError",
     "WriterStats",
+    "is_postgres_url",
+    "open_store",
 ]

@@ -12,7 +12,7 @@ other state change; the store only appends.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Literal, Protocol
 
 import msgspec
@@ -429,3 +429,29 @@ class Store(Protocol):
         ...
 
     async def close(self) -> None: ...
+
+
+class ConversationClaims(Protocol):
+    """Relays "a run took this conversation" between server processes that share a database
+    server (PostgreSQL: NOTIFY on one connection, LISTEN on another). It only carries the
+    message; what a holder does on hearing it is the runtime's to decide. SQLite has none:
+    there the version compare-and-set alone decides between processes."""
+
+    async def announce_claim(self, conversation_id: str, claimant: str) -> None:
+        """Tell every listening process (this one included) that `claimant` took it."""
+        ...
+
+    async def watch_claims(self, on_claim: Callable[[str, str], None]) -> None:
+        """Start calling `on_claim(conversation_id, claimant)` on the caller's event loop for
+        each claim announced from now on, until the store is closed."""
+        ...
+
+    async def hold_conversation(self, conversation_id: str) -> bool:
+        """Try once to take this process's hold on the conversation (PostgreSQL: a
+        session-level advisory lock on a connection of its own, so a process that dies lets
+        go with its connection). False: another process holds it."""
+        ...
+
+    async def release_conversation(self, conversation_id: str) -> None:
+        """Let go of the hold taken by `hold_conversation` (nothing when not held)."""
+        ...

@@ -1,7 +1,11 @@
 """Versioned schema migrations: numbered SQL files applied in order, each in one transaction.
 
 Files live in `cursor_byok/store/migrations/NNNN_name.sql` (loaded with importlib.resources) and
-must be numbered 1, 2, 3... without gaps. `PRAGMA user_version` holds the number of the last one
+must be numbered 1, 2, 3... without gaps. One numbered list serves both backends: where
+PostgreSQL needs other SQL (types, triggers), `NNNN_name.postgresql.sql` beside the shared file
+is what PostgreSQL runs for that number; a number with only `NNNN_name.sql` runs the same SQL
+on both, and a `NNNN_name.sqlite.sql` alone would be SQLite's. The PostgreSQL side of applying
+them is in store/postgres/schema.py. `PRAGMA user_version` holds the number of the last one
 applied; it is written inside the same transaction as the migration, so a failed migration
 leaves neither tables nor the version behind. A database whose version is newer than the
 newest file is refused.
@@ -12,6 +16,7 @@ from __future__ import annotations
 import re
 import sqlite3
 from importlib import resources
+from typing import Literal
 
 import msgspec
 
@@ -20,7 +25,8 @@ from .errors import StoreSchemaError
 APPLICATION_ID = 0x43425950  # "CBYP": marks a cursor-byok database in the file header.
 _SQLITE_ERROR = 1
 _SQLITE_CONSTRAINT = 19
-_NAME = re.compile(r"^(\d{4})_[a-z0-9_]+\.sql$")
+_NAME = re.compile(r"^(\d{4})_([a-z0-9_]+?)(?:\.(sqlite|postgresql))?\.sql$")
+Dialect = Literal["sqlite", "postgresql"]
 
 
 class Migration(msgspec.Struct, frozen=True):
@@ -29,15 +35,22 @@ class Migration(msgspec.Struct, frozen=True):
     sql: str
 
 
-def load_migrations() -> tuple[Migration, ...]:
+def load_migrations(dialect: Dialect = "sqlite") -> tuple[Migration, ...]:
+    """The migrations `dialect` runs, in order: per number, the file of that dialect if there is
+    one, else the shared file."""
     folder = resources.files("cursor_byok.store").joinpath("migrations")
-    found: list[Migration] = []
+    shared: dict[int, Migration] = {}
+    own: dict[int, Migration] = {}
     for entry in folder.iterdir():
         m = _NAME.match(entry.name)
         if m is None:
             continue
-        found.append(Migration(int(m.group(1)), entry.name, entry.read_text(encoding="utf-8")))
-    found.sort(key=lambda mig: mig.version)
+        mig = Migration(int(m.group(1)), entry.name, entry.read_text(encoding="utf-8"))
+        if m.group(3) is None:
+            shared[mig.version] = mig
+        elif m.group(3) == dialect:
+            own[mig.version] = mig
+    found = sorted({**shared, **own}.values(), key=lambda mig: mig.version)
     for expected, mig in enumerate(found, start=1):
         if mig.version != expected:
             raise RuntimeError(f"store migrations must be numbered 1..n without gaps: {mig.name}")

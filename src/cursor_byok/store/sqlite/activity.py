@@ -7,13 +7,13 @@ decides nothing: the sums and "latest" picks are plain SQL over what is stored.
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Sequence
 from typing import Any
 
 import msgspec
 
 from ..api import ConversationOverview, LLMCallRecord, RunOutcomeRecord, SaveResult
+from ..sql import Conn
 from .rows import CALL_FIELDS, CALL_SELECT
 
 OUTCOME_FIELDS: tuple[str, ...] = tuple(f.name for f in msgspec.structs.fields(RunOutcomeRecord))
@@ -23,13 +23,15 @@ _OUTCOME_UPSERT = (
     f"VALUES ({', '.join('?' for _ in OUTCOME_FIELDS)}) "
     "ON CONFLICT (request_id) DO UPDATE SET "
     + ", ".join(
-        "title = COALESCE(NULLIF(excluded.title, ''), title)"
+        "title = COALESCE(NULLIF(excluded.title, ''), run_outcomes.title)"
         if f == "title"
         else f"{f} = excluded.{f}"
         for f in OUTCOME_FIELDS
         if f != "request_id"
     )
 )
+# The SQL here is portable between SQLite and PostgreSQL (subqueries named, sums of CASE
+# rather than of booleans): both backends run it (store/sql.py).
 # Newest activity first: a conversation's last commit, or its last run outcome (a conversation
 # whose runs were all refused has no conversations row).
 _RECENT_CONVERSATIONS = """
@@ -37,20 +39,20 @@ SELECT conversation_id, MAX(t) AS last FROM (
     SELECT conversation_id, updated_at_ms AS t FROM conversations
     UNION ALL
     SELECT conversation_id, MAX(finished_at_ms) AS t FROM run_outcomes GROUP BY conversation_id
-) GROUP BY conversation_id ORDER BY last DESC, conversation_id LIMIT ?
+) AS activity GROUP BY conversation_id ORDER BY last DESC, conversation_id LIMIT ?
 """
 _FINAL = "('committed', 'failed', 'canceled')"
 _CALL_SUMS = f"""
-SELECT COUNT(*), COUNT(DISTINCT turn_id), SUM(status = 'failed'),
+SELECT COUNT(*), COUNT(DISTINCT turn_id), SUM(CASE WHEN status = 'failed' THEN 1 ELSE 0 END),
        COALESCE(SUM(input_tokens), 0), COALESCE(SUM(output_tokens), 0),
        COALESCE(SUM(cache_read_tokens), 0), COALESCE(SUM(cache_write_tokens), 0),
        COALESCE(SUM(reasoning_tokens), 0), COALESCE(SUM(cost_usd), 0.0),
-       SUM(status IN {_FINAL} AND cost_usd IS NULL)
+       SUM(CASE WHEN status IN {_FINAL} AND cost_usd IS NULL THEN 1 ELSE 0 END)
 FROM llm_calls WHERE conversation_id = ?
 """
 
 
-def save_outcome(conn: sqlite3.Connection, record: RunOutcomeRecord) -> SaveResult:
+def save_outcome(conn: Conn, record: RunOutcomeRecord) -> SaveResult:
     known = conn.execute(
         "SELECT 1 FROM run_outcomes WHERE request_id = ?", (record.request_id,)
     ).fetchone()
@@ -58,7 +60,7 @@ def save_outcome(conn: sqlite3.Connection, record: RunOutcomeRecord) -> SaveResu
     return SaveResult(outcome="inserted" if known is None else "updated")
 
 
-def recent_outcomes(conn: sqlite3.Connection, limit: int) -> tuple[RunOutcomeRecord, ...]:
+def recent_outcomes(conn: Conn, limit: int) -> tuple[RunOutcomeRecord, ...]:
     rows = conn.execute(
         f"{_OUTCOME_SELECT} ORDER BY finished_at_ms DESC, request_id LIMIT ?", (limit,)
     ).fetchall()
@@ -66,7 +68,7 @@ def recent_outcomes(conn: sqlite3.Connection, limit: int) -> tuple[RunOutcomeRec
 
 
 def conversation_outcomes(
-    conn: sqlite3.Connection, conversation_id: str, limit: int
+    conn: Conn, conversation_id: str, limit: int
 ) -> tuple[RunOutcomeRecord, ...]:
     rows = conn.execute(
         f"{_OUTCOME_SELECT} WHERE conversation_id = ? "
@@ -76,9 +78,7 @@ def conversation_outcomes(
     return tuple(_outcome_from_row(r) for r in rows)
 
 
-def conversation_calls(
-    conn: sqlite3.Connection, conversation_id: str, limit: int
-) -> tuple[LLMCallRecord, ...]:
+def conversation_calls(conn: Conn, conversation_id: str, limit: int) -> tuple[LLMCallRecord, ...]:
     rows = conn.execute(
         f"{CALL_SELECT} WHERE conversation_id = ? ORDER BY created_at_ms DESC, call_id LIMIT ?",
         (conversation_id, limit),
@@ -86,17 +86,17 @@ def conversation_calls(
     return tuple(LLMCallRecord(**dict(zip(CALL_FIELDS, r, strict=True))) for r in rows)
 
 
-def overviews(conn: sqlite3.Connection, limit: int) -> tuple[ConversationOverview, ...]:
+def overviews(conn: Conn, limit: int) -> tuple[ConversationOverview, ...]:
     """Run inside one read transaction: every sum comes from the same snapshot."""
     recent = conn.execute(_RECENT_CONVERSATIONS, (limit,)).fetchall()
     return tuple(_overview(conn, cid, last) for cid, last in recent)
 
 
-def overview(conn: sqlite3.Connection, conversation_id: str) -> ConversationOverview | None:
+def overview(conn: Conn, conversation_id: str) -> ConversationOverview | None:
     row = conn.execute(
         "SELECT MAX(t) FROM ("
         "SELECT updated_at_ms AS t FROM conversations WHERE conversation_id = ? "
-        "UNION ALL SELECT finished_at_ms FROM run_outcomes WHERE conversation_id = ?)",
+        "UNION ALL SELECT finished_at_ms FROM run_outcomes WHERE conversation_id = ?) AS activity",
         (conversation_id, conversation_id),
     ).fetchone()
     if row is None or row[0] is None:
@@ -104,7 +104,7 @@ def overview(conn: sqlite3.Connection, conversation_id: str) -> ConversationOver
     return _overview(conn, conversation_id, int(row[0]))
 
 
-def _overview(conn: sqlite3.Connection, cid: str, last: int) -> ConversationOverview:
+def _overview(conn: Conn, cid: str, last: int) -> ConversationOverview:
     head = conn.execute(
         "SELECT version, message_count, created_at_ms FROM conversations WHERE conversation_id = ?",
         (cid,),
@@ -158,7 +158,7 @@ def _overview(conn: sqlite3.Connection, cid: str, last: int) -> ConversationOver
     )
 
 
-def _last_error(conn: sqlite3.Connection, cid: str) -> tuple[str, int] | None:
+def _last_error(conn: Conn, cid: str) -> tuple[str, int] | None:
     """The latest error of the conversation's failed calls and failed runs."""
     row = conn.execute(
         "SELECT error, t FROM ("
@@ -166,7 +166,7 @@ def _last_error(conn: sqlite3.Connection, cid: str) -> tuple[str, int] | None:
         "WHERE conversation_id = ? AND status = 'failed' AND error IS NOT NULL "
         "UNION ALL SELECT error, finished_at_ms FROM run_outcomes "
         "WHERE conversation_id = ? AND error IS NOT NULL"
-        ") ORDER BY t DESC LIMIT 1",
+        ") AS errors ORDER BY t DESC LIMIT 1",
         (cid, cid),
     ).fetchone()
     return None if row is None else (str(row[0]), int(row[1]))

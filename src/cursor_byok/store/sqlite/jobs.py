@@ -7,7 +7,6 @@ keeps in its state bytes, and migration 0003 makes the database refuse any DELET
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Callable, Sequence
 
 import msgspec
@@ -21,6 +20,7 @@ from ..api import (
     TurnMark,
 )
 from ..errors import RecordMismatchError, StoreIntegrityError
+from ..sql import Conn
 from .rows import CALL_FIELDS, OP_FIELDS, current_version, find_input, get_call, get_operation
 
 _CALL_IMMUTABLE = ("conversation_id", "turn_id", "request", "request_hash", "messages_hash")
@@ -50,7 +50,7 @@ _OP_INSERT = (
 
 
 def commit_input(
-    conn: sqlite3.Connection,
+    conn: Conn,
     path: str,
     now: int,
     conversation_id: str,
@@ -97,6 +97,15 @@ def commit_input(
             (conversation_id,),
         ).fetchone()
         if row is None or row[0] != expected_version:
+            # PostgreSQL (read committed): a concurrent commit of this same input may have won
+            # the compare-and-set after our first look; each statement sees the latest commits,
+            # so looking again tells a duplicate from a conflict. (SQLite serializes writers:
+            # there the first look already saw it.)
+            previous = find_input(conn, conversation_id, input_id)
+            if previous is not None:
+                return CommitResult(
+                    status="duplicate", version=0 if row is None else row[0], previous=previous
+                )
             return CommitResult(status="conflict", version=0 if row is None else row[0])
         raise StoreIntegrityError(
             path,
@@ -126,7 +135,7 @@ def commit_input(
     return CommitResult(status="committed", version=version, ignored=tuple(ignored))
 
 
-def upsert_call(conn: sqlite3.Connection, path: str, record: LLMCallRecord) -> SaveResult:
+def upsert_call(conn: Conn, path: str, record: LLMCallRecord) -> SaveResult:
     stored = get_call(conn, record.call_id)
     if stored is None:
         conn.execute(_CALL_INSERT, msgspec.structs.astuple(record))
@@ -145,9 +154,7 @@ def upsert_call(conn: sqlite3.Connection, path: str, record: LLMCallRecord) -> S
     return SaveResult(outcome="updated")
 
 
-def upsert_operation(
-    conn: sqlite3.Connection, path: str, record: ClientOperationRecord, now: int
-) -> SaveResult:
+def upsert_operation(conn: Conn, path: str, record: ClientOperationRecord, now: int) -> SaveResult:
     stored = get_operation(conn, record.operation_id)
     if stored is None:
         conn.execute(_OP_INSERT, (*msgspec.structs.astuple(record), now))
@@ -173,7 +180,7 @@ def upsert_operation(
     return SaveResult(outcome="updated")
 
 
-def save_run(conn: sqlite3.Connection, record: RunRecord) -> SaveResult:
+def save_run(conn: Conn, record: RunRecord) -> SaveResult:
     row = conn.execute(
         "SELECT request FROM runs WHERE request_id = ?", (record.request_id,)
     ).fetchone()
@@ -190,7 +197,7 @@ def save_run(conn: sqlite3.Connection, record: RunRecord) -> SaveResult:
 
 
 def save_turn_marks(
-    conn: sqlite3.Connection,
+    conn: Conn,
     conversation_id: str,
     marks: Sequence[TurnMark],
     unchanged: int,
@@ -227,7 +234,7 @@ def save_turn_marks(
 
 
 def append_stream_diagnostics(
-    conn: sqlite3.Connection, call_id: str, events: Sequence[tuple[int, bytes]]
+    conn: Conn, call_id: str, events: Sequence[tuple[int, bytes]]
 ) -> None:
     conn.executemany(
         "INSERT INTO stream_diagnostics (call_id, event_index, event) VALUES (?, ?, ?) "

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import sqlite3
-
 from ..api import SaveResult, SubagentLink
+from ..sql import Conn
 
 _FIELDS = (
     "parent_conversation_id, parent_tool_call_id, child_conversation_id, subagent_type, "
@@ -12,7 +11,7 @@ _FIELDS = (
 )
 
 
-def save_link(conn: sqlite3.Connection, link: SubagentLink) -> SaveResult:
+def save_link(conn: Conn, link: SubagentLink) -> SaveResult:
     """The first link of a parent call wins: a second child for the same call is never
     recorded (it would mean a second child was started)."""
     row = conn.execute(
@@ -49,9 +48,7 @@ def _link(row: tuple[str, str, str, str, int, int]) -> SubagentLink:
     )
 
 
-def find_link(
-    conn: sqlite3.Connection, parent_conversation_id: str, tool_call_id: str
-) -> SubagentLink | None:
+def find_link(conn: Conn, parent_conversation_id: str, tool_call_id: str) -> SubagentLink | None:
     row = conn.execute(
         f"SELECT {_FIELDS} FROM subagent_links "
         "WHERE parent_conversation_id = ? AND parent_tool_call_id = ?",
@@ -60,7 +57,7 @@ def find_link(
     return _link(row) if row is not None else None
 
 
-def list_links(conn: sqlite3.Connection, parent_conversation_id: str) -> tuple[SubagentLink, ...]:
+def list_links(conn: Conn, parent_conversation_id: str) -> tuple[SubagentLink, ...]:
     rows = conn.execute(
         f"SELECT {_FIELDS} FROM subagent_links WHERE parent_conversation_id = ? "
         "ORDER BY created_at_ms, parent_tool_call_id",

@@ -7,7 +7,6 @@ commits or decides; bytes come back as they were stored.
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Sequence
 from typing import Any
 
@@ -23,6 +22,7 @@ from ..api import (
     TurnMark,
 )
 from ..errors import StoreCorruptError
+from ..sql import Conn
 from .reads import TooLarge
 
 CALL_FIELDS: tuple[str, ...] = tuple(f.name for f in msgspec.structs.fields(LLMCallRecord))
@@ -33,7 +33,7 @@ _SUMMARY_COLUMNS = "conversation_id, version, message_count, created_at_ms, upda
 
 
 def load_conversation(
-    conn: sqlite3.Connection, path: str, conversation_id: str, max_messages: int | None = None
+    conn: Conn, path: str, conversation_id: str, max_messages: int | None = None
 ) -> ConversationRecord | None:
     """The conversation with every message it ever appended, in order. Raises TooLarge when it
     holds more than `max_messages`, StoreCorruptError when rows are missing. Run it inside one
@@ -67,7 +67,7 @@ def load_conversation(
     )
 
 
-def head(conn: sqlite3.Connection, conversation_id: str) -> ConversationSummary | None:
+def head(conn: Conn, conversation_id: str) -> ConversationSummary | None:
     row = conn.execute(
         f"SELECT {_SUMMARY_COLUMNS} FROM conversations WHERE conversation_id = ?",
         (conversation_id,),
@@ -75,7 +75,7 @@ def head(conn: sqlite3.Connection, conversation_id: str) -> ConversationSummary 
     return None if row is None else _summary_from_row(row)
 
 
-def list_conversations(conn: sqlite3.Connection, limit: int) -> tuple[ConversationSummary, ...]:
+def list_conversations(conn: Conn, limit: int) -> tuple[ConversationSummary, ...]:
     rows = conn.execute(
         f"SELECT {_SUMMARY_COLUMNS} FROM conversations "
         "ORDER BY updated_at_ms DESC, conversation_id LIMIT ?",
@@ -84,7 +84,7 @@ def list_conversations(conn: sqlite3.Connection, limit: int) -> tuple[Conversati
     return tuple(_summary_from_row(r) for r in rows)
 
 
-def current_version(conn: sqlite3.Connection, conversation_id: str) -> int:
+def current_version(conn: Conn, conversation_id: str) -> int:
     """The conversation's version, 0 when there is no such conversation."""
     row = conn.execute(
         "SELECT version FROM conversations WHERE conversation_id = ?", (conversation_id,)
@@ -92,7 +92,7 @@ def current_version(conn: sqlite3.Connection, conversation_id: str) -> int:
     return 0 if row is None else int(row[0])
 
 
-def find_input(conn: sqlite3.Connection, conversation_id: str, input_id: str) -> InputCommit | None:
+def find_input(conn: Conn, conversation_id: str, input_id: str) -> InputCommit | None:
     row = conn.execute(
         "SELECT committed_version, result, created_at_ms FROM input_commits "
         "WHERE conversation_id = ? AND input_id = ?",
@@ -109,19 +109,19 @@ def find_input(conn: sqlite3.Connection, conversation_id: str, input_id: str) ->
     )
 
 
-def get_call(conn: sqlite3.Connection, call_id: str) -> LLMCallRecord | None:
+def get_call(conn: Conn, call_id: str) -> LLMCallRecord | None:
     row = conn.execute(f"{CALL_SELECT} WHERE call_id = ?", (call_id,)).fetchone()
     return None if row is None else _call_from_row(row)
 
 
-def list_recent_calls(conn: sqlite3.Connection, limit: int) -> tuple[LLMCallRecord, ...]:
+def list_recent_calls(conn: Conn, limit: int) -> tuple[LLMCallRecord, ...]:
     rows = conn.execute(
         f"{CALL_SELECT} ORDER BY created_at_ms DESC, call_id LIMIT ?", (limit,)
     ).fetchall()
     return tuple(_call_from_row(r) for r in rows)
 
 
-def get_operation(conn: sqlite3.Connection, operation_id: str) -> ClientOperationRecord | None:
+def get_operation(conn: Conn, operation_id: str) -> ClientOperationRecord | None:
     row = conn.execute(f"{OP_SELECT} WHERE operation_id = ?", (operation_id,)).fetchone()
     if row is None:
         return None
@@ -130,7 +130,7 @@ def get_operation(conn: sqlite3.Connection, operation_id: str) -> ClientOperatio
     return ClientOperationRecord(**values)
 
 
-def find_run(conn: sqlite3.Connection, request_id: str) -> RunRecord | None:
+def find_run(conn: Conn, request_id: str) -> RunRecord | None:
     row = conn.execute(
         "SELECT request_id, conversation_id, request, created_at_ms FROM runs WHERE request_id = ?",
         (request_id,),
@@ -142,7 +142,7 @@ def find_run(conn: sqlite3.Connection, request_id: str) -> RunRecord | None:
     )
 
 
-def list_turn_marks(conn: sqlite3.Connection, conversation_id: str) -> tuple[TurnMark, ...]:
+def list_turn_marks(conn: Conn, conversation_id: str) -> tuple[TurnMark, ...]:
     """The marks in turn order. A NULL view (no view given, or a mark written before
     migration 0003) comes back as b""."""
     rows = conn.execute(
@@ -162,9 +162,7 @@ def list_turn_marks(conn: sqlite3.Connection, conversation_id: str) -> tuple[Tur
     )
 
 
-def list_stream_diagnostics(
-    conn: sqlite3.Connection, call_id: str
-) -> tuple[tuple[int, bytes], ...]:
+def list_stream_diagnostics(conn: Conn, call_id: str) -> tuple[tuple[int, bytes], ...]:
     rows = conn.execute(
         "SELECT event_index, event FROM stream_diagnostics WHERE call_id = ? ORDER BY event_index",
         (call_id,),

@@ -7,12 +7,12 @@ runtime's to say (transport/runtime/access.py).
 
 from __future__ import annotations
 
-import sqlite3
 from typing import Any
 
 import msgspec
 
 from ..api import AccessTokenRecord, SaveResult, TokenUsage
+from ..sql import Conn
 
 _FIELDS = (
     "token_id",
@@ -42,7 +42,7 @@ def _record(row: Any) -> AccessTokenRecord:
     return AccessTokenRecord(**values)
 
 
-def add(conn: sqlite3.Connection, record: AccessTokenRecord) -> SaveResult:
+def add(conn: Conn, record: AccessTokenRecord) -> SaveResult:
     clash = conn.execute(
         "SELECT name FROM access_tokens WHERE token_id = ? OR secret_hash = ? "
         "OR (name = ? AND revoked_at_ms IS NULL)",
@@ -67,23 +67,23 @@ def add(conn: sqlite3.Connection, record: AccessTokenRecord) -> SaveResult:
     return SaveResult(outcome="inserted")
 
 
-def find(conn: sqlite3.Connection, secret_hash: str) -> AccessTokenRecord | None:
+def find(conn: Conn, secret_hash: str) -> AccessTokenRecord | None:
     row = conn.execute(f"{_SELECT} WHERE secret_hash = ?", (secret_hash,)).fetchone()
     return None if row is None else _record(row)
 
 
-def get(conn: sqlite3.Connection, token_id: str) -> AccessTokenRecord | None:
+def get(conn: Conn, token_id: str) -> AccessTokenRecord | None:
     row = conn.execute(f"{_SELECT} WHERE token_id = ?", (token_id,)).fetchone()
     return None if row is None else _record(row)
 
 
-def listing(conn: sqlite3.Connection, include_revoked: bool) -> tuple[AccessTokenRecord, ...]:
+def listing(conn: Conn, include_revoked: bool) -> tuple[AccessTokenRecord, ...]:
     where = "" if include_revoked else " WHERE revoked_at_ms IS NULL"
     rows = conn.execute(f"{_SELECT}{where} ORDER BY name, created_at_ms DESC").fetchall()
     return tuple(_record(r) for r in rows)
 
 
-def revoke(conn: sqlite3.Connection, name: str, at_ms: int) -> AccessTokenRecord | None:
+def revoke(conn: Conn, name: str, at_ms: int) -> AccessTokenRecord | None:
     row = conn.execute(
         "SELECT token_id FROM access_tokens WHERE name = ? AND revoked_at_ms IS NULL", (name,)
     ).fetchone()
@@ -99,13 +99,11 @@ _SPEND = (
 )
 
 
-def spend(conn: sqlite3.Connection, token_id: str, since_ms: int, until_ms: int) -> float:
+def spend(conn: Conn, token_id: str, since_ms: int, until_ms: int) -> float:
     return float(conn.execute(_SPEND, (token_id, since_ms, until_ms)).fetchone()[0])
 
 
-def usage(
-    conn: sqlite3.Connection, since_ms: int, until_ms: int, token_id: str | None
-) -> tuple[TokenUsage, ...]:
+def usage(conn: Conn, since_ms: int, until_ms: int, token_id: str | None) -> tuple[TokenUsage, ...]:
     sql, args = _USAGE, list[object]([since_ms, until_ms])
     if token_id is not None:
         sql += " AND token_id = ?"

@@ -40,6 +40,7 @@ from .http import (
     unsupported_media,
 )
 from .ledger import client_key
+from .relay import AppendRelay, RelayedAppends
 from .rsgi import WRITE_NOWAIT
 from .service import Codec, Service
 from .sessions import PRINCIPAL_HEADER, RunHandler, SessionRegistry, TransportLimits
@@ -116,6 +117,7 @@ class ConnectApp:
         limits: TransportLimits | None = None,
         routes: ExtraRoutes | None = None,
         authenticator: Authenticator | None = None,
+        relay: AppendRelay | None = None,
     ) -> None:
         self.service = service
         self.authenticator = authenticator
@@ -127,7 +129,11 @@ class ConnectApp:
             error_details_type=service.error_details_type,
             parse=service.parse_client,
         )
-        self.streams = Streams(service, self.registry, self.limits, runsse_content_type)
+        # Replicas: appends go through the database (relay.py); None: straight to the session.
+        self.relayed = RelayedAppends(relay, self.registry, service.parse_client) if relay else None
+        self.streams = Streams(
+            service, self.registry, self.limits, runsse_content_type, relayed=self.relayed
+        )
         self.ready = False
         self._token = auth_token.encode() if auth_token else None
 
@@ -300,7 +306,7 @@ class ConnectApp:
             raw = unary_payload(body, codec, headers, self.limits.max_unary_body)
             try:
                 if handler is None:
-                    self._append(raw, message_codec, headers, client)
+                    await self._append(raw, message_codec, headers, client)
                     response = self.service.append_response(message_codec)
                 else:
                     response = handler(raw, message_codec, headers)
@@ -313,11 +319,17 @@ class ConnectApp:
         await unary_ok(send, codec, response)
         self._observe(path, "ok")
 
-    def _append(self, raw: bytes, codec: Codec, headers: dict[str, str], client: str) -> None:
+    async def _append(self, raw: bytes, codec: Codec, headers: dict[str, str], client: str) -> None:
         append = self.service.parse_append(raw, codec)
         request_id = append.request_id or headers.get("x-request-id", "")
         if not request_id:
             raise ConnectError("invalid_argument", "request_id is missing")
+        if append.seqno < 0:
+            raise ConnectError("invalid_argument", f"append_seqno must be >= 0, got {append.seqno}")
+        if self.relayed is not None:
+            # Stored first, then acknowledged; the replica holding the RunSSE delivers it.
+            await self.relayed.publish(request_id, append.seqno, append.payload, append.message)
+            return
         session, _ = self.registry.get_or_create(
             request_id, "runsse", headers, client, first_message=append.seqno == 0
         )

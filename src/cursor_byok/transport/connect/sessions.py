@@ -433,6 +433,11 @@ class SessionRegistry:
         for rid in list(self._sessions):
             self._remove(rid)
 
+    def find(self, request_id: str) -> Session | None:
+        """The shim session of `request_id` held here, if any (never creates one)."""
+        session = self._sessions.get(request_id)
+        return session if session is not None and session.transport == "runsse" else None
+
     def get_or_create(
         self,
         request_id: str,

@@ -42,6 +42,7 @@ from .http import (
     watch_disconnect,
     write,
 )
+from .relay import RelayedAppends
 from .service import Service
 from .sessions import Session, SessionRegistry, TransportLimits
 
@@ -66,9 +67,12 @@ class Streams:
         registry: SessionRegistry,
         limits: TransportLimits,
         runsse_content_type: str,
+        *,
+        relayed: RelayedAppends | None = None,
     ) -> None:
         self.service = service
         self.registry = registry
+        self.relayed = relayed
         self.limits = limits
         self.heartbeat_frame = encode_envelope(service.heartbeat)
         self._runsse_type = runsse_content_type.encode("latin-1")
@@ -111,6 +115,8 @@ class Streams:
             if not rid:
                 raise ConnectError("invalid_argument", "request_id is missing")
             session, _ = self.registry.get_or_create(rid, "runsse", headers, client)
+            if self.relayed is not None:
+                self.relayed.catch_up(session)  # what was stored before, here or elsewhere
         except ConnectError as err:
             await stream_error(send, start, protocol, err)
             return err.code

@@ -2,7 +2,9 @@
 
 A run holds its conversation while it drives it: a newer run of the same conversation tells
 the holder to give way (`Supersede`, decided by the loop: the holder ends canceled) and takes
-the conversation once the holder is gone. Across processes the store's version check decides.
+the conversation once the holder is gone. Across processes the store's version check decides;
+replicas on one PostgreSQL also hear each other's claims (`on_claim`), so the holder on
+another replica gives way at once rather than at its next commit.
 The caches every run uses live here: committed states, client blobs, request bases.
 """
 
@@ -12,6 +14,7 @@ import asyncio
 import contextlib
 import logging
 import time
+import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -19,7 +22,7 @@ from typing import TYPE_CHECKING
 from ...llm.model_names import ModelNames
 from ...llm.models import Model
 from ...llm.stream import LLM
-from ...store.api import LLMCallRecord, Store
+from ...store.api import ConversationClaims, LLMCallRecord, Store
 from ...web.page_text import DEFAULT_MAX_TEXT_CHARS
 from ...web.types import JobRunner
 from ..connect.channel import RunChannel
@@ -70,6 +73,10 @@ class RunnerServices:
     page_text_chars: int = DEFAULT_MAX_TEXT_CHARS  # [web_fetch] max_text_chars
     default_model: str | None = None  # server.default_model: for names not served
     subagent_max_depth: int = DEFAULT_MAX_DEPTH  # server.subagent_max_depth: Task's nesting
+    # Replicas on one PostgreSQL: a claim announced by another process makes this one's run of
+    # that conversation give way, as a newer run of this process does (None: SQLite, where
+    # the version compare-and-set alone decides between processes).
+    claims: ConversationClaims | None = None
     model_names: ModelNames = field(init=False)  # what run requests' model names resolve by
 
     def __post_init__(self) -> None:
@@ -83,6 +90,12 @@ class Runner:
         self.services = services
         self._active: dict[str, Run] = {}
         self._locks: dict[str, asyncio.Lock] = {}
+        # This process's name in the claims it announces: its own come back to it and are
+        # ignored (a newer run of this process has superseded the older one already).
+        self.replica = uuid.uuid4().hex
+        self._tasks: dict[Run, asyncio.Task[object]] = {}  # each run's handler task
+        self._held: set[str] = set()  # conversations whose cross-replica hold this process has
+        self._releases: dict[str, asyncio.Task[None]] = {}  # holds being let go
         self.committed_states = CommittedStates()
         self.client_blobs = ClientBlobs()
         self.request_bases = RequestBases()
@@ -122,9 +135,13 @@ class Runner:
         request_id = channel.request_id
         if token_id is not None:
             self._run_tokens[request_id] = token_id
+        task = asyncio.current_task()
+        if task is not None:
+            self._tasks[run] = task
         try:
             await run.serve()
         finally:
+            self._tasks.pop(run, None)
             if self._run_tokens.get(request_id) == token_id:
                 self._run_tokens.pop(request_id, None)
             run.close()
@@ -171,11 +188,85 @@ class Runner:
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(old.ended.wait(), self.services.supersede_timeout_s)
         self._active[conversation_id] = run
+        if self.services.claims is not None:
+            await self._claim_across_replicas(conversation_id, run.channel.request_id)
         return self._locks.setdefault(conversation_id, asyncio.Lock())
+
+    async def _claim_across_replicas(self, conversation_id: str, request_id: str) -> None:
+        """Tell the other replicas (their run of it gives way), then wait for its hold: the
+        other replica lets go when its run has ended (or when it dies, with its connection).
+        Past `supersede_timeout_s` the run goes on without it, as in-process: the version
+        compare-and-set still decides."""
+        claims = self.services.claims
+        assert claims is not None
+        try:
+            await claims.announce_claim(conversation_id, f"{self.replica} {request_id}")
+            if conversation_id in self._held:
+                return
+            if (letting_go := self._releases.get(conversation_id)) is not None:
+                await letting_go  # an earlier run of it here lets go first, then we take it
+            deadline = time.monotonic() + self.services.supersede_timeout_s
+            while not await claims.hold_conversation(conversation_id):
+                if time.monotonic() > deadline:
+                    log.warning(
+                        "a run of %r on another replica did not give way within %g s; "
+                        "going on (the version check decides)",
+                        conversation_id,
+                        self.services.supersede_timeout_s,
+                    )
+                    return
+                await asyncio.sleep(0.05)
+            self._held.add(conversation_id)
+        except Exception as exc:  # the compare-and-set still decides; say why it is late
+            log.warning("could not claim %r across replicas: %s", conversation_id, exc)
+
+    def _release_hold(self, conversation_id: str) -> None:
+        claims = self.services.claims
+        if claims is None:
+            return
+
+        async def release() -> None:
+            try:
+                await claims.release_conversation(conversation_id)
+            except Exception as exc:  # a hold not let go ends with this process's connection
+                log.warning("could not let go of %r: %s", conversation_id, exc)
+
+        task = asyncio.get_running_loop().create_task(release())
+        self._releases[conversation_id] = task
+
+        def done(_: asyncio.Task[None]) -> None:
+            if self._releases.get(conversation_id) is task:
+                del self._releases[conversation_id]
+
+        task.add_done_callback(done)
+
+    def on_claim(self, conversation_id: str, claimant: str) -> None:
+        """Another process took `conversation_id` (store.api.ConversationClaims; `claimant` is
+        "<process> <request_id>"). A newer run of it: the run here gives way, ending canceled
+        without committing, as when superseded in-process. The same run (its RunSSE reopened
+        on the other replica): the run here stops as at a shutdown, deciding nothing, and the
+        other replica resumes the turn from the store."""
+        replica, _, request_id = claimant.partition(" ")
+        if replica == self.replica:
+            return
+        run = self._active.get(conversation_id)
+        if run is None:
+            return
+        if request_id and request_id == run.channel.request_id:
+            task = self._tasks.get(run)
+            if task is not None:
+                log.info("run %s continues on another replica; stopping it here", request_id)
+                task.cancel()
+            return
+        log.info("a run of %r started on another replica; this one gives way", conversation_id)
+        run.supersede()
 
     def release(self, run: Run, conversation_id: str) -> None:
         if self._active.get(conversation_id) is run:
             del self._active[conversation_id]
+            if conversation_id in self._held:
+                self._held.discard(conversation_id)
+                self._release_hold(conversation_id)
             lock = self._locks.get(conversation_id)
             if lock is not None and not lock.locked():
                 del self._locks[conversation_id]

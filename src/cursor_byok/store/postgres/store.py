@@ -1,0 +1,722 @@
+"""PostgresStore: the Store protocol over one PostgreSQL database (psycopg 3).
+
+Every call takes a connection from a small pool, runs one transaction on a worker thread and
+gives the connection back. The SQL is the SQLite backend's own (sqlite/jobs.py, rows.py,
+activity.py, through store/sql.py), so the compare-and-set, dedupe and record rules are one
+copy: `UPDATE ... WHERE version = ? AND message_count = ?` takes the row lock, a concurrent
+committer waits for it and then finds the version moved (a conflict) or its own input id
+recorded (a duplicate). Why psycopg and not asyncpg: docs/store.md ("PostgreSQL").
+
+Durability: a commit returns once PostgreSQL has flushed it (synchronous_commit as the server
+has it); `durable=False` and the writes the protocol calls not durable on their own run with
+`SET LOCAL synchronous_commit = off`: they survive a crash of this process at once, and a crash
+of the database server from its next WAL flush (a fraction of a second) on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import psycopg
+from psycopg import errors as pg
+
+from ..api import (
+    AccessTokenRecord,
+    ClientOperationRecord,
+    CommitResult,
+    ConversationClaims,
+    ConversationOverview,
+    ConversationRecord,
+    ConversationSummary,
+    InputCommit,
+    LLMCallRecord,
+    RunOutcomeRecord,
+    RunRecord,
+    SaveResult,
+    Store,
+    SubagentLink,
+    TokenUsage,
+    TurnMark,
+)
+from ..errors import StoreClosedError, StoreIOError
+from ..migrate import load_migrations
+from ..sql import Conn
+from ..sqlite import activity, jobs, links, rows, tokens
+from .conn import PgConn
+from .errors import display_url, map_error
+from .schema import migrate
+
+T = TypeVar("T")
+log = logging.getLogger("cursor_byok.store")
+# A retry of the whole transaction, once: two writers inserting the same new key (two saves
+# of one new call record) make the second fail on the key; run again, it finds the row.
+_RETRY = (pg.UniqueViolation, pg.SerializationFailure, pg.DeadlockDetected)
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class _Slot:
+    """One pooled connection; replaced when the server dropped it."""
+
+    __slots__ = ("conn",)
+
+    def __init__(self, conn: psycopg.Connection[Any] | None) -> None:
+        self.conn = conn
+
+
+class PostgresStore:
+    """The Store protocol over PostgreSQL. Create with `await PostgresStore.open(url)`."""
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        connections: int = 4,
+        connect_timeout_s: float = 10.0,
+        clock: Callable[[], int] | None = None,
+    ) -> None:
+        self.url = url
+        self.path = display_url(url)  # the name in errors: never the password
+        self._connections = max(1, connections)
+        self._connect_timeout_s = connect_timeout_s
+        self._clock = clock or _now_ms
+        self._closed = False
+        self._started = False
+        self._pool: asyncio.Queue[_Slot] = asyncio.Queue()
+        self._slots: list[_Slot] = []
+        self._executor = ThreadPoolExecutor(self._connections, thread_name_prefix="store-pg")
+        self.schema_version = 0
+        self._watchers: list[_Watcher] = []
+        # The holds of this process's runs: one connection, one thread (session-level advisory
+        # locks belong to the connection that took them).
+        self._holds = _Holds(self)
+        self._holds_executor = ThreadPoolExecutor(1, thread_name_prefix="store-pg-holds")
+
+    # ------------------------------------------------------------------ life cycle
+
+    @classmethod
+    async def open(
+        cls,
+        url: str,
+        *,
+        connections: int = 4,
+        connect_timeout_s: float = 10.0,
+        clock: Callable[[], int] | None = None,
+    ) -> PostgresStore:
+        """Connect and migrate. Raises StoreIOError (cannot connect), StoreSchemaError."""
+        store = cls(url, connections=connections, connect_timeout_s=connect_timeout_s, clock=clock)
+        await store.start()
+        return store
+
+    def _connect(self) -> psycopg.Connection[Any]:
+        try:
+            return psycopg.connect(
+                self.url, autocommit=True, connect_timeout=max(1, int(self._connect_timeout_s))
+            )
+        except psycopg.Error as exc:
+            raise StoreIOError(
+                self.path, "cannot connect to the database server", _first_line(exc)
+            ) from None
+
+    async def start(self) -> None:
+        if self._started:
+            return
+        self._started = True
+        loop = asyncio.get_running_loop()
+        try:
+            first = await loop.run_in_executor(self._executor, self._connect)
+            self._slots.append(_Slot(first))
+            try:
+                self.schema_version = await loop.run_in_executor(
+                    self._executor, migrate, first, self.path, load_migrations("postgresql")
+                )
+            except psycopg.Error as exc:  # the server went away, the user may not create...
+                raise map_error(exc, self.path, "migrating the database") from exc
+            for _ in range(self._connections - 1):
+                self._slots.append(_Slot(None))  # connected on first use
+        except BaseException:
+            self._closed = True
+            await self._close_slots()
+            raise
+        for slot in self._slots:
+            self._pool.put_nowait(slot)
+
+    async def close(self) -> None:
+        """Wait for the calls under way, then close every connection. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        for watcher in self._watchers:
+            await asyncio.to_thread(watcher.stop)
+        await asyncio.get_running_loop().run_in_executor(None, self._holds_executor.shutdown, True)
+        self._holds.close()
+        await self._close_slots()
+
+    async def _close_slots(self) -> None:
+        def close_all() -> None:
+            for slot in self._slots:
+                if slot.conn is not None:
+                    with contextlib.suppress(Exception):
+                        slot.conn.close()
+
+        await asyncio.get_running_loop().run_in_executor(None, self._executor.shutdown, True)
+        close_all()
+
+    async def __aenter__(self) -> PostgresStore:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    # ------------------------------------------------------------------ the transactions
+
+    def _check_open(self) -> None:
+        if self._closed or not self._started:
+            state = "not started (use PostgresStore.open)" if not self._started else "closed"
+            raise StoreClosedError(self.path, f"store is {state}")
+
+    def _transaction(
+        self,
+        slot: _Slot,
+        fn: Callable[[Conn], T],
+        what: str,
+        write: bool,
+        durable: bool,
+        snapshot: bool,
+    ) -> T:
+        for attempt in (1, 2):
+            if slot.conn is None or slot.conn.closed or slot.conn.broken:
+                if slot.conn is not None:
+                    with contextlib.suppress(Exception):
+                        slot.conn.close()
+                slot.conn = None
+                slot.conn = self._connect()
+            conn = slot.conn
+            try:
+                with conn.transaction():
+                    if snapshot:
+                        conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+                    if write and not durable:
+                        conn.execute("SET LOCAL synchronous_commit = off")
+                    return fn(PgConn(conn))
+            except _RETRY as exc:
+                if attempt == 2:
+                    raise map_error(exc, self.path, what) from exc
+            except psycopg.Error as exc:
+                raise map_error(exc, self.path, what) from exc
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def _run(
+        self,
+        fn: Callable[[Conn], T],
+        what: str,
+        *,
+        write: bool,
+        durable: bool = True,
+        snapshot: bool = False,
+    ) -> T:
+        self._check_open()
+        slot = await self._pool.get()
+        loop = asyncio.get_running_loop()
+        pool = self._pool
+        try:
+            work = self._executor.submit(
+                self._transaction, slot, fn, what, write, durable, snapshot
+            )
+        except RuntimeError:  # the executor was shut down by close()
+            pool.put_nowait(slot)
+            raise StoreClosedError(self.path, "store is closed") from None
+
+        def give_back(_: object) -> None:
+            # On the worker thread once the transaction is over (or on cancellation before it
+            # started): the connection goes back only when no statement of it is running.
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(pool.put_nowait, slot)
+
+        work.add_done_callback(give_back)
+        return await asyncio.wrap_future(work)
+
+    # ------------------------------------------------------------------ reads
+
+    async def find_subagent_link(
+        self, parent_conversation_id: str, tool_call_id: str
+    ) -> SubagentLink | None:
+        return await self._run(
+            lambda conn: links.find_link(conn, parent_conversation_id, tool_call_id),
+            f"reading a helper link of {parent_conversation_id!r}",
+            write=False,
+        )
+
+    async def list_subagent_links(self, parent_conversation_id: str) -> tuple[SubagentLink, ...]:
+        return await self._run(
+            lambda conn: links.list_links(conn, parent_conversation_id),
+            f"listing the helpers of {parent_conversation_id!r}",
+            write=False,
+        )
+
+    async def find_access_token(self, secret_hash: str) -> AccessTokenRecord | None:
+        return await self._run(
+            lambda conn: tokens.find(conn, secret_hash), "looking up a token", write=False
+        )
+
+    async def get_access_token(self, token_id: str) -> AccessTokenRecord | None:
+        return await self._run(
+            lambda conn: tokens.get(conn, token_id), f"reading token {token_id!r}", write=False
+        )
+
+    async def list_access_tokens(
+        self, *, include_revoked: bool = False
+    ) -> tuple[AccessTokenRecord, ...]:
+        return await self._run(
+            lambda conn: tokens.listing(conn, include_revoked), "listing tokens", write=False
+        )
+
+    async def token_usage(
+        self, since_ms: int, until_ms: int, token_id: str | None = None
+    ) -> tuple[TokenUsage, ...]:
+        return await self._run(
+            lambda conn: tokens.usage(conn, since_ms, until_ms, token_id),
+            "summing the usage of tokens",
+            write=False,
+        )
+
+    async def token_spend(self, token_id: str, since_ms: int, until_ms: int) -> float:
+        return await self._run(
+            lambda conn: tokens.spend(conn, token_id, since_ms, until_ms),
+            f"summing the spend of token {token_id!r}",
+            write=False,
+        )
+
+    async def load(self, conversation_id: str) -> ConversationRecord | None:
+        path = self.path
+        return await self._run(
+            lambda conn: rows.load_conversation(conn, path, conversation_id),
+            f"loading conversation {conversation_id!r}",
+            write=False,
+            snapshot=True,
+        )
+
+    async def head(self, conversation_id: str) -> ConversationSummary | None:
+        return await self._run(
+            lambda conn: rows.head(conn, conversation_id),
+            f"reading conversation {conversation_id!r}",
+            write=False,
+        )
+
+    async def find_input_commit(self, conversation_id: str, input_id: str) -> InputCommit | None:
+        return await self._run(
+            lambda conn: rows.find_input(conn, conversation_id, input_id),
+            f"reading input {input_id!r}",
+            write=False,
+        )
+
+    async def get_llm_call(self, call_id: str) -> LLMCallRecord | None:
+        return await self._run(
+            lambda conn: rows.get_call(conn, call_id), f"reading llm call {call_id!r}", write=False
+        )
+
+    async def get_client_operation(self, operation_id: str) -> ClientOperationRecord | None:
+        return await self._run(
+            lambda conn: rows.get_operation(conn, operation_id),
+            f"reading client operation {operation_id!r}",
+            write=False,
+        )
+
+    async def list_recent_llm_calls(self, limit: int = 50) -> tuple[LLMCallRecord, ...]:
+        return await self._run(
+            lambda conn: rows.list_recent_calls(conn, limit), "listing llm calls", write=False
+        )
+
+    async def list_conversations(self, limit: int = 50) -> tuple[ConversationSummary, ...]:
+        return await self._run(
+            lambda conn: rows.list_conversations(conn, limit), "listing conversations", write=False
+        )
+
+    async def list_recent_run_outcomes(self, limit: int = 50) -> tuple[RunOutcomeRecord, ...]:
+        return await self._run(
+            lambda conn: activity.recent_outcomes(conn, limit), "listing run outcomes", write=False
+        )
+
+    async def list_conversation_overviews(
+        self, limit: int = 50
+    ) -> tuple[ConversationOverview, ...]:
+        return await self._run(
+            lambda conn: activity.overviews(conn, limit),
+            "listing conversations",
+            write=False,
+            snapshot=True,
+        )
+
+    async def conversation_overview(self, conversation_id: str) -> ConversationOverview | None:
+        return await self._run(
+            lambda conn: activity.overview(conn, conversation_id),
+            f"reading conversation {conversation_id!r}",
+            write=False,
+            snapshot=True,
+        )
+
+    async def list_conversation_llm_calls(
+        self, conversation_id: str, limit: int = 200
+    ) -> tuple[LLMCallRecord, ...]:
+        return await self._run(
+            lambda conn: activity.conversation_calls(conn, conversation_id, limit),
+            f"listing llm calls of {conversation_id!r}",
+            write=False,
+        )
+
+    async def list_conversation_run_outcomes(
+        self, conversation_id: str, limit: int = 200
+    ) -> tuple[RunOutcomeRecord, ...]:
+        return await self._run(
+            lambda conn: activity.conversation_outcomes(conn, conversation_id, limit),
+            f"listing run outcomes of {conversation_id!r}",
+            write=False,
+        )
+
+    async def find_run(self, request_id: str) -> RunRecord | None:
+        return await self._run(
+            lambda conn: rows.find_run(conn, request_id), f"reading run {request_id!r}", write=False
+        )
+
+    async def list_turn_marks(self, conversation_id: str) -> tuple[TurnMark, ...]:
+        return await self._run(
+            lambda conn: rows.list_turn_marks(conn, conversation_id),
+            f"reading turn marks of {conversation_id!r}",
+            write=False,
+        )
+
+    async def list_stream_diagnostics(self, call_id: str) -> tuple[tuple[int, bytes], ...]:
+        """Debugging aid only: never feed these back into a conversation's messages."""
+        return await self._run(
+            lambda conn: rows.list_stream_diagnostics(conn, call_id),
+            f"reading diagnostics of {call_id!r}",
+            write=False,
+        )
+
+    # ------------------------------------------------------------------ writes
+
+    async def commit_input(
+        self,
+        conversation_id: str,
+        *,
+        input_id: str,
+        expected_version: int,
+        state: bytes,
+        append_messages: Sequence[bytes],
+        expected_message_count: int,
+        result: bytes,
+        llm_calls: Sequence[LLMCallRecord] = (),
+        client_operations: Sequence[ClientOperationRecord] = (),
+        durable: bool = True,
+    ) -> CommitResult:
+        if expected_version < 0 or expected_message_count < 0:
+            raise ValueError("expected_version and expected_message_count must be >= 0")
+        messages = tuple(bytes(m) for m in append_messages)
+        for value in (state, result, *append_messages):
+            if not isinstance(value, bytes | bytearray | memoryview):
+                raise TypeError(f"state, messages and result are bytes, not {type(value)!r}")
+        calls = tuple(llm_calls)
+        operations = tuple(client_operations)
+        path = self.path
+        clock = self._clock
+
+        def job(conn: Conn) -> CommitResult:
+            return jobs.commit_input(
+                conn,
+                path,
+                clock(),
+                conversation_id,
+                input_id=input_id,
+                expected_version=expected_version,
+                state=bytes(state),
+                messages=messages,
+                expected_message_count=expected_message_count,
+                result=bytes(result),
+                calls=calls,
+                operations=operations,
+            )
+
+        return await self._run(
+            job,
+            f"committing input {input_id!r} to {conversation_id!r}",
+            write=True,
+            durable=durable,
+        )
+
+    async def save_subagent_link(self, link: SubagentLink) -> SaveResult:
+        return await self._run(
+            lambda conn: links.save_link(conn, link),
+            f"saving the helper link of {link.child_conversation_id!r}",
+            write=True,
+            durable=False,
+        )
+
+    async def add_access_token(self, record: AccessTokenRecord) -> SaveResult:
+        # Two adds of one name at once: the partial unique index refuses the second (a storage
+        # error naming it), the check in tokens.add answers every other case.
+        return await self._run(
+            lambda conn: tokens.add(conn, record), f"adding token {record.name!r}", write=True
+        )
+
+    async def revoke_access_token(self, name: str, at_ms: int) -> AccessTokenRecord | None:
+        return await self._run(
+            lambda conn: tokens.revoke(conn, name, at_ms), f"revoking token {name!r}", write=True
+        )
+
+    async def save_run(self, record: RunRecord) -> SaveResult:
+        return await self._run(
+            lambda conn: jobs.save_run(conn, record),
+            f"saving run {record.request_id!r}",
+            write=True,
+            durable=False,
+        )
+
+    async def save_run_outcome(self, record: RunOutcomeRecord) -> SaveResult:
+        return await self._run(
+            lambda conn: activity.save_outcome(conn, record),
+            f"saving the outcome of run {record.request_id!r}",
+            write=True,
+            durable=False,
+        )
+
+    async def save_turn_marks(
+        self, conversation_id: str, marks: Sequence[TurnMark], *, unchanged: int = 0
+    ) -> None:
+        marks = tuple(marks)
+        keep = min(max(unchanged, 0), len(marks))
+        clock = self._clock
+        await self._run(
+            lambda conn: jobs.save_turn_marks(conn, conversation_id, marks, keep, clock),
+            f"saving turn marks of {conversation_id!r}",
+            write=True,
+            durable=False,
+        )
+
+    async def save_llm_call(self, record: LLMCallRecord) -> SaveResult:
+        path = self.path
+        return await self._run(
+            lambda conn: jobs.upsert_call(conn, path, record),
+            f"saving llm call {record.call_id!r}",
+            write=True,
+        )
+
+    async def save_client_operation(self, record: ClientOperationRecord) -> SaveResult:
+        path = self.path
+        clock = self._clock
+        return await self._run(
+            lambda conn: jobs.upsert_operation(conn, path, record, clock()),
+            f"saving client operation {record.operation_id!r}",
+            write=True,
+        )
+
+    # ------------------------------------------------------------------ claims (replicas)
+
+    async def announce_claim(self, conversation_id: str, claimant: str) -> None:
+        """NOTIFY every process listening on this database (store.api.ConversationClaims)."""
+        payload = f"{conversation_id}\n{claimant}"
+        await self._run(
+            lambda conn: conn.execute("SELECT pg_notify(?, ?)", (CLAIMS_CHANNEL, payload)),
+            f"announcing a run of {conversation_id!r}",
+            write=True,
+            durable=False,
+        )
+
+    async def hold_conversation(self, conversation_id: str) -> bool:
+        """`pg_try_advisory_lock` on the hold connection (store.api.ConversationClaims)."""
+        self._check_open()
+        key = _lock_key(conversation_id)
+        return await asyncio.get_running_loop().run_in_executor(
+            self._holds_executor, self._holds.try_lock, key
+        )
+
+    async def release_conversation(self, conversation_id: str) -> None:
+        if self._closed:
+            return
+        key = _lock_key(conversation_id)
+        with contextlib.suppress(RuntimeError):  # the executor was shut down by close()
+            await asyncio.get_running_loop().run_in_executor(
+                self._holds_executor, self._holds.unlock, key
+            )
+
+    async def watch_claims(self, on_claim: Callable[[str, str], None]) -> None:
+        def split(payload: str) -> None:
+            cid, _, claimant = payload.partition("\n")
+            on_claim(cid, claimant)
+
+        await self._watch(CLAIMS_CHANNEL, split)
+
+    async def _watch(self, channel: str, on_payload: Callable[[str], None]) -> None:
+        self._check_open()
+        watcher = _Watcher(self, channel, on_payload)
+        self._watchers.append(watcher)
+        await watcher.start()
+
+    # ------------------------------------------------------------------ appends (replicas)
+
+    async def publish_append(self, request_id: str, seqno: int, payload: bytes) -> bool:
+        """Store one client message of a shim run, then NOTIFY every replica (in the same
+        transaction: the notification goes out once the row is committed). False: that
+        (request_id, seqno) was stored before (the client sent it again)."""
+        now = self._clock()
+
+        def job(conn: Conn) -> bool:
+            cur = conn.execute(
+                "INSERT INTO run_appends (request_id, seqno, payload, created_at_ms) "
+                "VALUES (?, ?, ?, ?) ON CONFLICT (request_id, seqno) DO NOTHING",
+                (request_id, seqno, payload, now),
+            )
+            conn.execute("SELECT pg_notify(?, ?)", (APPENDS_CHANNEL, request_id))
+            return cur.rowcount == 1
+
+        return await self._run(job, f"storing append {seqno} of run {request_id!r}", write=True)
+
+    async def fetch_appends(
+        self, request_id: str, from_seqno: int
+    ) -> tuple[tuple[int, bytes], ...]:
+        """The run's stored client messages from `from_seqno` on, in order."""
+
+        def read(conn: Conn) -> tuple[tuple[int, bytes], ...]:
+            rows = conn.execute(
+                "SELECT seqno, payload FROM run_appends WHERE request_id = ? AND seqno >= ? "
+                "ORDER BY seqno",
+                (request_id, from_seqno),
+            ).fetchall()
+            return tuple((int(r[0]), bytes(r[1])) for r in rows)
+
+        return await self._run(read, f"reading the appends of run {request_id!r}", write=False)
+
+    async def watch_appends(self, on_append: Callable[[str], None]) -> None:
+        """Call `on_append(request_id)` for each append stored by any replica from now on."""
+        await self._watch(APPENDS_CHANNEL, on_append)
+
+    async def append_stream_diagnostics(
+        self, call_id: str, events: Sequence[tuple[int, bytes]]
+    ) -> None:
+        """Debugging aid: raw stream events by index; an index already stored is kept."""
+        prepared = [(int(i), bytes(e)) for i, e in events]
+        await self._run(
+            lambda conn: jobs.append_stream_diagnostics(conn, call_id, prepared),
+            f"saving diagnostics of {call_id!r}",
+            write=True,
+        )
+
+
+CLAIMS_CHANNEL = "cursor_byok_claims"
+APPENDS_CHANNEL = "cursor_byok_appends"
+
+
+class _Watcher:
+    """A connection of its own that LISTENs on one channel, on a thread of its own (psycopg's
+    `notifies` blocks), handing each payload to the caller's event loop."""
+
+    def __init__(
+        self, store: PostgresStore, channel: str, on_payload: Callable[[str], None]
+    ) -> None:
+        self._store = store
+        self._channel = channel
+        self._on_payload = on_payload
+        self._loop = asyncio.get_running_loop()
+        self._stop = threading.Event()
+        self._listening = threading.Event()
+        self._thread = threading.Thread(target=self._main, name=f"store-pg-{channel}", daemon=True)
+
+    async def start(self) -> None:
+        self._thread.start()
+        await asyncio.to_thread(self._listening.wait, 10)
+
+    def _main(self) -> None:
+        while not self._stop.is_set():
+            try:
+                with psycopg.connect(self._store.url, autocommit=True) as conn:
+                    conn.execute(f"LISTEN {self._channel}")
+                    self._listening.set()
+                    while not self._stop.is_set():
+                        for note in conn.notifies(timeout=0.5):
+                            with contextlib.suppress(RuntimeError):  # the loop is closed
+                                self._loop.call_soon_threadsafe(self._deliver, note.payload)
+            except psycopg.Error:
+                # The server went away: listen again once it is back. What was announced in
+                # between is missed: the version compare-and-set still decides between runs,
+                # and a stored append is read again when its RunSSE is (re)opened.
+                self._listening.set()
+                self._stop.wait(1.0)
+
+    def _deliver(self, payload: str) -> None:
+        try:
+            self._on_payload(payload)
+        except Exception:  # pragma: no cover - the handlers must not raise
+            log.exception("handling a notification on %s", self._channel)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(5)
+
+
+def _lock_key(conversation_id: str) -> int:
+    """The advisory lock key of a conversation: 64 bits of its sha256, signed."""
+    digest = hashlib.sha256(b"cursor-byok conversation " + conversation_id.encode()).digest()
+    return int.from_bytes(digest[:8], "big", signed=True)
+
+
+class _Holds:
+    """The connection that holds this process's advisory locks, used on one thread only."""
+
+    def __init__(self, store: PostgresStore) -> None:
+        self._store = store
+        self._conn: psycopg.Connection[Any] | None = None
+        self._held: set[int] = set()
+
+    def _connection(self) -> psycopg.Connection[Any]:
+        if self._conn is None or self._conn.closed or self._conn.broken:
+            self._held.clear()  # a lost connection lost its locks with it
+            self._conn = self._store._connect()
+        return self._conn
+
+    def try_lock(self, key: int) -> bool:
+        if key in self._held:
+            return True
+        try:
+            row = self._connection().execute("SELECT pg_try_advisory_lock(%s)", (key,)).fetchone()
+        except psycopg.Error as exc:
+            raise map_error(exc, self._store.path, "taking a conversation's hold") from exc
+        if row is not None and row[0]:
+            self._held.add(key)
+            return True
+        return False
+
+    def unlock(self, key: int) -> None:
+        if key not in self._held or self._conn is None:
+            return
+        self._held.discard(key)
+        with contextlib.suppress(psycopg.Error):
+            self._conn.execute("SELECT pg_advisory_unlock(%s)", (key,))
+
+    def close(self) -> None:
+        if self._conn is not None:
+            with contextlib.suppress(Exception):
+                self._conn.close()
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__
+
+
+if TYPE_CHECKING:
+
+    def _conforms(store: PostgresStore) -> Store:  # mypy checks it against the protocol
+        return store
+
+    def _claims(store: PostgresStore) -> ConversationClaims:
+        return store
