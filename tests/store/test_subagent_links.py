@@ -3,10 +3,8 @@ and listed per parent."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from cursor_byok.store.api import SubagentLink
-from cursor_byok.store.sqlite import SQLiteStore
+from cursor_byok.store.backends import open_store
 
 
 def link(call: str, child: str, at: int) -> SubagentLink:
@@ -20,8 +18,8 @@ def link(call: str, child: str, at: int) -> SubagentLink:
     )
 
 
-async def test_the_first_child_of_a_call_wins_and_survives_a_reopen(db_path: Path) -> None:
-    async with await SQLiteStore.open(db_path) as store:
+async def test_the_first_child_of_a_call_wins_and_survives_a_reopen(database: str) -> None:
+    async with await open_store(database) as store:
         assert (await store.save_subagent_link(link("call_1", "child-a", 10))).outcome == (
             "inserted"
         )
@@ -31,7 +29,7 @@ async def test_the_first_child_of_a_call_wins_and_survives_a_reopen(db_path: Pat
         second = await store.save_subagent_link(link("call_1", "child-b", 12))
         assert second.outcome == "ignored"
         await store.save_subagent_link(link("call_2", "child-c", 20))
-    async with await SQLiteStore.open(db_path) as store:
+    async with await open_store(database) as store:
         assert await store.find_subagent_link("parent", "call_1") == link("call_1", "child-a", 10)
         assert await store.find_subagent_link("parent", "call_9") is None
         assert await store.list_subagent_links("parent") == (
