@@ -30,9 +30,14 @@ DOC = (REPO / "docs" / "deploy.md").read_text()
 TOKEN = "proxy-test-token"
 
 
+def tls_site() -> str:
+    """The doc's nginx site that terminates TLS (the "TLS" section; "Replicas" has its own)."""
+    (site,) = [s for s in re.findall(r"```nginx\n(.*?)```", DOC, flags=re.S) if "443 ssl" in s]
+    return str(site)
+
+
 def doc_location() -> str:
-    (site,) = re.findall(r"```nginx\n(.*?)```", DOC, flags=re.S)
-    (location,) = re.findall(r"^    location / \{\n.*?^    \}\n", site, flags=re.S | re.M)
+    (location,) = re.findall(r"^    location / \{\n.*?^    \}\n", tls_site(), flags=re.S | re.M)
     return str(location)
 
 
@@ -43,8 +48,7 @@ def nginx(tmp: Path, upstream_port: int, cert: Path, key: Path) -> Iterator[int]
         pytest.skip("nginx is not installed (apt-get install nginx-light)")
     port = free_port()
     location = doc_location().replace("127.0.0.1:8700", f"127.0.0.1:{upstream_port}")
-    site = DOC.split("```nginx\n", 1)[1].split("```", 1)[0]
-    head = site.split("    location / {", 1)[0]
+    head = tls_site().split("    location / {", 1)[0]
     head = head.replace("listen 443 ssl;", f"listen 127.0.0.1:{port} ssl;")
     head = re.sub(r"ssl_certificate .*;", f"ssl_certificate {cert};", head)
     head = re.sub(r"ssl_certificate_key .*;", f"ssl_certificate_key {key};", head)
