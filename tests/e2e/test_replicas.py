@@ -83,8 +83,8 @@ def nginx_config(front: int, replicas: tuple[int, int], folder: Path) -> str:
     """The nginx configuration of docs/deploy.md ("Replicas"), as written there, with this
     test's ports, wrapped in the main context nginx needs to run from a temporary folder."""
     text = (REPO / "docs" / "deploy.md").read_text()
-    replicas = text[text.index("## Replicas") :]  # the TLS section has a site of its own
-    block = replicas.split("```nginx\n", 1)[1].split("```", 1)[0]
+    section = text[text.index("## Replicas") :]  # the TLS section has a site of its own
+    block = section.split("```nginx\n", 1)[1].split("```", 1)[0]
     block = block.replace("listen 8700;", f"listen 127.0.0.1:{front};")
     block = block.replace("127.0.0.1:8701", f"127.0.0.1:{replicas[0]}")
     block = block.replace("127.0.0.1:8702", f"127.0.0.1:{replicas[1]}")
