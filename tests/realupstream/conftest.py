@@ -306,9 +306,10 @@ def llama_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LlamaServ
     yield from _serve(tmp_path_factory, 4096)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def llama_server_8k(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LlamaServer]:
-    """A llama-server with an 8,192-token context (the compaction test's window fits in it)."""
+    """A llama-server with an 8,192-token context (the compaction test's window fits in it, and
+    so does the agent's fixed part, which a 4,096-token one does not); one per session."""
     yield from _serve(tmp_path_factory, 8192)
 
 
