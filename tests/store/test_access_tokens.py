@@ -77,3 +77,54 @@ async def test_usage_sums_the_calls_of_each_token_in_the_window(store: SQLiteSto
     assert await store.token_spend("nobody", 0, 1000) == 0.0
     stored = await store.get_llm_call("a1")
     assert stored is not None and stored.token_id == "t1"
+
+
+async def test_rotation_keeps_the_person_its_limits_and_its_spend(store: SQLiteStore) -> None:
+    """`token rotate`: the old token revoked and its successor added in one transaction; the
+    month's spend and usage of the person sum both tokens' calls."""
+    alice = token("alice", "t1", models=("brain-1",), budget_usd=0.02, rpm=7)
+    await store.add_access_token(alice)
+    await store.add_access_token(token("bob", "t9"))
+    calls = (
+        call_record("a1", token_id="t1", created_at_ms=100, status="committed", cost_usd=0.01),
+        call_record("b1", token_id="t9", created_at_ms=100, status="committed", cost_usd=5.0),
+    )
+    await commit(store, "c1", "i0", 0, (b"m0",), llm_calls=calls)
+    new = await store.rotate_access_token("alice", "t2", "h-t2", 3000)
+    assert new is not None
+    assert (new.token_id, new.name, new.secret_hash, new.person) == ("t2", "alice", "h-t2", "t1")
+    assert (new.models, new.budget_usd, new.rpm, new.revoked_at_ms) == (("brain-1",), 0.02, 7, None)
+    assert await store.get_access_token("t2") == new
+    old = await store.find_access_token("h-t1")
+    assert old is not None and old.revoked_at_ms == 3000 and old.person == "t1"
+    assert [t.token_id for t in await store.list_access_tokens()] == ["t2", "t9"]
+    assert await store.rotate_access_token("nobody", "t3", "h-t3", 3000) is None
+    later = (
+        call_record("a2", token_id="t2", created_at_ms=200, status="committed", cost_usd=0.000123),
+    )
+    await commit(store, "c2", "i0", 0, (b"m0",), llm_calls=later)
+    assert await store.token_spend("t2", 0, 1000) == 0.010123  # both of alice's tokens
+    assert await store.token_spend("t1", 0, 1000) == 0.010123
+    assert await store.token_spend("t9", 0, 1000) == 5.0  # bob is not in it
+    usage = {u.token_id: u for u in await store.token_usage(0, 1000)}
+    assert set(usage) == {"t1", "t9"}  # one row per person, keyed by its first token
+    assert (usage["t1"].llm_calls, usage["t1"].cost_usd) == (2, 0.010123)
+    (only,) = await store.token_usage(0, 1000, token_id="t2")
+    assert (only.token_id, only.llm_calls) == ("t1", 2)
+    # Rotated again: still alice, still her spend.
+    third = await store.rotate_access_token("alice", "t3", "h-t3", 4000)
+    assert third is not None and third.person == "t1"
+    assert await store.token_spend("t3", 0, 1000) == 0.010123
+    # A token added under the name after a revocation is another person.
+    await store.revoke_access_token("alice", 5000)
+    await store.add_access_token(token("alice", "t4"))
+    assert await store.token_spend("t4", 0, 1000) == 0.0
+
+
+async def test_server_settings_are_kept_and_replaced(store: SQLiteStore) -> None:
+    assert await store.get_server_setting("access") is None
+    await store.set_server_setting("access", "closed", 1000)
+    assert await store.get_server_setting("access") == "closed"
+    await store.set_server_setting("access", "open", 2000)
+    assert await store.get_server_setting("access") == "open"
+    assert await store.get_server_setting("other") is None

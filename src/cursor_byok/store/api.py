@@ -237,7 +237,9 @@ class TurnMark(msgspec.Struct, frozen=True, kw_only=True):
 class AccessTokenRecord(msgspec.Struct, frozen=True, kw_only=True):
     """A token per person: its name, the SHA-256 of its secret (the secret is never stored)
     and its limits. `models` empty: every model. Revoked tokens keep their row, so their
-    calls keep their attribution; one token per name is active at a time."""
+    calls keep their attribution; one token per name is active at a time. `person_id`: the
+    id of the first token of its chain of rotations (its own id, or "" for it, when never
+    rotated): a person's spend and usage sum the calls of every token of the chain."""
 
     token_id: str
     name: str
@@ -247,10 +249,16 @@ class AccessTokenRecord(msgspec.Struct, frozen=True, kw_only=True):
     budget_usd: float | None = None
     rpm: int | None = None
     revoked_at_ms: int | None = None
+    person_id: str = ""
+
+    @property
+    def person(self) -> str:
+        return self.person_id or self.token_id
 
 
 class TokenUsage(msgspec.Struct, frozen=True, kw_only=True):
-    """The sums over the model calls made under one token in a time window."""
+    """The sums over the model calls made under one person's tokens in a time window.
+    `token_id` is that person's id (AccessTokenRecord.person: its first token's id)."""
 
     token_id: str
     llm_calls: int = 0
@@ -416,16 +424,33 @@ class Store(Protocol):
         None when no active token has that name."""
         ...
 
+    async def rotate_access_token(
+        self, name: str, token_id: str, secret_hash: str, at_ms: int
+    ) -> AccessTokenRecord | None:
+        """In one transaction: mark the active token of this name revoked at `at_ms` and add
+        its successor with this id and secret hash (same name, limits and person). The
+        successor, or None when no active token has that name."""
+        ...
+
     async def token_usage(
         self, since_ms: int, until_ms: int, token_id: str | None = None
     ) -> tuple[TokenUsage, ...]:
-        """Sums over the calls made under a token and created in [since_ms, until_ms), one per
-        token with calls (only `token_id`'s when given)."""
+        """Sums over the calls made under a person's tokens and created in [since_ms,
+        until_ms), one per person with calls (only `token_id`'s person when given)."""
         ...
 
     async def token_spend(self, token_id: str, since_ms: int, until_ms: int) -> float:
-        """The stored cost of the token's calls created in [since_ms, until_ms) (the budget
-        check before each model call: keep it an index-only read)."""
+        """The stored cost of the calls of the token's person (the token and those it was
+        rotated from) created in [since_ms, until_ms) (the budget check before each model
+        call: keep it an index-only read)."""
+        ...
+
+    async def get_server_setting(self, name: str) -> str | None:
+        """A value an operator stored (`server_settings`), None when never set. Opaque text."""
+        ...
+
+    async def set_server_setting(self, name: str, value: str, at_ms: int) -> None:
+        """Store `value` under `name` (replacing any), durably."""
         ...
 
     async def close(self) -> None: ...

@@ -298,6 +298,18 @@ class PostgresStore:
             write=False,
         )
 
+    async def get_server_setting(self, name: str) -> str | None:
+        return await self._run(
+            lambda conn: tokens.get_setting(conn, name), f"reading setting {name!r}", write=False
+        )
+
+    async def set_server_setting(self, name: str, value: str, at_ms: int) -> None:
+        await self._run(
+            lambda conn: tokens.set_setting(conn, name, value, at_ms),
+            f"setting {name!r}",
+            write=True,
+        )
+
     async def load(self, conversation_id: str) -> ConversationRecord | None:
         path = self.path
         return await self._run(
@@ -472,6 +484,15 @@ class PostgresStore:
     async def revoke_access_token(self, name: str, at_ms: int) -> AccessTokenRecord | None:
         return await self._run(
             lambda conn: tokens.revoke(conn, name, at_ms), f"revoking token {name!r}", write=True
+        )
+
+    async def rotate_access_token(
+        self, name: str, token_id: str, secret_hash: str, at_ms: int
+    ) -> AccessTokenRecord | None:
+        return await self._run(
+            lambda conn: tokens.rotate(conn, name, token_id, secret_hash, at_ms),
+            f"rotating token {name!r}",
+            write=True,
         )
 
     async def save_run(self, record: RunRecord) -> SaveResult:

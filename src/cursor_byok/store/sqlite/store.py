@@ -290,7 +290,26 @@ class SQLiteStore:
             f"summing the spend of token {token_id!r}",
         )
 
+    async def get_server_setting(self, name: str) -> str | None:
+        def read(conn: sqlite3.Connection) -> str | None:
+            return tokens.get_setting(conn, name)
+
+        return await self._read(read, f"reading setting {name!r}", inline=read)
+
     # ------------------------------------------------------------------ writes
+
+    async def set_server_setting(self, name: str, value: str, at_ms: int) -> None:
+        await self._write(
+            lambda conn: tokens.set_setting(conn, name, value, at_ms), f"setting {name!r}"
+        )
+
+    async def rotate_access_token(
+        self, name: str, token_id: str, secret_hash: str, at_ms: int
+    ) -> AccessTokenRecord | None:
+        return await self._write(
+            lambda conn: tokens.rotate(conn, name, token_id, secret_hash, at_ms),
+            f"rotating token {name!r}",
+        )
 
     async def add_access_token(self, record: AccessTokenRecord) -> SaveResult:
         return await self._write(

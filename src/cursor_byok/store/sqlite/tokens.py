@@ -1,4 +1,5 @@
-"""The SQL of the tokens per person (migration 0007) and of the usage made under each.
+"""The SQL of the tokens per person (migrations 0007, 0010), of the usage made under each, and
+of the server's settings (`server_settings`, 0010).
 
 Plain SQL a second backend can run as it is (only the `?` placeholders differ): no pragma,
 no SQLite function. The store decides nothing: whether a token may call a model is the
@@ -23,16 +24,22 @@ _FIELDS = (
     "rpm",
     "created_at_ms",
     "revoked_at_ms",
+    "person_id",
 )
 _SELECT = f"SELECT {', '.join(_FIELDS)} FROM access_tokens"
 _FINAL = "('committed', 'failed', 'canceled')"
+# A call's person: its token's person, or the token id itself for a call whose token has no
+# row (none is ever deleted; kept for calls recorded by hand).
+# ('' in access_tokens.person_id: the token is its own person.)
+_PERSON = "COALESCE(NULLIF(t.person_id, ''), c.token_id)"
+_PERSON_OF = "COALESCE((SELECT NULLIF(person_id, '') FROM access_tokens WHERE token_id = ?), ?)"
 _USAGE = f"""
-SELECT token_id, COUNT(*), COALESCE(SUM(input_tokens), 0), COALESCE(SUM(output_tokens), 0),
-       COALESCE(SUM(cache_read_tokens), 0), COALESCE(SUM(cache_write_tokens), 0),
-       COALESCE(SUM(cost_usd), 0.0),
-       COALESCE(SUM(CASE WHEN status IN {_FINAL} AND cost_usd IS NULL THEN 1 ELSE 0 END), 0)
-FROM llm_calls
-WHERE token_id IS NOT NULL AND created_at_ms >= ? AND created_at_ms < ?
+SELECT {_PERSON}, COUNT(*), COALESCE(SUM(c.input_tokens), 0), COALESCE(SUM(c.output_tokens), 0),
+       COALESCE(SUM(c.cache_read_tokens), 0), COALESCE(SUM(c.cache_write_tokens), 0),
+       COALESCE(SUM(c.cost_usd), 0.0),
+       COALESCE(SUM(CASE WHEN c.status IN {_FINAL} AND c.cost_usd IS NULL THEN 1 ELSE 0 END), 0)
+FROM llm_calls c LEFT JOIN access_tokens t ON t.token_id = c.token_id
+WHERE c.token_id IS NOT NULL AND c.created_at_ms >= ? AND c.created_at_ms < ?
 """
 
 
@@ -50,6 +57,11 @@ def add(conn: Conn, record: AccessTokenRecord) -> SaveResult:
     ).fetchone()
     if clash is not None:
         return SaveResult(outcome="ignored", reason=f"a token named {clash[0]!r} is active")
+    _insert(conn, record)
+    return SaveResult(outcome="inserted")
+
+
+def _insert(conn: Conn, record: AccessTokenRecord) -> None:
     conn.execute(
         f"INSERT INTO access_tokens ({', '.join(_FIELDS)}) "
         f"VALUES ({', '.join('?' for _ in _FIELDS)})",
@@ -62,9 +74,9 @@ def add(conn: Conn, record: AccessTokenRecord) -> SaveResult:
             record.rpm,
             record.created_at_ms,
             record.revoked_at_ms,
+            record.person_id,
         ),
     )
-    return SaveResult(outcome="inserted")
 
 
 def find(conn: Conn, secret_hash: str) -> AccessTokenRecord | None:
@@ -93,22 +105,53 @@ def revoke(conn: Conn, name: str, at_ms: int) -> AccessTokenRecord | None:
     return get(conn, str(row[0]))
 
 
-_SPEND = (
-    "SELECT COALESCE(SUM(cost_usd), 0.0) FROM llm_calls "
-    "WHERE token_id = ? AND created_at_ms >= ? AND created_at_ms < ?"
-)
+def rotate(
+    conn: Conn, name: str, token_id: str, secret_hash: str, at_ms: int
+) -> AccessTokenRecord | None:
+    """Revoke the active token `name` and add its successor (same person and limits, the new
+    id and secret hash) in one transaction; the successor, or None when none is active."""
+    row = conn.execute(f"{_SELECT} WHERE name = ? AND revoked_at_ms IS NULL", (name,)).fetchone()
+    if row is None:
+        return None
+    old = _record(row)
+    conn.execute(
+        "UPDATE access_tokens SET revoked_at_ms = ? WHERE token_id = ?", (at_ms, old.token_id)
+    )
+    new = msgspec.structs.replace(
+        old,
+        token_id=token_id,
+        secret_hash=secret_hash,
+        created_at_ms=at_ms,
+        revoked_at_ms=None,
+        person_id=old.person,
+    )
+    _insert(conn, new)  # a clash of id or hash (never seen: 256 random bits) breaks a key
+    return new
+
+
+# The spend of a token's person: the calls of every token of its chain of rotations (each an
+# index-only range scan of llm_calls_token_spend).
+_SPEND = f"""
+WITH p(id) AS (SELECT {_PERSON_OF})
+SELECT COALESCE(SUM(cost_usd), 0.0) FROM llm_calls
+WHERE token_id IN (
+    SELECT token_id FROM access_tokens, p WHERE person_id = p.id OR token_id = p.id
+    UNION SELECT id FROM p
+) AND created_at_ms >= ? AND created_at_ms < ?
+"""
 
 
 def spend(conn: Conn, token_id: str, since_ms: int, until_ms: int) -> float:
-    return float(conn.execute(_SPEND, (token_id, since_ms, until_ms)).fetchone()[0])
+    args = (token_id, token_id, since_ms, until_ms)
+    return float(conn.execute(_SPEND, args).fetchone()[0])
 
 
 def usage(conn: Conn, since_ms: int, until_ms: int, token_id: str | None) -> tuple[TokenUsage, ...]:
     sql, args = _USAGE, list[object]([since_ms, until_ms])
     if token_id is not None:
-        sql += " AND token_id = ?"
-        args.append(token_id)
-    rows = conn.execute(sql + " GROUP BY token_id ORDER BY token_id", args).fetchall()
+        sql += f" AND {_PERSON} = {_PERSON_OF}"
+        args += [token_id, token_id]
+    rows = conn.execute(sql + f" GROUP BY {_PERSON} ORDER BY {_PERSON}", args).fetchall()
     return tuple(
         TokenUsage(
             token_id=r[0],
@@ -121,4 +164,18 @@ def usage(conn: Conn, since_ms: int, until_ms: int, token_id: str | None) -> tup
             unpriced_calls=r[7],
         )
         for r in rows
+    )
+
+
+def get_setting(conn: Conn, name: str) -> str | None:
+    row = conn.execute("SELECT value FROM server_settings WHERE name = ?", (name,)).fetchone()
+    return None if row is None else str(row[0])
+
+
+def set_setting(conn: Conn, name: str, value: str, at_ms: int) -> None:
+    conn.execute(
+        "INSERT INTO server_settings (name, value, updated_at_ms) VALUES (?, ?, ?) "
+        "ON CONFLICT (name) DO UPDATE SET value = excluded.value, "
+        "updated_at_ms = excluded.updated_at_ms",
+        (name, value, at_ms),
     )
