@@ -173,7 +173,7 @@ def serve(
     host = host or config.server.host
     port = config.server.port if port is None else port
     level = (log_level or config.server.log_level).upper()
-    setup_logging(config.server.log_format, level, secrets=secrets_of(config))
+    setup_logging(config.server.log_format, level, secrets=secrets_of(config, database))
     try:
         check_bind(config, host)
     except ValueError as exc:

@@ -21,6 +21,7 @@ from collections.abc import Iterable, Mapping
 from typing import IO, TYPE_CHECKING, Any, Literal
 
 from ..config import Config
+from ..store.backends import database_secrets
 from .metrics import cache_hit_ratio
 
 if TYPE_CHECKING:
@@ -52,11 +53,14 @@ _STANDARD_ATTRS = frozenset(
 ) | {"message", "asctime", "taskName"}
 
 
-def secrets_of(config: Config) -> tuple[str, ...]:
+def secrets_of(config: Config, database: str | None = None) -> tuple[str, ...]:
     """Every secret a config holds: provider keys, sensitive provider and model headers, search
-    backends' keys, the server's auth token. Longest first, so a secret that contains another
-    goes whole."""
-    found: set[str] = set()
+    backends' keys, the server's auth token, the password of a PostgreSQL `database` (and of
+    `database`, a --db given instead). Longest first, so a secret that contains another goes
+    whole."""
+    found: set[str] = set(database_secrets(config.server.database))
+    if database:
+        found.update(database_secrets(database))
     if config.server.auth_token:
         found.add(config.server.auth_token)
     for provider in config.providers.values():

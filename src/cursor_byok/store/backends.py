@@ -20,6 +20,20 @@ def display_name(database: str) -> str:
     return display_url(database) if is_postgres_url(database) else database
 
 
+def database_secrets(database: str) -> tuple[str, ...]:
+    """What of the setting no log or output may show (a URL's password), longest first."""
+    from .postgres.errors import url_secrets
+
+    return url_secrets(database) if is_postgres_url(database) else ()
+
+
+def redact_database(text: str, database: str) -> str:
+    """`text` without the setting's secrets (each replaced by `***`)."""
+    for secret in database_secrets(database):
+        text = text.replace(secret, "***")
+    return text
+
+
 async def open_store(database: str) -> AnyStore:
     """Open (creating or migrating) the database the setting names."""
     if is_postgres_url(database):

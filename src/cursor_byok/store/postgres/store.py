@@ -51,7 +51,7 @@ from ..migrate import load_migrations
 from ..sql import Conn
 from ..sqlite import activity, jobs, links, rows, tokens
 from .conn import PgConn
-from .errors import display_url, map_error
+from .errors import display_url, map_error, redact_url
 from .schema import migrate
 
 T = TypeVar("T")
@@ -125,7 +125,9 @@ class PostgresStore:
             )
         except psycopg.Error as exc:
             raise StoreIOError(
-                self.path, "cannot connect to the database server", _first_line(exc)
+                self.path,
+                "cannot connect to the database server",
+                redact_url(_first_line(exc), self.url),  # libpq may quote a malformed URL
             ) from None
 
     async def start(self) -> None:
