@@ -14,7 +14,7 @@ from .launch import ListenError, check_bind, serve_async, url_of
 from .llm.registry import LLMRegistry
 from .observability.logs import install_redaction, secrets_of, setup_logging
 from .observability.routes import Observability
-from .start_check import database_fit_to_serve
+from .start_check import database_fit_to_serve, moved_database
 from .start_warnings import warn_at_start
 from .store.backends import AnyStore, is_postgres_url, open_store
 from .store.errors import StoreError
@@ -107,6 +107,9 @@ def server_jobs(config: Config, registry: LLMRegistry) -> JobRunner:
 
 
 async def _serve(config: Config, host: str, port: int, database: str | None) -> int:
+    if database is None and (moved := moved_database(config)) is not None:
+        log.error("%s", moved)
+        return 2
     try:
         path = database or config.server.database
         # A PostgreSQL server checks its own pages; the quick check reads a SQLite file.

@@ -221,6 +221,10 @@ class Config(msgspec.Struct, frozen=True):
     web_search: WebSearchSettings = WebSearchSettings()
     web_fetch: WebFetchConfig = WebFetchConfig()
     image_generation: ImageGenerationConfig | None = None
+    # server.database as written, when it was a relative SQLite path (server.database is then
+    # that path resolved against the file's folder): for the hint when an old database sits
+    # where the working directory would have put it.
+    relative_database: str | None = None
 
     def model(self, model_id: str) -> Model | None:
         return self.models.get(model_id)
@@ -424,15 +428,32 @@ def parse_config(
     if names.default is not None:
         server = msgspec.structs.replace(server, default_model=names.default.id)
     models = _with_fallbacks(raw, models, names, path)
+    database = beside_config(server.database, path)
+    relative = server.database if database != server.database else None
     return Config(
-        server=server,
+        server=msgspec.structs.replace(server, database=database),
         providers=providers,
         models=models,
         path=path,
         web_search=web_search,
         web_fetch=raw.web_fetch,
         image_generation=raw.image_generation,
+        relative_database=relative,
     )
+
+
+def beside_config(database: str, config_path: str | None) -> str:
+    """A relative SQLite path of the file resolved against the file's folder (the same for
+    `serve` and every other command, wherever they run); a URL, an absolute path, or a
+    configuration not read from a file, as it is."""
+    from .store.backends import is_postgres_url
+
+    if config_path is None or not database or is_postgres_url(database):
+        return database
+    path = Path(database).expanduser()
+    if path.is_absolute():
+        return str(path)
+    return str(Path(config_path).absolute().parent / path)
 
 
 def _with_fallbacks(

@@ -10,8 +10,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+from pathlib import Path
 from typing import assert_never
 
+from .config import Config
 from .store.sqlite import QuickCheckOutcome, quick_check
 
 log = logging.getLogger("cursor_byok")
@@ -51,3 +53,23 @@ async def database_fit_to_serve(path: str, budget_s: float) -> bool:
             return True
         case _:
             assert_never(check.outcome)
+
+
+def moved_database(config: Config, cwd: Path | None = None) -> str | None:
+    """Why not to open `server.database` (None: open it): a relative path is read beside the
+    configuration file, and where none is there yet, the working directory holds a database
+    by that name (where a relative path was read before): opening it would make an empty
+    database and hide that one's history."""
+    written = config.relative_database
+    if written is None:
+        return None
+    resolved = Path(config.server.database)
+    old = (cwd or Path.cwd()) / written
+    if resolved.exists() or not old.is_file() or old.resolve() == resolved.resolve():
+        return None
+    return (
+        f"server.database = {written!r} is read beside the configuration file: {resolved}, "
+        f"which does not exist, while the working directory holds {old.resolve()} (where a "
+        "relative path was read before). Move that file (with its -wal and -shm files) to "
+        f"{resolved}, or set server.database to its absolute path"
+    )
