@@ -71,7 +71,7 @@ class App:
             await store.watch_claims(runner.on_claim)
         obs.metrics.bind_active_runs(lambda: runner.active_runs)
         obs.metrics.bind_caches(runner.cache_stats)
-        tokens = TokenDirectory(store)
+        tokens = TokenDirectory(store, linger_s=linger_s(config))
         await tokens.load()
         tokens.start()
         obs.bind_token_names(tokens.name_of)
@@ -82,6 +82,13 @@ class App:
         await self.registry.aclose()
         await self.observability.aclose()
         await self.store.close()
+
+
+def linger_s(config: Config) -> float:
+    """How long a revoked token's appends still reach the runs it started: as long as such a
+    run can wait on a tool or a person, and 5 minutes for the model call before it."""
+    server = config.server
+    return max(server.tool_timeout_s, server.question_timeout_s) + 300.0
 
 
 def server_jobs(config: Config, registry: LLMRegistry) -> JobRunner:

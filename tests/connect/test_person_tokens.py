@@ -36,6 +36,9 @@ class People:
     def principal(self, credentials: str) -> str | None:
         return self.tokens.get(credentials)
 
+    def lingering(self, credentials: str) -> str | None:
+        return None
+
 
 def bearer(token: str) -> dict[str, str]:
     return {"authorization": f"Bearer {token}"}

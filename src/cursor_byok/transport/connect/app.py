@@ -103,6 +103,11 @@ class Authenticator(Protocol):
         """Who these credentials are (a stable id, never the secret), or None."""
         ...
 
+    def lingering(self, credentials: str) -> str | None:
+        """Who these credentials were, when they were revoked recently enough that a run they
+        started may still be going; None otherwise. Only such a run's appends take them."""
+        ...
+
 
 class ConnectApp:
     """The ASGI application. `handler` runs each agent run (see sessions.RunHandler)."""
@@ -278,11 +283,15 @@ class ConnectApp:
         codec = _UNARY_CODECS.get(base_type(headers))
         handler = self.service.unary(path)
         known = path == self.service.append_path or handler is not None
+        lingering = None
         if not self.authorized(headers):
-            err = ConnectError("unauthenticated", auth_error_text(headers))
-            await unary_error(send, codec or "proto", err)
-            self._observe(path, err.code)
-            return
+            lingering = self._lingering(headers) if handler is None and known else None
+            if lingering is None:
+                err = ConnectError("unauthenticated", auth_error_text(headers))
+                await unary_error(send, codec or "proto", err)
+                self._observe(path, err.code)
+                return
+            headers[PRINCIPAL_HEADER] = lingering
         if not known:
             await unary_error(send, codec or "proto", ConnectError("unimplemented", path))
             self._observe(UNKNOWN_RPC, "unimplemented")  # a scanner's paths are no labels
@@ -306,7 +315,7 @@ class ConnectApp:
             raw = unary_payload(body, codec, headers, self.limits.max_unary_body)
             try:
                 if handler is None:
-                    await self._append(raw, message_codec, headers, client)
+                    await self._append(raw, message_codec, headers, client, lingering)
                     response = self.service.append_response(message_codec)
                 else:
                     response = handler(raw, message_codec, headers)
@@ -319,13 +328,29 @@ class ConnectApp:
         await unary_ok(send, codec, response)
         self._observe(path, "ok")
 
-    async def _append(self, raw: bytes, codec: Codec, headers: dict[str, str], client: str) -> None:
+    def _lingering(self, headers: Mapping[str, str]) -> str | None:
+        """The principal of a token revoked while a run it started may still be going."""
+        if self.authenticator is None or headers.get("authorization") == REPEATED_AUTHORIZATION:
+            return None
+        credentials = _bearer(headers)
+        return self.authenticator.lingering(credentials) if credentials else None
+
+    async def _append(
+        self,
+        raw: bytes,
+        codec: Codec,
+        headers: dict[str, str],
+        client: str,
+        lingering: str | None = None,
+    ) -> None:
         append = self.service.parse_append(raw, codec)
         request_id = append.request_id or headers.get("x-request-id", "")
         if not request_id:
             raise ConnectError("invalid_argument", "request_id is missing")
         if append.seqno < 0:
             raise ConnectError("invalid_argument", f"append_seqno must be >= 0, got {append.seqno}")
+        if lingering is not None:
+            self._check_lingering(request_id, lingering, headers)
         if self.relayed is not None:
             # Stored first, then acknowledged; the replica holding the RunSSE delivers it.
             await self.relayed.publish(request_id, append.seqno, append.payload, append.message)
@@ -334,6 +359,17 @@ class ConnectApp:
             request_id, "runsse", headers, client, first_message=append.seqno == 0
         )
         session.append(append.seqno, append.payload, append.message)
+
+    def _check_lingering(self, request_id: str, principal: str, headers: Mapping[str, str]) -> None:
+        """A revoked token's append goes only to a run it started that is still going here,
+        or, with replicas, to the relay (which starts no run: the replica holding the run
+        delivers it while the run goes on, and a stream reopened with the token is refused)."""
+        session = self.registry.find(request_id)
+        if session is None and self.relayed is not None:
+            return
+        info = session.info if session is not None else None
+        if session is None or session.finished or info is None or info.principal != principal:
+            raise ConnectError("unauthenticated", "this token was revoked; ask for a new one")
 
 
 def _bearer(headers: Mapping[str, str]) -> str | None:
