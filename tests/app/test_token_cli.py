@@ -62,7 +62,7 @@ def test_add_shows_the_secret_once_and_stores_its_hash(
         (("add", "bob", "--models", "gamma"), "unknown model 'gamma'; this server offers: alpha"),
         (("add", "bob", "--budget-usd", "-1"), "--budget-usd must be a number of dollars"),
         (("add", "bob", "--budget-usd", "nan"), "--budget-usd must be a number of dollars"),
-        (("add", "bob", "--rpm", "0"), "--rpm must be 1 or more"),
+        (("add", "bob", "--rpm", "0"), "--rpm must be a whole number of model calls per minute"),
         (("revoke", "nobody"), "no active token is named 'nobody'"),
     ],
 )

@@ -3,6 +3,8 @@ dialect and observability read, built once by the configuration loader."""
 
 from __future__ import annotations
 
+import math
+
 import msgspec
 
 from .settings import ModelSettings, ProviderSettings
@@ -24,6 +26,21 @@ class Prices(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
             + usage.cache_read * self.cache_read
             + usage.cache_write * self.cache_write
         ) / 1_000_000
+
+
+def usd(amount: float) -> str:
+    """Dollars as an operator reads them: cents at least, and three significant digits for
+    what a cent would round away ($0.000123, not $0.00); $0.02, $1.20, $123.46."""
+    if amount == 0 or not math.isfinite(amount):
+        return "$0.00" if amount == 0 else f"${amount}"
+    magnitude = math.floor(math.log10(abs(amount)))
+    places = min(12, max(2, 2 - magnitude))
+    text = f"{amount:.{places}f}"
+    if places > 2:
+        text = text.rstrip("0")
+        if len(text.partition(".")[2]) < 2:
+            text = f"{amount:.2f}"
+    return f"-${text[1:]}" if text.startswith("-") else f"${text}"
 
 
 class Model(msgspec.Struct, frozen=True):
