@@ -30,7 +30,8 @@ from .llm.events import DoneEvent, ErrorEvent
 from .llm.registry import ADAPTERS, LLMRegistry
 from .llm.types import RequestMessages, UserMessage
 from .observability.logs import redact_text, secrets_of
-from .store.backends import display_name, is_postgres_url
+from .start_check import moved_database
+from .store.backends import display_name, is_postgres_url, open_store
 from .store.errors import (
     StoreCorruptError,
     StoreError,
@@ -41,6 +42,7 @@ from .store.errors import (
 from .store.migrate import latest_version, load_migrations
 from .store.postgres import PostgresStore
 from .store.sqlite import SQLiteStore
+from .token_report import findings, read_report
 from .web.search import SearchBackend, WebSearch
 from .web.types import SearchResults, WebSearchJob
 
@@ -274,6 +276,22 @@ async def check_database(path: str) -> Check:
     )
 
 
+async def check_tokens(config: Config, path: str) -> list[Check]:
+    """The active tokens and their spend, the access mode, and each token that can call
+    nothing (token_report.findings); nothing to say before the database exists."""
+    if not is_postgres_url(path) and not Path(path).exists():
+        return [Check("tokens", "SKIP", "no database yet, so no tokens")]
+    try:
+        store = await open_store(path)
+        try:
+            report = await read_report(store)
+        finally:
+            await store.close()
+    except StoreError as exc:
+        return [Check("tokens", "SKIP", f"cannot read them: {exc}")]
+    return [Check(f.name, f.status, f.detail, f.next_step) for f in findings(report, config)]
+
+
 # -- providers -----------------------------------------------------------------------------
 
 
@@ -482,9 +500,16 @@ async def run_checks(
         rows.append(Check("database", "SKIP", "needs a valid config"))
         rows.append(Check("providers", "SKIP", "needs a valid config"))
         return rows
-    secrets = secrets_of(config)
+    secrets = secrets_of(config, database)
     rows.append(check_listen(config.server.host, config.server.port))
-    rows.append(await check_database(database or config.server.database))
+    path = database or config.server.database
+    moved = moved_database(config) if database is None else None
+    if moved is not None:
+        rows.append(Check("database", "FAIL", moved, "move the file, or set server.database"))
+    else:
+        rows.append(await check_database(path))
+        if rows[-1].status != "FAIL":
+            rows.extend(await check_tokens(config, path))
     key_envs = _api_key_envs(config)
     firsts = _first_model_per_provider(config)
     for provider in config.providers.values():
