@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from ...llm.model_names import ModelNames, Resolved, Via
-from ...llm.models import Model
+from ...llm.models import Model, usd
 from ...store.api import AccessTokenRecord, Store
 
 RATE_WINDOW_MS = 60_000
@@ -130,8 +130,8 @@ class TokenLimits:
         renews = datetime.fromtimestamp(end / 1000, tz=UTC)
         return Refusal(
             Limit.BUDGET,
-            f"token {record.name!r} has spent its monthly budget: ${spent:.2f} of "
-            f"${budget:.2f} in {month} (UTC); it renews on {renews:%Y-%m-%d}",
+            f"token {record.name!r} has spent its monthly budget: {usd(spent)} of "
+            f"{usd(budget)} in {month} (UTC); it renews on {renews:%Y-%m-%d}",
         )
 
 
