@@ -350,7 +350,7 @@ class ConnectApp:
         if append.seqno < 0:
             raise ConnectError("invalid_argument", f"append_seqno must be >= 0, got {append.seqno}")
         if lingering is not None:
-            self._check_lingering(request_id, lingering, headers)
+            await self._check_lingering(request_id, lingering)
         if self.relayed is not None:
             # Stored first, then acknowledged; the replica holding the RunSSE delivers it.
             await self.relayed.publish(request_id, append.seqno, append.payload, append.message)
@@ -360,12 +360,13 @@ class ConnectApp:
         )
         session.append(append.seqno, append.payload, append.message)
 
-    def _check_lingering(self, request_id: str, principal: str, headers: Mapping[str, str]) -> None:
+    async def _check_lingering(self, request_id: str, principal: str) -> None:
         """A revoked token's append goes only to a run it started that is still going here,
-        or, with replicas, to the relay (which starts no run: the replica holding the run
-        delivers it while the run goes on, and a stream reopened with the token is refused)."""
+        or, with replicas, to the relay when a run under that request id started somewhere
+        (the relay starts no run: the replica holding the run delivers it while the run goes
+        on, and a stream reopened with the token is refused)."""
         session = self.registry.find(request_id)
-        if session is None and self.relayed is not None:
+        if session is None and self.relayed and await self.relayed.run_started(request_id):
             return
         info = session.info if session is not None else None
         if session is None or session.finished or info is None or info.principal != principal:

@@ -32,6 +32,10 @@ class AppendRelay(Protocol):
 
     async def watch_appends(self, on_append: Callable[[str], None]) -> None: ...
 
+    async def find_run(self, request_id: str) -> object | None:
+        """The stored run request of `request_id` (None: no run has started under it)."""
+        ...
+
 
 class RelayedAppends:
     """This replica's side of the relay: publish what it receives, deliver what its sessions
@@ -58,6 +62,14 @@ class RelayedAppends:
         session = self._registry.find(request_id)
         if session is not None:
             session.append(seqno, payload, message)
+
+    async def run_started(self, request_id: str) -> bool:
+        """Whether a run started under `request_id` on some replica (its request is stored)."""
+        try:
+            return await self.relay.find_run(request_id) is not None
+        except Exception as exc:
+            log.warning("run %s: could not look it up: %s", request_id, exc)
+            raise ConnectError("unavailable", "the server could not check this run") from None
 
     def heard(self, request_id: str) -> None:
         """Some replica stored an append of `request_id`."""
