@@ -85,9 +85,15 @@ class ServerProcess:
 
 @contextlib.contextmanager
 def server_process(
-    config_text: str, workdir: Path, *, port: int | None = None, env: dict[str, str] | None = None
+    config_text: str,
+    workdir: Path,
+    *,
+    port: int | None = None,
+    env: dict[str, str] | None = None,
+    cwd: Path | None = None,
 ) -> Iterator[ServerProcess]:
-    """`cursor-byok serve` in a child process; waits for /healthz; stops it (SIGTERM) after."""
+    """`cursor-byok serve` in a child process; waits for /healthz; stops it (SIGTERM) after.
+    The configuration is `workdir`/cursor-byok.toml; the process runs in `cwd` (workdir)."""
     config = workdir / "cursor-byok.toml"
     config.write_text(config_text)
     port = port or free_port()
@@ -100,7 +106,7 @@ def server_process(
             stdout=log,
             stderr=subprocess.STDOUT,
             env={**os.environ, **(env or {})},
-            cwd=workdir,
+            cwd=cwd or workdir,
         )
     server = ServerProcess(f"http://127.0.0.1:{port}", port, proc, log_path)
     try:
