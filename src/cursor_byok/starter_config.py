@@ -27,7 +27,7 @@ STARTER_CONFIG = """\
 [server]
 host = "127.0.0.1"            # loopback only; any other address requires auth_token
 port = 8700
-database = "cursor-byok.db"   # SQLite: conversations and LLM call records (relative to the cwd)
+database = "cursor-byok.db"   # SQLite: conversations and call records (beside this file)
 # auth_token = "change-me"    # clients must then send `Authorization: Bearer change-me`
 http2 = true                  # GetServerConfig tells clients HTTP/2 is allowed; false puts the
                               # Cursor IDE on the HTTP/1.1 RunSSE + BidiAppend path

@@ -228,7 +228,7 @@ async def test_the_budget_crossed_mid_month(team: Team, upstream: FakeUpstream) 
     assert chat_requests(upstream, prompt) == []
     listing = await asyncio.to_thread(token_cli, team.config, "list")
     (row,) = [line for line in listing.stdout.splitlines() if line.startswith("alice")]
-    assert "$1.2000" in row and "  2  " in row  # this month's spend and calls
+    assert "$1.20" in row and "  2  " in row  # this month's spend and calls
 
 
 async def test_the_rate_limit(team: Team, upstream: FakeUpstream) -> None:
