@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -31,6 +32,7 @@ from tests.e2e.test_shim import (
     unique,
 )
 from tests.e2e.test_tokens import refused, shim_turn
+from tests.paths import REPO
 from tests.support import connect_client as cc
 from tests.support.live import ServerProcess, server_process
 from tests.support.upstream import FakeUpstream
@@ -121,6 +123,14 @@ def until(servers: list[ServerProcess], want: int, secret: str | None = None) ->
             assert time.monotonic() - t0 < BOUND_S, (want, took)
             time.sleep(0.05)
     return [round(took[i], 2) for i in range(len(servers))]
+
+
+def documented_json() -> dict[str, Any]:
+    text = (REPO / "docs" / "operations.md").read_text()
+    tokens = text[text.index("## Tokens per person") :]
+    (block,) = re.findall(r"```json\n(.*?)```", tokens[: tokens.index("\n## ")], flags=re.S)
+    found: dict[str, Any] = json.loads(block)
+    return found
 
 
 def code_of(end: dict[str, Any]) -> str | None:
@@ -254,6 +264,9 @@ def test_every_database_command_on_both_backends(
         until([server], 401, bob)
         assert status(server, bob2) == 200
     doc = json.loads(token(config, "list", "--json", "--all").stdout)
+    documented = documented_json()  # docs/operations.md's shape, key for key
+    assert doc.keys() == documented.keys() and doc["version"] == documented["version"]
+    assert all(t.keys() == documented["tokens"][0].keys() for t in doc["tokens"])
     bobs = [t for t in doc["tokens"] if t["name"] == "bob"]
     assert [(t["active"], t["replaced"], t["llm_calls"]) for t in bobs] == [
         (True, False, 1),  # the person's call, made with the old secret, on the new token
