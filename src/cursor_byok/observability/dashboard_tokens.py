@@ -25,7 +25,7 @@ async def tokens_data(store: Store, now_ms: int) -> dict[str, Any]:
     usage = {u.token_id: u for u in await store.token_usage(start, end)}
     rows = []
     for token in tokens:
-        used = usage.get(token.token_id)
+        used = usage.get(token.person)  # a person's use, across its rotations
         rows.append(
             {
                 "name": token.name,
