@@ -278,8 +278,8 @@ async def _rotate(store: Store, name: str) -> int:
     _note(
         f"token {name!r} rotated: a new secret, the same person ({limits_text(new)}; this "
         "month's spend carries over). The old secret is refused: its runs end at their next "
-        f"model call, and running servers refuse its requests within {REFRESH_S:g} s. This is "
-        "the only time the new value is shown."
+        f"model call, and running servers refuse its requests, and take the new one, within "
+        f"{REFRESH_S:g} s. This is the only time the new value is shown."
     )
     return 0
 

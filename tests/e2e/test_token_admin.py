@@ -418,6 +418,7 @@ def test_cheap_spend_rotation_and_doctor(upstream: FakeUpstream, tmp_path: Path)
         prompt = unique("with the old secret")
         assert code_of(asyncio.run(h2_turn(server, gina, prompt))) == "unauthenticated"
         assert chat_requests(upstream, prompt) == []
+        until([server], 200, new)  # the new secret, like a new token, within the refresh
         end, _ = asyncio.run(shim_turn(server, new, "gina's second turn"))
         assert end == {}  # $0.000123 of $0.0002: admitted, then $0.000246
         end, _ = asyncio.run(shim_turn(server, new, "gina's third turn"))
