@@ -23,11 +23,12 @@ async def test_a_sign_in_is_claimed_once_and_only_while_fresh(store: AnyStore) -
     assert (await store.record_sign_in(record)).outcome == "inserted"
     again = await store.record_sign_in(record)
     assert again.outcome == "ignored"
-    assert await store.claim_sign_in("u1", 2000, not_before_ms=1001) is None  # too old
-    claimed = await store.claim_sign_in("u1", 2000, not_before_ms=500)
+    assert await store.claim_sign_in("u1", "c", 2000, not_before_ms=1001) is None  # too old
+    assert await store.claim_sign_in("u1", "other", 2000, not_before_ms=500) is None
+    claimed = await store.claim_sign_in("u1", "c", 2000, not_before_ms=500)
     assert claimed is not None and claimed.token_id == "t1" and claimed.claimed_at_ms == 2000
-    assert await store.claim_sign_in("u1", 2001, not_before_ms=500) is None  # once
-    assert await store.claim_sign_in("nobody", 2001, not_before_ms=0) is None
+    assert await store.claim_sign_in("u1", "c", 2001, not_before_ms=500) is None  # once
+    assert await store.claim_sign_in("nobody", "c", 2001, not_before_ms=0) is None
 
 
 async def test_session_tokens_die_with_their_person_token(store: AnyStore) -> None:

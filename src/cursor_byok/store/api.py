@@ -464,10 +464,11 @@ class Store(Protocol):
         ...
 
     async def claim_sign_in(
-        self, login_id: str, at_ms: int, not_before_ms: int
+        self, login_id: str, challenge: str, at_ms: int, not_before_ms: int
     ) -> SignInRecord | None:
-        """Mark the sign-in of `login_id` claimed and return it, when it was not claimed yet
-        and was made at `not_before_ms` or later; else None (nothing changes)."""
+        """Mark the sign-in of `login_id` claimed and return it, when its challenge is
+        `challenge`, it was not claimed yet and was made at `not_before_ms` or later; else None
+        (nothing changes)."""
         ...
 
     async def add_session_token(self, record: SessionTokenRecord) -> SaveResult: ...

@@ -234,10 +234,10 @@ class PostgresStore:
         )
 
     async def claim_sign_in(
-        self, login_id: str, at_ms: int, not_before_ms: int
+        self, login_id: str, challenge: str, at_ms: int, not_before_ms: int
     ) -> SignInRecord | None:
         return await self._run(
-            lambda conn: sign_in.claim_sign_in(conn, login_id, at_ms, not_before_ms),
+            lambda conn: sign_in.claim_sign_in(conn, login_id, challenge, at_ms, not_before_ms),
             "claiming a sign-in",
             write=True,
         )

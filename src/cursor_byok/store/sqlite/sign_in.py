@@ -51,11 +51,13 @@ def record_sign_in(conn: Conn, record: SignInRecord) -> SaveResult:
     return SaveResult(outcome="inserted")
 
 
-def claim_sign_in(conn: Conn, login_id: str, at_ms: int, not_before_ms: int) -> SignInRecord | None:
+def claim_sign_in(
+    conn: Conn, login_id: str, challenge: str, at_ms: int, not_before_ms: int
+) -> SignInRecord | None:
     cur = conn.execute(
-        "UPDATE sign_ins SET claimed_at_ms = ? "
-        "WHERE login_id = ? AND claimed_at_ms IS NULL AND signed_in_at_ms >= ?",
-        (at_ms, login_id, not_before_ms),
+        "UPDATE sign_ins SET claimed_at_ms = ? WHERE login_id = ? AND challenge = ? "
+        "AND claimed_at_ms IS NULL AND signed_in_at_ms >= ?",
+        (at_ms, login_id, challenge, not_before_ms),
     )
     if cur.rowcount != 1:
         return None
