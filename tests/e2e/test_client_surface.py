@@ -16,6 +16,7 @@ import base64
 import contextlib
 import re
 import subprocess
+import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -56,6 +57,22 @@ CLI_STARTUP = (
     DASH + "IsOnNewPricing",
     # the git workspace
     DASH + "GetTeamReposOrEmptyIfNotInTeam",
+)
+# The IDE's start-up: the same bootstrap, then its model picker and clock (the calls a peer's
+# local backend answers for the IDE: Sakana-yuyu/cursor-byok).
+IDE = "/aiserver.v1.AiService/"
+IDE_STARTUP = (
+    CONFIG,
+    DASH + "GetUserPrivacyMode",
+    DASH + "GetMe",
+    IDE + "AvailableModels",
+    IDE + "ServerTime",
+    IDE + "GetDefaultModel",
+    IDE + "GetDefaultModelNudgeData",
+    ANALYTICS + "BootstrapStatsig",
+    DASH + "GetTeams",
+    DASH + "IsOnNewPricing",
+    DASH + "GetTeamAdminSettingsOrEmptyIfNotInTeam",
 )
 # During a session, after the first turn.
 SESSION = (
@@ -177,6 +194,21 @@ async def test_the_cli_start_up_in_a_git_workspace_is_answered(
         c.id: (c.estimated_tokens, c.character_count) for c in checkpoint_meter.breakdown.categories
     }
     assert usage.schema_version == 1 and sum(t for t, _ in nodes.values()) > 0
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_the_ide_start_up_is_answered(server: ServerProcess, transport: str) -> None:
+    answers: dict[str, Any] = {}
+    async with client(server, transport) as http:
+        for path in IDE_STARTUP:
+            _, answers[path] = await call(http, path, request_type(path)())
+    assert list(answers[IDE + "AvailableModels"].model_names) == ["brain-1", "composer-test"]
+    now_ms = time.time() * 1000
+    assert abs(answers[IDE + "ServerTime"].receive_timestamp - now_ms) < 60_000
+    assert answers[IDE + "GetDefaultModel"].model == "brain-1"
+    nudge = answers[IDE + "GetDefaultModelNudgeData"]
+    assert list(nudge.models_with_no_default_switch) == ["brain-1", "composer-test"]
+    assert not nudge.should_default_switch_on_new_chat
 
 
 async def test_the_context_usage_is_the_latest_calls_stored_meter(

@@ -1,8 +1,10 @@
 """The newest public Cursor schema we hold, as protobuf classes built at test time.
 
-tests/fixtures/cursor/schema-sdk-1.0.32.json records facts read from the message descriptors
-embedded in @cursor/sdk 1.0.32 (npm): for each RPC we answer, its input and output message,
-and each message's fields (number, name, type, label). `decode` parses a response with those
+tests/fixtures/cursor/public-schema.json records facts read from the message descriptors
+embedded in @cursor/sdk 1.0.32 (npm), and for the IDE's AiService (which the SDK does not
+carry) from the newest extraction of the IDE's bundle we found (its `sources` say which): for
+each RPC we answer, its input and output message, and each message's fields (number, name,
+type, label). `decode` parses a response with those
 messages, in a descriptor pool of its own, so a test sees what a client built on that schema
 sees: a field number we send that the schema does not have shows up as an unknown field.
 """
@@ -18,7 +20,7 @@ from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 from google.protobuf.message import Message
 from google.protobuf.unknown_fields import UnknownFieldSet
 
-FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "cursor" / "schema-sdk-1.0.32.json"
+FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "cursor" / "public-schema.json"
 F = descriptor_pb2.FieldDescriptorProto
 _SCALARS = {
     "double": F.TYPE_DOUBLE,

@@ -11,6 +11,7 @@ or the protobuf JSON mapping).
 from __future__ import annotations
 
 import inspect
+import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Literal
 
@@ -164,6 +165,31 @@ def _user_id(principal: str) -> int:
         return 2 + sum(principal.encode()) % (INT32_MAX - 2)
 
 
+def server_time(
+    _req: aiserver_pb2.ServerTimeRequest, _ctx: UnaryContext
+) -> aiserver_pb2.ServerTimeResponse:
+    now_ms = time.time() * 1000
+    return aiserver_pb2.ServerTimeResponse(receive_timestamp=now_ms, transmit_timestamp=now_ms)
+
+
+def get_default_model(
+    _req: aiserver_pb2.GetDefaultModelRequest, ctx: UnaryContext
+) -> aiserver_pb2.GetDefaultModelResponse:
+    default = _default(ctx.settings)
+    if default is None:
+        return aiserver_pb2.GetDefaultModelResponse()
+    return aiserver_pb2.GetDefaultModelResponse(model=default.id, thinking_model=default.id)
+
+
+def get_default_model_nudge_data(
+    _req: aiserver_pb2.GetDefaultModelNudgeDataRequest, ctx: UnaryContext
+) -> aiserver_pb2.GetDefaultModelNudgeDataResponse:
+    # Never switch a person's model on a new chat: every served model keeps its place.
+    return aiserver_pb2.GetDefaultModelNudgeDataResponse(
+        models_with_no_default_switch=[m.id for m in ctx.settings.models]
+    )
+
+
 def get_user_privacy_mode(
     _req: aiserver_pb2.GetUserPrivacyModeRequest, _ctx: UnaryContext
 ) -> aiserver_pb2.GetUserPrivacyModeResponse:
@@ -200,6 +226,13 @@ UNARY_METHODS: dict[str, UnaryMethod] = {
     ),
     "/aiserver.v1.AiService/AvailableModels": UnaryMethod(
         aiserver_pb2.AvailableModelsRequest, available_models
+    ),
+    "/aiserver.v1.AiService/ServerTime": UnaryMethod(aiserver_pb2.ServerTimeRequest, server_time),
+    "/aiserver.v1.AiService/GetDefaultModel": UnaryMethod(
+        aiserver_pb2.GetDefaultModelRequest, get_default_model
+    ),
+    "/aiserver.v1.AiService/GetDefaultModelNudgeData": UnaryMethod(
+        aiserver_pb2.GetDefaultModelNudgeDataRequest, get_default_model_nudge_data
     ),
     "/aiserver.v1.DashboardService/GetMe": UnaryMethod(aiserver_pb2.GetMeRequest, get_me),
     "/aiserver.v1.DashboardService/GetUserPrivacyMode": UnaryMethod(

@@ -333,6 +333,46 @@ class GetUserPrivacyModeResponse(_message.Message):
     has_acknowledged_grace_period_disclaimer: bool
     def __init__(self, privacy_mode: _Optional[_Union[PrivacyMode, str]] = ..., hours_remaining_in_grace_period: _Optional[int] = ..., is_enforced_by_team: _Optional[bool] = ..., is_not_migrated_to_server_source_of_truth: _Optional[bool] = ..., partner_data_share: _Optional[bool] = ..., has_acknowledged_grace_period_disclaimer: _Optional[bool] = ...) -> None: ...
 
+class ServerTimeRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ServerTimeResponse(_message.Message):
+    __slots__ = ("receive_timestamp", "transmit_timestamp")
+    RECEIVE_TIMESTAMP_FIELD_NUMBER: _ClassVar[int]
+    TRANSMIT_TIMESTAMP_FIELD_NUMBER: _ClassVar[int]
+    receive_timestamp: float
+    transmit_timestamp: float
+    def __init__(self, receive_timestamp: _Optional[float] = ..., transmit_timestamp: _Optional[float] = ...) -> None: ...
+
+class GetDefaultModelRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class GetDefaultModelResponse(_message.Message):
+    __slots__ = ("model", "thinking_model", "max_mode")
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    THINKING_MODEL_FIELD_NUMBER: _ClassVar[int]
+    MAX_MODE_FIELD_NUMBER: _ClassVar[int]
+    model: str
+    thinking_model: str
+    max_mode: bool
+    def __init__(self, model: _Optional[str] = ..., thinking_model: _Optional[str] = ..., max_mode: _Optional[bool] = ...) -> None: ...
+
+class GetDefaultModelNudgeDataRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class GetDefaultModelNudgeDataResponse(_message.Message):
+    __slots__ = ("nudge_date", "should_default_switch_on_new_chat", "models_with_no_default_switch")
+    NUDGE_DATE_FIELD_NUMBER: _ClassVar[int]
+    SHOULD_DEFAULT_SWITCH_ON_NEW_CHAT_FIELD_NUMBER: _ClassVar[int]
+    MODELS_WITH_NO_DEFAULT_SWITCH_FIELD_NUMBER: _ClassVar[int]
+    nudge_date: str
+    should_default_switch_on_new_chat: bool
+    models_with_no_default_switch: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, nudge_date: _Optional[str] = ..., should_default_switch_on_new_chat: _Optional[bool] = ..., models_with_no_default_switch: _Optional[_Iterable[str]] = ...) -> None: ...
+
 class AvailableModelsRequest(_message.Message):
     __slots__ = ("is_nightly", "include_long_context_models", "exclude_max_named_models", "additional_model_names", "use_model_parameters", "include_hidden_models", "do_not_use_markdown", "variants_will_be_shown_in_exploded_list", "for_automations")
     IS_NIGHTLY_FIELD_NUMBER: _ClassVar[int]
