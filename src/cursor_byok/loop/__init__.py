@@ -11,7 +11,7 @@ Public API (see docs/loop.md):
     commands   ContinueLLM, CallLLM, ResendLLM, Summarize, CallClient, WaitInput, Final, Failed
                (FailureKind), Canceled, Command
     transition Transition (appended, local_results: LocalResult, call_end: CallEnd with
-               CallOutcome), transition, LoopError
+               CallOutcome, ignored: Ignored), transition, LoopError
     functions  build_prompt, build_tools, render_prompt, render_tools, side_effects
 """
 
@@ -85,6 +85,7 @@ from .transition import (
     CallEnd,
     CallOutcome,
     Compacted,
+    Ignored,
     LocalResult,
     LoopError,
     Transition,
@@ -123,6 +124,7 @@ __all__ = [
     "Failed",
     "FailureKind",
     "Final",
+    "Ignored",
     "Input",
     "LLMEvent",
     "LocalResult",

@@ -15,7 +15,7 @@ from .inputs import LostCause, Resume, Rewind, ToolLost, ToolResult
 from .model_calls import model_of, summarize_command
 from .results import loop_failure
 from .state import AwaitClient, AwaitLLM, AwaitSummary, RuntimeState, Status
-from .step import LoopError, Transition, commit, ignore, settle
+from .step import Ignored, LoopError, Transition, commit, ignore, settle
 from .tool_phase import call_client, on_tool_lost, on_tool_result
 from .turns import close_turn
 
@@ -96,13 +96,13 @@ def on_rewind(state: RuntimeState, input: Rewind) -> Transition:
     messages stay in the log. A conversation busy with a turn is not rewound."""
     c = state.committed
     if c.busy:
-        return ignore(state)
+        return ignore(state, Ignored.BUSY)
     problem = view.problem(input.view, len(c.log))
     if problem is not None:
         raise LoopError(f"cannot rewind conversation {c.conversation_id!r}: {problem}")
     restored = view.reopened(input.view, len(c.log))
     if view.closed(restored, len(c.log)) == view.closed(c.view, len(c.log)):
-        return ignore(state)  # already there
+        return ignore(state, Ignored.ALREADY_THERE)
     messages = view.materialize(restored, c.log)
     c2 = commit(
         c,

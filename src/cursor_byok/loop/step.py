@@ -71,6 +71,21 @@ class Compacted(msgspec.Struct, frozen=True, omit_defaults=True):
     kept: int = 0  # messages kept after it
 
 
+class Ignored(enum.StrEnum):
+    """Why an input did not apply to the state (h11: an ignored event says why). The state is
+    returned unchanged, nothing is emitted and the command is `WaitInput`; the runtime reads
+    the reason and never infers it."""
+
+    NOT_AWAITED = "not_awaited"  # the conversation waits on nothing this input answers
+    OTHER_CALL = "other_call"  # an event or answer of a model call other than the awaited one
+    UNKNOWN_TOOL_CALL = "unknown_tool_call"  # a result for no call of the current message
+    ALREADY_ANSWERED = "already_answered"  # a result for a call answered (or held) before
+    ANSWERED_BY_LOOP = "answered_by_loop"  # a client's result for a call the loop answers
+    OTHER_OPERATION = "other_operation"  # a lost operation other than the awaited one
+    BUSY = "busy"  # a rewind while a turn is in progress
+    ALREADY_THERE = "already_there"  # a rewind to the view the conversation already has
+
+
 class Transition(msgspec.Struct, frozen=True):
     state: RuntimeState
     emit: tuple[ResponseEvent, ...]
@@ -79,10 +94,11 @@ class Transition(msgspec.Struct, frozen=True):
     local_results: tuple[LocalResult, ...] = ()
     call_end: CallEnd | None = None
     compacted: Compacted | None = None
+    ignored: Ignored | None = None  # set when the input did not apply, saying why
 
 
-def ignore(state: RuntimeState) -> Transition:
-    return Transition(state, (), WAIT_INPUT)
+def ignore(state: RuntimeState, why: Ignored) -> Transition:
+    return Transition(state, (), WAIT_INPUT, ignored=why)
 
 
 def commit(c: ConversationState, **changes: Any) -> ConversationState:

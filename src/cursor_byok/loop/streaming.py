@@ -45,6 +45,7 @@ from .state import (
 from .step import (
     CallEnd,
     CallOutcome,
+    Ignored,
     Transition,
     commit,
     context_of,
@@ -64,9 +65,9 @@ def on_llm_event(state: RuntimeState, input: LLMEvent) -> Transition:
     c = state.committed
     waiting = c.waiting
     if c.status != Status.WAITING_LLM or not isinstance(waiting, AwaitLLM):
-        return ignore(state)
+        return ignore(state, Ignored.NOT_AWAITED)
     if input.call_id != waiting.call_id:
-        return ignore(state)
+        return ignore(state, Ignored.OTHER_CALL)
     event = input.event
     pending = state.pending_response
     match event:

@@ -26,6 +26,7 @@ from .step import (
     CallEnd,
     CallOutcome,
     Compacted,
+    Ignored,
     Transition,
     commit,
     context_of,
@@ -39,20 +40,21 @@ from .turns import close_turn
 _replace = msgspec.structs.replace
 
 
-def _awaited_summary(state: RuntimeState, call_id: str) -> AwaitSummary | None:
+def _awaited_summary(state: RuntimeState, call_id: str) -> AwaitSummary | Ignored:
+    """The summary call `call_id` the conversation waits on, else why the input is ignored."""
     c = state.committed
     waiting = c.waiting
     if c.status != Status.SUMMARIZING or not isinstance(waiting, AwaitSummary):
-        return None
-    return waiting if waiting.call_id == call_id else None
+        return Ignored.NOT_AWAITED
+    return waiting if waiting.call_id == call_id else Ignored.OTHER_CALL
 
 
 def on_summary_done(state: RuntimeState, input: SummaryDone) -> Transition:
     """The summary is in: it is appended to the log and a new epoch of the view begins (the
     summary, the kept tail, then what comes next); nothing is removed from the log."""
     waiting = _awaited_summary(state, input.call_id)
-    if waiting is None:
-        return ignore(state)
+    if isinstance(waiting, Ignored):
+        return ignore(state, waiting)
     text = input.message.text.strip()
     if not text:
         failed = _replace(input.message, error_message="the summary call answered no text")
@@ -115,8 +117,8 @@ def on_summary_failed(state: RuntimeState, input: SummaryFailed) -> Transition:
     so the turn goes on without one (that call then fails rather than compacts if the provider
     refuses it); an overflow or a /summarize fails the turn, saying why."""
     waiting = _awaited_summary(state, input.call_id)
-    if waiting is None:
-        return ignore(state)
+    if isinstance(waiting, Ignored):
+        return ignore(state, waiting)
     c = _replace(state.committed, waiting=None)
     why = input.message.error_message or "the summary call failed"
     end = CallEnd(waiting.call_id, CallOutcome.FAILED, why)

@@ -17,6 +17,7 @@ from .prompt import render_tools
 from .results import loop_failure, synthetic_result, timed_out_result, unknown_outcome_result
 from .state import AwaitClient, ConversationState, PlanMark, PlanRecord, RuntimeState, Status
 from .step import (
+    Ignored,
     LocalResult,
     Transition,
     commit,
@@ -101,21 +102,23 @@ def on_tool_result(state: RuntimeState, input: ToolResult) -> Transition:
     c = state.committed
     waiting = c.waiting
     if c.status != Status.WAITING_CLIENT or not isinstance(waiting, AwaitClient):
-        return ignore(state)
+        return ignore(state, Ignored.NOT_AWAITED)
     result = input.message
     index = next(
         (k for k, call in enumerate(waiting.calls) if call.id == result.tool_call_id), None
     )
-    if index is None or index < waiting.next:  # unknown, or already answered
-        return ignore(state)
+    if index is None:
+        return ignore(state, Ignored.UNKNOWN_TOOL_CALL)
+    if index < waiting.next:
+        return ignore(state, Ignored.ALREADY_ANSWERED)
     call = waiting.calls[index]
     if call.name in LOCAL_TOOL_NAMES:  # the loop answers these; a client's answer is stray
-        return ignore(state)
+        return ignore(state, Ignored.ANSWERED_BY_LOOP)
     if result.tool_name != call.name:  # the pairing is by id; keep the name the model used
         result = _replace(result, tool_name=call.name)
     if index > waiting.next:  # a later call answered first: keep it until its turn
         if any(r.tool_call_id == result.tool_call_id for r in waiting.early):
-            return ignore(state)
+            return ignore(state, Ignored.ALREADY_ANSWERED)
         c2 = commit(c, waiting=_replace(waiting, early=(*waiting.early, result)))
         return Transition(RuntimeState(c2, state.pending_response), (), WAIT_INPUT)
     c2 = _replace(with_messages(c, result), waiting=_replace(waiting, next=index + 1))
@@ -159,12 +162,10 @@ def on_tool_lost(state: RuntimeState, input: ToolLost) -> Transition:
     without side effects is simply sent again."""
     c = state.committed
     waiting = c.waiting
-    if (
-        c.status != Status.WAITING_CLIENT
-        or not isinstance(waiting, AwaitClient)
-        or waiting.operation_id != input.operation_id
-    ):
-        return ignore(state)
+    if c.status != Status.WAITING_CLIENT or not isinstance(waiting, AwaitClient):
+        return ignore(state, Ignored.NOT_AWAITED)
+    if waiting.operation_id != input.operation_id:
+        return ignore(state, Ignored.OTHER_OPERATION)
     call = waiting.calls[waiting.next]
     if input.cause == LostCause.TIMED_OUT:
         result = timed_out_result(call, input.waited_ms)

@@ -38,7 +38,7 @@ from .inputs import (
 )
 from .recovery import CONTINUED_ELSEWHERE, on_cancel, on_resume, on_rewind
 from .state import RuntimeState
-from .step import CallEnd, CallOutcome, Compacted, LocalResult, LoopError, Transition
+from .step import CallEnd, CallOutcome, Compacted, Ignored, LocalResult, LoopError, Transition
 from .streaming import on_llm_event
 from .summaries import on_compact, on_summary_done, on_summary_failed
 from .tool_phase import on_tool_lost, on_tool_result
@@ -86,6 +86,7 @@ __all__ = [
     "CallEnd",
     "CallOutcome",
     "Compacted",
+    "Ignored",
     "LocalResult",
     "LoopError",
     "Transition",

@@ -606,12 +606,12 @@ class Run:
             reloaded = False
             for _ in range(MAX_CAS_RETRIES):
                 t = transition(self.state, input)
+                if t.ignored is not None and reloaded:
+                    # The state changed under this run and the input no longer applies (the
+                    # loop says why): the loop says what the run does now.
+                    input, reloaded = await self._resume(self.turn_id), False
+                    continue
                 if t.state is self.state:
-                    if reloaded and isinstance(t.command, WaitInput):
-                        # The state changed under this run and the input no longer applies:
-                        # the loop says what the run does now.
-                        input, reloaded = await self._resume(self.turn_id), False
-                        continue
                     if completes is not None:
                         self._background(self.store.save_client_operation(completes), "a result")
                     if t.compacted is not None:  # nothing to compact, nothing to commit
