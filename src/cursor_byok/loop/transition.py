@@ -20,7 +20,11 @@ from typing import assert_never
 
 import msgspec
 
+from .admission import on_call_refused
 from .inputs import (
+    Admission,
+    Admitted,
+    CallRefused,
     Cancel,
     Compact,
     Input,
@@ -72,6 +76,8 @@ def transition(state: RuntimeState, input: Input) -> Transition:
             t = on_summary_failed(state, input)
         case Compact():
             t = on_compact(state)
+        case CallRefused():
+            t = on_call_refused(state, input)
         case _:
             assert_never(input)
     after = t.state.committed.log
@@ -79,6 +85,37 @@ def transition(state: RuntimeState, input: Input) -> Transition:
         return t
     # The log only grows: what this transition appended is its new tail.
     return msgspec.structs.replace(t, appended=after[len(before) :])
+
+
+def admit(state: RuntimeState, planned: Transition, admission: Admission) -> Transition:
+    """`planned` (what `transition(state, input)` returned, its command a model call) once
+    the runtime answered that call's admission, before anything of it is committed.
+
+    Admitted: `planned` itself. Refused: when `planned` opened a turn (a run request, a
+    follow-up), the turn does not begin: the conversation stays as it was (the client sends
+    the same message again) and the run fails with the limit's error. Otherwise the refusal
+    applies to the planned state (admission.py) and the two are one transition, committed
+    once: what the turn had received (tool answers, the model's last answer) is kept, then the
+    turn fails. The refused call was planned in the same commit, so it never had a record and
+    has no end; a call resumed from the store (`planned` committed nothing) gets one."""
+    if isinstance(admission, Admitted):
+        return planned
+    if planned.state.committed.turn != state.committed.turn:
+        refused = on_call_refused(planned.state, admission)
+        return Transition(state, (), refused.command)
+    refused = transition(planned.state, admission)
+    if refused.ignored is not None:
+        raise LoopError(f"an admission for {admission.call_id!r}, which is not the planned call")
+    resumed = planned.state.committed.commit == state.committed.commit
+    return Transition(
+        refused.state,
+        planned.emit + refused.emit,
+        refused.command,
+        appended=planned.appended + refused.appended,
+        local_results=planned.local_results + refused.local_results,
+        call_end=refused.call_end if resumed else planned.call_end,
+        compacted=planned.compacted,
+    )
 
 
 __all__ = [
@@ -90,6 +127,7 @@ __all__ = [
     "LocalResult",
     "LoopError",
     "Transition",
+    "admit",
     "opening_message",
     "transition",
 ]
