@@ -44,16 +44,16 @@ from typing import Any, Literal
 
 import msgspec
 
-from . import context_errors
-from .assembler import MessageAssembler
-from .events import ErrorKind, ResponseEvent
-from .http import HttpAdapter
-from .prefix_memo import PrefixMemo, fold_history
-from .settings import ModelSettings, ProviderSettings
-from .sse import SSEEvent
-from .stream import PreparedRequest
-from .transforms import HistoryTransform, Target, sanitize_id, strip_surrogates
-from .types import (
+from .. import context_errors
+from ..assembler import MessageAssembler
+from ..events import ErrorKind, ResponseEvent
+from ..http import HttpAdapter
+from ..prefix_memo import PrefixMemo, fold_history
+from ..settings import ModelSettings, ProviderSettings
+from ..sse import SSEEvent
+from ..stream import PreparedRequest
+from ..transforms import HistoryTransform, Target, sanitize_id, strip_surrogates
+from ..types import (
     AssistantMessage,
     ImageContent,
     Message,

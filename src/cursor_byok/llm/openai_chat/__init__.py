@@ -43,16 +43,16 @@ from urllib.parse import urlsplit
 
 import msgspec
 
-from . import context_errors
-from .assembler import MessageAssembler
-from .events import ErrorKind, ResponseEvent
-from .http import HttpAdapter, error_text_from_body
-from .prefix_memo import PrefixMemo, fold_history
-from .settings import ModelSettings, ProviderSettings
-from .sse import SSEEvent
-from .stream import PreparedRequest
-from .transforms import HistoryTransform, Target, sanitize_id, strip_surrogates
-from .types import (
+from .. import context_errors
+from ..assembler import MessageAssembler
+from ..events import ErrorKind, ResponseEvent
+from ..http import HttpAdapter, error_text_from_body
+from ..prefix_memo import PrefixMemo, fold_history
+from ..settings import ModelSettings, ProviderSettings
+from ..sse import SSEEvent
+from ..stream import PreparedRequest
+from ..transforms import HistoryTransform, Target, sanitize_id, strip_surrogates
+from ..types import (
     AssistantMessage,
     DoneReason,
     ImageContent,
