@@ -12,9 +12,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cursor_byok.llm import anthropic, gemini, openai_chat
+from cursor_byok.llm import gemini, openai_chat
 from cursor_byok.llm import openai_responses as responses
 from cursor_byok.llm.anthropic import AnthropicAdapter
+from cursor_byok.llm.anthropic import request as anthropic
 from cursor_byok.llm.gemini import GeminiAdapter
 from cursor_byok.llm.openai_chat import (
     ChatCompat,
