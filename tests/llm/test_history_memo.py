@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cursor_byok.llm import gemini, openai_chat
+from cursor_byok.llm import gemini
 from cursor_byok.llm import openai_responses as responses
 from cursor_byok.llm.anthropic import AnthropicAdapter
 from cursor_byok.llm.anthropic import request as anthropic
@@ -25,6 +25,7 @@ from cursor_byok.llm.openai_chat import (
     convert_messages,
     normalize_tool_call_id,
 )
+from cursor_byok.llm.openai_chat import request as openai_chat
 from cursor_byok.llm.openai_responses import OpenAIResponsesAdapter
 from cursor_byok.llm.prefix_memo import PrefixMemo, fold_history
 from cursor_byok.llm.settings import ModelSettings, ProviderSettings
