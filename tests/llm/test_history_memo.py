@@ -13,7 +13,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cursor_byok.llm import gemini
-from cursor_byok.llm import openai_responses as responses
 from cursor_byok.llm.anthropic import AnthropicAdapter
 from cursor_byok.llm.anthropic import request as anthropic
 from cursor_byok.llm.gemini import GeminiAdapter
@@ -27,6 +26,7 @@ from cursor_byok.llm.openai_chat import (
 )
 from cursor_byok.llm.openai_chat import request as openai_chat
 from cursor_byok.llm.openai_responses import OpenAIResponsesAdapter
+from cursor_byok.llm.openai_responses import request as responses
 from cursor_byok.llm.prefix_memo import PrefixMemo, fold_history
 from cursor_byok.llm.settings import ModelSettings, ProviderSettings
 from cursor_byok.llm.transforms import Target, transform_messages
