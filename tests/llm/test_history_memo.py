@@ -12,10 +12,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cursor_byok.llm import gemini
 from cursor_byok.llm.anthropic import AnthropicAdapter
 from cursor_byok.llm.anthropic import request as anthropic
 from cursor_byok.llm.gemini import GeminiAdapter
+from cursor_byok.llm.gemini import request as gemini
 from cursor_byok.llm.openai_chat import (
     ChatCompat,
     ChatHistory,
