@@ -1,9 +1,9 @@
 """PostgresStore: the Store protocol over one PostgreSQL database (psycopg 3).
 
 Every call takes a connection from a small pool, runs one transaction on a worker thread and
-gives the connection back. The SQL is the SQLite backend's own (sqlite/jobs.py, rows.py,
-activity.py, through store/sql.py), so the compare-and-set, dedupe and record rules are one
-copy: `UPDATE ... WHERE version = ? AND message_count = ?` takes the row lock, a concurrent
+gives the connection back. The SQL is the one both backends run (store/sql/: jobs.py, rows.py,
+activity.py, ...), so the compare-and-set, dedupe and record rules are one copy:
+`UPDATE ... WHERE version = ? AND message_count = ?` takes the row lock, a concurrent
 committer waits for it and then finds the version moved (a conflict) or its own input id
 recorded (a duplicate). Why psycopg and not asyncpg: docs/store.md ("PostgreSQL").
 
@@ -48,8 +48,7 @@ from ..api import (
 )
 from ..errors import StoreClosedError, StoreIOError
 from ..migrate import load_migrations
-from ..sql import Conn
-from ..sqlite import activity, jobs, links, rows, tokens
+from ..sql import Conn, activity, jobs, links, rows, tokens
 from .conn import PgConn
 from .errors import display_url, map_error
 from .schema import migrate
