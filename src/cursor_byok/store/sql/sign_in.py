@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..api import SaveResult, SessionTokenRecord, SignInRecord
-from ..sql import Conn
+from .conn import Conn
 
 _LIVE = (
     "SELECT s.token_hash, s.kind, s.token_id, s.created_at_ms, s.expires_at_ms "
