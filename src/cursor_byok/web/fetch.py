@@ -2,8 +2,10 @@
 
 Off unless the operator turns it on ([web_fetch] server_side): a server shared by a team must
 not become the model's way into that team's network. Even on, it fetches public addresses
-only. Every host is resolved here, each of its addresses is checked, and the connection goes
-to a checked address (aiohttp is handed the checked addresses instead of resolving again, so a
+only (web/addresses.py: every form of a private, loopback, link-local, shared, reserved,
+multicast, unspecified or metadata address is refused). Every host is read as aiohttp will
+read it (yarl), resolved here once, each of its addresses checked, and the connection goes to
+a checked address (aiohttp is handed the checked addresses instead of resolving again, so a
 name that resolves differently the second time gains nothing). Redirects are followed by hand,
 each hop checked the same way. Size, time and the number of redirects are bounded.
 """
@@ -16,31 +18,20 @@ import socket
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urljoin, urlsplit
 
 import aiohttp
 from aiohttp.abc import AbstractResolver, ResolveResult
+from yarl import URL
 
 from ..llm.upstream import tls_context
+from .addresses import HostError, IPAddress, host_address, is_public_address, refusal
 from .page_text import is_text, page_text
 from .types import JobFailed, PageFetched, PageFetchJob
 
-__all__ = ["FetchLimits", "PageFetcher", "is_public_address"]
+__all__ = ["FetchLimits", "IPAddress", "PageFetcher", "is_public_address"]
 
-IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 _REDIRECTS = frozenset({301, 302, 303, 307, 308})
 _CHUNK = 65_536
-
-
-def is_public_address(address: IPAddress) -> bool:
-    """Whether `address` is a public unicast address: not loopback, private, link-local
-    (cloud metadata lives there), shared, reserved, multicast or unspecified; an IPv4 address
-    wrapped in IPv6 is judged as the IPv4 address it carries."""
-    if isinstance(address, ipaddress.IPv6Address):
-        inner = address.ipv4_mapped or address.sixtofour
-        if inner is not None:
-            return is_public_address(inner)
-    return address.is_global and not address.is_multicast
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,43 +107,55 @@ class PageFetcher:
         resolver = _Checked()
         connector = aiohttp.TCPConnector(resolver=resolver, ssl=tls_context(), use_dns_cache=False)
         async with aiohttp.ClientSession(connector=connector, trust_env=False) as session:
+            target = _parsed(url)
             for _hop in range(self.limits.max_redirects + 1):
-                await self._check(url, resolver)
+                target = await self._check(target, resolver)
                 async with session.get(
-                    url,
+                    target,
                     allow_redirects=False,
                     headers={"Accept": "text/html, text/plain;q=0.9, */*;q=0.5"},
                 ) as response:
                     if response.status in _REDIRECTS and "Location" in response.headers:
-                        url = urljoin(url, response.headers["Location"])
+                        target = _parsed(response.headers["Location"], base=target)
                         continue
-                    return await self._page(url, response)
+                    return await self._page(str(target), response)
         raise _Refused(f"more than {self.limits.max_redirects} redirects")
 
-    async def _check(self, url: str, resolver: _Checked) -> None:
-        parts = urlsplit(url)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise _Refused(f"only http:// and https:// URLs are fetched, not {url!r}")
-        host = parts.hostname
+    async def _check(self, url: URL, resolver: _Checked) -> URL:
+        """`url` checked, as aiohttp will connect for it: a host that spells an address in a
+        form aiohttp does not take (`2130706433`) becomes that address."""
+        host = url.raw_host
+        if url.scheme not in ("http", "https") or not host:
+            raise _Refused(f"only http:// and https:// URLs are fetched, not {str(url)!r}")
         try:
-            port = parts.port or (443 if parts.scheme == "https" else 80)
+            port = url.port or (443 if url.scheme == "https" else 80)
+            literal = host_address(host)
+        except HostError as exc:
+            raise _Refused(f"refused: {exc}") from None
         except ValueError:
-            raise _Refused(f"{url!r} has an invalid port") from None
+            raise _Refused(f"{str(url)!r} has an invalid port") from None
+        if literal is not None:
+            if not self._allowed(literal):
+                raise _Refused(
+                    f"refused: {host} is not a public address ({literal}: {_why(literal)}); "
+                    "the server fetches public addresses only"
+                )
+            return url if host == str(literal) else url.with_host(str(literal))
         addresses = await self._addresses(host, port)
         if not addresses:
             raise _Refused(f"{host} does not resolve")
         if refused := [ip for ip in addresses if not self._allowed(ip)]:
             raise _Refused(
-                f"refused: {host} resolves to a non-public address ({refused[0]}); the server "
-                "fetches public addresses only"
+                f"refused: {host} resolves to a non-public address ({refused[0]}: "
+                f"{_why(refused[0])}); the server fetches public addresses only"
             )
         resolver.addresses[host] = addresses
+        if host.endswith(".."):  # aiohttp looks such a name up with one trailing dot
+            resolver.addresses[host.rstrip(".") + "."] = addresses
+        return url
 
     async def _addresses(self, host: str, port: int) -> list[IPAddress]:
-        try:
-            return [ipaddress.ip_address(host.strip("[]"))]
-        except ValueError:
-            pass
+        """The name's addresses, looked up once: the connection is handed these."""
         loop = asyncio.get_running_loop()
         try:
             infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
@@ -195,3 +198,15 @@ class PageFetcher:
                 "limit); the rest is missing.]"
             )
         return PageFetched(url=url, status=response.status, content_type=content_type, text=text)
+
+
+def _parsed(url: str, *, base: URL | None = None) -> URL:
+    try:
+        target = URL(url)
+        return base.join(target) if base is not None else target
+    except (ValueError, TypeError):
+        raise _Refused(f"{url[:300]!r} is not a URL the server can fetch") from None
+
+
+def _why(address: IPAddress) -> str:
+    return refusal(address) or "not allowed here"
