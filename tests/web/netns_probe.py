@@ -87,6 +87,7 @@ async def main() -> None:
     runner, page_port = await page_server()
     sys.addaudithook(audit)
     out: list[dict[str, Any]] = []
+    fetchers: list[PageFetcher] = []
     try:
         for case in cases:
             url = case["url"].replace("{port}", str(VICTIM_PORT))
@@ -98,6 +99,7 @@ async def main() -> None:
                 fetcher = PageFetcher(enabled=True, allowed=lambda _ip: True)
             else:
                 fetcher = PageFetcher(enabled=True)
+            fetchers.append(fetcher)
             events.clear()
             accepted = victim.accepted
             got = await fetcher.fetch(PageFetchJob(url=url))
@@ -116,6 +118,8 @@ async def main() -> None:
                 }
             )
     finally:
+        for fetcher in fetchers:
+            await fetcher.aclose()
         await runner.cleanup()
         v4.close()
         v6.close()

@@ -25,9 +25,10 @@ the system resolver makes of it.
 from __future__ import annotations
 
 import ipaddress
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-__all__ = ["IPAddress", "host_address", "is_public_address", "refusal"]
+__all__ = ["IPAddress", "allowed_by", "host_address", "is_public_address", "refusal"]
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 _V4 = ipaddress.IPv4Network
@@ -130,6 +131,22 @@ def refusal(address: IPAddress) -> str | None:
 def is_public_address(address: IPAddress) -> bool:
     """Whether the server may connect to `address` (see `refusal`)."""
     return refusal(address) is None
+
+
+def allowed_by(networks: Sequence[str]) -> Callable[[IPAddress], bool]:
+    """The policy widened by the operator's `[web_fetch] allowed_networks` (CIDRs): an address
+    in one of them is allowed too, however it is spelled (an IPv4-mapped form of an allowed
+    IPv4 address is allowed as well)."""
+    nets = [ipaddress.ip_network(n, strict=False) for n in networks]
+    if not nets:
+        return is_public_address
+
+    def allowed(address: IPAddress) -> bool:
+        if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+            address = address.ipv4_mapped
+        return any(address in net for net in nets) or is_public_address(address)
+
+    return allowed
 
 
 def _ipv4_refusal(address: ipaddress.IPv4Address) -> str | None:

@@ -25,7 +25,8 @@ from yarl import URL
 
 from ..llm.upstream import tls_context
 from .addresses import HostError, IPAddress, host_address, is_public_address, refusal
-from .page_text import is_text, page_text
+from .convert import ConvertFailed, PageConverter
+from .page_text import is_text
 from .types import JobFailed, PageFetched, PageFetchJob
 
 __all__ = ["FetchLimits", "IPAddress", "PageFetcher", "is_public_address"]
@@ -82,10 +83,19 @@ class PageFetcher:
         enabled: bool,
         limits: FetchLimits = FetchLimits(),
         allowed: Callable[[IPAddress], bool] = is_public_address,
+        converter: PageConverter | None = None,
     ) -> None:
         self.enabled = enabled
         self.limits = limits
-        self._allowed = allowed  # tests widen it to their own loopback server
+        self._allowed = allowed  # [web_fetch] allowed_networks widens it (tests: loopback)
+        self._own_converter = converter is None
+        self.converter = converter if converter is not None else PageConverter()
+
+    async def aclose(self) -> None:
+        """Ends the page converter's workers if this fetcher made them (the server's own
+        converter is closed by whoever made it)."""
+        if self._own_converter:
+            await self.converter.aclose()
 
     async def fetch(self, job: PageFetchJob) -> PageFetched | JobFailed:
         if not self.enabled:
@@ -170,6 +180,7 @@ class PageFetcher:
         return out
 
     async def _page(self, url: str, response: aiohttp.ClientResponse) -> PageFetched:
+        """The body read (bounded), then decoded and converted in a worker process."""
         limit = self.limits.max_bytes
         body = bytearray()
         cut = False
@@ -182,16 +193,14 @@ class PageFetcher:
         content_type = response.headers.get("Content-Type", "")
         if not is_text(content_type):
             kind = content_type.split(";", 1)[0].strip()
-            text = f"(The page is {kind}, not text: its content is not shown.)"
+            shown = f"(The page is {kind}, not text: its content is not shown.)"
             return PageFetched(
-                url=url, status=response.status, content_type=content_type, text=text
+                url=url, status=response.status, content_type=content_type, text=shown
             )
-        charset = response.charset or "utf-8"
-        try:
-            content = body.decode(charset, errors="replace")
-        except LookupError:
-            content = body.decode("utf-8", errors="replace")
-        text = page_text(content, content_type)
+        converted = await self.converter.body_text(bytes(body), content_type)
+        if isinstance(converted, ConvertFailed):
+            raise _Refused(f"the page was fetched, but not read: {converted.message}")
+        text = converted
         if cut:
             text += (
                 f"\n\n[Only the first {limit} bytes of the page were read (the server's "
