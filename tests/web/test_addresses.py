@@ -9,7 +9,13 @@ import ipaddress
 
 import pytest
 
-from cursor_byok.web.addresses import HostError, host_address, is_public_address, refusal
+from cursor_byok.web.addresses import (
+    HostError,
+    allowed_by,
+    host_address,
+    is_public_address,
+    refusal,
+)
 
 METADATA = "link-local (cloud metadata answers there)"
 
@@ -122,3 +128,12 @@ def test_names_are_names(host: str) -> None:
 def test_a_number_that_is_no_address_is_an_error(host: str) -> None:
     with pytest.raises(HostError):
         host_address(host)
+
+
+def test_the_operators_allowed_networks_widen_the_policy_and_nothing_else() -> None:
+    assert allowed_by([]) is is_public_address
+    allowed = allowed_by(["127.0.0.1/32", "fd00:1::/64"])
+    for address in ("127.0.0.1", "::ffff:127.0.0.1", "fd00:1::5", "8.8.8.8"):
+        assert allowed(ipaddress.ip_address(address)), address
+    for address in ("127.0.0.2", "::ffff:127.0.0.2", "10.0.0.1", "fd00:2::5", "169.254.169.254"):
+        assert not allowed(ipaddress.ip_address(address)), address

@@ -23,6 +23,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import subprocess
 import sys
 from dataclasses import dataclass
 
@@ -54,32 +55,47 @@ class ConvertFailed(msgspec.Struct, frozen=True):
 
 
 class _Worker:
-    __slots__ = ("process",)
+    """One worker process and the loop's ends of its pipes."""
 
-    def __init__(self, process: asyncio.subprocess.Process) -> None:
+    __slots__ = ("process", "reader", "writer")
+
+    def __init__(
+        self,
+        process: subprocess.Popen[bytes],
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+    ) -> None:
         self.process = process
+        self.reader = reader
+        self.writer = writer
 
     @property
     def alive(self) -> bool:
-        return self.process.returncode is None
+        return self.process.poll() is None
 
     async def send(self, payload: bytes) -> None:
-        stdin = self.process.stdin
-        assert stdin is not None
-        stdin.write(len(payload).to_bytes(4, "big") + payload)
-        await stdin.drain()
+        self.writer.write(len(payload).to_bytes(4, "big") + payload)
+        await self.writer.drain()
 
     async def receive(self) -> bytes:
-        stdout = self.process.stdout
-        assert stdout is not None
-        head = await stdout.readexactly(4)
-        return await stdout.readexactly(int.from_bytes(head, "big"))
+        head = await self.reader.readexactly(4)
+        return await self.reader.readexactly(int.from_bytes(head, "big"))
 
     async def kill(self) -> None:
-        if self.alive:
+        """Kill and reap it (waitpid in a thread: the loop never waits on a process)."""
+        self.writer.close()
+        if self.process.poll() is None:
             with contextlib.suppress(ProcessLookupError):
                 self.process.kill()
-        await self.process.wait()
+            await asyncio.to_thread(self.process.wait)
+
+    async def end(self, wait_s: float) -> None:
+        """Close its input, so it ends by itself; killed if it has not within `wait_s`."""
+        self.writer.close()
+        try:
+            await asyncio.wait_for(asyncio.to_thread(self.process.wait, wait_s), wait_s + 1)
+        except (subprocess.TimeoutExpired, TimeoutError):
+            await self.kill()
 
 
 class PageConverter:
@@ -121,16 +137,7 @@ class PageConverter:
         self._closed = True
         idle, self._idle = self._idle, []
         busy, self._busy = list(self._busy), set()
-        for worker in idle:
-            if worker.process.stdin is not None:
-                worker.process.stdin.close()
-        for worker in idle:
-            try:
-                await asyncio.wait_for(worker.process.wait(), _CLOSE_WAIT_S)
-            except TimeoutError:
-                await worker.kill()
-        for worker in busy:
-            await worker.kill()
+        await asyncio.gather(*(w.end(_CLOSE_WAIT_S) for w in idle), *(w.kill() for w in busy))
 
     # -- the pool ------------------------------------------------------------------------------
 
@@ -222,16 +229,23 @@ class PageConverter:
             return ConvertFailed(message="the server could not start its page converter")
 
     async def _start(self) -> _Worker:
-        process = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-m",
-            "cursor_byok.web.convert_worker",
-            str(self.limits.memory_mb),
-            stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.PIPE,
+        # Popen waits until the child has exec'd, which on a loaded machine took up to 0.6 s
+        # (asyncio's own subprocess starts it on the loop): a thread waits instead.
+        argv = [sys.executable, "-m", "cursor_byok.web.convert_worker", str(self.limits.memory_mb)]
+        process = await asyncio.to_thread(
+            subprocess.Popen,
+            argv,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
             env=_worker_environment(),
+            close_fds=True,
         )
-        worker = _Worker(process)
+        try:
+            worker = await _connected(process)
+        except BaseException:
+            process.kill()
+            await asyncio.to_thread(process.wait)
+            raise
         try:
             async with asyncio.timeout(_START_TIMEOUT_S):
                 ready = await worker.receive()
@@ -280,6 +294,19 @@ class PageConverter:
             f"the page may need more than {self.limits.memory_mb} MB. Try a smaller or "
             "plain-text version of the page."
         )
+
+
+async def _connected(process: subprocess.Popen[bytes]) -> _Worker:
+    """The process's pipes as the loop's stream reader and writer."""
+    assert process.stdin is not None and process.stdout is not None
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader(limit=2**16)
+    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), process.stdout)
+    transport, protocol = await loop.connect_write_pipe(
+        lambda: asyncio.StreamReaderProtocol(asyncio.StreamReader()), process.stdin
+    )
+    writer = asyncio.StreamWriter(transport, protocol, None, loop)
+    return _Worker(process, reader, writer)
 
 
 def _worker_environment() -> dict[str, str]:

@@ -67,6 +67,9 @@ def _die_with_parent() -> None:
 def _limit(memory_mb: int) -> None:
     with contextlib.suppress(OSError):
         os.nice(NICENESS)
+    # Below every ordinary task: the server preempts a worker the moment it has work.
+    with contextlib.suppress(OSError, AttributeError):
+        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
     if memory_mb > 0:
         limit = memory_mb * 1024 * 1024
         with contextlib.suppress(ValueError, OSError):
