@@ -20,6 +20,7 @@ from tests.support.hostile_pages import SHAPES, normal_page, page
 TIMEOUT_S = 1.0
 # A conversion ends within its deadline plus the kill and the reply (the machine is shared).
 SLACK_S = 2.0
+NO_HANG_S = 30.0  # a missing deadline fails the test instead of hanging it
 HOSTILE = page("nested-ul-li", 400_000)  # minutes of parsing: always past the deadline
 
 
@@ -62,7 +63,7 @@ async def test_a_slow_page_is_killed_at_its_deadline_and_the_worker_replaced(
 ) -> None:
     converter = pool()
     t0 = time.monotonic()
-    got = await converter.html_text(HOSTILE, "text/html")
+    got = await asyncio.wait_for(converter.html_text(HOSTILE, "text/html"), NO_HANG_S)
     took = time.monotonic() - t0
     assert got == ConvertFailed(
         message="converting the page to text took longer than 1 s ([web_fetch] "
@@ -100,7 +101,7 @@ async def test_every_page_shape_is_bounded_in_time(
     await converter.html_text("<p>warm</p>", "text/html")  # the start is not the page's time
     html = page(shape, 1_000_000)
     t0 = time.monotonic()
-    got = await converter.html_text(html, "text/html")
+    got = await asyncio.wait_for(converter.html_text(html, "text/html"), NO_HANG_S)
     took = time.monotonic() - t0
     assert took < TIMEOUT_S + SLACK_S, (shape, took)
     if isinstance(got, ConvertFailed):

@@ -65,8 +65,9 @@ def _die_with_parent() -> None:
 
 
 def _limit(memory_mb: int) -> None:
-    with contextlib.suppress(OSError):
-        os.nice(NICENESS)
+    if os.getpriority(os.PRIO_PROCESS, 0) < NICENESS:  # the parent sets both when it can
+        with contextlib.suppress(OSError):
+            os.nice(NICENESS)
     # Below every ordinary task: the server preempts a worker the moment it has work.
     with contextlib.suppress(OSError, AttributeError):
         os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
