@@ -14,11 +14,13 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import subprocess
 import sys
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -220,3 +222,35 @@ async def test_hostile_pages_leave_healthz_quick(
         assert text.startswith("Fetched http://127.0.0.1:") or (
             "took longer than 1 s ([web_fetch] convert_timeout_s)" in text
         ), text[:300]
+
+
+def converter_workers() -> set[int]:
+    """The pids of every live page worker on this machine (any server's)."""
+    pids: set[int] = set()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            cmdline = open(f"/proc/{entry}/cmdline", "rb").read()  # noqa: SIM115
+            state = open(f"/proc/{entry}/stat").read().split(") ", 1)[1][0]  # noqa: SIM115
+        except OSError:
+            continue
+        if b"cursor_byok.web.convert_worker" in cmdline and state != "Z":
+            pids.add(int(entry))
+    return pids
+
+
+async def test_the_page_workers_end_with_the_server(upstream: FakeUpstream, tmp_path: Path) -> None:
+    """Started at the first page, not before; gone once the server stopped (SIGTERM)."""
+    before = converter_workers()
+    config = brain_config(upstream.base_url, db=tmp_path / "db")
+    with server_process(config, tmp_path) as server:
+        assert converter_workers() == before  # nothing starts with the server
+        url = "https://docs.example.com/lifecycle"
+        await fetch_page(server, url, client_answer(url, normal_page(5_000)))
+        mine = converter_workers() - before
+        assert len(mine) == 1
+    deadline = time.monotonic() + 10
+    while mine & converter_workers() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not mine & converter_workers()

@@ -200,7 +200,7 @@ class PageFetcher:
             )
         converted = await self.converter.body_text(bytes(body), content_type)
         if isinstance(converted, ConvertFailed):
-            raise _Refused(f"the page was fetched, but not read: {converted.message}")
+            raise _Refused(f"the page came, but its text could not be read: {converted.message}")
         text = converted
         if cut:
             text += (
