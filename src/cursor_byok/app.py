@@ -25,6 +25,8 @@ from .store.backends import AnyStore, is_postgres_url, open_store
 from .store.errors import StoreError
 from .store.postgres import PostgresStore
 from .transport.runtime import Runner, RunnerServices
+from .web.addresses import allowed_by
+from .web.convert import ConvertLimits, PageConverter
 from .web.fetch import FetchLimits, PageFetcher
 from .web.images import ImageMaker
 from .web.jobs import job_runner
@@ -47,11 +49,13 @@ class App:
     sign_in: SignInRoutes
     rpc_answers: RpcAnswers
     path_key: str
+    converter: PageConverter  # WebFetch's worker processes (none run until the first page)
 
     @classmethod
     async def open(cls, config: Config, database: str | None = None) -> App:
         store = await open_store(database or config.server.database)
         registry = LLMRegistry()
+        converter = page_converter(config)
         obs = Observability(config, store)
         services = RunnerServices(
             models=config.models,
@@ -66,7 +70,7 @@ class App:
             web_search_configured=config.web_search.offered,
             image_generation=config.image_generation is not None,
             subagent_max_depth=config.server.subagent_max_depth,
-            run_job=server_jobs(config, registry),
+            run_job=server_jobs(config, registry, converter),
             page_text_chars=config.web_fetch.max_text_chars,
             on_llm_call=obs.on_llm_call,
             on_run_end=obs.on_run_end,
@@ -104,9 +108,11 @@ class App:
             SignInRoutes(SignInFlow(store, tokens, sessions)),
             RpcAnswers(config, store, registry, tokens, on_llm_call=obs.on_llm_call),
             path_key,
+            converter,
         )
 
     async def close(self) -> None:
+        await self.converter.aclose()
         await self.sessions.close()
         await self.tokens.close()
         await self.registry.aclose()
@@ -114,15 +120,30 @@ class App:
         await self.store.close()
 
 
-def server_jobs(config: Config, registry: LLMRegistry) -> JobRunner:
+def page_converter(config: Config) -> PageConverter:
+    """WebFetch's HTML-to-text worker pool ([web_fetch] convert_*), started at the first page."""
+    web = config.web_fetch
+    return PageConverter(
+        ConvertLimits(
+            max_bytes=web.convert_max_bytes,
+            timeout_s=web.convert_timeout_s,
+            workers=web.convert_workers,
+            memory_mb=web.convert_memory_mb,
+        )
+    )
+
+
+def server_jobs(config: Config, registry: LLMRegistry, converter: PageConverter) -> JobRunner:
     """The runner of the server's own work for tool calls (web/jobs.py); a provider's own
-    web search runs over `registry`'s adapters."""
+    web search runs over `registry`'s adapters, pages become text in `converter`'s workers."""
     web = config.web_fetch
     fetcher = PageFetcher(
         enabled=web.server_side,
         limits=FetchLimits(
             max_bytes=web.max_bytes, timeout_s=web.timeout_s, max_redirects=web.max_redirects
         ),
+        allowed=allowed_by(web.allowed_networks),
+        converter=converter,
     )
     images = None
     if (image := config.image_generation) is not None:
@@ -133,7 +154,7 @@ def server_jobs(config: Config, registry: LLMRegistry) -> JobRunner:
             extra_body=image.extra_body,
         )
     search = WebSearch(config.web_search, registry=registry) if config.web_search.offered else None
-    return job_runner(fetcher=fetcher, images=images, search=search)
+    return job_runner(fetcher=fetcher, images=images, search=search, converter=converter)
 
 
 async def _serve(config: Config, host: str, port: int, database: str | None) -> int:
