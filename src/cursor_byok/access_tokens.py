@@ -113,6 +113,7 @@ class TokenDirectory:
         self._now_ms = now_ms or (lambda: time.time_ns() // 1_000_000)
         self._by_hash: dict[str, str] = {}  # secret hash -> token id
         self._revoked: dict[str, tuple[str, int]] = {}  # hash -> (token id, revoked at ms)
+        self._revoked_at: dict[str, int] = {}  # token id -> revoked at ms
         self._names: dict[str, str] = {}  # token id -> name (revoked ones too)
         self._task: asyncio.Task[None] | None = None
         self.access: Access | None = None  # None until the first load
@@ -127,6 +128,7 @@ class TokenDirectory:
             for t in tokens
             if t.revoked_at_ms is not None
         }
+        self._revoked_at = {token_id: at_ms for token_id, at_ms in self._revoked.values()}
         access = access_of(setting, bool(tokens))
         # Said at start when tokens are in play, and whenever it changes after.
         if access is not self.access and (self.access is not None or setting or tokens):
@@ -166,10 +168,12 @@ class TokenDirectory:
         `linger_s` ago: the transport still takes its appends to runs it started that are
         still going (and nothing else)."""
         found = self._revoked.get(secret_hash(credentials))
-        if found is None or self._linger_ms <= 0:
-            return None
-        token_id, revoked_at_ms = found
-        return token_id if self._now_ms() - revoked_at_ms <= self._linger_ms else None
+        return found[0] if found is not None and self.revoked_lately(found[0]) else None
+
+    def revoked_lately(self, token_id: str) -> bool:
+        """Whether the token was revoked no longer than `linger_s` ago."""
+        at_ms = self._revoked_at.get(token_id)
+        return at_ms is not None and self._now_ms() - at_ms <= self._linger_ms
 
     # -- for metrics and the dashboard ----------------------------------------------------------
 

@@ -279,7 +279,7 @@ def test_every_database_command_on_both_backends(
     doctor = cli("doctor", "--config", str(config), "--timeout", "10", cwd=tmp_path)
     assert doctor.returncode == 0, doctor.stdout + doctor.stderr
     out = " ".join(doctor.stdout.split())  # the table wraps its details
-    assert "database OK " in out and "schema v10 (latest 10)" in out
+    assert "database OK " in out and re.search(r"schema v(\d+) \(latest \1\)", out)
     assert "tokens OK 1 active, this month" in out and "bob $0.000123;" in out
     models = cli("models", "--config", str(config), cwd=tmp_path)
     assert models.returncode == 0 and "brain-1" in models.stdout

@@ -1,5 +1,5 @@
-"""The SQL of the tokens per person (migrations 0007, 0010), of the usage made under each, and
-of the server's settings (`server_settings`, 0010).
+"""The SQL of the tokens per person (migrations 0007, 0011), of the usage made under each, and
+of the server's settings (`server_settings`, 0011).
 
 Plain SQL a second backend can run as it is (only the `?` placeholders differ): no pragma,
 no SQLite function. The store decides nothing: whether a token may call a model is the
@@ -13,7 +13,7 @@ from typing import Any
 import msgspec
 
 from ..api import AccessTokenRecord, SaveResult, TokenUsage
-from ..sql import Conn
+from .conn import Conn
 
 _FIELDS = (
     "token_id",
