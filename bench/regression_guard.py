@@ -285,13 +285,22 @@ def main(argv: list[str] | None = None) -> int:
     cand = version("candidate", args.candidate)
     versions = [base, cand]
     cg = tm = None
+    broken = ""
     with so.upstream_process() as (upstream_url, _):
         if not args.no_timing:
             tm = timed(versions, upstream_url, args.rounds, args.turns)
         if not args.no_callgrind:
-            cg = counted(versions, upstream_url, args.cg_turns, args.cg_repeat)
+            try:
+                cg = counted(versions, upstream_url, args.cg_turns, args.cg_repeat)
+            except RuntimeError as exc:  # the timed report still shows; the guard cannot pass
+                broken = str(exc).splitlines()[0][:300]
     lines, failed = report(args, base, cand, cg, tm)
+    if broken:
+        lines += [f"**The CPU gate could not run** (callgrind): {broken}", ""]
     print("\n".join(lines))
+    if broken:
+        say(f"ERROR: the instruction count did not run: {broken}")
+        return 2
     if failed:
         say(f"FAIL: {', '.join(failed)} worse than {base.commit} by more than the limit")
         return 1
