@@ -43,9 +43,12 @@ START_TIMEOUT_S = 900  # a start under valgrind: 50 s on a quiet VM, minutes on 
 
 @dataclass(frozen=True)
 class Counted:
-    instructions: int  # of the `turns` measured turns
+    instructions: int  # of the `turns` measured turns, less the idle work of their seconds
     turns: int
     dump: Path | None  # the callgrind file of those turns (kept only when asked)
+    raw: int = 0  # what the dump counted, idle work included
+    seconds: float = 0.0  # how long the measured turns took (under valgrind)
+    idle_per_s: float = 0.0  # instructions per second of the idle server
 
     @property
     def per_turn(self) -> float:
@@ -124,35 +127,55 @@ def under_callgrind(
         log.close()
 
 
+def _latest(work: Path) -> int:
+    dumps = sorted(work.glob("callgrind.out.*"), key=lambda p: int(p.suffix[1:]))
+    if not dumps:
+        raise RuntimeError("callgrind wrote no dump")
+    return summary(dumps[-1])
+
+
 def count_turns(
     cmd: list[str],
     *,
     turns: int = 30,
     warmup: int = 10,
+    idle_s: float = 20.0,
     env: dict[str, str] | None = None,
     keep: Path | None = None,
     prompt: str = "hello number {i}, how are you",
 ) -> Counted:
     """Instructions of `turns` one-call turns of the server `cmd`, after `warmup` turns.
-    `keep`: copy the callgrind file of the measured turns there (for callgrind_annotate)."""
+
+    A server also works by the clock when idle (the token directory's reload every 2 s,
+    timers, the session reaper): the slower valgrind runs, as on a loaded machine, the more of
+    it falls inside the measured turns. So the idle rate is counted first (`idle_s` seconds
+    with no request) and its share of the turns' seconds is taken off: what is left is the
+    work of the turns, whatever the load. `keep`: copy the callgrind file of the measured
+    turns there (for callgrind_annotate)."""
     env = {**(env or os.environ), "PYTHONHASHSEED": "0"}  # the same dict and set orders
     with tempfile.TemporaryDirectory(prefix="callgrind-", dir=_scratch()) as tmp:
         work = Path(tmp)
         with under_callgrind(cmd, work, env) as (port, pid):
             node_plan_turns(port, [f"warm up {i}" for i in range(warmup)])
             _control("--zero", str(pid))
+            t0 = time.monotonic()
+            time.sleep(idle_s)
+            _control("--dump", str(pid))
+            idle_per_s = _latest(work) / (time.monotonic() - t0)
+            _control("--zero", str(pid))
+            t1 = time.monotonic()
             node_plan_turns(port, [prompt.format(i=i) for i in range(turns)])
             _control("--dump", str(pid))
-            dumps = sorted(work.glob("callgrind.out.*"), key=lambda p: int(p.suffix[1:]))
-            if not dumps:
-                raise RuntimeError("callgrind wrote no dump")
-            total = summary(dumps[-1])
+            seconds = time.monotonic() - t1
+            raw = _latest(work)
             kept = None
             if keep is not None:
+                dumps = sorted(work.glob("callgrind.out.*"), key=lambda p: int(p.suffix[1:]))
                 keep.parent.mkdir(parents=True, exist_ok=True)
                 kept = Path(keep)
                 kept.write_bytes(dumps[-1].read_bytes())
-    return Counted(total, turns, kept)
+    net = max(0, round(raw - idle_per_s * seconds))
+    return Counted(net, turns, kept, raw, seconds, idle_per_s)
 
 
 def _scratch() -> str | None:

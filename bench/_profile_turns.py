@@ -128,7 +128,11 @@ def count(python: Path, patches: list[str], turns: int) -> None:
         config.write_text(brain_config(upstream_url, db=Path(tmp) / "db"))
         c = _callgrind.count_turns(cmd(python, config, patches, ""), turns=turns)
     label = "; ".join(patches) or "as built"
-    print(f"{c.per_turn / 1e6:.3f} M instructions per turn ({label})")
+    print(
+        f"{c.per_turn / 1e6:.3f} M instructions per turn ({label}); counted "
+        f"{c.raw / c.turns / 1e6:.3f} M, less idle work {c.idle_per_s / 1e6:.3f} M/s "
+        f"over {c.seconds:.0f} s"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -257,9 +257,22 @@ def report(
                 f"{a:+.2f}/{c:.2f}" for a, c in zip(values["ttft"], values["cpu"], strict=True)
             )
             lines.append(f"- {name}: {each}")
+    if cg is not None:
+        idle = ", ".join(
+            f"{name.removeprefix('idle ')} {statistics.median(v) / 1e6:.3f} M/s"
+            for name, v in cg.items()
+            if name.startswith("idle ")
+        )
+        lines += [
+            "",
+            "Instructions per turn are the measured turns' count less the idle server's work "
+            f"over their seconds (timers, the token directory's reload), counted first: {idle}.",
+        ]
     if cg is not None and args.cg_repeat > 1:
         lines += ["", "Instructions per turn, every repetition (M):", ""]
         for name, values in cg.items():
+            if name.startswith("idle "):
+                continue
             lines.append(f"- {name}: " + " ".join(f"{v / 1e6:.3f}" for v in values))
     lines.append("")
     return lines, failed
