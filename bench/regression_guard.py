@@ -113,8 +113,11 @@ def counted(
             with config_for(upstream_url) as config:
                 c = _callgrind.count_turns(serve_cmd(v, config), turns=turns)
             out[v.name].append(c.per_turn)
+            out.setdefault(f"idle {v.name}", []).append(c.idle_per_s)
             say(
-                f"callgrind {v.name}: {c.per_turn / 1e6:.3f} M/turn ({time.monotonic() - t0:.0f} s)"
+                f"callgrind {v.name}: {c.per_turn / 1e6:.3f} M/turn (counted "
+                f"{c.raw / c.turns / 1e6:.3f} M less idle {c.idle_per_s / 1e6:.3f} M/s; "
+                f"{time.monotonic() - t0:.0f} s)"
             )
     c = _callgrind.count_turns(relay_cmd(upstream_url), turns=turns)
     out[RELAY].append(c.per_turn)
