@@ -32,6 +32,7 @@ from .llm.types import RequestMessages, UserMessage
 from .observability.logs import redact_text, secrets_of
 from .store.backends import display_name, is_postgres_url
 from .store.errors import (
+    BackendMissingError,
     StoreCorruptError,
     StoreError,
     StoreIOError,
@@ -40,6 +41,7 @@ from .store.errors import (
 )
 from .store.migrate import latest_version, load_migrations
 from .store.postgres import PostgresStore
+from .store.postgres.missing import INSTALL as INSTALL_POSTGRES
 from .store.sqlite import SQLiteStore
 from .web.search import SearchBackend, WebSearch
 from .web.types import SearchResults, WebSearchJob
@@ -177,6 +179,8 @@ async def check_postgres(url: str) -> Check:
     shown = display_name(url)
     try:
         store = await PostgresStore.open(url, connections=1)
+    except BackendMissingError as exc:
+        return Check(name, "FAIL", str(exc), f"{INSTALL_POSTGRES}, or use a SQLite file")
     except StoreSchemaError as exc:
         return Check(
             name,
