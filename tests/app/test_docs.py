@@ -219,3 +219,18 @@ def test_deploy_names_every_option_of_token_add(capsys: pytest.CaptureFixture[st
     text = _text(REPO / "docs" / "deploy.md")
     section = text.split("## Tokens per person", 1)[1].split("\n## ", 1)[0]
     assert options and sorted(o for o in options if f"`{o}`" not in section) == []
+
+
+def test_clients_shows_the_oh_my_pi_file_the_suite_runs_with() -> None:
+    """docs/clients.md's ~/.omp/agent/models.yml is the file tests/realclient/omp-run.sh
+    writes for every oh-my-pi run of the suite, for the server's default address."""
+    doc = _text(REPO / "docs" / "clients.md")
+    block = re.search(r"```yaml\n# ~/\.omp/agent/models\.yml\n(.*?)```", doc, re.S)
+    assert block is not None
+    script = _text(REPO / "tests" / "realclient" / "omp-run.sh")
+    written = re.search(
+        r"printf '(providers:[^']*)' \"\$base\" > \"\$home/\.omp/agent/models\.yml\"", script
+    )
+    assert written is not None
+    expected = written.group(1).replace("\\n", "\n") % "http://127.0.0.1:8700"
+    assert block.group(1) == expected
