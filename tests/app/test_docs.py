@@ -234,3 +234,18 @@ def test_clients_shows_the_oh_my_pi_file_the_suite_runs_with() -> None:
     assert written is not None
     expected = written.group(1).replace("\\n", "\n") % "http://127.0.0.1:8700"
     assert block.group(1) == expected
+
+
+def test_the_changelog_keeps_a_changelog() -> None:
+    """CHANGELOG.md in the Keep a Changelog form: an Unreleased section first, then releases
+    newest first, each with only the standard kinds of change, in their order."""
+    text = _text(REPO / "CHANGELOG.md")
+    releases = re.findall(r"^## (.+)$", text, re.M)
+    assert releases and releases[0] == "Unreleased"
+    kinds = ["Added", "Changed", "Deprecated", "Removed", "Fixed", "Security"]
+    for section in re.split(r"^## .+$", text, flags=re.M)[1:]:
+        found = re.findall(r"^### (.+)$", section, re.M)
+        assert found and [k for k in kinds if k in found] == found, found
+        for kind in found:
+            body = section.split(f"### {kind}\n", 1)[1].split("\n### ", 1)[0]
+            assert re.search(r"^- \S", body, re.M), kind  # at least one entry
