@@ -6,12 +6,13 @@ Public API (see docs/loop.md):
     view       Span (the active history as a view over the append-only log)
     inputs     Start, LLMEvent, ToolResult, UserMessage (alias UserMessageInput), Cancel,
                Supersede, Resume (ToolOperation), ToolLost (LostCause), Rewind, Input; ToolEffect
-               (PlanCreated, ModeSwitched) on a ToolResult; PlanBuild on a Start
+               (PlanCreated, ModeSwitched) on a ToolResult; PlanBuild on a Start; CallRefused
+               (Limit), the admission answer with Admitted (Admission)
     context    TurnContext, Environment, McpRoute, McpServerInfo, McpToolInfo, ContextWindow
     commands   ContinueLLM, CallLLM, ResendLLM, Summarize, CallClient, WaitInput, Final, Failed
                (FailureKind), Canceled, Command
     transition Transition (appended, local_results: LocalResult, call_end: CallEnd with
-               CallOutcome), transition, LoopError
+               CallOutcome, ignored: Ignored), transition, admit, LoopError
     functions  build_prompt, build_tools, render_prompt, render_tools, side_effects
 """
 
@@ -40,6 +41,10 @@ from .context import (
     TurnContext,
 )
 from .inputs import (
+    ADMITTED,
+    Admission,
+    Admitted,
+    CallRefused,
     Cancel,
     Compact,
     Input,
@@ -62,6 +67,7 @@ from .inputs import (
     UserMessage,
     UserMessageInput,
 )
+from .limits import Limit
 from .prompt import build_prompt, build_tools, render_prompt, render_tools
 from .state import (
     BUSY,
@@ -85,14 +91,17 @@ from .transition import (
     CallEnd,
     CallOutcome,
     Compacted,
+    Ignored,
     LocalResult,
     LoopError,
     Transition,
+    admit,
     transition,
 )
 from .view import WHOLE_LOG, Span
 
 __all__ = [
+    "ADMITTED",
     "BUSY",
     "DEFAULT_COMPACTION_THRESHOLD",
     "DEFAULT_MAX_LLM_CALLS",
@@ -101,6 +110,8 @@ __all__ = [
     "NATIVE_TOOL_NAMES",
     "READ_ONLY_MODES",
     "WHOLE_LOG",
+    "Admission",
+    "Admitted",
     "AfterSummary",
     "AwaitClient",
     "AwaitLLM",
@@ -109,6 +120,7 @@ __all__ = [
     "CallEnd",
     "CallLLM",
     "CallOutcome",
+    "CallRefused",
     "Cancel",
     "Canceled",
     "Command",
@@ -123,8 +135,10 @@ __all__ = [
     "Failed",
     "FailureKind",
     "Final",
+    "Ignored",
     "Input",
     "LLMEvent",
+    "Limit",
     "LocalResult",
     "LoopError",
     "LostCause",
@@ -160,6 +174,7 @@ __all__ = [
     "UserMessageInput",
     "WaitInput",
     "Waiting",
+    "admit",
     "build_prompt",
     "build_tools",
     "render_prompt",

@@ -226,6 +226,14 @@ class ModelCalls:
             raise CallNotResendable(f"the interrupted model call cannot be resent: {exc}") from None
         self.open(command.call_id, prepared)
 
+    async def recall(self, call_id: str) -> None:
+        """Read call `call_id`'s record from the store, for `finished` (a call resumed from
+        the store that ends before it is sent again)."""
+        if call_id not in self._records:
+            record = await self.store.get_llm_call(call_id)
+            if record is not None:
+                self._records[call_id] = record
+
     async def _stored(self, call_id: str) -> bytes | None:
         record = await self.store.get_llm_call(call_id)
         return record.request if record is not None else None
