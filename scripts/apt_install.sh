@@ -1,4 +1,4 @@
-# Sourced by the set-up scripts (install_browser.sh, install_postgres.sh): `apt_install PKG`
+# Sourced by the set-up scripts (install_browser.sh, install_postgres.sh, prepare_real_parts.sh): `apt_install PKG`
 # installs one Debian package the tests use, without recommends, and leaves the machine as
 # the tests need it and no more: no service of it started during the install (a temporary
 # policy-rc.d where the machine has none) and none enabled at boot

@@ -28,7 +28,7 @@ import sys
 # The set-up's apt-get command lines (scripts/apt_install.sh runs exactly these).
 SETUP_COMMANDS = frozenset(
     f"apt-get install -y --no-install-recommends {package}"
-    for package in ("nginx-light", "postgresql", "chromium-headless-shell")
+    for package in ("nginx-light", "postgresql", "chromium-headless-shell", "iproute2")
 )
 HISTORY = "/var/log/apt/history.log*"
 UNIT = re.compile(r"/(?:usr/)?lib/systemd/system/([^/@]+\.(?:service|socket|timer))$")

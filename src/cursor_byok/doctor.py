@@ -121,11 +121,14 @@ def _web_rows(config: Config) -> list[Check]:
     rows: list[Check] = []
     fetch = config.web_fetch
     if fetch.server_side:
+        reach = "public addresses only"
+        if fetch.allowed_networks:
+            reach = f"public addresses and {', '.join(fetch.allowed_networks)}"
         rows.append(
             Check(
                 "web fetch",
-                "OK",
-                f"server-side fetch on for clients that cannot fetch: public addresses only, "
+                "WARN" if fetch.allowed_networks else "OK",
+                f"server-side fetch on for clients that cannot fetch: {reach}, "
                 f"at most {fetch.max_bytes} bytes, {fetch.timeout_s:g} s and "
                 f"{fetch.max_redirects} redirects a page",
             )

@@ -19,7 +19,7 @@ import pytest
 
 from tests.paths import REPO
 
-SETUP_PACKAGES = ("nginx-light", "postgresql", "chromium-headless-shell")
+SETUP_PACKAGES = ("nginx-light", "postgresql", "chromium-headless-shell", "iproute2")
 UNIT_DIRS = (Path("/lib/systemd/system"), Path("/usr/lib/systemd/system"))
 
 

@@ -42,7 +42,7 @@ from .settings import ModelSettings, ProviderSettings
 from .sse import SSEEvent, SSEParser
 from .stream import EventSink, PreparedRequest, StreamEnded
 from .types import RequestMessages
-from .upstream import ConnectTimeout, Upstream, UpstreamError, UpstreamTimeout
+from .upstream import ConnectionReset, ConnectTimeout, Upstream, UpstreamError, UpstreamTimeout
 
 log = logging.getLogger("cursor_byok.llm")
 
@@ -465,6 +465,17 @@ class HttpResponseStream:
         except _TIMEOUTS:
             await self._emit(
                 self._fail(f"{name}: no data for {adapter.provider.read_timeout_s:g} s; gave up")
+            )
+        except ConnectionReset as exc:
+            # Named as what it is: the provider's answer was cut by a reset, not ended by the
+            # provider (a decoder would only see a stream without its end marker).
+            log.warning("%s: the provider connection was reset mid-stream: %s", name, exc)
+            await self._emit(
+                self._fail(
+                    f"{name}: the provider connection was reset mid-stream ({exc}); the "
+                    "answer is cut short",
+                    transient=True,  # retried only when nothing was output yet
+                )
             )
         except _HTTP_ERRORS as exc:
             await self._emit(self._fail(f"{name}: connection lost mid-stream: {exc}"))

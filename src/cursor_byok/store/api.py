@@ -249,6 +249,30 @@ class AccessTokenRecord(msgspec.Struct, frozen=True, kw_only=True):
     revoked_at_ms: int | None = None
 
 
+class SignInRecord(msgspec.Struct, frozen=True, kw_only=True):
+    """A person signed in on the sign-in page for a client's login id (its `uuid`) with the
+    token `token_id`. `challenge` is the client's public PKCE challenge; the client's poll,
+    which proves the verifier behind it, claims the sign-in once (`claimed_at_ms`)."""
+
+    login_id: str
+    challenge: str
+    token_id: str
+    signed_in_at_ms: int
+    claimed_at_ms: int | None = None
+
+
+class SessionTokenRecord(msgspec.Struct, frozen=True, kw_only=True):
+    """An access or refresh token handed to a client that signed in with person token
+    `token_id`: only its SHA-256 (hex) is stored. `expires_at_ms` None: it lives as long as
+    its person token (refresh tokens)."""
+
+    token_hash: str
+    kind: Literal["access", "refresh"]
+    token_id: str
+    created_at_ms: int
+    expires_at_ms: int | None = None
+
+
 class TokenUsage(msgspec.Struct, frozen=True, kw_only=True):
     """The sums over the model calls made under one token in a time window."""
 
@@ -426,6 +450,35 @@ class Store(Protocol):
     async def token_spend(self, token_id: str, since_ms: int, until_ms: int) -> float:
         """The stored cost of the token's calls created in [since_ms, until_ms) (the budget
         check before each model call: keep it an index-only read)."""
+        ...
+
+    # -- signing in with a person's token (0010, docs/clients.md) -----------------------------
+
+    async def server_secret(self, name: str, candidate: str, at_ms: int) -> str:
+        """The secret stored under `name`; `candidate` is stored first when there is none (the
+        first process to ask wins, every other gets the same value)."""
+        ...
+
+    async def record_sign_in(self, record: SignInRecord) -> SaveResult:
+        """Store a completed sign-in; "ignored" when its login id is already taken."""
+        ...
+
+    async def claim_sign_in(
+        self, login_id: str, challenge: str, at_ms: int, not_before_ms: int
+    ) -> SignInRecord | None:
+        """Mark the sign-in of `login_id` claimed and return it, when its challenge is
+        `challenge`, it was not claimed yet and was made at `not_before_ms` or later; else None
+        (nothing changes)."""
+        ...
+
+    async def add_session_token(self, record: SessionTokenRecord) -> SaveResult: ...
+
+    async def find_session_token(self, token_hash: str, now_ms: int) -> SessionTokenRecord | None:
+        """The live token with this hash: not expired at `now_ms`, its person token active."""
+        ...
+
+    async def list_session_tokens(self, now_ms: int) -> tuple[SessionTokenRecord, ...]:
+        """Every live access token (not expired at `now_ms`, its person token active)."""
         ...
 
     async def close(self) -> None: ...
