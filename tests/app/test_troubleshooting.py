@@ -136,6 +136,17 @@ def start_errors(cwd: Path) -> list[str]:
     return said
 
 
+def sign_in_page_errors() -> list[str]:
+    """The page's error lines, from sign_in_page.py's HTML with its string literals joined."""
+    source = (REPO / "src" / "cursor_byok" / "sign_in_page.py").read_text()
+    joined = re.sub(r'"\s*\n\s*"', "", source)
+    lines = re.findall(r"<p class=error>([^<]+)</p>", joined)
+    lines += re.findall(r'error="([^"]+)"', joined)
+    lines = [line for line in lines if "{" not in line]  # the template, not a message
+    assert len(lines) >= 3
+    return lines
+
+
 async def produced(tmp_path: Path) -> list[str]:
     said = [
         Unknown("gpt-4", ("local", "gpt-5 (gpt-5-latest)")).message(),
@@ -153,6 +164,7 @@ async def produced(tmp_path: Path) -> list[str]:
     with pytest.raises(BackendMissingError) as missing:
         await missing_store("No module named 'psycopg'").open("postgresql://me:pw@db/cursor")
     said.append(str(missing.value))
+    said += sign_in_page_errors()
     return said
 
 
