@@ -30,6 +30,7 @@ from psycopg import errors as pg
 
 from ..api import (
     AccessTokenRecord,
+    CallOwner,
     ClientOperationRecord,
     CommitResult,
     ConversationClaims,
@@ -38,6 +39,7 @@ from ..api import (
     ConversationSummary,
     InputCommit,
     LLMCallRecord,
+    ProcessLease,
     RunOutcomeRecord,
     RunRecord,
     SaveResult,
@@ -49,7 +51,7 @@ from ..api import (
 from ..errors import StoreClosedError, StoreIOError
 from ..migrate import load_migrations
 from ..sql import Conn
-from ..sqlite import activity, jobs, links, rows, tokens
+from ..sqlite import activity, jobs, leases, links, rows, tokens
 from .conn import PgConn
 from .errors import display_url, map_error
 from .schema import migrate
@@ -518,6 +520,39 @@ class PostgresStore:
             lambda conn: jobs.upsert_operation(conn, path, record, clock()),
             f"saving client operation {record.operation_id!r}",
             write=True,
+        )
+
+    # ------------------------------------------------------------------ process leases
+
+    async def save_lease(self, lease: ProcessLease) -> None:
+        await self._run(
+            lambda conn: leases.save_lease(conn, lease),
+            f"renewing the lease of process {lease.process_id!r}",
+            write=True,
+            durable=False,
+        )
+
+    async def planned_call_owners(self) -> tuple[CallOwner, ...]:
+        return await self._run(
+            leases.planned_call_owners, "reading the owners of planned calls", write=False
+        )
+
+    async def take_planned_calls(
+        self, owner: str, owners: Sequence[str | None]
+    ) -> tuple[LLMCallRecord, ...]:
+        names = tuple(owners)
+        return await self._run(
+            lambda conn: leases.take_planned_calls(conn, owner, names),
+            "taking the planned calls of stopped processes",
+            write=True,
+        )
+
+    async def prune_leases(self, expired_before_ms: int) -> int:
+        return await self._run(
+            lambda conn: leases.prune_leases(conn, expired_before_ms),
+            "pruning old process leases",
+            write=True,
+            durable=False,
         )
 
     # ------------------------------------------------------------------ claims (replicas)
