@@ -5,8 +5,9 @@ Public API (see docs/loop.md):
     state      RuntimeState, ConversationState, PendingResponse, AwaitLLM, AwaitClient, Status
     view       Span (the active history as a view over the append-only log)
     inputs     Start, LLMEvent, ToolResult, UserMessage (alias UserMessageInput), Cancel,
-               Supersede, Resume (ToolOperation), ToolLost (LostCause), Rewind, Input; ToolEffect
-               (PlanCreated, ModeSwitched) on a ToolResult; PlanBuild on a Start
+               Supersede, ClientGone, Suspend (SuspendCause), Resume (ToolOperation), ToolLost
+               (LostCause), Rewind, Input; ToolEffect (PlanCreated, ModeSwitched) on a
+               ToolResult; PlanBuild on a Start
     context    TurnContext, Environment, McpRoute, McpServerInfo, McpToolInfo, ContextWindow
     commands   ContinueLLM, CallLLM, ResendLLM, Summarize, CallClient, WaitInput, Final, Failed
                (FailureKind), Canceled, Command
@@ -41,6 +42,7 @@ from .context import (
 )
 from .inputs import (
     Cancel,
+    ClientGone,
     Compact,
     Input,
     LLMEvent,
@@ -55,6 +57,8 @@ from .inputs import (
     SummaryDone,
     SummaryFailed,
     Supersede,
+    Suspend,
+    SuspendCause,
     ToolEffect,
     ToolLost,
     ToolOperation,
@@ -111,6 +115,7 @@ __all__ = [
     "CallOutcome",
     "Cancel",
     "Canceled",
+    "ClientGone",
     "Command",
     "Compact",
     "Compacted",
@@ -149,6 +154,8 @@ __all__ = [
     "SummaryDone",
     "SummaryFailed",
     "Supersede",
+    "Suspend",
+    "SuspendCause",
     "ToolEffect",
     "ToolLost",
     "ToolOperation",

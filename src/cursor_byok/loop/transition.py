@@ -62,6 +62,7 @@ from .commands import (
 from .context import DEFAULT_CONTEXT, ContextWindow, TurnContext
 from .inputs import (
     Cancel,
+    ClientGone,
     Compact,
     Input,
     LLMEvent,
@@ -75,6 +76,8 @@ from .inputs import (
     SummaryDone,
     SummaryFailed,
     Supersede,
+    Suspend,
+    SuspendCause,
     ToolEffect,
     ToolLost,
     ToolResult,
@@ -83,11 +86,17 @@ from .inputs import (
 from .meter import prompt_chars
 from .prompt import render_prompt, render_tools
 from .results import (
+    CALL_MOVED,
+    CALL_SHUTDOWN,
+    CALL_STREAM_CLOSED,
+    CALL_SUPERSEDED,
     CANCELED_RESULT_TEXT,
     build_message,
+    canceled_call,
     error_result,
     loop_answer,
     loop_failure,
+    not_reopened,
     synthetic_result,
     timed_out_result,
     unknown_outcome_result,
@@ -185,8 +194,16 @@ def transition(state: RuntimeState, input: Input) -> Transition:
             t = _on_note(state, input)
         case UserMessage():
             t = _on_user_message(state, input)
-        case Cancel() | Supersede():
-            t = _on_cancel(state, input.reason, cards=True)
+        case Cancel():
+            call = canceled_call(input.reason, Cancel().reason)
+            t = _on_cancel(state, input.reason, cards=True, call_reason=call)
+        case Supersede():
+            t = _on_cancel(state, input.reason, cards=True, call_reason=CALL_SUPERSEDED)
+        case ClientGone(grace_s=grace):
+            reason = not_reopened(grace) if grace else CALL_STREAM_CLOSED
+            t = _on_cancel(state, reason, cards=False, call_reason=reason)
+        case Suspend():
+            t = _on_suspend(state, input.cause)
         case Resume():
             t = _on_resume(state, input)
         case ToolLost():
@@ -446,7 +463,7 @@ def _on_start(state: RuntimeState, input: Start) -> Transition:
     call_end: CallEnd | None = None
     if c.busy:
         # Closed without cards: the tool calls belonged to another run's client stream.
-        c, _, call_end = _close_turn(c, "superseded by a newer request")
+        c, _, call_end = _close_turn(c, CALL_SUPERSEDED)
     if not c.log and input.history:
         c = _with(c, *input.history)
     if c.commit == 0 and c.log:  # the client's history and list, for a conversation new to us
@@ -468,7 +485,7 @@ def _on_note(state: RuntimeState, input: Note) -> Transition:
     c = state.committed
     call_end: CallEnd | None = None
     if c.busy:
-        c, _, call_end = _close_turn(c, "superseded by a newer request")
+        c, _, call_end = _close_turn(c, CALL_SUPERSEDED)
     c2 = _commit(
         _with(c, input.message), status=Status.FINAL, waiting=None, queued=(), queued_context=None
     )
@@ -796,17 +813,39 @@ def _call_client(c: ConversationState, waiting: AwaitClient) -> CallClient:
 # -- Cancel / Supersede --------------------------------------------------------------------
 
 
-def _on_cancel(state: RuntimeState, reason: str, *, cards: bool) -> Transition:
+def _on_cancel(state: RuntimeState, reason: str, *, cards: bool, call_reason: str) -> Transition:
     """Ends in Canceled from every status; the pending response is discarded and the queue
     dropped. A newer run request for the conversation (Supersede) ends the run the same way:
-    the new run then starts from the committed state."""
+    the new run then starts from the committed state; so does a client whose stream is gone
+    for good (ClientGone). A call in flight ends with `call_reason` as its record's reason."""
     c = state.committed
     command = Canceled(reason=reason)
     if c.status == Status.CANCELED and state.pending_response is None:
         return Transition(state, (), command)
-    closed, local, call_end = _close_turn(c, reason)
+    closed, local, call_end = _close_turn(c, call_reason)
     c2 = _commit(closed, status=Status.CANCELED, waiting=None, queued=(), queued_context=None)
     return _settle(c2, (), command, local=local if cards else (), call_end=call_end)
+
+
+def _on_suspend(state: RuntimeState, cause: SuspendCause) -> Transition:
+    """The run stops without deciding the turn: nothing is committed (a reopened run resumes
+    it from the committed state, an interrupted call sent again from its stored bytes); the
+    model or summary call in flight ends, canceled with `cause` as its reason."""
+    match cause:
+        case SuspendCause.SHUTDOWN:
+            reason = CALL_SHUTDOWN
+        case SuspendCause.MOVED:
+            reason = CALL_MOVED
+        case _:
+            assert_never(cause)
+    c = state.committed
+    waiting = c.waiting
+    call_end: CallEnd | None = None
+    if (c.status == Status.WAITING_LLM and isinstance(waiting, AwaitLLM)) or (
+        c.status == Status.SUMMARIZING and isinstance(waiting, AwaitSummary)
+    ):
+        call_end = CallEnd(waiting.call_id, CallOutcome.CANCELED, reason)
+    return Transition(state, (), Canceled(reason=reason), call_end=call_end)
 
 
 # -- Resume --------------------------------------------------------------------------------
@@ -1057,7 +1096,7 @@ def _on_compact(state: RuntimeState) -> Transition:
     c = state.committed
     call_end: CallEnd | None = None
     if c.busy:
-        c, _, call_end = _close_turn(c, "superseded by a newer request")
+        c, _, call_end = _close_turn(c, CALL_SUPERSEDED)
     cut = compaction.requested_cut(c.messages, _first_summarizable(c))
     if cut is None and c.commit == 0:
         # A conversation this server never saw: nothing is committed, so its first turn still
