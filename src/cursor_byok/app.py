@@ -78,6 +78,7 @@ class App:
         return cls(config, store, registry, runner, obs, tokens)
 
     async def close(self) -> None:
+        await self.runner.close()  # the runs' last records (cancel #23)
         await self.tokens.close()
         await self.registry.aclose()
         await self.observability.aclose()
