@@ -67,6 +67,7 @@ class App:
         if isinstance(store, PostgresStore):
             services.claims = store
         runner = Runner(services)
+        await runner.start()  # its lease; the calls of processes that died (cancel #23)
         if isinstance(store, PostgresStore):
             await store.watch_claims(runner.on_claim)
         obs.metrics.bind_active_runs(lambda: runner.active_runs)
@@ -78,7 +79,7 @@ class App:
         return cls(config, store, registry, runner, obs, tokens)
 
     async def close(self) -> None:
-        await self.runner.close()  # the runs' last records (cancel #23)
+        await self.runner.close()  # the runs' last records, then the lease ends (cancel #23)
         await self.tokens.close()
         await self.registry.aclose()
         await self.observability.aclose()

@@ -30,6 +30,7 @@ from ..connect.channel import RunChannel
 from .access import TokenLimits
 from .client_blobs import ClientBlobs
 from .committed_states import CommittedStates
+from .leases import ProcessLeases
 from .request_bases import RequestBases
 from .subagents import DEFAULT_MAX_DEPTH, Children
 from .summary import CacheStats, CompactionSummary, RunSummary
@@ -103,12 +104,27 @@ class Runner:
         self.token_limits = TokenLimits(services.store, services.model_names, services.now_ms)
         self._run_tokens: dict[str, str] = {}  # request id -> person token id, while it runs
         self.children = Children()  # Task calls waiting for their child run
+        # This process's lease, named like its claims; the calls its runs plan carry it.
+        self.leases = ProcessLeases(
+            services.store,
+            self.replica,
+            models=services.models,
+            now_ms=services.now_ms,
+            on_llm_call=services.on_llm_call,
+        )
         self._saving: set[asyncio.Task[None]] = set()  # records of runs that ended abruptly
 
+    async def start(self) -> None:
+        """Before serving: take this process's lease and finish the calls of processes that
+        died with calls in flight (leases.py)."""
+        await self.leases.start()
+
     async def close(self) -> None:
-        """After the runs have ended (a graceful stop): their last records are saved."""
+        """After the runs have ended (a graceful stop): their last records are saved, then
+        this process's lease ends."""
         if self._saving:
             await asyncio.wait(set(self._saving), timeout=10)
+        await self.leases.stop()
 
     def save_ended_calls(self, ended: list[LLMCallRecord]) -> None:
         """The records of calls a run ended as it stopped (ModelCalls.end_all), saved in the
