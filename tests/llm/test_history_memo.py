@@ -12,10 +12,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cursor_byok.llm import anthropic, gemini, openai_chat
-from cursor_byok.llm import openai_responses as responses
 from cursor_byok.llm.anthropic import AnthropicAdapter
+from cursor_byok.llm.anthropic import request as anthropic
 from cursor_byok.llm.gemini import GeminiAdapter
+from cursor_byok.llm.gemini import request as gemini
 from cursor_byok.llm.openai_chat import (
     ChatCompat,
     ChatHistory,
@@ -24,7 +24,9 @@ from cursor_byok.llm.openai_chat import (
     convert_messages,
     normalize_tool_call_id,
 )
+from cursor_byok.llm.openai_chat import request as openai_chat
 from cursor_byok.llm.openai_responses import OpenAIResponsesAdapter
+from cursor_byok.llm.openai_responses import request as responses
 from cursor_byok.llm.prefix_memo import PrefixMemo, fold_history
 from cursor_byok.llm.settings import ModelSettings, ProviderSettings
 from cursor_byok.llm.transforms import Target, transform_messages
