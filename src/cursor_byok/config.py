@@ -7,7 +7,6 @@ provider settings only, and never printed: `repr` of every config object leaves 
 from __future__ import annotations
 
 import argparse
-import difflib
 import ipaddress
 import os
 import tomllib
@@ -17,23 +16,20 @@ from typing import Any, get_args
 
 import msgspec
 
-from .config_shape import check_shape, key_path
+from .config_shape import Shape, check_shape, key_path
+from .config_web import (
+    ImageGenerationConfig,
+    WebFetchConfig,
+    WebSearchConfig,
+    unknown_provider,
+    web_errors,
+    web_search_settings,
+)
 from .llm.model_names import ModelNames, NameClash, Unknown, UnknownDefault
 from .llm.models import Model, Prices
-from .llm.native_search import search_unsupported
 from .llm.settings import Api, ModelSettings, ProviderSettings, ReasoningEffort
 from .loop.catalogue import TOOLS, TOOLS_BY_NAME, Gate
-from .web.page_text import DEFAULT_MAX_TEXT_CHARS
-from .web.search.provider import ProviderSearchSpec
-from .web.search.settings import (
-    BRAVE_URL,
-    TAVILY_URL,
-    BackendSpec,
-    BraveSpec,
-    SearxngSpec,
-    TavilySpec,
-    WebSearchSettings,
-)
+from .web.search.settings import WebSearchSettings
 
 __all__ = [
     "CONFIG_ENV",
@@ -163,42 +159,6 @@ class ModelConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     compaction_model: str | None = None
 
 
-class SearchBackendConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
-    kind: str  # one of SEARCH_KINDS
-    url: str | None = None  # searxng: the instance; brave, tavily: replaces the API's URL
-    api_key_env: str | None = None  # brave, tavily: the variable holding the key
-    provider: str | None = None  # provider: a [providers.NAME]
-    model: str | None = None  # provider: the upstream model of the search-only call
-
-
-class WebSearchConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
-    backends: list[str] = []  # the ordered fallback list; empty: WebSearch is not offered
-    timeout_s: float = 15.0  # one backend attempt
-    max_results: int = 8
-    backend: dict[str, SearchBackendConfig] = {}
-
-
-class WebFetchConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
-    """[web_fetch]: WebFetch's limits, and the server's own fetch for clients that cannot."""
-
-    # Fetch on the server when the client cannot (off: a team server must not reach into its
-    # own network for the model; even on, non-public addresses are refused).
-    server_side: bool = False
-    max_bytes: int = 2_000_000  # of one page fetched by the server (its body, decoded)
-    timeout_s: float = 20.0  # one server fetch, redirects included
-    max_redirects: int = 5
-    max_text_chars: int = DEFAULT_MAX_TEXT_CHARS  # the page text the model reads
-
-
-class ImageGenerationConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
-    """[image_generation]: where GenerateImage's images are made; absent, it is not offered."""
-
-    provider: str  # a [providers.NAME] whose base_url serves /images/generations (OpenAI's)
-    model: str
-    timeout_s: float = 120.0
-    extra_body: dict[str, Any] = {}  # merged into the request (quality, response_format...)
-
-
 class RawConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     server: ServerConfig = ServerConfig()
     providers: dict[str, ProviderConfig] = {}
@@ -268,8 +228,48 @@ def _run_limit_errors(server: ServerConfig) -> list[str]:
 def parse_config(
     text: str | bytes, *, env: dict[str, str] | None = None, path: str | None = None
 ) -> Config:
-    """The configuration in `text`; a ConfigError lists every mistake found, not the first."""
+    """The configuration in `text`; a ConfigError lists every mistake found, not the first.
+
+    Each table is checked by its own function, in the file's table order: [server],
+    [providers.*], [models.*], then the web tables (config_web.py). Every mistake of every
+    table is collected before the error is raised; only the model names (aliases, the default
+    model, fallbacks) are resolved after, on a configuration without other mistakes."""
     env = dict(os.environ) if env is None else env
+    raw, shape = _read(text, path)
+    errors = shape.problems
+    server = raw.server
+    errors += _server_errors(server)
+    # Providers with a mistake already reported: a model naming one is not a second mistake.
+    broken = {name for parent, name in shape.dropped if parent == "providers"}
+    providers = _providers(raw.providers, env, errors, broken)
+    models = _models(raw, providers, broken, errors)
+    web_search = web_search_settings(
+        raw.web_search,
+        {model_id: m.web_search for model_id, m in raw.models.items()},
+        raw.providers,
+        env,
+        errors,
+        providers,
+        frozenset(broken),
+    )
+    errors += web_errors(raw.web_fetch, raw.image_generation, raw.providers, providers, broken)
+    if errors:
+        raise ConfigError(*errors, path=path)
+    server, models = _resolve_names(raw, server, models, path)
+    return Config(
+        server=server,
+        providers=providers,
+        models=models,
+        path=path,
+        web_search=web_search,
+        web_fetch=raw.web_fetch,
+        image_generation=raw.image_generation,
+    )
+
+
+def _read(text: str | bytes, path: str | None) -> tuple[RawConfig, Shape]:
+    """The TOML text as the tables' Structs, with the shape's mistakes (unknown keys, wrong
+    types) in `Shape.problems` and what they concern left out."""
     try:
         data = tomllib.loads(text if isinstance(text, str) else text.decode())
     except tomllib.TOMLDecodeError as exc:
@@ -277,13 +277,16 @@ def parse_config(
     except UnicodeDecodeError:
         raise ConfigError("not valid TOML: the file is not UTF-8 text", path=path) from None
     shape = check_shape(data, RawConfig)
-    errors = shape.problems
     try:
         raw = msgspec.convert(shape.cleaned, RawConfig)
     except msgspec.ValidationError as exc:  # a mistake the walk does not know; not expected
-        raise ConfigError(*errors, _validation_message(exc), path=path) from None
+        raise ConfigError(*shape.problems, _validation_message(exc), path=path) from None
+    return raw, shape
 
-    server = raw.server
+
+def _server_errors(server: ServerConfig) -> list[str]:
+    """The mistakes of [server]."""
+    errors: list[str] = []
     if not 0 < server.port < 65536:
         errors.append(f"server.port must be 1-65535, got {server.port}")
     if not is_loopback(server.host) and not server.auth_token:
@@ -320,11 +323,18 @@ def parse_config(
             f"server.disabled_tools: unknown tool(s) {unknown}; the catalogue's tools are "
             f"{', '.join(TOOLS_BY_NAME)}"
         )
+    return errors
 
+
+def _providers(
+    raw_providers: Mapping[str, ProviderConfig],
+    env: Mapping[str, str],
+    errors: list[str],
+    broken: set[str],
+) -> dict[str, ProviderSettings]:
+    """[providers.*] as settings; a provider with a mistake is left out and added to `broken`."""
     providers: dict[str, ProviderSettings] = {}
-    # Providers with a mistake already reported: a model naming one is not a second mistake.
-    broken = {name for parent, name in shape.dropped if parent == "providers"}
-    for name, p in raw.providers.items():
+    for name, p in raw_providers.items():
         key = key_path("providers", name)
         if p.api not in APIS:
             errors.append(f"{key}.api: unknown api {p.api!r}; use one of {list(APIS)}")
@@ -362,13 +372,22 @@ def parse_config(
             first_output_timeout_s=p.first_output_timeout_s,
             idle_timeout_s=p.idle_timeout_s,
         )
+    return providers
 
+
+def _models(
+    raw: RawConfig,
+    providers: Mapping[str, ProviderSettings],
+    broken: set[str],
+    errors: list[str],
+) -> dict[str, Model]:
+    """[models.*] as models of the loaded `providers`; a model with a mistake is left out."""
     models: dict[str, Model] = {}
     for model_id, m in raw.models.items():
         key = key_path("models", model_id)
         found = len(errors)
         if m.provider not in providers and m.provider not in broken:
-            errors.append(f"{key}.provider: {_unknown_provider(m.provider, raw.providers)}")
+            errors.append(f"{key}.provider: {unknown_provider(m.provider, raw.providers)}")
         if m.reasoning_effort is not None and m.reasoning_effort not in EFFORTS:
             errors.append(f"{key}.reasoning_effort must be one of {list(EFFORTS)}")
         if m.max_output_tokens is not None and m.max_output_tokens <= 0:
@@ -378,7 +397,7 @@ def parse_config(
         threshold = (
             m.compaction_threshold
             if m.compaction_threshold is not None
-            else server.compaction_threshold
+            else raw.server.compaction_threshold
         )
         if not 0.1 <= threshold <= 1.0:
             errors.append(f"{key}.compaction_threshold must be between 0.1 and 1.0")
@@ -411,10 +430,14 @@ def parse_config(
             compaction_threshold=threshold,
             compaction_model=m.compaction_model,
         )
-    web_search = _web_search(raw, env, errors, providers, frozenset(broken))
-    errors += _web_errors(raw, providers, broken)
-    if errors:
-        raise ConfigError(*errors, path=path)
+    return models
+
+
+def _resolve_names(
+    raw: RawConfig, server: ServerConfig, models: dict[str, Model], path: str | None
+) -> tuple[ServerConfig, dict[str, Model]]:
+    """The model names resolved: aliases unique, `server.default_model` as a model id, each
+    model's fallbacks as model ids."""
     try:
         names = ModelNames(models.values(), server.default_model)
     except NameClash as exc:
@@ -429,15 +452,7 @@ def parse_config(
     if names.default is not None:
         server = msgspec.structs.replace(server, default_model=names.default.id)
     models = _with_fallbacks(raw, models, names, path)
-    return Config(
-        server=server,
-        providers=providers,
-        models=models,
-        path=path,
-        web_search=web_search,
-        web_fetch=raw.web_fetch,
-        image_generation=raw.image_generation,
-    )
+    return server, models
 
 
 def _with_fallbacks(
@@ -467,196 +482,6 @@ def _with_fallbacks(
     if errors:
         raise ConfigError(*errors, path=path)
     return out
-
-
-SEARCH_KINDS = ("searxng", "brave", "tavily", "provider")
-KEYED_SEARCH_URLS = {"brave": BRAVE_URL, "tavily": TAVILY_URL}
-
-
-def _search_backend(
-    name: str,
-    b: SearchBackendConfig,
-    env: Mapping[str, str],
-    errors: list[str],
-    providers: Mapping[str, ProviderSettings],
-    raw_providers: Mapping[str, object],
-    broken: frozenset[str],
-) -> BackendSpec | None:
-    key = key_path("web_search.backend", name)
-    if b.kind not in SEARCH_KINDS:
-        errors.append(f"{key}.kind: unknown kind {b.kind!r}; use one of {list(SEARCH_KINDS)}")
-        return None
-    if b.kind == "provider":
-        if b.url is not None or b.api_key_env is not None:
-            errors.append(
-                f"{key}: url and api_key_env do not belong to a backend of kind 'provider' "
-                "(it uses the provider's own)"
-            )
-            return None
-        fields = ProviderSearchFields(provider=b.provider, model=b.model)
-        spec = provider_search_spec(key, name, fields, providers, raw_providers, broken)
-        if isinstance(spec, list):
-            errors.extend(spec)
-            return None
-        return spec
-    if b.provider is not None or b.model is not None:
-        errors.append(f"{key}: provider and model belong to a backend of kind 'provider'")
-        return None
-    if b.url is not None and not b.url.startswith(("http://", "https://")):
-        errors.append(f"{key}.url must start with http:// or https://")
-        return None
-    if b.kind == "searxng":
-        if not b.url:
-            errors.append(f"{key}.url: a searxng backend needs its instance's URL")
-            return None
-        return SearxngSpec(name=name, url=b.url.rstrip("/"))
-    if not b.api_key_env:
-        errors.append(f"{key}.api_key_env: a {b.kind} backend needs the variable holding its key")
-        return None
-    api_key = env.get(b.api_key_env)
-    if not api_key:
-        errors.append(f"{key}.api_key_env: environment variable {b.api_key_env} is not set")
-        return None
-    url = b.url or KEYED_SEARCH_URLS[b.kind]
-    if b.kind == "brave":
-        return BraveSpec(name=name, api_key=api_key, url=url)
-    return TavilySpec(name=name, api_key=api_key, url=url)
-
-
-def _search_order(
-    where: str, names: list[str], known: Mapping[str, object], errors: list[str]
-) -> tuple[str, ...]:
-    unknown = [n for n in names if n not in known]
-    if unknown:
-        listed = ", ".join(sorted(known)) or "none configured"
-        errors.append(
-            f"{where}: unknown search backend(s) {unknown} (web_search.backend: {listed})"
-        )
-    if len(set(names)) != len(names):
-        errors.append(f"{where}: a backend is listed twice")
-    return tuple(names)
-
-
-def _web_search(
-    raw: RawConfig,
-    env: Mapping[str, str],
-    errors: list[str],
-    providers: Mapping[str, ProviderSettings],
-    broken: frozenset[str],
-) -> WebSearchSettings:
-    """[web_search] and each model's `web_search` list, checked against each other."""
-    ws = raw.web_search
-    if not 0 < ws.timeout_s <= 600:
-        errors.append("web_search.timeout_s must be between 0 and 600 seconds")
-    if not 1 <= ws.max_results <= 20:
-        errors.append("web_search.max_results must be 1-20")
-    specs: dict[str, BackendSpec] = {}
-    for name, b in ws.backend.items():
-        spec = _search_backend(name, b, env, errors, providers, raw.providers, broken)
-        if spec is not None:
-            specs[name] = spec
-    order = _search_order("web_search.backends", ws.backends, ws.backend, errors)
-    per_model: dict[str, tuple[str, ...]] = {}
-    for model_id, m in raw.models.items():
-        if m.web_search is None:
-            continue
-        where = f"{key_path('models', model_id)}.web_search"
-        if not m.web_search:
-            errors.append(f"{where}: name at least one backend (or leave the key out)")
-        per_model[model_id] = _search_order(where, m.web_search, ws.backend, errors)
-    return WebSearchSettings(
-        backends=specs,
-        order=order,
-        per_model=per_model,
-        timeout_s=ws.timeout_s,
-        max_results=ws.max_results,
-    )
-
-
-def _web_errors(
-    raw: RawConfig, providers: Mapping[str, ProviderSettings], broken: set[str]
-) -> list[str]:
-    errors: list[str] = []
-    fetch = raw.web_fetch
-    if not 1024 <= fetch.max_bytes <= 100_000_000:
-        errors.append("web_fetch.max_bytes must be 1024-100000000")
-    if not 0 < fetch.timeout_s <= 600:
-        errors.append("web_fetch.timeout_s must be between 0 and 600 seconds")
-    if not 0 <= fetch.max_redirects <= 20:
-        errors.append("web_fetch.max_redirects must be 0-20")
-    if not 1000 <= fetch.max_text_chars <= 10_000_000:
-        errors.append("web_fetch.max_text_chars must be 1000-10000000")
-    image = raw.image_generation
-    if image is None:
-        return errors
-    if image.provider not in providers and image.provider not in broken:
-        errors.append(
-            f"image_generation.provider: {_unknown_provider(image.provider, raw.providers)}"
-        )
-    elif image.provider in providers and providers[image.provider].api not in (
-        "openai-chat",
-        "openai-responses",
-    ):
-        errors.append(
-            f"image_generation.provider: {image.provider!r} is an "
-            f"{providers[image.provider].api} provider; images need an OpenAI-compatible one "
-            "(api openai-chat or openai-responses) whose base_url serves /images/generations"
-        )
-    if not image.model.strip():
-        errors.append("image_generation.model must not be empty")
-    if not 0 < image.timeout_s <= 3600:
-        errors.append("image_generation.timeout_s must be between 0 and 3600 seconds")
-    return errors
-
-
-def _unknown_provider(name: str, known: Mapping[str, object]) -> str:
-    close = difflib.get_close_matches(name, list(known), n=1)
-    hint = f"; did you mean {close[0]!r}?" if close else ""
-    listed = ", ".join(sorted(known)) or "none configured"
-    return f"unknown provider {name!r} (providers: {listed}){hint}"
-
-
-# -- [web_search.backend.NAME] kind = "provider": a provider's own search (issue 15, point 4) --
-
-
-class ProviderSearchFields(msgspec.Struct, frozen=True, kw_only=True):
-    """The keys a `kind = "provider"` search backend table adds (the backend table's Struct
-    takes them: inherit it or copy the two fields)."""
-
-    provider: str | None = None  # a [providers.NAME] whose api has a search of its own
-    model: str | None = None  # the upstream model id the search call asks for
-
-
-def provider_search_spec(
-    key: str,
-    name: str,
-    fields: ProviderSearchFields,
-    providers: Mapping[str, ProviderSettings],
-    configured: Mapping[str, object],
-    broken: set[str] | frozenset[str] = frozenset(),
-) -> ProviderSearchSpec | list[str]:
-    """The backend `name` (table `key`) resolved against the loaded `providers`, or its
-    mistakes. `configured` is every [providers] table (for the did-you-mean hint); a provider
-    in `broken` had its own mistake reported already, so naming it is not a second one."""
-    errors: list[str] = []
-    provider = providers.get(fields.provider) if fields.provider else None
-    if not fields.provider:
-        errors.append(
-            f'{key}.provider is required for kind = "provider": a [providers.NAME] whose api '
-            "is anthropic, openai-responses or gemini"
-        )
-    elif provider is None and fields.provider not in broken:
-        errors.append(f"{key}.provider: {_unknown_provider(fields.provider, configured)}")
-    elif provider is not None and (why := search_unsupported(provider.api)) is not None:
-        errors.append(f"{key}.provider: {fields.provider!r} cannot search: {why}")
-    if not (fields.model or "").strip():
-        errors.append(
-            f'{key}.model is required for kind = "provider": the upstream model id the '
-            "search call uses (e.g. claude-sonnet-4-5, gpt-5-mini, gemini-2.5-flash)"
-        )
-    if errors or provider is None or fields.model is None:
-        return errors
-    return ProviderSearchSpec(name=name, provider=provider, model=fields.model.strip())
 
 
 LOCAL_CONFIG = "cursor-byok.toml"  # what `cursor-byok init` and scripts/serve write

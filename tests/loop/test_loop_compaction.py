@@ -24,6 +24,7 @@ from cursor_byok.loop import (
     Failed,
     FailureKind,
     Final,
+    Ignored,
     LLMEvent,
     Resume,
     Rewind,
@@ -34,7 +35,9 @@ from cursor_byok.loop import (
     SummaryDone,
     SummaryFailed,
     ToolResult,
+    Transition,
     TurnContext,
+    WaitInput,
     compaction,
     render_prompt,
     render_tools,
@@ -135,9 +138,9 @@ def test_a_request_over_the_threshold_is_summarized_first_then_called_over_the_n
     assert request.system_prompt == compaction.SUMMARY_PROMPT
     assert "q0xyz" in request.messages[0].content[0].text  # type: ignore[union-attr]
     # Everything else is ignored while the summary is written.
-    assert transition(t.state, SummaryDone(call_id="other", message=summary_answer("x"))).state is (
-        t.state
-    )
+    assert transition(
+        t.state, SummaryDone(call_id="other", message=summary_answer("x"))
+    ) == Transition(t.state, (), WaitInput(), ignored=Ignored.OTHER_CALL)
 
     done = transition(t.state, SummaryDone(call_id="c:4:summary1", message=summary_answer("S")))
     c2 = done.state.committed
@@ -406,4 +409,4 @@ def test_a_cancel_while_summarizing_drops_the_summary_and_keeps_the_history() ->
     late = transition(
         canceled.state, SummaryDone(call_id="c:4:summary1", message=summary_answer("S"))
     )
-    assert late.state is canceled.state
+    assert late == Transition(canceled.state, (), WaitInput(), ignored=Ignored.NOT_AWAITED)

@@ -24,6 +24,7 @@ from cursor_byok.loop import (
     Failed,
     FailureKind,
     Final,
+    Ignored,
     LocalResult,
     LoopError,
     LostCause,
@@ -38,6 +39,7 @@ from cursor_byok.loop import (
     ToolLost,
     ToolOperation,
     ToolResult,
+    Transition,
     TurnContext,
     UserMessage,
     WaitInput,
@@ -270,10 +272,10 @@ def test_tool_lost_for_another_operation_is_ignored() -> None:
     s = at_tools([tool_call("a")])
     for op in ("conv:1:llm1:zzz", "conv:1:llm0:a"):
         t = transition(s, ToolLost(operation_id=op, cause=LostCause.TIMED_OUT))
-        assert t.state is s and t.command == WaitInput() and t.appended == ()
+        assert t == Transition(s, (), WaitInput(), ignored=Ignored.OTHER_OPERATION)
     idle = answered()
     t = transition(idle, ToolLost(operation_id="conv:1:llm1:a", cause=LostCause.ANSWER_LOST))
-    assert t.state is idle and t.command == WaitInput()
+    assert t == Transition(idle, (), WaitInput(), ignored=Ignored.NOT_AWAITED)
 
 
 # -- Rewind ------------------------------------------------------------------------------------
@@ -317,14 +319,14 @@ def test_rewind_to_where_the_conversation_already_is_changes_nothing() -> None:
     s, _ = two_turns()
     here = views.closed(s.committed.view, len(s.committed.log))
     t = transition(s, Rewind(view=here))
-    assert t.state is s and t.command == WaitInput()
+    assert t == Transition(s, (), WaitInput(), ignored=Ignored.ALREADY_THERE)
 
 
 def test_rewind_while_a_turn_is_in_flight_is_ignored() -> None:
     s, first_end = two_turns()
     busy = transition(s, UserMessage(message=user("three"))).state
     t = transition(busy, Rewind(view=first_end))
-    assert t.state is busy and t.command == WaitInput()
+    assert t == Transition(busy, (), WaitInput(), ignored=Ignored.BUSY)
 
 
 def test_a_rewind_outside_the_log_is_a_bug_not_a_silent_no_op() -> None:

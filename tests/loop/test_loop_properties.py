@@ -276,6 +276,9 @@ def check_run(run: Run) -> None:
             assert any(m is item.event.message for m in new[len(old) :])
         if ignored:
             assert t.state is state and t.emit == () and t.command == WaitInput()
+            assert t.ignored is not None
+        if t.ignored is not None:  # an ignored input changes nothing, and says why
+            assert t == Transition(state, (), WaitInput(), ignored=t.ignored)
         if isinstance(t.command, ContinueLLM):
             assert isinstance(item, LLMEvent) and t.emit == (item.event,)
             assert t.state.committed is state.committed

@@ -29,11 +29,13 @@ from cursor_byok.loop import (
     Environment,
     Failed,
     Final,
+    Ignored,
     LLMEvent,
     PendingResponse,
     RuntimeState,
     Start,
     ToolResult,
+    Transition,
     TurnContext,
     UserMessage,
     WaitInput,
@@ -124,7 +126,7 @@ def test_duplicate_done_is_dropped() -> None:
     s = ts[-1].state
     call_id = "conv:1:llm1"
     t = transition(s, LLMEvent(call_id=call_id, event=events[-1]))
-    assert t.state is s and t.emit == () and t.command == WaitInput()
+    assert t == Transition(s, (), WaitInput(), ignored=Ignored.NOT_AWAITED)
     assert len(assistant_messages(t.state.committed.messages)) == 1
 
 
@@ -132,13 +134,13 @@ def test_stale_and_unknown_call_ids_change_nothing() -> None:
     s = started()
     for call_id in ("conv:1:llm0", "conv:1:llm2", "other:1:llm1", ""):
         t = transition(s, LLMEvent(call_id=call_id, event=StartEvent()))
-        assert t.state is s and t.emit == () and t.command == WaitInput()
+        assert t == Transition(s, (), WaitInput(), ignored=Ignored.OTHER_CALL)
 
 
 def test_llm_events_outside_waiting_llm_are_ignored() -> None:
     s = RuntimeState.new(CID)
     t = transition(s, LLMEvent(call_id="conv:0:llm1", event=StartEvent()))
-    assert t.state is s and t.command == WaitInput()
+    assert t == Transition(s, (), WaitInput(), ignored=Ignored.NOT_AWAITED)
 
 
 def test_error_discards_pending_and_fails_without_appending() -> None:
@@ -245,6 +247,7 @@ def test_results_are_matched_by_id_and_appended_in_call_order() -> None:
     s = at_tools([tool_call("a"), tool_call("b"), tool_call("c")])
     t_c = transition(s, ToolResult(message=result("c", "C")))
     assert t_c.command == WaitInput() and t_c.state.committed.messages == s.committed.messages
+    assert t_c.ignored is None  # held until its turn: applied, not ignored
     t_b = transition(t_c.state, ToolResult(message=result("b", "B")))
     t_a = transition(t_b.state, ToolResult(message=result("a", "A")))
     assert isinstance(t_a.command, CallLLM)
@@ -255,19 +258,19 @@ def test_results_are_matched_by_id_and_appended_in_call_order() -> None:
 def test_unknown_and_answered_results_change_nothing() -> None:
     s = at_tools([tool_call("a"), tool_call("b")])
     t = transition(s, ToolResult(message=result("zzz")))
-    assert t.state is s and t.command == WaitInput() and t.emit == ()
+    assert t == Transition(s, (), WaitInput(), ignored=Ignored.UNKNOWN_TOOL_CALL)
     s1 = transition(s, ToolResult(message=result("a"))).state
     t = transition(s1, ToolResult(message=result("a", "again")))
-    assert t.state is s1 and t.command == WaitInput()
+    assert t == Transition(s1, (), WaitInput(), ignored=Ignored.ALREADY_ANSWERED)
     early = transition(s1, ToolResult(message=result("zzz")))
-    assert early.state is s1
+    assert early == Transition(s1, (), WaitInput(), ignored=Ignored.UNKNOWN_TOOL_CALL)
 
 
 def test_duplicate_early_result_is_ignored() -> None:
     s = at_tools([tool_call("a"), tool_call("b")])
     s1 = transition(s, ToolResult(message=result("b", "first"))).state
     t = transition(s1, ToolResult(message=result("b", "second")))
-    assert t.state is s1
+    assert t == Transition(s1, (), WaitInput(), ignored=Ignored.ALREADY_ANSWERED)
     done = transition(s1, ToolResult(message=result("a")))
     assert done.state.committed.messages[-1].text == "first"
 
@@ -275,7 +278,7 @@ def test_duplicate_early_result_is_ignored() -> None:
 def test_tool_results_outside_waiting_client_are_ignored() -> None:
     s = started()
     t = transition(s, ToolResult(message=result("a")))
-    assert t.state is s and t.command == WaitInput()
+    assert t == Transition(s, (), WaitInput(), ignored=Ignored.NOT_AWAITED)
 
 
 def test_error_result_goes_back_to_the_model() -> None:

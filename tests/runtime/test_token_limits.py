@@ -14,15 +14,25 @@ import msgspec
 
 from cursor_byok.llm.faux import FauxLLM, FauxResponse
 from cursor_byok.llm.models import Model, Prices
-from cursor_byok.llm.types import Usage
+from cursor_byok.llm.types import (
+    AssistantMessage,
+    TextContent,
+    ToolCall,
+    ToolResultMessage,
+    Usage,
+    UserMessage,
+)
+from cursor_byok.loop import ConversationState, Status
 from cursor_byok.store.api import AccessTokenRecord
 from cursor_byok.store.sqlite import SQLiteStore
 from cursor_byok.transport.connect.channel import EndError
 from cursor_byok.transport.connect.sessions import RunStartInfo
 from cursor_byok.transport.cursor.proto import aiserver_pb2
-from cursor_byok.transport.runtime import Runner, RunnerServices
+from cursor_byok.transport.runtime import Runner, RunnerServices, records
 from cursor_byok.transport.runtime.access import month_window
-from tests.runtime.harness import MODEL, Client, read_ok, run_request
+from tests.runtime.harness import MODEL, Client, read_ok, run_request, shell_ok
+
+SHELL_HI = "Exit code: 0\nstdout:\nhi"
 
 # $1 per input token: each scripted answer below costs what its `input` says.
 PRICED = msgspec.structs.replace(MODEL, prices=Prices(input=1_000_000.0))
@@ -300,4 +310,130 @@ async def test_a_compaction_summary_call_counts_toward_the_token(tmp_path: Path)
     (summary,) = [c for c in await store.list_recent_llm_calls() if ":summary" in c.call_id]
     assert (summary.token_id, summary.cost_usd, summary.status) == ("tok_alice", 5.0, "committed")
     assert await store.token_spend("tok_alice", *month_window(clock.now)[:2]) == 7.0
+    await store.close()
+
+
+async def test_a_refused_call_keeps_the_tool_answer_before_it(tmp_path: Path) -> None:
+    """A Shell call answered `hi`, then the next model call refused for the budget: the loop
+    commits the answer with the failed turn, so the next run's model reads it (never a false
+    "its answer was lost" note)."""
+    clock = Clock("2026-01-15T12:00:00")
+    shell = dataclasses.replace(
+        FauxResponse.tool_calls([ToolCall(id="sh1", name="Shell", arguments={"command": "x"})]),
+        usage=Usage(input=3),
+    )
+    store = await SQLiteStore.open(tmp_path / "db")
+    llm = FauxLLM([shell, costing(0, "it printed hi")], chunk_size=50)
+    runner = Runner(
+        RunnerServices(
+            models={PRICED.id: PRICED}, store=store, llm_for=lambda _m: llm, now_ms=clock
+        )
+    )
+    await add_token(store, budget_usd=2.5)
+    client, end = await turn(runner, "r1", "c1", client=Client("r1", answers=[shell_ok("hi")]))
+    assert "exec shell_stream_args" in client.kinds()
+    assert end is not None and end.code == "resource_exhausted"
+    assert end.message == (
+        "token 'alice' has spent its monthly budget: $3.00 of $2.50 in 2026-01 (UTC); "
+        "it renews on 2026-02-01"
+    )
+    record = await store.load("c1")
+    assert record is not None
+    state = records.decode_state(record.state, record.messages)
+    user, asked, answer = state.log
+    assert asked == AssistantMessage(
+        content=(ToolCall(id="sh1", name="Shell", arguments={"command": "x"}),),
+        api="faux",
+        provider="faux",
+        model="faux-model",
+        usage=Usage(input=3),
+        stop_reason="toolUse",
+    )
+    assert answer == ToolResultMessage(
+        tool_call_id="sh1", tool_name="Shell", content=(TextContent(text=SHELL_HI),)
+    )
+    # The whole state: the turn failed after its second call was refused; the answer is in
+    # the history; nothing waits, nothing is queued.
+    assert state == ConversationState(
+        conversation_id="c1",
+        turn_id="c1:1",
+        messages=state.log,
+        log=(UserMessage.of_text("hi"), asked, answer),
+        waiting=None,
+        status=Status.FAILED,
+        last_commit_id="c1@4",
+        turn=1,
+        commit=4,
+        llm_calls=2,
+        context=state.context,  # the run request's (tests/cursor)
+    )
+    assert user == UserMessage.of_text("hi")
+    # The refused call never went out and has no record; the Shell call's record is done.
+    (call,) = await store.list_recent_llm_calls()
+    assert (call.call_id, call.status, call.cost_usd) == ("c1:1:llm1", "committed", 3.0)
+    operation = await store.get_client_operation("c1:1:llm1:sh1")
+    assert operation is not None and operation.status == "completed"
+    # A new month: the next run's model reads the answer, and no "lost" note.
+    clock.now = ms("2026-02-01T00:00:00")
+    client, end = await turn(runner, "r2", "c1", text="what did it print?")
+    assert end is None and client.text() == "it printed hi"
+    assert llm.calls[1].request.messages == (
+        UserMessage.of_text("hi"),
+        asked,
+        answer,
+        UserMessage.of_text("what did it print?"),
+    )
+    await store.close()
+
+
+async def test_a_resumed_call_refused_fails_the_turn_and_ends_its_record(tmp_path: Path) -> None:
+    """A run reopened after a restart mid-call, its token revoked meanwhile: the resent call
+    is refused, the loop fails the turn (committed) and the call's record ends failed, never
+    left planned."""
+    clock = Clock("2026-03-10T12:00:00")
+    db = tmp_path / "db"
+    store = await SQLiteStore.open(db)
+    slow = FauxLLM([FauxResponse.text("never finished " * 30)], chunk_size=3, delay=0.02)
+    runner = Runner(
+        RunnerServices(
+            models={PRICED.id: PRICED}, store=store, llm_for=lambda _m: slow, now_ms=clock
+        )
+    )
+    await add_token(store)
+    client = Client("r1")
+    message = run_request("c1", "question")
+    message.run_request.requested_model.model_id = PRICED.id
+    client.say(message)
+    info = RunStartInfo(request_id="r1", transport="runsse", principal="tok_alice")
+    task = asyncio.create_task(runner.handle(client, info))
+    await client.until(lambda: len(client.sent) >= 2, "the stream")
+    task.cancel()  # the process dies mid-call
+    await asyncio.gather(task, return_exceptions=True)
+    assert await store.revoke_access_token("alice", clock.now) is not None
+    await store.close()
+
+    store = await SQLiteStore.open(db)
+    never = FauxLLM([FauxResponse.text("must not be called")])
+    runner = Runner(
+        RunnerServices(
+            models={PRICED.id: PRICED}, store=store, llm_for=lambda _m: never, now_ms=clock
+        )
+    )
+    again = Client("r1")  # reopened: the run request comes from the store
+    await runner.handle(again, info)
+    end = await again.ended()
+    assert end is not None and end.code == "unauthenticated"
+    assert end.message == "token 'alice' was revoked; ask for a new one"
+    assert never.calls == [] and again.kinds() == []
+    record = await store.load("c1")
+    assert record is not None
+    state = records.decode_state(record.state, record.messages)
+    assert (state.status, state.waiting, state.log) == (
+        Status.FAILED,
+        None,
+        (UserMessage.of_text("question"),),
+    )
+    call = await store.get_llm_call("c1:1:llm1")
+    assert call is not None
+    assert (call.status, call.error) == ("failed", "token 'alice' was revoked; ask for a new one")
     await store.close()

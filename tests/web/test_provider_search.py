@@ -1,6 +1,6 @@
 """The "provider" search backend (web/search/provider.py) over real loopback HTTP: a WebSearch
 job answered by a provider's own search as `SearchResults`, its failures as `JobFailed`; and
-the configuration of such a backend (config.provider_search_spec).
+the configuration of such a backend (config_web.provider_search_spec).
 
 The WebSearch tool machine is not on main yet, so this drives the backend directly, through
 the registry's adapter as the server builds it, against a fake upstream replaying a recorded
@@ -13,7 +13,8 @@ import logging
 
 import pytest
 
-from cursor_byok.config import ProviderSearchFields, parse_config, provider_search_spec
+from cursor_byok.config import parse_config
+from cursor_byok.config_web import ProviderSearchFields, provider_search_spec
 from cursor_byok.llm.registry import LLMRegistry
 from cursor_byok.llm.settings import ProviderSettings
 from cursor_byok.web.search.provider import ProviderSearch, ProviderSearchSpec

@@ -7,12 +7,13 @@ Public API (see docs/loop.md):
     inputs     Start, LLMEvent, ToolResult, UserMessage (alias UserMessageInput), Cancel,
                Supersede, ClientGone, Suspend (SuspendCause), Resume (ToolOperation), ToolLost
                (LostCause), Rewind, Input; ToolEffect (PlanCreated, ModeSwitched) on a
-               ToolResult; PlanBuild on a Start
+               ToolResult; PlanBuild on a Start; CallRefused (Limit), the admission answer
+               with Admitted (Admission)
     context    TurnContext, Environment, McpRoute, McpServerInfo, McpToolInfo, ContextWindow
     commands   ContinueLLM, CallLLM, ResendLLM, Summarize, CallClient, WaitInput, Final, Failed
                (FailureKind), Canceled, Command
     transition Transition (appended, local_results: LocalResult, call_end: CallEnd with
-               CallOutcome), transition, LoopError
+               CallOutcome, ignored: Ignored), transition, admit, LoopError
     functions  build_prompt, build_tools, render_prompt, render_tools, side_effects
 """
 
@@ -41,6 +42,10 @@ from .context import (
     TurnContext,
 )
 from .inputs import (
+    ADMITTED,
+    Admission,
+    Admitted,
+    CallRefused,
     Cancel,
     ClientGone,
     Compact,
@@ -66,6 +71,7 @@ from .inputs import (
     UserMessage,
     UserMessageInput,
 )
+from .limits import Limit
 from .prompt import build_prompt, build_tools, render_prompt, render_tools
 from .state import (
     BUSY,
@@ -89,14 +95,17 @@ from .transition import (
     CallEnd,
     CallOutcome,
     Compacted,
+    Ignored,
     LocalResult,
     LoopError,
     Transition,
+    admit,
     transition,
 )
 from .view import WHOLE_LOG, Span
 
 __all__ = [
+    "ADMITTED",
     "BUSY",
     "DEFAULT_COMPACTION_THRESHOLD",
     "DEFAULT_MAX_LLM_CALLS",
@@ -105,6 +114,8 @@ __all__ = [
     "NATIVE_TOOL_NAMES",
     "READ_ONLY_MODES",
     "WHOLE_LOG",
+    "Admission",
+    "Admitted",
     "AfterSummary",
     "AwaitClient",
     "AwaitLLM",
@@ -113,6 +124,7 @@ __all__ = [
     "CallEnd",
     "CallLLM",
     "CallOutcome",
+    "CallRefused",
     "Cancel",
     "Canceled",
     "ClientGone",
@@ -128,8 +140,10 @@ __all__ = [
     "Failed",
     "FailureKind",
     "Final",
+    "Ignored",
     "Input",
     "LLMEvent",
+    "Limit",
     "LocalResult",
     "LoopError",
     "LostCause",
@@ -167,6 +181,7 @@ __all__ = [
     "UserMessageInput",
     "WaitInput",
     "Waiting",
+    "admit",
     "build_prompt",
     "build_tools",
     "render_prompt",

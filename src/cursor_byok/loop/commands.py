@@ -13,6 +13,7 @@ import msgspec
 
 from cursor_byok.llm.types import AssistantMessage, RequestMessages, ToolCall
 
+from .limits import Limit
 from .meter import PromptChars
 
 
@@ -92,13 +93,16 @@ class FailureKind(enum.StrEnum):
     PROVIDER = "provider"  # the model call failed or gave an unusable answer; retryable
     BAD_REQUEST = "bad_request"  # the request cannot be served as sent
     INTERNAL = "internal"  # this server's own failure
+    REFUSED = "refused"  # a person token's limit refused a model call (`Failed.limit`)
 
 
 class Failed(_Command, frozen=True, tag="failed"):
-    """The turn failed. `message` describes the failure; it is not part of the history."""
+    """The turn failed. `message` describes the failure; it is not part of the history.
+    `limit`: for `REFUSED`, the token's limit that refused the call."""
 
     message: AssistantMessage
     kind: FailureKind = FailureKind.PROVIDER
+    limit: Limit | None = None
 
 
 class Canceled(_Command, frozen=True, tag="canceled"):

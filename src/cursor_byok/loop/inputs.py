@@ -12,6 +12,7 @@ from cursor_byok.llm import types as llm
 from cursor_byok.llm.events import ResponseEvent
 
 from .context import DEFAULT_CONTEXT, TurnContext
+from .limits import Limit
 from .todos import TodoItem
 from .view import Span
 
@@ -186,6 +187,26 @@ class Compact(_Input, frozen=True, tag="compact"):
     """The user's /summarize: compact the conversation now, whatever its size."""
 
 
+class CallRefused(_Input, frozen=True, tag="call_refused"):
+    """The runtime's admission answer for model call `call_id` (a CallLLM, a resent call, a
+    summary call): a person token's `limit` refuses it, `message` says so in words naming the
+    limit. Answered before the call's commit (admission.py); a call admitted needs no input."""
+
+    call_id: str
+    limit: Limit
+    message: str
+
+
+class Admitted(msgspec.Struct, frozen=True):
+    """The admission answer that lets a planned model call go out as planned."""
+
+
+ADMITTED = Admitted()
+
+# The runtime's answer to each model call the loop plans, before that call's commit.
+Admission: TypeAlias = Admitted | CallRefused
+
+
 class Rewind(_Input, frozen=True, tag="rewind"):
     """The client's checkpoint is behind ours: it went back to the end of an earlier turn,
     whose active history was `view` (closed spans over the log)."""
@@ -209,6 +230,7 @@ Input: TypeAlias = (
     | SummaryDone
     | SummaryFailed
     | Compact
+    | CallRefused
 )
 
 # The same class, for callers that also import the LLM's UserMessage.

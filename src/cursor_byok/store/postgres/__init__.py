@@ -1,7 +1,9 @@
 """PostgreSQL backend of the Store (psycopg 3): chosen by `database = "postgresql://..."`.
 
-store.py   PostgresStore: a pool of connections, one transaction per call on a worker
-           thread, the shared SQL of sqlite/jobs.py, rows.py and activity.py
+store.py   PostgresStore, the facade: each call one transaction of the shared SQL (store/sql/)
+pool.py    the pool of connections, one transaction per call on a worker thread
+replicas.py  what replicas share: LISTEN/NOTIFY watchers, the advisory locks that hold a
+           conversation
 conn.py    the psycopg connection as the shared SQL's connection (placeholders, values)
 schema.py  the numbered migrations applied under an advisory lock, cursor_byok_schema
 errors.py  psycopg errors mapped to StoreError classes; the URL without its password

@@ -1,4 +1,4 @@
-"""The psycopg connection seen as the shared SQL jobs' connection (store/sql.py).
+"""The psycopg connection seen as the shared SQL jobs' connection (store/sql/conn.py).
 
 The jobs write `?` placeholders (SQLite's); psycopg wants `%s`, so each statement is rewritten
 once (cached) with every literal `%` doubled. Values are adapted both ways where the two

@@ -1,11 +1,12 @@
 """PostgresStore: the Store protocol over one PostgreSQL database (psycopg 3).
 
-Every call takes a connection from a small pool, runs one transaction on a worker thread and
-gives the connection back. The SQL is the SQLite backend's own (sqlite/jobs.py, rows.py,
-activity.py, through store/sql.py), so the compare-and-set, dedupe and record rules are one
-copy: `UPDATE ... WHERE version = ? AND message_count = ?` takes the row lock, a concurrent
-committer waits for it and then finds the version moved (a conflict) or its own input id
-recorded (a duplicate). Why psycopg and not asyncpg: docs/store.md ("PostgreSQL").
+Every call takes a connection from a small pool (pool.py), runs one transaction on a worker
+thread and gives the connection back. The SQL is the one both backends run (store/sql/), so the
+compare-and-set, dedupe and record rules are one copy: `UPDATE ... WHERE version = ? AND
+message_count = ?` takes the row lock, a concurrent committer waits for it and then finds the
+version moved (a conflict) or its own input id recorded (a duplicate). The replicas' claims and
+appends travel by LISTEN/NOTIFY and advisory locks (replicas.py). Why psycopg and not asyncpg:
+docs/store.md ("PostgreSQL").
 
 Durability: a commit returns once PostgreSQL has flushed it (synchronous_commit as the server
 has it); `durable=False` and the writes the protocol calls not durable on their own run with
@@ -17,16 +18,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
-import logging
-import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any, TypeVar
-
-import psycopg
-from psycopg import errors as pg
+from typing import TYPE_CHECKING, TypeVar
 
 from ..api import (
     AccessTokenRecord,
@@ -48,32 +43,17 @@ from ..api import (
     TokenUsage,
     TurnMark,
 )
-from ..errors import StoreClosedError, StoreIOError
-from ..migrate import load_migrations
-from ..sql import Conn
-from ..sqlite import activity, jobs, leases, links, rows, tokens
-from .conn import PgConn
-from .errors import display_url, map_error
-from .schema import migrate
+from ..errors import StoreClosedError
+from ..sql import Conn, activity, jobs, leases, links, rows, tokens
+from .errors import display_url
+from .pool import Pool
+from .replicas import APPENDS_CHANNEL, CLAIMS_CHANNEL, Holds, Watcher, lock_key
 
 T = TypeVar("T")
-log = logging.getLogger("cursor_byok.store")
-# A retry of the whole transaction, once: two writers inserting the same new key (two saves
-# of one new call record) make the second fail on the key; run again, it finds the row.
-_RETRY = (pg.UniqueViolation, pg.SerializationFailure, pg.DeadlockDetected)
 
 
 def _now_ms() -> int:
     return time.time_ns() // 1_000_000
-
-
-class _Slot:
-    """One pooled connection; replaced when the server dropped it."""
-
-    __slots__ = ("conn",)
-
-    def __init__(self, conn: psycopg.Connection[Any] | None) -> None:
-        self.conn = conn
 
 
 class PostgresStore:
@@ -89,19 +69,17 @@ class PostgresStore:
     ) -> None:
         self.url = url
         self.path = display_url(url)  # the name in errors: never the password
-        self._connections = max(1, connections)
-        self._connect_timeout_s = connect_timeout_s
         self._clock = clock or _now_ms
         self._closed = False
         self._started = False
-        self._pool: asyncio.Queue[_Slot] = asyncio.Queue()
-        self._slots: list[_Slot] = []
-        self._executor = ThreadPoolExecutor(self._connections, thread_name_prefix="store-pg")
+        self._pool = Pool(
+            url, self.path, connections=connections, connect_timeout_s=connect_timeout_s
+        )
         self.schema_version = 0
-        self._watchers: list[_Watcher] = []
+        self._watchers: list[Watcher] = []
         # The holds of this process's runs: one connection, one thread (session-level advisory
         # locks belong to the connection that took them).
-        self._holds = _Holds(self)
+        self._holds = Holds(self._pool)
         self._holds_executor = ThreadPoolExecutor(1, thread_name_prefix="store-pg-holds")
 
     # ------------------------------------------------------------------ life cycle
@@ -120,38 +98,16 @@ class PostgresStore:
         await store.start()
         return store
 
-    def _connect(self) -> psycopg.Connection[Any]:
-        try:
-            return psycopg.connect(
-                self.url, autocommit=True, connect_timeout=max(1, int(self._connect_timeout_s))
-            )
-        except psycopg.Error as exc:
-            raise StoreIOError(
-                self.path, "cannot connect to the database server", _first_line(exc)
-            ) from None
-
     async def start(self) -> None:
         if self._started:
             return
         self._started = True
-        loop = asyncio.get_running_loop()
         try:
-            first = await loop.run_in_executor(self._executor, self._connect)
-            self._slots.append(_Slot(first))
-            try:
-                self.schema_version = await loop.run_in_executor(
-                    self._executor, migrate, first, self.path, load_migrations("postgresql")
-                )
-            except psycopg.Error as exc:  # the server went away, the user may not create...
-                raise map_error(exc, self.path, "migrating the database") from exc
-            for _ in range(self._connections - 1):
-                self._slots.append(_Slot(None))  # connected on first use
+            self.schema_version = await self._pool.start()
         except BaseException:
             self._closed = True
-            await self._close_slots()
+            await self._pool.close()
             raise
-        for slot in self._slots:
-            self._pool.put_nowait(slot)
 
     async def close(self) -> None:
         """Wait for the calls under way, then close every connection. Idempotent."""
@@ -162,17 +118,7 @@ class PostgresStore:
             await asyncio.to_thread(watcher.stop)
         await asyncio.get_running_loop().run_in_executor(None, self._holds_executor.shutdown, True)
         self._holds.close()
-        await self._close_slots()
-
-    async def _close_slots(self) -> None:
-        def close_all() -> None:
-            for slot in self._slots:
-                if slot.conn is not None:
-                    with contextlib.suppress(Exception):
-                        slot.conn.close()
-
-        await asyncio.get_running_loop().run_in_executor(None, self._executor.shutdown, True)
-        close_all()
+        await self._pool.close()
 
     async def __aenter__(self) -> PostgresStore:
         await self.start()
@@ -188,37 +134,6 @@ class PostgresStore:
             state = "not started (use PostgresStore.open)" if not self._started else "closed"
             raise StoreClosedError(self.path, f"store is {state}")
 
-    def _transaction(
-        self,
-        slot: _Slot,
-        fn: Callable[[Conn], T],
-        what: str,
-        write: bool,
-        durable: bool,
-        snapshot: bool,
-    ) -> T:
-        for attempt in (1, 2):
-            if slot.conn is None or slot.conn.closed or slot.conn.broken:
-                if slot.conn is not None:
-                    with contextlib.suppress(Exception):
-                        slot.conn.close()
-                slot.conn = None
-                slot.conn = self._connect()
-            conn = slot.conn
-            try:
-                with conn.transaction():
-                    if snapshot:
-                        conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
-                    if write and not durable:
-                        conn.execute("SET LOCAL synchronous_commit = off")
-                    return fn(PgConn(conn))
-            except _RETRY as exc:
-                if attempt == 2:
-                    raise map_error(exc, self.path, what) from exc
-            except psycopg.Error as exc:
-                raise map_error(exc, self.path, what) from exc
-        raise AssertionError("unreachable")  # pragma: no cover
-
     async def _run(
         self,
         fn: Callable[[Conn], T],
@@ -229,25 +144,7 @@ class PostgresStore:
         snapshot: bool = False,
     ) -> T:
         self._check_open()
-        slot = await self._pool.get()
-        loop = asyncio.get_running_loop()
-        pool = self._pool
-        try:
-            work = self._executor.submit(
-                self._transaction, slot, fn, what, write, durable, snapshot
-            )
-        except RuntimeError:  # the executor was shut down by close()
-            pool.put_nowait(slot)
-            raise StoreClosedError(self.path, "store is closed") from None
-
-        def give_back(_: object) -> None:
-            # On the worker thread once the transaction is over (or on cancellation before it
-            # started): the connection goes back only when no statement of it is running.
-            with contextlib.suppress(RuntimeError):
-                loop.call_soon_threadsafe(pool.put_nowait, slot)
-
-        work.add_done_callback(give_back)
-        return await asyncio.wrap_future(work)
+        return await self._pool.run(fn, what, write=write, durable=durable, snapshot=snapshot)
 
     # ------------------------------------------------------------------ reads
 
@@ -570,7 +467,7 @@ class PostgresStore:
     async def hold_conversation(self, conversation_id: str) -> bool:
         """`pg_try_advisory_lock` on the hold connection (store.api.ConversationClaims)."""
         self._check_open()
-        key = _lock_key(conversation_id)
+        key = lock_key(conversation_id)
         return await asyncio.get_running_loop().run_in_executor(
             self._holds_executor, self._holds.try_lock, key
         )
@@ -578,7 +475,7 @@ class PostgresStore:
     async def release_conversation(self, conversation_id: str) -> None:
         if self._closed:
             return
-        key = _lock_key(conversation_id)
+        key = lock_key(conversation_id)
         with contextlib.suppress(RuntimeError):  # the executor was shut down by close()
             await asyncio.get_running_loop().run_in_executor(
                 self._holds_executor, self._holds.unlock, key
@@ -593,7 +490,7 @@ class PostgresStore:
 
     async def _watch(self, channel: str, on_payload: Callable[[str], None]) -> None:
         self._check_open()
-        watcher = _Watcher(self, channel, on_payload)
+        watcher = Watcher(self.url, channel, on_payload)
         self._watchers.append(watcher)
         await watcher.start()
 
@@ -645,107 +542,6 @@ class PostgresStore:
             f"saving diagnostics of {call_id!r}",
             write=True,
         )
-
-
-CLAIMS_CHANNEL = "cursor_byok_claims"
-APPENDS_CHANNEL = "cursor_byok_appends"
-
-
-class _Watcher:
-    """A connection of its own that LISTENs on one channel, on a thread of its own (psycopg's
-    `notifies` blocks), handing each payload to the caller's event loop."""
-
-    def __init__(
-        self, store: PostgresStore, channel: str, on_payload: Callable[[str], None]
-    ) -> None:
-        self._store = store
-        self._channel = channel
-        self._on_payload = on_payload
-        self._loop = asyncio.get_running_loop()
-        self._stop = threading.Event()
-        self._listening = threading.Event()
-        self._thread = threading.Thread(target=self._main, name=f"store-pg-{channel}", daemon=True)
-
-    async def start(self) -> None:
-        self._thread.start()
-        await asyncio.to_thread(self._listening.wait, 10)
-
-    def _main(self) -> None:
-        while not self._stop.is_set():
-            try:
-                with psycopg.connect(self._store.url, autocommit=True) as conn:
-                    conn.execute(f"LISTEN {self._channel}")
-                    self._listening.set()
-                    while not self._stop.is_set():
-                        for note in conn.notifies(timeout=0.5):
-                            with contextlib.suppress(RuntimeError):  # the loop is closed
-                                self._loop.call_soon_threadsafe(self._deliver, note.payload)
-            except psycopg.Error:
-                # The server went away: listen again once it is back. What was announced in
-                # between is missed: the version compare-and-set still decides between runs,
-                # and a stored append is read again when its RunSSE is (re)opened.
-                self._listening.set()
-                self._stop.wait(1.0)
-
-    def _deliver(self, payload: str) -> None:
-        try:
-            self._on_payload(payload)
-        except Exception:  # pragma: no cover - the handlers must not raise
-            log.exception("handling a notification on %s", self._channel)
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(5)
-
-
-def _lock_key(conversation_id: str) -> int:
-    """The advisory lock key of a conversation: 64 bits of its sha256, signed."""
-    digest = hashlib.sha256(b"cursor-byok conversation " + conversation_id.encode()).digest()
-    return int.from_bytes(digest[:8], "big", signed=True)
-
-
-class _Holds:
-    """The connection that holds this process's advisory locks, used on one thread only."""
-
-    def __init__(self, store: PostgresStore) -> None:
-        self._store = store
-        self._conn: psycopg.Connection[Any] | None = None
-        self._held: set[int] = set()
-
-    def _connection(self) -> psycopg.Connection[Any]:
-        if self._conn is None or self._conn.closed or self._conn.broken:
-            self._held.clear()  # a lost connection lost its locks with it
-            self._conn = self._store._connect()
-        return self._conn
-
-    def try_lock(self, key: int) -> bool:
-        if key in self._held:
-            return True
-        try:
-            row = self._connection().execute("SELECT pg_try_advisory_lock(%s)", (key,)).fetchone()
-        except psycopg.Error as exc:
-            raise map_error(exc, self._store.path, "taking a conversation's hold") from exc
-        if row is not None and row[0]:
-            self._held.add(key)
-            return True
-        return False
-
-    def unlock(self, key: int) -> None:
-        if key not in self._held or self._conn is None:
-            return
-        self._held.discard(key)
-        with contextlib.suppress(psycopg.Error):
-            self._conn.execute("SELECT pg_advisory_unlock(%s)", (key,))
-
-    def close(self) -> None:
-        if self._conn is not None:
-            with contextlib.suppress(Exception):
-                self._conn.close()
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return text[0] if text else type(exc).__name__
 
 
 if TYPE_CHECKING:

@@ -7,11 +7,10 @@ package; the Store protocol (store/api.py) is all another backend implements.
     writer.py  the writer thread: queue, group commit, a savepoint per job, synchronous FULL or
                NORMAL per batch, whole-batch failure on storage errors
     reads.py   point reads on the caller's thread, the rest on a pool of reader threads
-    jobs.py    the SQL of each write job
-    rows.py    the SQL of each read and the decoders from rows to records
-    activity.py  run outcomes and the per-conversation overview (what an operator looks at)
     errors.py  sqlite3 errors mapped to StoreError classes; why a path cannot be opened
     integrity.py  the quick integrity check before serving, bounded in time
+
+The SQL of every job and read is the portable SQL both backends run (store/sql/).
 
 Writes run in order, one batch (one transaction) at a time; a caller's future is resolved
 only after its batch's COMMIT returned. Reads never wait for the writer (WAL snapshots).

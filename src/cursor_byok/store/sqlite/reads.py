@@ -19,15 +19,11 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
 from ..errors import StoreError
+from ..sql.rows import TooLarge
 from .errors import is_lock, map_error
 
 T = TypeVar("T")
 INLINE_MESSAGES = 256  # a conversation up to this size loads on the caller's thread
-
-
-class TooLarge(Exception):
-    """Raised by an inline read that found more than it should read on the caller's thread:
-    the read is done again on a reader thread."""
 
 
 class _Deferred(Exception):

@@ -1,7 +1,7 @@
 """SQLiteStore: the Store protocol over one SQLite file.
 
-The facade checks arguments on the caller's thread, builds the job (writes, jobs.py) or the
-read (rows.py), and hands it to the writer thread (writer.py) or to the reads (reads.py).
+The facade checks arguments on the caller's thread, builds the job (writes, sql/jobs.py) or the
+read (sql/rows.py), and hands it to the writer thread (writer.py) or to the reads (reads.py).
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from ..api import (
     TurnMark,
 )
 from ..errors import StoreClosedError
-from . import activity, jobs, leases, links, rows, tokens
+from ..sql import activity, jobs, leases, links, rows, tokens
 from .reads import INLINE_MESSAGES, Reads
 from .writer import Synchronous, Writer, WriterStats
 

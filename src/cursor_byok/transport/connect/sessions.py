@@ -26,54 +26,21 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
-from typing import Literal, Protocol
+from collections.abc import Callable, Mapping
+from typing import Protocol
 
-from .channel import EndError, Gone, Incoming, RunChannel, StreamGone
+from .channel import EndError, Gone, Incoming, StreamGone
 from .envelopes import ConnectError, ErrorDetail
 from .envelopes import encode_envelope as _envelope
 from .ledger import MIB, RUN_COST, Ledger, LedgerLimits, size_text
 from .limits import TransportLimits as TransportLimits  # where it used to be defined
+from .run_info import FORWARDED_HEADERS as FORWARDED_HEADERS
+from .run_info import PRINCIPAL_HEADER as PRINCIPAL_HEADER
+from .run_info import RunHandler as RunHandler
+from .run_info import RunStartInfo as RunStartInfo
+from .run_info import Transport as Transport
 
 log = logging.getLogger(__name__)
-
-Transport = Literal["run", "runsse"]
-
-# Request headers passed on to the run handler (lower-case names).
-FORWARDED_HEADERS = (
-    "x-request-id",
-    "x-original-request-id",
-    "x-cursor-client-version",
-    "x-cursor-client-type",
-    "x-ghost-mode",
-    "x-session-id",
-    "x-parent-request-id",
-    "x-parent-agent-tool-call-id",
-    "x-root-parent-request-id",
-    "user-agent",
-)
-
-
-# Set by ConnectApp (never taken from the client: it drops any it sent) to the principal a
-# bearer credential authenticated as: the id of a person token, not its secret.
-PRINCIPAL_HEADER = "x-cursor-byok-principal"
-
-
-@dataclass(frozen=True, slots=True)
-class RunStartInfo:
-    """What the run handler learns about the request that started the run. `principal`: who
-    the request authenticated as ("" for the server's own token, or none)."""
-
-    request_id: str
-    transport: Transport
-    # Filled in by every request of the run until its first message is read (the shim's
-    # RunSSE may come before the BidiAppend that carries a child run's parent headers).
-    headers: dict[str, str] = field(default_factory=dict)
-    principal: str = ""
-
-
-RunHandler = Callable[[RunChannel, RunStartInfo], Awaitable[None]]
 
 
 class DirectOutput(Protocol):

@@ -12,14 +12,13 @@ stores loop state (design §9).
 
 from __future__ import annotations
 
-import base64
 import hashlib
 from dataclasses import dataclass, replace
 from typing import Any, TypeAlias
 
 from google.protobuf import json_format  # type: ignore[import-untyped,unused-ignore]
 
-from ...llm.types import ImageContent, TextContent, UserContent
+from ...llm.types import TextContent
 from ...llm.types import UserMessage as LlmUserMessage
 from ...loop.inputs import PlanBuild
 from .background import background_shell_notice, completion_notice
@@ -29,6 +28,7 @@ from .history import DialectError, history_from_conversation_history
 from .proto import agent_pb2
 from .tools.queries import answers_text
 from .tools.todos import decode_todo
+from .user_message import decode_user_message, mode_name
 from .values import (
     ActionPayload,
     AskQuestionCompletion,
@@ -112,90 +112,6 @@ Decoded: TypeAlias = (
 
 
 # -- decoding ---------------------------------------------------------------------------------
-
-
-def mode_name(mode: int) -> str:
-    """AgentMode → "agent", "ask", "plan", "debug", "multitask", ... (unspecified → "agent")."""
-    if mode == agent_pb2.AGENT_MODE_UNSPECIFIED:
-        return "agent"
-    try:
-        name = str(agent_pb2.AgentMode.Name(mode))
-        return name.removeprefix("AGENT_MODE_").lower()
-    except ValueError:
-        return f"mode_{mode}"
-
-
-def _selected_context_texts(sc: agent_pb2.SelectedContext) -> list[str]:
-    """Attachments the user picked, as text the model reads with the message."""
-    out: list[str] = []
-    for f in sc.files:
-        path = f.relative_path if f.HasField("relative_path") and f.relative_path else f.path
-        out.append(f"Attached file {path}:\n```\n{f.content}\n```")
-    for c in sc.code_selections:
-        path = c.relative_path if c.HasField("relative_path") and c.relative_path else c.path
-        out.append(f"Selected code from {path}:\n```\n{c.content}\n```")
-    for text in sc.extra_context:
-        if text.strip():
-            out.append(text)
-    if sc.HasField("invocation_context") and sc.invocation_context.HasField("ide_state"):
-        visible = sc.invocation_context.ide_state.visible_files
-        shown = []
-        for vf in visible:
-            path = (
-                vf.relative_path if vf.HasField("relative_path") and vf.relative_path else vf.path
-            )
-            line = (
-                f" (cursor at line {vf.cursor_position.line})"
-                if vf.HasField("cursor_position")
-                else ""
-            )
-            shown.append(f"- {path}{line}")
-        if shown:
-            out.append("Files open in the user's editor:\n" + "\n".join(shown))
-    return out
-
-
-def decode_user_message(um: agent_pb2.UserMessage) -> LlmUserMessage:
-    """The user's text, attachments as text parts before it, and inline images after it.
-    Images only available as a blob id or an upload reference are named, not loaded."""
-    content: list[UserContent] = []
-    notes: list[str] = []
-    if um.HasField("selected_context"):
-        for text in _selected_context_texts(um.selected_context):
-            content.append(TextContent(text=text))
-    text = um.text
-    if text or not um.HasField("text_blob_id"):
-        content.append(TextContent(text=text))
-    images: list[ImageContent] = []
-    if um.HasField("selected_context"):
-        for img in um.selected_context.selected_images:
-            which = img.WhichOneof("data_or_blob_id")
-            data = b""
-            if which == "data":
-                data = img.data
-            elif which == "blob_id_with_data":
-                data = img.blob_id_with_data.data
-            if data:
-                images.append(
-                    ImageContent(
-                        data=base64.b64encode(data).decode("ascii"),
-                        mime_type=img.mime_type or "image/png",
-                    )
-                )
-            else:
-                notes.append(img.path or img.uuid or "an image")
-    if notes:
-        content.append(
-            TextContent(
-                text="(The user attached image(s) whose data was not sent to this server: "
-                + ", ".join(notes)
-                + ")"
-            )
-        )
-    content.extend(images)
-    if not content:
-        content.append(TextContent(text=""))
-    return LlmUserMessage(content=tuple(content))
 
 
 def _context_refs(parts: agent_pb2.RequestContextParts) -> tuple[ContextRef, ...]:
@@ -332,6 +248,53 @@ def _action_context(
 def decode_run_request(req: agent_pb2.AgentRunRequest) -> RunRequest:
     """A run request, whatever its action: every ConversationAction variant decodes (a variant
     the runtime does not serve yet is its own RunAction, never a decoding error)."""
+    conversation_id, action, kind = _conversation_action(req)
+    state = req.conversation_state
+    history = _history_refs(state)
+    parts = action.request_context_parts if action.HasField("request_context_parts") else None
+    refs = _context_refs(parts) if parts is not None else ()
+    dynamic = (
+        parts.dynamic_context if parts is not None and parts.HasField("dynamic_context") else None
+    )
+    own = _action_context(action, kind)
+    inline = own if own is not None else dynamic
+    said = _action_message(req, action, kind)
+    um, notice = said.message, said.notice
+    request = RunRequest(
+        conversation_id=conversation_id,
+        model_id=_model_id(req),
+        action=RunAction(kind),
+        user_message=decode_user_message(um) if um is not None else notice,
+        mode=said.mode,
+        inline_context=decode_request_context(inline) if inline is not None else None,
+        context_refs=refs,
+        history=history,
+        inline_history=said.inline_history,
+        mcp_tools=tuple(mcp_definition(d) for d in req.mcp_tools.mcp_tools),
+        custom_system_prompt=req.custom_system_prompt
+        if req.HasField("custom_system_prompt")
+        else None,
+        user_text=um.text if um is not None else (notice.text if notice is not None else ""),
+        suppress_subagent_progress_update_tool=(
+            req.suppress_subagent_progress_update_tool
+            if req.HasField("suppress_subagent_progress_update_tool")
+            else None
+        ),
+        payload=said.payload,
+        child=child_signals(req),
+        subagent_state=subagent_state(state),
+        subagent_models=tuple(m.model_id for m in req.selected_subagent_models if m.model_id),
+        subagent_overrides=_subagent_overrides(req),
+    )
+    if kind in ("start_plan_action", "execute_plan_action", "async_ask_question_completion_action"):
+        return _plan_or_answers(req, action, request)
+    return request
+
+
+def _conversation_action(
+    req: agent_pb2.AgentRunRequest,
+) -> tuple[str, agent_pb2.ConversationAction, str]:
+    """The conversation id, the action and the action's kind, each required."""
     conversation_id = req.conversation_id if req.HasField("conversation_id") else ""
     if not conversation_id:
         raise DialectError("the run_request has no conversation_id; the client must send one")
@@ -341,26 +304,36 @@ def decode_run_request(req: agent_pb2.AgentRunRequest) -> RunRequest:
     kind = action.WhichOneof("action")
     if kind is None:
         raise DialectError("the run_request's action is empty (expected user_message_action)")
-    state = req.conversation_state
-    history = HistoryRefs(
+    return conversation_id, action, kind
+
+
+def _history_refs(state: agent_pb2.ConversationStateStructure) -> HistoryRefs:
+    """The blob ids of the client's stored history, and its todos."""
+    return HistoryRefs(
         root_prompt_blob_ids=tuple(bytes(b) for b in state.root_prompt_messages_json),
         turn_blob_ids=tuple(bytes(b) for b in state.turns),
         todos=tuple(t for t in (decode_todo(bytes(b)) for b in state.todos) if t is not None),
     )
-    parts = action.request_context_parts if action.HasField("request_context_parts") else None
-    refs = _context_refs(parts) if parts is not None else ()
-    dynamic = (
-        parts.dynamic_context if parts is not None and parts.HasField("dynamic_context") else None
-    )
-    own = _action_context(action, kind)
-    inline = own if own is not None else dynamic
+
+
+@dataclass(frozen=True, slots=True)
+class _ActionMessage:
+    """What an action says: the user's message (or a notice standing for one), the mode it
+    runs in, its payload and the history it carries inline."""
+
+    message: agent_pb2.UserMessage | None
+    notice: LlmUserMessage | None
+    mode: str
+    payload: ActionPayload | None
+    inline_history: tuple[Any, ...]
+
+
+def _action_message(
+    req: agent_pb2.AgentRunRequest, action: agent_pb2.ConversationAction, kind: str
+) -> _ActionMessage:
+    state = req.conversation_state
     state_mode = mode_name(state.mode) if state.HasField("mode") else "agent"
     subagent = req.HasField("subagent_type_name") and bool(req.subagent_type_name)
-    suppress = (
-        req.suppress_subagent_progress_update_tool
-        if req.HasField("suppress_subagent_progress_update_tool")
-        else None
-    )
     um: agent_pb2.UserMessage | None = None
     mode = state_mode
     payload: ActionPayload | None = None
@@ -395,39 +368,22 @@ def decode_run_request(req: agent_pb2.AgentRunRequest) -> RunRequest:
             mode = mode_name(um.mode)
     if subagent:
         mode = "subagent"
-    request = RunRequest(
-        conversation_id=conversation_id,
-        model_id=_model_id(req),
-        action=RunAction(kind),
-        user_message=decode_user_message(um) if um is not None else notice,
-        mode=mode,
-        inline_context=decode_request_context(inline) if inline is not None else None,
-        context_refs=refs,
-        history=history,
-        inline_history=inline_history,
-        mcp_tools=tuple(mcp_definition(d) for d in req.mcp_tools.mcp_tools),
-        custom_system_prompt=req.custom_system_prompt
-        if req.HasField("custom_system_prompt")
-        else None,
-        user_text=um.text if um is not None else (notice.text if notice is not None else ""),
-        suppress_subagent_progress_update_tool=suppress,
-        payload=payload,
-        child=child_signals(req),
-        subagent_state=subagent_state(state),
-        subagent_models=tuple(m.model_id for m in req.selected_subagent_models if m.model_id),
-        subagent_overrides=tuple(
-            (
-                o.subagent_type,
-                o.model.model_id if o.WhichOneof("selection") == "model" else "",
-                o.WhichOneof("selection") == "inherit" and o.inherit,
-                o.WhichOneof("selection") == "disabled" and o.disabled,
-            )
-            for o in req.subagent_model_overrides
-        ),
+    return _ActionMessage(um, notice, mode, payload, inline_history)
+
+
+def _subagent_overrides(
+    req: agent_pb2.AgentRunRequest,
+) -> tuple[tuple[str, str, bool, bool], ...]:
+    """Per subagent type: (type, model id, inherit, disabled), from the client's overrides."""
+    return tuple(
+        (
+            o.subagent_type,
+            o.model.model_id if o.WhichOneof("selection") == "model" else "",
+            o.WhichOneof("selection") == "inherit" and o.inherit,
+            o.WhichOneof("selection") == "disabled" and o.disabled,
+        )
+        for o in req.subagent_model_overrides
     )
-    if kind in ("start_plan_action", "execute_plan_action", "async_ask_question_completion_action"):
-        return _plan_or_answers(req, action, request)
-    return request
 
 
 def _plan_or_answers(

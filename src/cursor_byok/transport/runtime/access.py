@@ -18,30 +18,27 @@ process or replica, takes effect at the next call) and checks, in this order:
 
 A call already sent finishes: nothing here stops a stream. A run without a token (the
 server's own `auth_token`, or a loopback server without tokens) has no limits.
+
+What a refusal means for the conversation is the loop's decision: `Admissions` answers each
+model call a run's loop plans with an admission input (`loop.CallRefused`, or admitted), and
+`loop.admit` decides (docs/loop.md, "Limits"). The check reads the store before the call's
+commit; issue 25 makes the budget an atomic reservation riding that commit instead (the seam:
+`Admissions.answer`, described in docs/loop.md).
 """
 
 from __future__ import annotations
 
-import enum
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from ...llm.model_names import ModelNames, Resolved, Via
 from ...llm.models import Model
+from ...loop import ADMITTED, Admission, CallLLM, CallRefused, Command, Limit, ResendLLM, Summarize
 from ...store.api import AccessTokenRecord, Store
 
 RATE_WINDOW_MS = 60_000
-
-
-class Limit(enum.Enum):
-    """Which limit refused a call (its name is the one the client reads)."""
-
-    REVOKED = "revoked"
-    MODELS = "models"
-    BUDGET = "budget"
-    RATE = "rate"
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,4 +132,59 @@ class TokenLimits:
         )
 
 
-__all__ = ["RATE_WINDOW_MS", "Limit", "Refusal", "TokenLimits", "allowed_ids", "month_window"]
+class Admissions:
+    """The admission answer for each model call of one run (a call on the run's model, on a
+    fallback the loop names, or a compaction's summary call), once per call id. The token's
+    models limit the model its runs ask for; the operator's fallbacks and compaction model may
+    serve them (their cost counts like any other)."""
+
+    def __init__(
+        self,
+        limits: TokenLimits,
+        token_id: str | None,
+        *,
+        model: Model,
+        summarizer: Model,
+        models: Mapping[str, Model],
+    ) -> None:
+        self._limits = limits
+        self.token_id = token_id
+        self._model = model
+        self._summarizer = summarizer
+        self._models = models
+        self._admitted: set[str] = set()  # call ids the token's limits let through
+
+    def asks(self, command: Command) -> bool:
+        """Whether `command` is a model call that needs an answer (never for a run without a
+        token, nor for a call admitted before). Synchronous and O(1): it runs per input."""
+        if self.token_id is None or not isinstance(command, CallLLM | ResendLLM | Summarize):
+            return False
+        return command.call_id not in self._admitted
+
+    async def answer(self, command: CallLLM | ResendLLM | Summarize) -> Admission:
+        """Admitted, or which of the token's limits refuses the call, in words naming it."""
+        if self.token_id is None:
+            return ADMITTED
+        if isinstance(command, Summarize):
+            model = self._summarizer
+        else:
+            named = self._models.get(command.model) if command.model else None
+            model = named or self._model
+        refusal = await self._limits.admit(self.token_id, model, scoped=model.id == self._model.id)
+        if refusal is not None:
+            return CallRefused(
+                call_id=command.call_id, limit=refusal.limit, message=refusal.message
+            )
+        self._admitted.add(command.call_id)
+        return ADMITTED
+
+
+__all__ = [
+    "RATE_WINDOW_MS",
+    "Admissions",
+    "Limit",
+    "Refusal",
+    "TokenLimits",
+    "allowed_ids",
+    "month_window",
+]

@@ -30,6 +30,7 @@ from ...llm.events import DoneEvent, ErrorEvent, ResponseEvent, StartEvent
 from ...llm.models import Model
 from ...llm.settings import ModelSettings
 from ...llm.stream import LLM, PreparedRequest, ResponseStream, StreamProgress
+from ...llm.types import Usage
 from ...loop import CallEnd, CallLLM, CallOutcome, ResendLLM
 from ...store.api import LLMCallRecord, Store
 from . import records
@@ -170,8 +171,10 @@ class ModelCalls:
         estimated: str | None = None
         if message is not None:
             usage = message.usage
-        else:  # ended before its terminal event: stopped now, with what it had shown
+        elif end.call_id in self._timings:  # sent, ended before its terminal event: stopped
             usage, estimated = records.usage_so_far(self._abort(end.call_id), record)
+        else:  # never sent by this run (refused, or ended before it went out): it cost nothing
+            usage = Usage()
         timing = self._timings.get(end.call_id)
         now = time.monotonic()
         ttft = (
@@ -284,6 +287,14 @@ class ModelCalls:
             await self.store.save_llm_call(record)
         self._records[command.call_id] = record
         self.open(command.call_id, prepared)
+
+    async def recall(self, call_id: str) -> None:
+        """Read call `call_id`'s record from the store, for `finished` (a call resumed from
+        the store that ends before it is sent again)."""
+        if call_id not in self._records:
+            record = await self.store.get_llm_call(call_id)
+            if record is not None:
+                self._records[call_id] = record
 
     async def _stored(self, call_id: str) -> bytes | None:
         record = await self.store.get_llm_call(call_id)

@@ -9,7 +9,7 @@ import time
 from collections.abc import Callable
 from typing import assert_never
 
-from ...loop import FailureKind
+from ...loop import FailureKind, Limit
 from ...store.api import LLMCallRecord
 from ...store.errors import StoreError, StoreFullError, StoreLockedError
 from ..connect.channel import EndError
@@ -25,7 +25,6 @@ from ..cursor import (
     token_revoked_end,
     unavailable_end,
 )
-from .access import Limit, Refusal
 from .calls import CallNotResendable
 from .conversation import ConversationGone
 from .records import record_usage
@@ -43,8 +42,9 @@ class RunFailed(Exception):
         self.ending = ending
 
 
-def failure_ending(kind: FailureKind, text: str) -> Ending:
-    """The ending of a turn the loop failed, by the kind of failure."""
+def failure_ending(kind: FailureKind, text: str, limit: Limit | None = None) -> Ending:
+    """The ending of a turn the loop failed, by the kind of failure (and, for a refused
+    model call, the limit that refused it)."""
     match kind:
         case FailureKind.PROVIDER:
             return provider_error_end(text)
@@ -52,23 +52,27 @@ def failure_ending(kind: FailureKind, text: str) -> Ending:
             return bad_request_end(text)
         case FailureKind.INTERNAL:
             return internal_end(text)
+        case FailureKind.REFUSED if limit is not None:
+            return refusal_ending(limit, text)
+        case FailureKind.REFUSED:  # a loop bug: a refusal always names its limit
+            return internal_end(text)
         case _:
             assert_never(kind)
 
 
-def refusal_ending(refusal: Refusal) -> Ending:
+def refusal_ending(limit: Limit, text: str) -> Ending:
     """What the client is told when a person token's limit refuses a model call."""
-    match refusal.limit:
+    match limit:
         case Limit.REVOKED:
-            return token_revoked_end(refusal.message)
+            return token_revoked_end(text)
         case Limit.MODELS:
-            return model_not_allowed_end(refusal.message)
+            return model_not_allowed_end(text)
         case Limit.BUDGET:
-            return over_budget_end(refusal.message)
+            return over_budget_end(text)
         case Limit.RATE:
-            return rate_limited_end(refusal.message)
+            return rate_limited_end(text)
         case _:
-            assert_never(refusal.limit)
+            assert_never(limit)
 
 
 def ending_of(exc: Exception, request_id: str) -> tuple[Ending, str]:

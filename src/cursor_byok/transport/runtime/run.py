@@ -51,6 +51,7 @@ from ...loop import (
     Transition,
     TurnContext,
     WaitInput,
+    admit,
     ids,
     transition,
 )
@@ -86,12 +87,13 @@ from ..cursor.tools import sanitize_tool_call_id
 from ..cursor.tools.cards import task_progress_frame
 from ..cursor.values import BackgroundCompletions, CancelSubagent
 from . import records
+from .access import Admissions
 from .actions import ROUTES, Route, shell_command_note
 from .calls import ModelCalls
 from .checkpoints import Checkpoints, PendingBlob
 from .context import client_history, context_parts, turn_context, with_kept
 from .conversation import Conversation
-from .ending import Reports, RunFailed, end_error, ending_of, failure_ending, refusal_ending
+from .ending import Reports, RunFailed, end_error, ending_of, failure_ending
 from .requests import ClientRequests
 from .resume import consume_exception, first_message
 from .routing import STOP, ClientMessages, Work
@@ -134,7 +136,6 @@ class Run:
         # is created with its parent's `token_id`, so its calls count toward that token's
         # budget and rate and keep to its models (access.py).
         self.token_id = token_id
-        self._admitted: set[str] = set()  # call ids the token's limits let through
         # The run's forwarded headers (a child's parent ids), read at its run request.
         self.headers: Mapping[str, str] = headers if headers is not None else {}
         self.services = runner.services
@@ -161,6 +162,7 @@ class Run:
             on_timeout=self._tool_timed_out,
         )
         self.calls: ModelCalls | None = None
+        self.admissions: Admissions | None = None  # the token's answer for each model call
         self.summaries: SummaryCalls | None = None
         self.window: ContextWindow | None = None
         self.checkpoints: Checkpoints | None = None
@@ -335,6 +337,13 @@ class Run:
             owner=self.runner.replica,  # cancel #23: the process lease
         )
         summarizer = self._summarizer(self.model)
+        self.admissions = Admissions(
+            self.runner.token_limits,
+            self.token_id,
+            model=self.model,
+            summarizer=summarizer,
+            models=self.services.models,
+        )
         self.window = context_window(self.model, summarizer)
         self.summaries = SummaryCalls(
             summarizer=summarizer,
@@ -629,12 +638,14 @@ class Run:
             reloaded = False
             for _ in range(MAX_CAS_RETRIES):
                 t = transition(self.state, input)
+                if t.ignored is not None and reloaded:
+                    # The state changed under this run and the input no longer applies (the
+                    # loop says why): the loop says what the run does now.
+                    input, reloaded = await self._resume(self.turn_id), False
+                    continue
+                if self.admissions is not None and self.admissions.asks(t.command):
+                    t = await self._admit(t)
                 if t.state is self.state:
-                    if reloaded and isinstance(t.command, WaitInput):
-                        # The state changed under this run and the input no longer applies:
-                        # the loop says what the run does now.
-                        input, reloaded = await self._resume(self.turn_id), False
-                        continue
                     if t.call_end is not None:  # cancel #23: a call ended, nothing committed
                         await self._save_call_end(input, t)
                     if completes is not None:
@@ -649,9 +660,6 @@ class Run:
                     await self._execute(t)
                     return
                 assert self.calls is not None and self.checkpoints is not None
-                if isinstance(t.command, CallLLM | Summarize):
-                    # Before the commit that decides the call: a refused call leaves nothing.
-                    await self._admit_command(t.command)
                 prepared = self._prepare(t)
                 if isinstance(t.command, Final) and not t.command.replay:
                     self._pending_blob = await self.checkpoints.send_blob(
@@ -668,6 +676,20 @@ class Run:
                     continue
                 reloaded = True  # a conflict: the same input again, on the stored state
             raise RunFailed(internal_end("the conversation kept changing under this run"))
+
+    async def _admit(self, t: Transition) -> Transition:
+        """The admission answer for the model call `t` plans, before its commit: the loop
+        decides what a refusal means (`loop.admit`)."""
+        assert self.admissions is not None and self.calls is not None
+        assert isinstance(t.command, CallLLM | ResendLLM | Summarize)
+        admitted = admit(self.state, t, await self.admissions.answer(t.command))
+        end = admitted.call_end
+        if end is not None and end.call_id == t.command.call_id:
+            # A refused call resumed from the store: its record is finished with the refusal.
+            assert self.summaries is not None
+            calls = self.summaries if isinstance(t.command, Summarize) else self.calls
+            await calls.recall(end.call_id)
+        return admitted
 
     def _prepare(self, t: Transition) -> PreparedRequest | None:
         """The exact request of the call the transition decides, for its commit."""
@@ -823,11 +845,9 @@ class Run:
                 self._encoder(call_id)
                 self.calls.open(call_id, prepared or self.calls.prepare(command))
             case ResendLLM(call_id=call_id):
-                await self._admit_command(command)
                 self._encoder(call_id)
                 await self.calls.resend(command)
             case Summarize():
-                await self._admit_command(command)
                 assert self.summaries is not None
                 self.channel.send(summary_started())
                 await self.summaries.start(command, prepared)
@@ -865,48 +885,23 @@ class Run:
                     self.channel.send(turn_ended(usage))
                     await self._publish_checkpoint()
                 self._end(None, "ok")
-            case Failed(message=message, kind=kind):
+            case Failed(message=message, kind=kind, limit=limit):
                 self._stop_everything()
-                self._end(
-                    failure_ending(kind, message.error_message or "the model call failed"),
-                    "failed",
-                )
+                text = message.error_message or "the model call failed"
+                if limit is not None:
+                    self.summary.refused_by = limit.value
+                    log.info(
+                        "run %s: %s limit refused a model call: %s",
+                        self.channel.request_id,
+                        limit.value,
+                        text,
+                    )
+                self._end(failure_ending(kind, text, limit), "failed")
             case Canceled(reason=reason):
                 self._stop_everything()
                 self._end(canceled_end(reason), "canceled")
             case _:
                 assert_never(command)
-
-    async def _admit_command(self, command: CallLLM | ResendLLM | Summarize) -> None:
-        """`_admit` for the call a command decides: a call on the run's model, on a fallback
-        the loop names, or a compaction's summary call."""
-        assert self.model is not None and self.summaries is not None
-        if isinstance(command, Summarize):
-            await self._admit(command.call_id, self.summaries.model)
-        else:
-            model = self.services.models.get(command.model) if command.model else None
-            await self._admit(command.call_id, model or self.model)
-
-    async def _admit(self, call_id: str, model: Model) -> None:
-        """The person token's limits before a model call is sent (once per call id). The
-        token's models limit the model its runs ask for; the operator's fallbacks and
-        compaction model may serve them (their cost counts like any other)."""
-        if self.token_id is None or call_id in self._admitted:
-            return
-        assert self.model is not None
-        refusal = await self.runner.token_limits.admit(
-            self.token_id, model, scoped=model.id == self.model.id
-        )
-        if refusal is not None:
-            self.summary.refused_by = refusal.limit.value
-            log.info(
-                "run %s: %s limit refused a model call: %s",
-                self.channel.request_id,
-                refusal.limit.value,
-                refusal.message,
-            )
-            raise RunFailed(refusal_ending(refusal))
-        self._admitted.add(call_id)
 
     def _compacted(self, done: Compacted) -> None:
         """Tell the client a compaction is done (summary_started came with its call; with

@@ -160,6 +160,9 @@ class SummaryCalls:
                 SummaryFailed(call_id=call_id, message=event.message), f"{call_id}:end"
             )
 
+    async def recall(self, call_id: str) -> None:
+        await self._calls.recall(call_id)
+
     def finished(self, end: CallEnd, now_ms: int) -> LLMCallRecord | None:
         return self._calls.finished(end, self._ends.get(end.call_id), now_ms)
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ..api import SaveResult, SubagentLink
-from ..sql import Conn
+from .conn import Conn
 
 _FIELDS = (
     "parent_conversation_id, parent_tool_call_id, child_conversation_id, subagent_type, "

@@ -22,14 +22,18 @@ from ..api import (
     TurnMark,
 )
 from ..errors import StoreCorruptError
-from ..sql import Conn
-from .reads import TooLarge
+from .conn import Conn
 
 CALL_FIELDS: tuple[str, ...] = tuple(f.name for f in msgspec.structs.fields(LLMCallRecord))
 CALL_SELECT = f"SELECT {', '.join(CALL_FIELDS)} FROM llm_calls"
 OP_FIELDS: tuple[str, ...] = tuple(f.name for f in msgspec.structs.fields(ClientOperationRecord))
 OP_SELECT = f"SELECT {', '.join(OP_FIELDS)} FROM client_operations"
 _SUMMARY_COLUMNS = "conversation_id, version, message_count, created_at_ms, updated_at_ms"
+
+
+class TooLarge(Exception):
+    """Raised by an inline read that found more than it should read on the caller's thread:
+    the read is done again on a reader thread."""
 
 
 def load_conversation(

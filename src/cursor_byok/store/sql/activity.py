@@ -13,7 +13,7 @@ from typing import Any
 import msgspec
 
 from ..api import ConversationOverview, LLMCallRecord, RunOutcomeRecord, SaveResult
-from ..sql import Conn
+from .conn import Conn
 from .rows import CALL_FIELDS, CALL_SELECT
 
 OUTCOME_FIELDS: tuple[str, ...] = tuple(f.name for f in msgspec.structs.fields(RunOutcomeRecord))
@@ -31,7 +31,7 @@ _OUTCOME_UPSERT = (
     )
 )
 # The SQL here is portable between SQLite and PostgreSQL (subqueries named, sums of CASE
-# rather than of booleans): both backends run it (store/sql.py).
+# rather than of booleans): both backends run it (store/sql/).
 # Newest activity first: a conversation's last commit, or its last run outcome (a conversation
 # whose runs were all refused has no conversations row).
 _RECENT_CONVERSATIONS = """

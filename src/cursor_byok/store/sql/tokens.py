@@ -12,7 +12,7 @@ from typing import Any
 import msgspec
 
 from ..api import AccessTokenRecord, SaveResult, TokenUsage
-from ..sql import Conn
+from .conn import Conn
 
 _FIELDS = (
     "token_id",

@@ -15,7 +15,7 @@ from typing import Any
 import msgspec
 
 from ..api import CallOwner, LLMCallRecord, ProcessLease
-from ..sql import Conn
+from .conn import Conn
 from .rows import CALL_FIELDS
 
 _LEASE_FIELDS: tuple[str, ...] = tuple(f.name for f in msgspec.structs.fields(ProcessLease))

@@ -1,4 +1,4 @@
-"""The connection the shared SQL jobs run on (sqlite/jobs.py, rows.py, activity.py).
+"""The connection the shared SQL jobs run on (jobs.py, rows.py, activity.py, tokens.py, links.py).
 
 Those modules speak a portable SQL with `?` placeholders; SQLite's own connection satisfies
 this protocol as it is, and the PostgreSQL backend wraps its psycopg connection in one

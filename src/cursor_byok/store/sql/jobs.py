@@ -20,7 +20,7 @@ from ..api import (
     TurnMark,
 )
 from ..errors import RecordMismatchError, StoreIntegrityError
-from ..sql import Conn
+from .conn import Conn
 from .rows import CALL_FIELDS, OP_FIELDS, current_version, find_input, get_call, get_operation
 
 _CALL_IMMUTABLE = ("conversation_id", "turn_id", "request", "request_hash", "messages_hash")

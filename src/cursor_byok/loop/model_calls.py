@@ -1,0 +1,175 @@
+"""The model calls a turn makes: the next call over the active history (or a compaction first,
+when the request would pass the window's threshold), the same step on a fallback model, and a
+compaction's summary call."""
+
+from __future__ import annotations
+
+import msgspec
+
+from cursor_byok.llm.canonical import messages_hash
+from cursor_byok.llm.types import RequestMessages
+
+from . import catalogue, compaction, derived, ids
+from .commands import CallLLM, FailureKind, Summarize
+from .context import ContextWindow, TurnContext
+from .meter import prompt_chars
+from .prompt import render_prompt, render_tools
+from .results import loop_failure
+from .state import AfterSummary, AwaitLLM, AwaitSummary, CompactionReason, ConversationState, Status
+from .step import CallEnd, Transition, commit, context_of, fail, settle
+
+_replace = msgspec.structs.replace
+
+
+def call_llm(c: ConversationState, *, compacted: bool = False, measure: bool = True) -> Transition:
+    """Issue the next LLM call of the turn over the active history (or fail the turn when the
+    per-turn call budget is spent). `c` carries the uncommitted changes of this transition.
+
+    When the request would pass the window's threshold, a compaction runs first (its summary
+    call, then this call over the compacted view). `compacted`: one just ran for this call; a
+    request still over the threshold then fails the turn (never a second compaction in a row).
+    `measure` False: go out whatever the estimate (a compaction that failed before the window
+    was full).
+    """
+    context = context_of(c)
+    if c.llm_calls >= context.max_llm_calls:
+        return fail(
+            c,
+            loop_failure(
+                f"stopped: this turn reached the limit of {context.max_llm_calls} model calls "
+                "(max_llm_calls)"
+            ),
+        )
+    system_prompt = render_prompt(context)
+    tools = render_tools(context)
+    window = context.window
+    if window is not None and measure:
+        fixed = compaction.fixed_tokens(system_prompt, tools)
+        estimate = compaction.estimated_tokens(c.messages, c.fresh_from, fixed)
+        if estimate + window.output_reserve > int(window.threshold * window.tokens):
+            if compacted:
+                too_big = compaction.TooBig(
+                    window=window.tokens, budget=window.budget, fixed=fixed, tail=estimate - fixed
+                )
+                return fail(c, loop_failure(too_big.message()), kind=FailureKind.BAD_REQUEST)
+            return compact(
+                c, CompactionReason.THRESHOLD, AfterSummary.CALL_LLM, window, fixed, estimate
+            )
+    n = c.llm_calls + 1
+    call = ids.call_id(c.turn_id, n)
+    request = RequestMessages(system_prompt=system_prompt, messages=c.messages, tools=tools)
+    digest = messages_hash(c.messages)
+    c2 = commit(
+        c,
+        llm_calls=n,
+        status=Status.WAITING_LLM,
+        waiting=AwaitLLM(call_id=call, messages_hash=digest, compacted=compacted),
+    )
+    command = CallLLM(
+        call_id=call,
+        request=request,
+        messages_hash=digest,
+        catalogue_version=catalogue.CATALOGUE_VERSION,
+        prompt=prompt_chars(request, context),
+    )
+    return settle(c2, (), command)
+
+
+def request_of(c: ConversationState, context: TurnContext) -> RequestMessages:
+    return RequestMessages(
+        system_prompt=render_prompt(context),
+        messages=c.messages,
+        tools=render_tools(context),
+    )
+
+
+def fall_back(c: ConversationState, waiting: AwaitLLM, end: CallEnd) -> Transition | None:
+    """The same step of the turn on the next of the context's fallback models, after call
+    `waiting` failed before its first output; None when no fallback is left.
+
+    The history has not moved since that call was made (steering waits in `queued`), so the
+    request is the same messages, prompt and tools, sent as a new call to another model. Not
+    counted in `max_llm_calls`: the turn is still at the same step. The turn's next call goes
+    back to the run's own model."""
+    context = context_of(c)
+    k = waiting.fallback + 1
+    if k > len(context.fallbacks):
+        return None
+    call = ids.fallback_call_id(ids.call_id(c.turn_id, c.llm_calls), k)
+    request = request_of(c, context)
+    c2 = commit(
+        c,
+        waiting=AwaitLLM(
+            call_id=call,
+            messages_hash=waiting.messages_hash,
+            fallback=k,
+            compacted=waiting.compacted,  # still no second compaction in a row
+        ),
+    )
+    command = CallLLM(
+        call_id=call,
+        request=request,
+        messages_hash=waiting.messages_hash,
+        catalogue_version=catalogue.CATALOGUE_VERSION,
+        prompt=prompt_chars(request, context),
+        model=context.fallbacks[k - 1],
+        fallback_of=waiting.call_id,
+    )
+    return settle(c2, (), command, call_end=end)
+
+
+def model_of(c: ConversationState, waiting: AwaitLLM) -> str:
+    """The model call `waiting` went to: "" for the run's own, else its fallback's id."""
+    fallbacks = context_of(c).fallbacks
+    return fallbacks[waiting.fallback - 1] if 0 < waiting.fallback <= len(fallbacks) else ""
+
+
+def fallback_window() -> ContextWindow:
+    """The budget of a run whose model gave none (a test's context): a common window."""
+    return ContextWindow(tokens=128_000)
+
+
+def first_summarizable(c: ConversationState) -> int:
+    # A history that starts with an earlier summary: summarizing only that would shrink nothing.
+    return 1 if derived.epoch_of(c, c.view) is not None else 0
+
+
+def compact(
+    c: ConversationState,
+    reason: CompactionReason,
+    then: AfterSummary,
+    window: ContextWindow,
+    fixed: int,
+    estimate: int,
+) -> Transition:
+    """Start a compaction: plan the cut and make the summary call (or, when even the smallest
+    tail does not fit, fail the turn with what fills the window)."""
+    planned = compaction.plan_cut(
+        c.messages, fixed=fixed, window=window, first=first_summarizable(c)
+    )
+    if isinstance(planned, compaction.TooBig):
+        return fail(c, loop_failure(planned.message()), kind=FailureKind.BAD_REQUEST)
+    return summarize(c, planned, reason, then, estimate)
+
+
+def summarize(
+    c: ConversationState, cut: int, reason: CompactionReason, then: AfterSummary, estimate: int
+) -> Transition:
+    n = c.llm_calls + 1
+    waiting = AwaitSummary(
+        call_id=ids.summary_call_id(c.turn_id, n),
+        cut=cut,
+        reason=reason,
+        then=then,
+        tokens_before=estimate,
+    )
+    c2 = commit(c, llm_calls=n, status=Status.SUMMARIZING, waiting=waiting)
+    return settle(c2, (), summarize_command(c2, waiting))
+
+
+def summarize_command(c: ConversationState, waiting: AwaitSummary) -> Summarize:
+    window = context_of(c).window or fallback_window()
+    request = compaction.summary_request(c.messages[: waiting.cut], window)
+    return Summarize(
+        call_id=waiting.call_id, request=request, messages_hash=messages_hash(request.messages)
+    )

@@ -1,0 +1,162 @@
+"""How a turn starts and how a busy one is closed: a run request (`Start`), a note from outside
+a turn (`Note`), a follow-up (`UserMessage`: a new turn, or steering)."""
+
+from __future__ import annotations
+
+import msgspec
+
+from cursor_byok.llm.types import TextContent, ToolResultMessage
+from cursor_byok.llm.types import UserMessage as LLMUserMessage
+
+from . import derived, ids
+from .commands import WAIT_INPUT, Final
+from .context import TurnContext
+from .inputs import Note, Start, UserMessage
+from .model_calls import call_llm
+from .results import (
+    CALL_SUPERSEDED,
+    CANCELED_RESULT_TEXT,
+    build_message,
+    error_result,
+    loop_answer,
+)
+from .state import AwaitClient, AwaitLLM, AwaitSummary, ConversationState, RuntimeState, Status
+from .step import (
+    CallEnd,
+    CallOutcome,
+    LocalResult,
+    Transition,
+    commit,
+    content_index,
+    context_of,
+    prepend,
+    settle,
+    take_early,
+    with_messages,
+)
+
+_replace = msgspec.structs.replace
+
+
+def opening_message(context: TurnContext, user_message: LLMUserMessage) -> LLMUserMessage:
+    """The one message that opens a turn: supplements as text parts, then the user's parts."""
+    if not context.supplements:
+        return user_message
+    parts = tuple(TextContent(text=s) for s in context.supplements)
+    return LLMUserMessage(content=parts + user_message.content)
+
+
+def without_supplements(context: TurnContext) -> TurnContext:
+    # Supplements belong to the opening message of their turn only.
+    return _replace(context, supplements=()) if context.supplements else context
+
+
+def begin_turn(c: ConversationState, context: TurnContext, message: LLMUserMessage) -> Transition:
+    turn = c.turn + 1
+    c2 = _replace(
+        with_messages(c, message),
+        turn=turn,
+        turn_id=ids.turn_id(c.conversation_id, turn),
+        context=without_supplements(context),
+        llm_calls=0,
+        waiting=None,
+        queued=(),
+        queued_context=None,
+    )
+    return call_llm(c2)
+
+
+def close_turn(
+    c: ConversationState, reason: str
+) -> tuple[ConversationState, tuple[LocalResult, ...], CallEnd | None]:
+    """End the turn in progress (uncommitted): every tool call of the current message without a
+    result gets one (an early result if one arrived, else "canceled"), in call order, so the
+    history keeps a valid call/result pairing; a model call in flight ends canceled. Partial
+    model output is never appended."""
+    waiting = c.waiting
+    if c.status == Status.WAITING_CLIENT and isinstance(waiting, AwaitClient):
+        early = list(waiting.early)
+        closing: list[ToolResultMessage] = []
+        local: list[LocalResult] = []
+        for call in waiting.calls[waiting.next :]:
+            found = take_early(early, call.id)
+            if found is None:
+                found = error_result(call, CANCELED_RESULT_TEXT)
+                index = content_index(c.messages, call.id)
+                local.append(LocalResult(call, waiting.call_id, index, found))
+            closing.append(found)
+        return with_messages(c, *closing), tuple(local), None
+    if c.status == Status.WAITING_LLM and isinstance(waiting, AwaitLLM):
+        return c, (), CallEnd(waiting.call_id, CallOutcome.CANCELED, reason)
+    if c.status == Status.SUMMARIZING and isinstance(waiting, AwaitSummary):
+        # The summary is dropped; the history stays as it was, unsummarized.
+        return c, (), CallEnd(waiting.call_id, CallOutcome.CANCELED, reason)
+    return c, (), None
+
+
+def on_start(state: RuntimeState, input: Start) -> Transition:
+    """A run request. A conversation still busy with a turn of a run that is gone (or that was
+    told to give way, see Supersede) has that turn closed first: a newer run supersedes the
+    busy one and starts from the committed state."""
+    c = state.committed
+    call_end: CallEnd | None = None
+    if c.busy:
+        # Closed without cards: the tool calls belonged to another run's client stream.
+        c, _, call_end = close_turn(c, CALL_SUPERSEDED)
+    if not c.log and input.history:
+        c = with_messages(c, *input.history)
+    if c.commit == 0 and c.log:  # the client's history and list, for a conversation new to us
+        c = _replace(c, todos=input.todos, todo_seed=input.todos, todo_from=len(c.log))
+    elif c.commit == 0 and input.todos:
+        c = _replace(c, todos=input.todos, todo_seed=input.todos)
+    message = input.user_message
+    if input.build is not None:
+        message = build_message(derived.plan_to_build(c, input.build))
+    t = begin_turn(c, input.context, opening_message(input.context, message))
+    return prepend((), t, call_end)
+
+
+def on_note(state: RuntimeState, input: Note) -> Transition:
+    """A note from outside a turn: appended to the history (a busy turn of a run that is gone
+    is closed first, as for Start); no model call; the run ends with an empty answer that is
+    not appended. The conversation is then FINAL, so a replay of this input ends the same way.
+    """
+    c = state.committed
+    call_end: CallEnd | None = None
+    if c.busy:
+        c, _, call_end = close_turn(c, CALL_SUPERSEDED)
+    c2 = commit(
+        with_messages(c, input.message),
+        status=Status.FINAL,
+        waiting=None,
+        queued=(),
+        queued_context=None,
+    )
+    return settle(c2, (), Final(message=loop_answer("")), call_end=call_end)
+
+
+def _follow_up_context(c: ConversationState, input: UserMessage) -> TurnContext | None:
+    """The context a follow-up asks for, or None when it asks for nothing new."""
+    if input.context is None and input.mode is None:
+        return None
+    base = input.context
+    if base is None:
+        base = c.queued_context if c.queued_context is not None else context_of(c)
+    if input.mode is not None and input.mode != base.mode:
+        base = _replace(base, mode=input.mode)
+    return base
+
+
+def on_user_message(state: RuntimeState, input: UserMessage) -> Transition:
+    c = state.committed
+    asked = _follow_up_context(c, input)
+    context = asked if asked is not None else context_of(c)
+    message = opening_message(context, input.message)
+    if c.busy:  # steering: joins the history before the turn's next model call
+        c2 = commit(
+            c,
+            queued=(*c.queued, message),
+            queued_context=(without_supplements(asked) if asked is not None else c.queued_context),
+        )
+        return Transition(RuntimeState(c2, state.pending_response), (), WAIT_INPUT)
+    return begin_turn(c, context, message)
