@@ -4,7 +4,9 @@ serve."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import logging
+import secrets
 import time
 from dataclasses import dataclass
 
@@ -14,6 +16,9 @@ from .launch import ListenError, check_bind, serve_async, url_of
 from .llm.registry import LLMRegistry
 from .observability.logs import install_redaction, secrets_of, setup_logging
 from .observability.routes import Observability
+from .rpc_backend import RpcAnswers
+from .sign_in import PATH_KEY, Credentials, SessionDirectory, SignInFlow
+from .sign_in_page import SignInRoutes
 from .start_check import database_fit_to_serve
 from .start_warnings import warn_at_start
 from .store.backends import AnyStore, is_postgres_url, open_store
@@ -37,6 +42,11 @@ class App:
     runner: Runner
     observability: Observability
     tokens: TokenDirectory
+    sessions: SessionDirectory
+    credentials: Credentials
+    sign_in: SignInRoutes
+    rpc_answers: RpcAnswers
+    path_key: str
 
     @classmethod
     async def open(cls, config: Config, database: str | None = None) -> App:
@@ -76,10 +86,30 @@ class App:
         await tokens.load()
         tokens.start()
         obs.bind_token_names(tokens.name_of)
-        return cls(config, store, registry, runner, obs, tokens)
+        sessions = SessionDirectory(store, ttl_s=config.server.access_token_ttl_s)
+        await sessions.load()
+        sessions.start()
+        # The key the CLI derives repository path names from (GetServerConfig): random, made
+        # once per database, so every replica and restart hands out the same one.
+        fresh = base64.urlsafe_b64encode(secrets.token_bytes(32)).rstrip(b"=").decode()
+        path_key = await store.server_secret(PATH_KEY, fresh, int(time.time() * 1000))
+        return cls(
+            config,
+            store,
+            registry,
+            runner,
+            obs,
+            tokens,
+            sessions,
+            Credentials(tokens, sessions),
+            SignInRoutes(SignInFlow(store, tokens, sessions)),
+            RpcAnswers(config, store, registry, tokens, on_llm_call=obs.on_llm_call),
+            path_key,
+        )
 
     async def close(self) -> None:
         await self.runner.close()  # the runs' last records, then the lease ends (cancel #23)
+        await self.sessions.close()
         await self.tokens.close()
         await self.registry.aclose()
         await self.observability.aclose()
@@ -136,7 +166,10 @@ async def _serve(config: Config, host: str, port: int, database: str | None) -> 
             host=host,
             port=port,
             routes=app.observability,
-            authenticator=app.tokens,
+            authenticator=app.credentials,
+            plain_routes=app.sign_in,
+            rpc_backend=app.rpc_answers,
+            path_encryption_key=app.path_key,
             on_server_created=install_redaction,
             on_listening=listening,
             relay=app.store if isinstance(app.store, PostgresStore) else None,

@@ -25,7 +25,7 @@ from .config_web import (
     web_errors,
     web_search_settings,
 )
-from .llm.model_names import ModelNames, NameClash, Unknown, UnknownDefault
+from .llm.model_names import ModelNames, NameClash, Resolved, Unknown, UnknownDefault, Via
 from .llm.models import Model, Prices
 from .llm.settings import Api, ModelSettings, ProviderSettings, ReasoningEffort
 from .loop.catalogue import TOOLS, TOOLS_BY_NAME, Gate
@@ -110,6 +110,12 @@ class ServerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     compaction_threshold: float = 0.9
     # How deep helpers (Task) may nest: a child at this depth is not offered Task.
     subagent_max_depth: int = 2
+    # The model that names chats when a client asks (NameAgent); None: the first words of
+    # the person's own message. On a timeout or failure the text rule answers.
+    title_model: str | None = None
+    title_timeout_s: float = 10.0
+    # How long an access token handed to a signed-in client lives (docs/clients.md).
+    access_token_ttl_s: int = 3600
 
     def __repr__(self) -> str:
         token = "set" if self.auth_token else "unset"
@@ -298,6 +304,10 @@ def _server_errors(server: ServerConfig) -> list[str]:
         errors.append("server.certificate and server.private_key go together")
     if not 0 < server.tool_timeout_s <= 86400:
         errors.append("server.tool_timeout_s must be between 0 and 86400 seconds")
+    if not 0 < server.title_timeout_s <= 300:
+        errors.append("server.title_timeout_s must be between 0 and 300 seconds")
+    if not 60 <= server.access_token_ttl_s <= 86400 * 30:
+        errors.append("server.access_token_ttl_s must be between 60 and 2592000 seconds")
     if not 1 <= server.subagent_max_depth <= 8:
         errors.append("server.subagent_max_depth must be between 1 and 8")
     if not 0 < server.question_timeout_s <= 86400:
@@ -451,6 +461,16 @@ def _resolve_names(
         ) from None
     if names.default is not None:
         server = msgspec.structs.replace(server, default_model=names.default.id)
+    if server.title_model is not None:
+        title = names.resolve(server.title_model)
+        if not isinstance(title, Resolved) or title.via is Via.DEFAULT:
+            served = ", ".join(m.id for m in models.values()) or "none are configured"
+            raise ConfigError(
+                f"server.title_model: {server.title_model!r} is not a served model id or "
+                f"alias; this server offers: {served}",
+                path=path,
+            )
+        server = msgspec.structs.replace(server, title_model=title.model.id)
     models = _with_fallbacks(raw, models, names, path)
     return server, models
 

@@ -1,4 +1,4 @@
-"""The SQL of the process leases and of the "planned" calls they own (migration 0010).
+"""The SQL of the process leases and of the "planned" calls they own (migration 0011).
 
 Portable SQL both backends run (only the `?` placeholders differ; `RETURNING` and
 `ON CONFLICT ... DO UPDATE` are SQLite 3.35+ and PostgreSQL alike). The store decides nothing:

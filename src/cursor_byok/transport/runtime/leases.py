@@ -14,7 +14,7 @@ A live sibling's calls are never taken, however many processes share the databas
 on PostgreSQL today, several workers on one SQLite file or PostgreSQL later): each keeps its
 own lease, and the store moves a dead owner's calls to one taker only.
 
-Calls planned before migration 0010 name no owner; they are taken as a dead process's. An
+Calls planned before migration 0011 name no owner; they are taken as a dead process's. An
 older server still running against the same database during an upgrade would lose its calls
 in flight to that: stop the old processes before starting new ones (docs/store.md).
 """

@@ -1,4 +1,4 @@
--- 0010 for PostgreSQL: 0010_call_ends_and_leases.sql with PostgreSQL's types (no STRICT;
+-- 0011 for PostgreSQL: 0011_call_ends_and_leases.sql with PostgreSQL's types (no STRICT;
 -- times in milliseconds need BIGINT).
 ALTER TABLE llm_calls ADD COLUMN process_id TEXT;
 ALTER TABLE llm_calls ADD COLUMN estimated_tokens TEXT;

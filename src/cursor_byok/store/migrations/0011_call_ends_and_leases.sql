@@ -1,4 +1,4 @@
--- 0010 (renumber freely at merge: the loader wants 1..n): how a model call ended before its
+-- 0011 (renumber freely at merge: the loader wants 1..n): how a model call ended before its
 -- answer, and which server process owns the calls in flight.
 --
 -- `estimated_tokens`: which of the call's token counts are this server's estimates rather
