@@ -4,7 +4,9 @@ serve."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import logging
+import secrets
 import time
 from dataclasses import dataclass
 
@@ -14,12 +16,17 @@ from .launch import ListenError, check_bind, serve_async, url_of
 from .llm.registry import LLMRegistry
 from .observability.logs import install_redaction, secrets_of, setup_logging
 from .observability.routes import Observability
+from .rpc_backend import RpcAnswers
+from .sign_in import PATH_KEY, Credentials, SessionDirectory, SignInFlow
+from .sign_in_page import SignInRoutes
 from .start_check import database_fit_to_serve
 from .start_warnings import warn_at_start
 from .store.backends import AnyStore, is_postgres_url, open_store
 from .store.errors import StoreError
 from .store.postgres import PostgresStore
 from .transport.runtime import Runner, RunnerServices
+from .web.addresses import allowed_by
+from .web.convert import ConvertLimits, PageConverter
 from .web.fetch import FetchLimits, PageFetcher
 from .web.images import ImageMaker
 from .web.jobs import job_runner
@@ -37,11 +44,18 @@ class App:
     runner: Runner
     observability: Observability
     tokens: TokenDirectory
+    sessions: SessionDirectory
+    credentials: Credentials
+    sign_in: SignInRoutes
+    rpc_answers: RpcAnswers
+    path_key: str
+    converter: PageConverter  # WebFetch's worker processes (none run until the first page)
 
     @classmethod
     async def open(cls, config: Config, database: str | None = None) -> App:
         store = await open_store(database or config.server.database)
         registry = LLMRegistry()
+        converter = page_converter(config)
         obs = Observability(config, store)
         services = RunnerServices(
             models=config.models,
@@ -56,7 +70,7 @@ class App:
             web_search_configured=config.web_search.offered,
             image_generation=config.image_generation is not None,
             subagent_max_depth=config.server.subagent_max_depth,
-            run_job=server_jobs(config, registry),
+            run_job=server_jobs(config, registry, converter),
             page_text_chars=config.web_fetch.max_text_chars,
             on_llm_call=obs.on_llm_call,
             on_run_end=obs.on_run_end,
@@ -67,6 +81,7 @@ class App:
         if isinstance(store, PostgresStore):
             services.claims = store
         runner = Runner(services)
+        await runner.start()  # its lease; the calls of processes that died (cancel #23)
         if isinstance(store, PostgresStore):
             await store.watch_claims(runner.on_claim)
         obs.metrics.bind_active_runs(lambda: runner.active_runs)
@@ -75,24 +90,62 @@ class App:
         await tokens.load()
         tokens.start()
         obs.bind_token_names(tokens.name_of)
-        return cls(config, store, registry, runner, obs, tokens)
+        sessions = SessionDirectory(store, ttl_s=config.server.access_token_ttl_s)
+        await sessions.load()
+        sessions.start()
+        # The key the CLI derives repository path names from (GetServerConfig): random, made
+        # once per database, so every replica and restart hands out the same one.
+        fresh = base64.urlsafe_b64encode(secrets.token_bytes(32)).rstrip(b"=").decode()
+        path_key = await store.server_secret(PATH_KEY, fresh, int(time.time() * 1000))
+        return cls(
+            config,
+            store,
+            registry,
+            runner,
+            obs,
+            tokens,
+            sessions,
+            Credentials(tokens, sessions),
+            SignInRoutes(SignInFlow(store, tokens, sessions)),
+            RpcAnswers(config, store, registry, tokens, on_llm_call=obs.on_llm_call),
+            path_key,
+            converter,
+        )
 
     async def close(self) -> None:
+        await self.runner.close()  # the runs' last records, then the lease ends (cancel #23)
+        await self.converter.aclose()
+        await self.sessions.close()
         await self.tokens.close()
         await self.registry.aclose()
         await self.observability.aclose()
         await self.store.close()
 
 
-def server_jobs(config: Config, registry: LLMRegistry) -> JobRunner:
+def page_converter(config: Config) -> PageConverter:
+    """WebFetch's HTML-to-text worker pool ([web_fetch] convert_*), started at the first page."""
+    web = config.web_fetch
+    return PageConverter(
+        ConvertLimits(
+            max_bytes=web.convert_max_bytes,
+            timeout_s=web.convert_timeout_s,
+            workers=web.convert_workers,
+            memory_mb=web.convert_memory_mb,
+        )
+    )
+
+
+def server_jobs(config: Config, registry: LLMRegistry, converter: PageConverter) -> JobRunner:
     """The runner of the server's own work for tool calls (web/jobs.py); a provider's own
-    web search runs over `registry`'s adapters."""
+    web search runs over `registry`'s adapters, pages become text in `converter`'s workers."""
     web = config.web_fetch
     fetcher = PageFetcher(
         enabled=web.server_side,
         limits=FetchLimits(
             max_bytes=web.max_bytes, timeout_s=web.timeout_s, max_redirects=web.max_redirects
         ),
+        allowed=allowed_by(web.allowed_networks),
+        converter=converter,
     )
     images = None
     if (image := config.image_generation) is not None:
@@ -103,7 +156,7 @@ def server_jobs(config: Config, registry: LLMRegistry) -> JobRunner:
             extra_body=image.extra_body,
         )
     search = WebSearch(config.web_search, registry=registry) if config.web_search.offered else None
-    return job_runner(fetcher=fetcher, images=images, search=search)
+    return job_runner(fetcher=fetcher, images=images, search=search, converter=converter)
 
 
 async def _serve(config: Config, host: str, port: int, database: str | None) -> int:
@@ -134,7 +187,10 @@ async def _serve(config: Config, host: str, port: int, database: str | None) -> 
             host=host,
             port=port,
             routes=app.observability,
-            authenticator=app.tokens,
+            authenticator=app.credentials,
+            plain_routes=app.sign_in,
+            rpc_backend=app.rpc_answers,
+            path_encryption_key=app.path_key,
             on_server_created=install_redaction,
             on_listening=listening,
             relay=app.store if isinstance(app.store, PostgresStore) else None,

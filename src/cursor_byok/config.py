@@ -25,7 +25,7 @@ from .config_web import (
     web_errors,
     web_search_settings,
 )
-from .llm.model_names import ModelNames, NameClash, Unknown, UnknownDefault
+from .llm.model_names import ModelNames, NameClash, Resolved, Unknown, UnknownDefault, Via
 from .llm.models import Model, Prices
 from .llm.settings import Api, ModelSettings, ProviderSettings, ReasoningEffort
 from .loop.catalogue import TOOLS, TOOLS_BY_NAME, Gate
@@ -99,6 +99,9 @@ class ServerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     unstarted_run_timeout_s: float = 10.0  # a run whose first message has not come is dropped
     unstarted_runs_per_client: int = 64  # such runs one client (peer address) may have
     unstarted_mib_per_client: int = 128  # what they may hold
+    # A shim run whose RunSSE dropped keeps its turn (and model call) this long for the
+    # client to reconnect (design §14.2); then the turn is canceled and the call ended.
+    reconnect_grace_s: float = 60.0
     # Catalogue tools (docs/tools.md) never offered to the model, in any mode.
     disabled_tools: list[str] = []
     enabled_tools: list[str] = []  # opt-in tools to offer (WriteShellStdin)
@@ -107,6 +110,12 @@ class ServerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     compaction_threshold: float = 0.9
     # How deep helpers (Task) may nest: a child at this depth is not offered Task.
     subagent_max_depth: int = 2
+    # The model that names chats when a client asks (NameAgent); None: the first words of
+    # the person's own message. On a timeout or failure the text rule answers.
+    title_model: str | None = None
+    title_timeout_s: float = 10.0
+    # How long an access token handed to a signed-in client lives (docs/clients.md).
+    access_token_ttl_s: int = 3600
 
     def __repr__(self) -> str:
         token = "set" if self.auth_token else "unset"
@@ -217,6 +226,8 @@ def _run_limit_errors(server: ServerConfig) -> list[str]:
         errors.append("server.unstarted_run_timeout_s must be between 0 and 3600")
     if not 1 <= server.unstarted_runs_per_client <= 100_000:
         errors.append("server.unstarted_runs_per_client must be 1-100000")
+    if not 0 < server.reconnect_grace_s <= 86_400:
+        errors.append("server.reconnect_grace_s must be between 0 and 86400")
     return errors
 
 
@@ -293,6 +304,10 @@ def _server_errors(server: ServerConfig) -> list[str]:
         errors.append("server.certificate and server.private_key go together")
     if not 0 < server.tool_timeout_s <= 86400:
         errors.append("server.tool_timeout_s must be between 0 and 86400 seconds")
+    if not 0 < server.title_timeout_s <= 300:
+        errors.append("server.title_timeout_s must be between 0 and 300 seconds")
+    if not 60 <= server.access_token_ttl_s <= 86400 * 30:
+        errors.append("server.access_token_ttl_s must be between 60 and 2592000 seconds")
     if not 1 <= server.subagent_max_depth <= 8:
         errors.append("server.subagent_max_depth must be between 1 and 8")
     if not 0 < server.question_timeout_s <= 86400:
@@ -446,6 +461,16 @@ def _resolve_names(
         ) from None
     if names.default is not None:
         server = msgspec.structs.replace(server, default_model=names.default.id)
+    if server.title_model is not None:
+        title = names.resolve(server.title_model)
+        if not isinstance(title, Resolved) or title.via is Via.DEFAULT:
+            served = ", ".join(m.id for m in models.values()) or "none are configured"
+            raise ConfigError(
+                f"server.title_model: {server.title_model!r} is not a served model id or "
+                f"alias; this server offers: {served}",
+                path=path,
+            )
+        server = msgspec.structs.replace(server, title_model=title.model.id)
     models = _with_fallbacks(raw, models, names, path)
     return server, models
 

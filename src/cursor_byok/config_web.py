@@ -5,6 +5,7 @@ calls these in its table order, so every mistake is still reported at once)."""
 from __future__ import annotations
 
 import difflib
+import ipaddress
 from collections.abc import Mapping
 from typing import Any
 
@@ -54,6 +55,13 @@ class WebFetchConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     timeout_s: float = 20.0  # one server fetch, redirects included
     max_redirects: int = 5
     max_text_chars: int = DEFAULT_MAX_TEXT_CHARS  # the page text the model reads
+    # HTML to text runs in worker processes (web/convert.py), each conversion bounded:
+    convert_max_bytes: int = 4_000_000  # larger pages are refused, saying so
+    convert_timeout_s: float = 5.0  # the worker is killed at this deadline
+    convert_workers: int = 2  # processes at most, started at the first page
+    convert_memory_mb: int = 1024  # each worker's address space
+    # CIDRs the server-side fetch may reach although not public (an intranet's docs host).
+    allowed_networks: list[str] = []
 
 
 class ImageGenerationConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -167,6 +175,25 @@ def web_search_settings(
     )
 
 
+def _convert_errors(fetch: WebFetchConfig) -> list[str]:
+    """[web_fetch]'s page conversion and address settings."""
+    errors: list[str] = []
+    if not 1024 <= fetch.convert_max_bytes <= 100_000_000:
+        errors.append("web_fetch.convert_max_bytes must be 1024-100000000")
+    if not 0.1 <= fetch.convert_timeout_s <= 600:  # also refuses nan
+        errors.append("web_fetch.convert_timeout_s must be between 0.1 and 600 seconds")
+    if not 1 <= fetch.convert_workers <= 64:
+        errors.append("web_fetch.convert_workers must be 1-64")
+    if not (fetch.convert_memory_mb == 0 or 128 <= fetch.convert_memory_mb <= 65536):
+        errors.append("web_fetch.convert_memory_mb must be 128-65536 (0: no limit)")
+    for network in fetch.allowed_networks:
+        try:
+            ipaddress.ip_network(network, strict=False)
+        except ValueError:
+            errors.append(f"web_fetch.allowed_networks: {network!r} is not a CIDR (10.0.0.0/8)")
+    return errors
+
+
 def web_errors(
     fetch: WebFetchConfig,
     image: ImageGenerationConfig | None,
@@ -184,6 +211,7 @@ def web_errors(
         errors.append("web_fetch.max_redirects must be 0-20")
     if not 1000 <= fetch.max_text_chars <= 10_000_000:
         errors.append("web_fetch.max_text_chars must be 1000-10000000")
+    errors.extend(_convert_errors(fetch))
     if image is None:
         return errors
     if image.provider not in providers and image.provider not in broken:

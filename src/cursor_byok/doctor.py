@@ -32,6 +32,7 @@ from .llm.types import RequestMessages, UserMessage
 from .observability.logs import redact_text, secrets_of
 from .store.backends import display_name, is_postgres_url
 from .store.errors import (
+    BackendMissingError,
     StoreCorruptError,
     StoreError,
     StoreIOError,
@@ -40,6 +41,7 @@ from .store.errors import (
 )
 from .store.migrate import latest_version, load_migrations
 from .store.postgres import PostgresStore
+from .store.postgres.missing import INSTALL as INSTALL_POSTGRES
 from .store.sqlite import SQLiteStore
 from .web.search import SearchBackend, WebSearch
 from .web.types import SearchResults, WebSearchJob
@@ -119,11 +121,14 @@ def _web_rows(config: Config) -> list[Check]:
     rows: list[Check] = []
     fetch = config.web_fetch
     if fetch.server_side:
+        reach = "public addresses only"
+        if fetch.allowed_networks:
+            reach = f"public addresses and {', '.join(fetch.allowed_networks)}"
         rows.append(
             Check(
                 "web fetch",
-                "OK",
-                f"server-side fetch on for clients that cannot fetch: public addresses only, "
+                "WARN" if fetch.allowed_networks else "OK",
+                f"server-side fetch on for clients that cannot fetch: {reach}, "
                 f"at most {fetch.max_bytes} bytes, {fetch.timeout_s:g} s and "
                 f"{fetch.max_redirects} redirects a page",
             )
@@ -177,6 +182,8 @@ async def check_postgres(url: str) -> Check:
     shown = display_name(url)
     try:
         store = await PostgresStore.open(url, connections=1)
+    except BackendMissingError as exc:
+        return Check(name, "FAIL", str(exc), f"{INSTALL_POSTGRES}, or use a SQLite file")
     except StoreSchemaError as exc:
         return Check(
             name,

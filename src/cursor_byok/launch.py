@@ -33,11 +33,18 @@ from pathlib import Path
 from typing import Any
 
 from .config import Config, ConfigError, ServerConfig, is_loopback, load_config, port_number
-from .transport.connect.app import HEALTH_PATH, Authenticator, ConnectApp, ExtraRoutes
+from .transport.connect.app import (
+    HEALTH_PATH,
+    Authenticator,
+    ConnectApp,
+    ExtraRoutes,
+    PlainRoutes,
+)
 from .transport.connect.relay import AppendRelay
 from .transport.connect.rsgi import RsgiBridge
 from .transport.connect.sessions import RunHandler, TransportLimits
 from .transport.cursor import CursorService, RpcSettings
+from .transport.cursor.rpc_base import RpcBackend
 
 
 def check_bind(config: Config, host: str) -> None:
@@ -130,14 +137,20 @@ def connect_app(
     routes: ExtraRoutes | None = None,
     authenticator: Authenticator | None = None,
     relay: AppendRelay | None = None,
+    plain_routes: PlainRoutes | None = None,
+    rpc_backend: RpcBackend | None = None,
+    path_encryption_key: str | None = None,
 ) -> ConnectApp:
     """The Connect app serving the Cursor agent service with `handler` as its run handler;
-    `relay`: replicas on one database deliver the shim's appends through it."""
+    `relay`: replicas on one database deliver the shim's appends through it; `plain_routes`:
+    the sign-in pages; `rpc_backend`: what the unary RPCs read from the store or a model."""
     server = config.server
     rpc = RpcSettings(
         models=tuple(config.models.values()),
         http2=server.http2,
         default_model=server.default_model,
+        path_encryption_key=path_encryption_key,
+        backend=rpc_backend,
     )
     service = CursorService(rpc)
     return ConnectApp(
@@ -149,6 +162,7 @@ def connect_app(
         routes=routes,
         authenticator=authenticator,
         relay=relay,
+        plain_routes=plain_routes,
     )
 
 
@@ -160,6 +174,7 @@ def transport_limits(server: ServerConfig) -> TransportLimits:
         max_output_bytes=server.run_output_mib * mib,
         max_buffered_bytes=server.runs_memory_mib * mib,
         unstarted_timeout=server.unstarted_run_timeout_s,
+        orphan_timeout=server.reconnect_grace_s,
         max_unstarted_per_client=server.unstarted_runs_per_client,
         max_unstarted_bytes_per_client=server.unstarted_mib_per_client * mib,
     )
@@ -269,6 +284,9 @@ async def serve_async(
     on_server_created: Callable[[], None] | None = None,
     on_listening: Callable[[], None] | None = None,
     relay: AppendRelay | None = None,
+    plain_routes: PlainRoutes | None = None,
+    rpc_backend: RpcBackend | None = None,
+    path_encryption_key: str | None = None,
 ) -> None:
     """Serve until SIGINT/SIGTERM (or until `stop` is set), in the running event loop.
     `on_listening` runs once the socket is open. Raises ListenError when it cannot be."""
@@ -277,7 +295,15 @@ async def serve_async(
     check_bind(config, host)
     refuse_if_taken(host, port)
     app = connect_app(
-        config, handler, limits=limits, routes=routes, authenticator=authenticator, relay=relay
+        config,
+        handler,
+        limits=limits,
+        routes=routes,
+        authenticator=authenticator,
+        relay=relay,
+        plain_routes=plain_routes,
+        rpc_backend=rpc_backend,
+        path_encryption_key=path_encryption_key,
     )
     if relay is not None and app.relayed is not None:
         await relay.watch_appends(app.relayed.heard)
@@ -295,6 +321,10 @@ async def serve_async(
     async def _stopper() -> None:
         await stop.wait()
         server.stop()
+        # End the runs now, not once granian is done: a run's stream stays open until its
+        # run ends, and granian waits for open streams (cancel #23: the model calls of a
+        # stopping server end at once, recorded as a shutdown).
+        await app.shutdown()
 
     stopper = loop.create_task(_stopper())
     try:

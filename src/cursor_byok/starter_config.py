@@ -126,6 +126,11 @@ context_window = 32768
 #timeout_s = 20                # one server fetch, redirects included
 #max_redirects = 5
 #max_text_chars = 100000       # the page text the model reads; the rest is cut, with a note
+#convert_max_bytes = 4000000   # HTML to text runs in worker processes, each page bounded:
+#convert_timeout_s = 5         #   in size, in time (the worker is killed at the deadline)
+#convert_workers = 2           #   and in memory (each worker's address space)
+#convert_memory_mb = 1024
+#allowed_networks = []         # CIDRs the server-side fetch may reach although not public
 #
 # GenerateImage: offered only with this table. `provider` names a provider above whose
 # base_url serves OpenAI's /images/generations; the image is saved in the workspace.

@@ -19,8 +19,8 @@ from .config import Config
 from .llm.model_names import ModelNames, Resolved, Via
 from .observability.dashboard_tokens import month_bounds
 from .store.api import AccessTokenRecord, Store
+from .store.backends import open_store
 from .store.errors import StoreError
-from .store.sqlite import SQLiteStore
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser], config_help: str) -> None:
@@ -85,7 +85,7 @@ async def _run(config: Config, args: argparse.Namespace, database: str) -> int:
         problem = _check_add(config, args)
         if problem is not None:
             return _fail(problem)
-    store = await SQLiteStore.open(database)
+    store = await open_store(database)
     try:
         match args.token_command:
             case "add":

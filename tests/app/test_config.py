@@ -116,7 +116,9 @@ def test_cli_reports_config_error(
 
 
 def test_cli_help_exits_zero(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main([]) == 0
+    with pytest.raises(SystemExit) as asked:
+        main(["--help"])
+    assert asked.value.code == 0
     assert "serve" in capsys.readouterr().out
 
 
@@ -172,6 +174,31 @@ def test_web_fetch_and_image_generation() -> None:
     assert config.image_generation == ImageGenerationConfig(
         provider="local", model="gpt-image-1", extra_body={"quality": "low"}
     )
+
+
+def test_web_fetch_conversion_and_address_settings() -> None:
+    text = WEB + (
+        "[web_fetch]\nconvert_max_bytes = 100000\nconvert_timeout_s = 2.5\n"
+        'convert_workers = 3\nconvert_memory_mb = 0\nallowed_networks = ["10.20.0.0/16"]\n'
+    )
+    fetch = parse_config(text, env={}).web_fetch
+    assert (fetch.convert_max_bytes, fetch.convert_timeout_s) == (100_000, 2.5)
+    assert (fetch.convert_workers, fetch.convert_memory_mb) == (3, 0)
+    assert fetch.allowed_networks == ["10.20.0.0/16"]
+    bad = WEB + (
+        "[web_fetch]\nconvert_max_bytes = 10\nconvert_timeout_s = nan\nconvert_workers = 0\n"
+        'convert_memory_mb = 5\nallowed_networks = ["intranet", "10.0.0.0/33"]\n'
+    )
+    with pytest.raises(ConfigError) as info:
+        parse_config(bad, env={})
+    assert list(info.value.problems) == [
+        "web_fetch.convert_max_bytes must be 1024-100000000",
+        "web_fetch.convert_timeout_s must be between 0.1 and 600 seconds",
+        "web_fetch.convert_workers must be 1-64",
+        "web_fetch.convert_memory_mb must be 128-65536 (0: no limit)",
+        "web_fetch.allowed_networks: 'intranet' is not a CIDR (10.0.0.0/8)",
+        "web_fetch.allowed_networks: '10.0.0.0/33' is not a CIDR (10.0.0.0/8)",
+    ]
 
 
 def test_web_config_mistakes_are_named() -> None:

@@ -10,7 +10,14 @@ from cursor_byok.llm.types import ToolCall
 from cursor_byok.transport.cursor import ClientLink, Stray, ToolFinished, ToolProgress
 from cursor_byok.transport.cursor.proto import agent_pb2 as a
 from cursor_byok.transport.cursor.tools.web import image_file_name
-from cursor_byok.web.types import ImageJob, ImageMade, JobFailed, PageFetched, PageFetchJob
+from cursor_byok.web.types import (
+    ImageJob,
+    ImageMade,
+    JobFailed,
+    PageFetched,
+    PageFetchJob,
+    PageTextJob,
+)
 from tests.support.images import PNG
 
 URL = "https://example.org/a"
@@ -83,11 +90,44 @@ def test_the_fetch_exec_after_the_approval_takes_an_exec_id_and_its_reply_comes_
     assert not lk.tool_running("op")
 
 
+def test_an_html_page_the_client_fetched_is_converted_by_a_server_job() -> None:
+    """HTML to text runs in the server's worker processes, never in the machine (on the loop):
+    the machine asks for a `PageTextJob` and finishes with its outcome."""
+    lk = link()
+    _, fetch = approved_fetch(lk)
+    html = "<h1>Title</h1><p>Body</p>"
+    ok = a.FetchSuccess(url=URL, content=html, status_code=200, content_type="text/html")
+    step = lk.receive(exec_reply(fetch.id, fetch_result=a.FetchResult(success=ok)))
+    assert isinstance(step, ToolProgress) and step.frames == ()
+    assert step.job == PageTextJob(url=URL, status=200, content_type="text/html", content=html)
+    page = PageFetched(url=URL, status=200, content_type="text/html", text="# Title\n\nBody")
+    done = lk.deliver_job("op", page)
+    assert isinstance(done, ToolFinished) and not done.result.is_error
+    assert done.result.text == f"Fetched {URL} (HTTP 200, text/html).\n\n# Title\n\nBody"
+
+
+def test_a_page_the_server_could_not_convert_is_an_error_result_saying_why() -> None:
+    lk = link()
+    _, fetch = approved_fetch(lk)
+    ok = a.FetchSuccess(url=URL, content="<div>" * 9, status_code=200, content_type="text/html")
+    step = lk.receive(exec_reply(fetch.id, fetch_result=a.FetchResult(success=ok)))
+    assert isinstance(step, ToolProgress) and isinstance(step.job, PageTextJob)
+    done = lk.deliver_job("op", JobFailed(message="converting the page took too long"))
+    assert isinstance(done, ToolFinished) and done.result.is_error
+    assert done.result.text == (
+        f"Error: {URL} was fetched, but its text could not be read: converting the page took "
+        "too long"
+    )
+
+
 def test_an_error_status_is_an_error_result_with_the_page() -> None:
     lk = link()
     _, fetch = approved_fetch(lk)
     ok = a.FetchSuccess(url=URL, content="<p>Gone</p>", status_code=404, content_type="text/html")
-    done = lk.receive(exec_reply(fetch.id, fetch_result=a.FetchResult(success=ok)))
+    step = lk.receive(exec_reply(fetch.id, fetch_result=a.FetchResult(success=ok)))
+    assert isinstance(step, ToolProgress) and isinstance(step.job, PageTextJob)
+    page = PageFetched(url=URL, status=404, content_type="text/html", text="Gone")
+    done = lk.deliver_job("op", page)
     assert isinstance(done, ToolFinished) and done.result.is_error
     assert done.result.text == (
         f"Fetched {URL} (HTTP 404, text/html). The server answered with an error status 404."

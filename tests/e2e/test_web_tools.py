@@ -275,7 +275,7 @@ async def test_server_side_fetch_on_refuses_a_loopback_address(
     text, _ = model_read(upstream, prompt)
     assert text == (
         f"Error: the client cannot fetch web pages, and the server did not fetch {url}: "
-        "refused: 127.0.0.1 resolves to a non-public address (127.0.0.1); the server fetches "
+        "refused: 127.0.0.1 is not a public address (127.0.0.1: loopback); the server fetches "
         "public addresses only"
     )
     assert len(images.requests) == before  # nothing reached it

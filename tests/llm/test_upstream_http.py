@@ -266,12 +266,13 @@ async def test_a_close_mid_response_is_a_clear_error_at_once(sent: bytes, messag
 
 
 @pytest.mark.parametrize("sent", [CHUNKED_HEAD + b"9\r\ndata: a\n\n\r\n5\r\nab", HEAD_200_LENGTH])
-async def test_a_reset_mid_body_is_a_connection_lost(sent: bytes) -> None:
-    """ECONNRESET while the body streams: "connection lost", not an undecodable stream."""
+async def test_a_reset_mid_body_is_a_connection_reset(sent: bytes) -> None:
+    """ECONNRESET while the body streams: named a reset, not an undecodable stream."""
     async with scripted([sent, 0.05, Act.RESET]) as server:
         error = error_of(await once(server.port))
-    assert error.error_message.startswith("toy: connection lost mid-stream: connection lost mid")
-    assert "reset" in error.error_message.lower()
+    assert error.error_message.startswith(
+        "toy: the provider connection was reset mid-stream (ECONNRESET after "
+    )
 
 
 @pytest.mark.parametrize("reset", [False, True])
@@ -282,7 +283,8 @@ async def test_a_stream_cut_short_ends_the_model_call_with_a_clear_error(reset: 
     assert isinstance(events[0], StartEvent)
     end = error_of(events)
     assert end.message.text == "hel"
-    assert end.error_message.startswith("toy: connection lost mid-stream: connection lost mid")
+    said = "the provider connection was reset" if reset else "connection lost mid-stream"
+    assert end.error_message.startswith(f"toy: {said}")
 
 
 async def test_a_fresh_connection_closed_before_any_response_is_an_error() -> None:

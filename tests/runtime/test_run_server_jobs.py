@@ -50,9 +50,8 @@ async def test_a_client_that_cannot_fetch_gets_the_servers_fetch(
     url = f"{site}/notes"
     fetch = FauxResponse.tool_calls([("WebFetch", {"url": url})])
     server = await open_server(tmp_path / "db", [fetch, "Read it."])
-    server.runner.services.run_job = job_runner(
-        fetcher=PageFetcher(enabled=server_side, allowed=allowed)
-    )
+    fetcher = PageFetcher(enabled=server_side, allowed=allowed)
+    server.runner.services.run_job = job_runner(fetcher=fetcher)
 
     def cannot_fetch(request: a.ExecServerMessage) -> a.ExecClientMessage | None:
         if request.WhichOneof("message") != "fetch_args":
@@ -86,6 +85,7 @@ async def test_a_client_that_cannot_fetch_gets_the_servers_fetch(
     second = server.llm.requests[1]
     (result,) = [m for m in second.messages if isinstance(m, ToolResultMessage)]
     text = result.content[0].text  # type: ignore[union-attr]
+    await fetcher.aclose()
     if server_side:
         assert not result.is_error
         assert text == f"Fetched {url} (HTTP 200, text/html).\n\n# Notes\n\nServer fetched."

@@ -118,6 +118,36 @@ async def test_failures_are_job_failed(
     assert got == JobFailed(message=message)
 
 
+@pytest.mark.parametrize("status", [301, 302, 307, 308])
+async def test_a_redirect_from_the_endpoint_is_not_followed(status: int) -> None:
+    """The operator's endpoint is trusted; where its answer points is not (the address
+    policy's exemption ends at the configured URL): the redirect target gets nothing."""
+    hits: list[str] = []
+
+    async def moved(request: web.Request) -> web.Response:
+        where = f"http://{request.host}/elsewhere"
+        return web.Response(status=status, headers={"Location": where})
+
+    async def elsewhere(request: web.Request) -> web.Response:
+        hits.append(request.method)
+        return web.Response(text=b64(PNG), content_type="application/json")
+
+    app = web.Application()
+    app.router.add_post("/v1/images/generations", moved)
+    app.router.add_route("*", "/elsewhere", elsewhere)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    try:
+        url = f"http://127.0.0.1:{runner.addresses[0][1]}/v1"
+        got = await maker(url, timeout_s=10.0).make(ImageJob(description="x"))
+    finally:
+        await runner.cleanup()
+    assert isinstance(got, JobFailed)
+    assert got.message.startswith(f"the image endpoint answered HTTP {status}")
+    assert hits == []
+
+
 async def test_an_endpoint_that_is_not_there() -> None:
     got = await maker("http://127.0.0.1:9/v1").make(ImageJob(description="x"))
     assert isinstance(got, JobFailed)

@@ -20,6 +20,7 @@ request (adding a Basic `Authorization` from it to calls that carry their key el
 
 from __future__ import annotations
 
+import errno
 import os
 import ssl
 import urllib.request
@@ -55,6 +56,11 @@ class ConnectTimeout(UpstreamTimeout):
 class ProtocolError(UpstreamError):
     """The server broke HTTP/1.1 or the connection broke once connected, or the request
     could not be sent (a header holding a line break)."""
+
+
+class ConnectionReset(ProtocolError):
+    """The provider, or something between (a proxy, a load balancer, NAT), reset the connection
+    (ECONNRESET) while the body streamed: the answer is cut short."""
 
 
 def _proxy_scheme(value: str) -> str:
@@ -116,33 +122,79 @@ class Proxies:
 
 class UpstreamResponse:
     """A response whose body is read with `chunks()`; `aclose()` returns the connection to the
-    pool after a body read to its end, and drops it otherwise."""
+    pool after a body read to its end, and drops it otherwise; `abort()` drops it at once."""
 
-    __slots__ = ("_complete", "_read_timeout", "_response", "fields", "status")
+    __slots__ = (
+        "_close_delimited",
+        "_complete",
+        "_protocol",
+        "_read_timeout",
+        "_received",
+        "_response",
+        "fields",
+        "status",
+    )
 
     def __init__(self, response: aiohttp.ClientResponse, read_timeout: float) -> None:
         self._response = response
         self._read_timeout = read_timeout
         self._complete = False
+        self._received = 0
         self.status = response.status
         self.fields: Mapping[str, str] = response.headers
+        # The connection's protocol keeps the socket error that ended it. A body without a
+        # length or chunked framing ends when the connection does, so aiohttp reads a reset
+        # there as a clean end of body: only the protocol still knows it was a reset.
+        connection = response.connection
+        self._protocol = connection.protocol if connection is not None else None
+        framing = response.headers.get("transfer-encoding", "").lower()
+        self._close_delimited = "content-length" not in response.headers and (
+            "chunked" not in framing
+        )
 
     async def chunks(self) -> AsyncIterator[bytes]:
         content = self._response.content
         try:
             while data := await content.readany():
+                self._received += len(data)
                 yield data
         except aiohttp.ServerTimeoutError:
             raise UpstreamTimeout(f"no data for {self._read_timeout:g} s") from None
         except (aiohttp.ClientError, OSError) as exc:  # resets and TLS errors included
+            if (reset := self._reset()) is not None:
+                raise reset from None
             raise ProtocolError(f"connection lost mid-body: {_describe(exc)}") from None
+        if self._close_delimited:
+            if (reset := self._reset()) is not None:
+                raise reset
+            failure = self._socket_failure()
+            if failure is not None:
+                raise ProtocolError(f"connection lost mid-body: {_describe(failure)}")
         self._complete = True
+
+    def _socket_failure(self) -> OSError | None:
+        """The socket error that ended the connection, if one did (None: still open, or a FIN).
+        Read only while this response still owns the connection (an unfinished body)."""
+        protocol = self._protocol
+        failure = protocol.exception() if protocol is not None else None
+        return failure if isinstance(failure, OSError) else None
+
+    def _reset(self) -> ConnectionReset | None:
+        failure = self._socket_failure()
+        if failure is None or failure.errno != errno.ECONNRESET:
+            return None
+        return ConnectionReset(f"ECONNRESET after {self._received} bytes of the response body")
 
     async def aclose(self) -> None:
         if self._complete:
             self._response.release()
         else:
             self._response.close()
+
+    def abort(self) -> None:
+        """Close the connection now: a call ended before its body (canceled, superseded)."""
+        self._complete = False
+        self._response.close()
 
 
 class Upstream:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 from typing import assert_never
 
+from .convert import ConvertFailed, PageConverter
 from .fetch import PageFetcher
 from .images import ImageMaker
 from .search import WebSearch
@@ -17,7 +18,9 @@ from .types import (
     JobFailed,
     JobOutcome,
     JobRunner,
+    PageFetched,
     PageFetchJob,
+    PageTextJob,
     ServerJob,
     WebSearchJob,
 )
@@ -32,10 +35,12 @@ def job_runner(
     fetcher: PageFetcher | None = None,
     images: ImageMaker | None = None,
     search: WebSearch | None = None,
+    converter: PageConverter | None = None,
 ) -> JobRunner:
     """The runner for this server's configuration: `fetcher` for WebFetch's server-side fetch
     (it refuses when [web_fetch] server_side is off), `images` for GenerateImage (None: no
-    [image_generation]), `search` for WebSearch (None: no backend configured)."""
+    [image_generation]), `search` for WebSearch (None: no backend configured), `converter`
+    for the pages clients fetched (web/convert.py; None: such pages are not read)."""
 
     pages = fetcher if fetcher is not None else PageFetcher(enabled=False)
 
@@ -54,6 +59,15 @@ def job_runner(
                 return await search.search(job)
             case PageFetchJob():
                 return await pages.fetch(job)
+            case PageTextJob():
+                if converter is None:
+                    return JobFailed(message="this server has no page converter")
+                text = await converter.html_text(job.content, job.content_type)
+                if isinstance(text, ConvertFailed):
+                    return JobFailed(message=text.message)
+                return PageFetched(
+                    url=job.url, status=job.status, content_type=job.content_type, text=text
+                )
             case ImageJob():
                 if images is None:
                     return JobFailed(message="this server has no image generation configured")

@@ -20,6 +20,7 @@ __all__ = [
     "JobRunner",
     "PageFetchJob",
     "PageFetched",
+    "PageTextJob",
     "SearchHit",
     "SearchResults",
     "ServerJob",
@@ -51,6 +52,16 @@ class PageFetchJob(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     url: str
 
 
+class PageTextJob(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """Turn a page the client fetched (HTML) into the text the model reads. Its outcome is a
+    `PageFetched` carrying the same url, status and content type."""
+
+    url: str
+    status: int
+    content_type: str
+    content: str
+
+
 class PageFetched(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     url: str  # after redirects
     status: int
@@ -77,7 +88,7 @@ class JobFailed(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     message: str
 
 
-ServerJob = WebSearchJob | PageFetchJob | ImageJob
+ServerJob = WebSearchJob | PageFetchJob | PageTextJob | ImageJob
 JobOutcome = SearchResults | PageFetched | ImageMade | JobFailed
 # Runs one job; must not raise (a failure is a JobFailed). The runtime bounds its time.
 JobRunner = Callable[[ServerJob], Awaitable[JobOutcome]]

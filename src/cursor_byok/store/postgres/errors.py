@@ -1,8 +1,6 @@
-"""psycopg errors mapped to the store's error classes, and a URL safe to show."""
+"""psycopg errors mapped to the store's error classes."""
 
 from __future__ import annotations
-
-from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
 from psycopg import errors as pg
@@ -14,16 +12,9 @@ from ..errors import (
     StoreIOError,
     StoreLockedError,
 )
+from .url import display_url
 
-
-def display_url(url: str) -> str:
-    """The URL without its password or query (which may hold one): what errors and logs show."""
-    parts = urlsplit(url)
-    host = parts.hostname or ""
-    if parts.port:
-        host = f"{host}:{parts.port}"
-    user = f"{parts.username}@" if parts.username else ""
-    return urlunsplit((parts.scheme, f"{user}{host}", parts.path, "", ""))
+__all__ = ["display_url", "map_error"]
 
 
 def map_error(exc: BaseException, database: str, what: str) -> BaseException:

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 from ..api import (
     AccessTokenRecord,
+    CallOwner,
     ClientOperationRecord,
     CommitResult,
     ConversationClaims,
@@ -33,16 +34,19 @@ from ..api import (
     ConversationSummary,
     InputCommit,
     LLMCallRecord,
+    ProcessLease,
     RunOutcomeRecord,
     RunRecord,
     SaveResult,
+    SessionTokenRecord,
+    SignInRecord,
     Store,
     SubagentLink,
     TokenUsage,
     TurnMark,
 )
 from ..errors import StoreClosedError
-from ..sql import Conn, activity, jobs, links, rows, tokens
+from ..sql import Conn, activity, jobs, leases, links, rows, sign_in, tokens
 from .errors import display_url
 from .pool import Pool
 from .replicas import APPENDS_CHANNEL, CLAIMS_CHANNEL, Holds, Watcher, lock_key
@@ -131,6 +135,50 @@ class PostgresStore:
         if self._closed or not self._started:
             state = "not started (use PostgresStore.open)" if not self._started else "closed"
             raise StoreClosedError(self.path, f"store is {state}")
+
+    # ------------------------------------------------------------------ signing in (0010)
+
+    async def server_secret(self, name: str, candidate: str, at_ms: int) -> str:
+        return await self._run(
+            lambda conn: sign_in.server_secret(conn, name, candidate, at_ms),
+            f"reading the server secret {name!r}",
+            write=True,
+        )
+
+    async def record_sign_in(self, record: SignInRecord) -> SaveResult:
+        return await self._run(
+            lambda conn: sign_in.record_sign_in(conn, record), "recording a sign-in", write=True
+        )
+
+    async def claim_sign_in(
+        self, login_id: str, challenge: str, at_ms: int, not_before_ms: int
+    ) -> SignInRecord | None:
+        return await self._run(
+            lambda conn: sign_in.claim_sign_in(conn, login_id, challenge, at_ms, not_before_ms),
+            "claiming a sign-in",
+            write=True,
+        )
+
+    async def add_session_token(self, record: SessionTokenRecord) -> SaveResult:
+        return await self._run(
+            lambda conn: sign_in.add_session_token(conn, record),
+            "storing a session token",
+            write=True,
+        )
+
+    async def find_session_token(self, token_hash: str, now_ms: int) -> SessionTokenRecord | None:
+        return await self._run(
+            lambda conn: sign_in.find_session_token(conn, token_hash, now_ms),
+            "looking up a session token",
+            write=False,
+        )
+
+    async def list_session_tokens(self, now_ms: int) -> tuple[SessionTokenRecord, ...]:
+        return await self._run(
+            lambda conn: sign_in.list_session_tokens(conn, now_ms),
+            "listing session tokens",
+            write=False,
+        )
 
     async def _run(
         self,
@@ -415,6 +463,39 @@ class PostgresStore:
             lambda conn: jobs.upsert_operation(conn, path, record, clock()),
             f"saving client operation {record.operation_id!r}",
             write=True,
+        )
+
+    # ------------------------------------------------------------------ process leases
+
+    async def save_lease(self, lease: ProcessLease) -> None:
+        await self._run(
+            lambda conn: leases.save_lease(conn, lease),
+            f"renewing the lease of process {lease.process_id!r}",
+            write=True,
+            durable=False,
+        )
+
+    async def planned_call_owners(self) -> tuple[CallOwner, ...]:
+        return await self._run(
+            leases.planned_call_owners, "reading the owners of planned calls", write=False
+        )
+
+    async def take_planned_calls(
+        self, owner: str, owners: Sequence[str | None]
+    ) -> tuple[LLMCallRecord, ...]:
+        names = tuple(owners)
+        return await self._run(
+            lambda conn: leases.take_planned_calls(conn, owner, names),
+            "taking the planned calls of stopped processes",
+            write=True,
+        )
+
+    async def prune_leases(self, expired_before_ms: int) -> int:
+        return await self._run(
+            lambda conn: leases.prune_leases(conn, expired_before_ms),
+            "pruning old process leases",
+            write=True,
+            durable=False,
         )
 
     # ------------------------------------------------------------------ claims (replicas)

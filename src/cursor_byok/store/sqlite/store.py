@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 from ..api import (
     AccessTokenRecord,
+    CallOwner,
     ClientOperationRecord,
     CommitResult,
     ConversationOverview,
@@ -21,16 +22,19 @@ from ..api import (
     ConversationSummary,
     InputCommit,
     LLMCallRecord,
+    ProcessLease,
     RunOutcomeRecord,
     RunRecord,
     SaveResult,
+    SessionTokenRecord,
+    SignInRecord,
     Store,
     SubagentLink,
     TokenUsage,
     TurnMark,
 )
 from ..errors import StoreClosedError
-from ..sql import activity, jobs, links, rows, tokens
+from ..sql import activity, jobs, leases, links, rows, sign_in, tokens
 from .reads import INLINE_MESSAGES, Reads
 from .writer import Synchronous, Writer, WriterStats
 
@@ -387,6 +391,34 @@ class SQLiteStore:
             f"saving client operation {record.operation_id!r}",
         )
 
+    # ------------------------------------------------------------------ process leases
+
+    async def save_lease(self, lease: ProcessLease) -> None:
+        await self._write(
+            lambda conn: leases.save_lease(conn, lease),
+            f"renewing the lease of process {lease.process_id!r}",
+            durable=False,
+        )
+
+    async def planned_call_owners(self) -> tuple[CallOwner, ...]:
+        return await self._read(leases.planned_call_owners, "reading the owners of planned calls")
+
+    async def take_planned_calls(
+        self, owner: str, owners: Sequence[str | None]
+    ) -> tuple[LLMCallRecord, ...]:
+        names = tuple(owners)
+        return await self._write(
+            lambda conn: leases.take_planned_calls(conn, owner, names),
+            "taking the planned calls of stopped processes",
+        )
+
+    async def prune_leases(self, expired_before_ms: int) -> int:
+        return await self._write(
+            lambda conn: leases.prune_leases(conn, expired_before_ms),
+            "pruning old process leases",
+            durable=False,
+        )
+
     async def append_stream_diagnostics(
         self, call_id: str, events: Sequence[tuple[int, bytes]]
     ) -> None:
@@ -414,6 +446,43 @@ class SQLiteStore:
         if self._closed or self._writer.stopped or not self._started:
             state = "not started (use SQLiteStore.open)" if not self._started else "closed"
             raise StoreClosedError(self.path, f"store is {state}")
+
+    # ------------------------------------------------------------------ signing in (0010)
+
+    async def server_secret(self, name: str, candidate: str, at_ms: int) -> str:
+        return await self._write(
+            lambda conn: sign_in.server_secret(conn, name, candidate, at_ms),
+            f"reading the server secret {name!r}",
+        )
+
+    async def record_sign_in(self, record: SignInRecord) -> SaveResult:
+        return await self._write(
+            lambda conn: sign_in.record_sign_in(conn, record), "recording a sign-in"
+        )
+
+    async def claim_sign_in(
+        self, login_id: str, challenge: str, at_ms: int, not_before_ms: int
+    ) -> SignInRecord | None:
+        return await self._write(
+            lambda conn: sign_in.claim_sign_in(conn, login_id, challenge, at_ms, not_before_ms),
+            "claiming a sign-in",
+        )
+
+    async def add_session_token(self, record: SessionTokenRecord) -> SaveResult:
+        return await self._write(
+            lambda conn: sign_in.add_session_token(conn, record), "storing a session token"
+        )
+
+    async def find_session_token(self, token_hash: str, now_ms: int) -> SessionTokenRecord | None:
+        return await self._read(
+            lambda conn: sign_in.find_session_token(conn, token_hash, now_ms),
+            "looking up a session token",
+        )
+
+    async def list_session_tokens(self, now_ms: int) -> tuple[SessionTokenRecord, ...]:
+        return await self._read(
+            lambda conn: sign_in.list_session_tokens(conn, now_ms), "listing session tokens"
+        )
 
     async def _write(
         self, fn: Callable[[sqlite3.Connection], T], what: str, *, durable: bool = True

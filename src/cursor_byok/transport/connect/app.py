@@ -7,6 +7,8 @@ Routes (see docs/transport.md):
   POST <any unary path the service has>                                    answered by the service
   GET  /healthz                 200 once ready (no auth)
   GET  <extra routes>           metrics, dashboard (the composition root's)
+  *    <plain routes>           sign-in pages and /auth/* (the composition root's; they check
+                                credentials of their own, so no bearer token is asked)
 
 Authentication (a bearer token) is checked from the headers before any body is read: the
 server's own `auth_token`, or a credential the `Authenticator` knows (a person token), whose
@@ -15,9 +17,12 @@ principal then travels with the run (sessions.PRINCIPAL_HEADER, set here and onl
 
 from __future__ import annotations
 
+import asyncio
 import hmac
+import inspect
 import logging
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Protocol
 
 from .envelopes import ConnectError
@@ -91,6 +96,30 @@ class ExtraRoutes(Protocol):
         ...
 
 
+@dataclass(frozen=True, slots=True)
+class PlainRequest:
+    """A request to a plain route: its body whole (at most `MAX_PLAIN_BODY` bytes)."""
+
+    method: str
+    path: str
+    query: str
+    headers: Mapping[str, str]
+    body: bytes
+    client: str  # the peer's address ("" when the server does not know it)
+
+
+class PlainRoutes(Protocol):
+    """Plain HTTP routes beside the RPCs that authenticate by themselves (the sign-in flow).
+    The transport reads their body (bounded) and never logs their query or body."""
+
+    def handles(self, method: str, path: str) -> bool: ...
+
+    async def handle(self, request: PlainRequest) -> HttpReply: ...
+
+
+MAX_PLAIN_BODY = 64 * 1024
+
+
 class Authenticator(Protocol):
     """Bearer credentials other than the server's own token (the composition root's person
     tokens). Synchronous: it answers from memory, before any body is read."""
@@ -118,8 +147,10 @@ class ConnectApp:
         routes: ExtraRoutes | None = None,
         authenticator: Authenticator | None = None,
         relay: AppendRelay | None = None,
+        plain_routes: PlainRoutes | None = None,
     ) -> None:
         self.service = service
+        self.plain_routes = plain_routes
         self.authenticator = authenticator
         self.routes = routes
         self.limits = limits or TransportLimits()
@@ -135,6 +166,7 @@ class ConnectApp:
             service, self.registry, self.limits, runsse_content_type, relayed=self.relayed
         )
         self.ready = False
+        self._closing: asyncio.Task[None] | None = None
         self._token = auth_token.encode() if auth_token else None
 
     # -- entry --------------------------------------------------------------------------------
@@ -162,6 +194,8 @@ class ConnectApp:
         try:
             if path == HEALTH_PATH:
                 await self._health(method, send)
+            elif self.plain_routes is not None and self.plain_routes.handles(method, path):
+                await self._plain(scope, receive, send, headers, peer[0] if peer else "")
             elif method in ("GET", "HEAD") and self.routes and self.routes.handles(path):
                 await self._extra(path, scope, send, headers)
             elif method != "POST":
@@ -194,8 +228,11 @@ class ConnectApp:
         self.ready = True
 
     async def shutdown(self) -> None:
+        """End every run (SessionRegistry.close); once, however often it is awaited."""
         self.ready = False
-        await self.registry.close()
+        if self._closing is None:
+            self._closing = asyncio.get_running_loop().create_task(self.registry.close())
+        await asyncio.shield(self._closing)
 
     async def _lifespan(self, receive: Receive, send: Send) -> None:
         while True:
@@ -218,6 +255,38 @@ class ConnectApp:
         if reply is None:
             await plain(send, 404, b"not found\n")
             return
+        head = [(b"content-type", reply.content_type.encode("latin-1"))]
+        head += [(k.encode("latin-1"), v.encode("latin-1")) for k, v in reply.headers]
+        await send({"type": "http.response.start", "status": reply.status, "headers": head})
+        await send({"type": "http.response.body", "body": reply.body, "more_body": False})
+
+    async def _plain(
+        self, scope: Scope, receive: Receive, send: Send, headers: dict[str, str], peer: str
+    ) -> None:
+        assert self.plain_routes is not None
+        try:
+            declared = int(headers.get("content-length", "0") or 0)
+        except ValueError:
+            declared = 0
+        if declared > MAX_PLAIN_BODY:
+            await plain(send, 413, b"request body too large\n")
+            return
+        body = b""
+        if scope["method"] not in ("GET", "HEAD"):
+            try:
+                body = await read_body(receive, MAX_PLAIN_BODY)
+            except ConnectError:
+                await plain(send, 413, b"request body too large\n")
+                return
+        request = PlainRequest(
+            method=scope["method"],
+            path=scope["path"],
+            query=scope.get("query_string", b"").decode("latin-1"),
+            headers=headers,
+            body=body,
+            client=peer,
+        )
+        reply = await self.plain_routes.handle(request)
         head = [(b"content-type", reply.content_type.encode("latin-1"))]
         head += [(k.encode("latin-1"), v.encode("latin-1")) for k, v in reply.headers]
         await send({"type": "http.response.start", "status": reply.status, "headers": head})
@@ -309,7 +378,8 @@ class ConnectApp:
                     await self._append(raw, message_codec, headers, client)
                     response = self.service.append_response(message_codec)
                 else:
-                    response = handler(raw, message_codec, headers)
+                    answer = handler(raw, message_codec, headers)
+                    response = await answer if inspect.isawaitable(answer) else answer
             except ValueError as exc:
                 raise ConnectError("invalid_argument", str(exc)) from None
         except ConnectError as err:
@@ -348,4 +418,6 @@ __all__ = [
     "ConnectApp",
     "ExtraRoutes",
     "HttpReply",
+    "PlainRequest",
+    "PlainRoutes",
 ]

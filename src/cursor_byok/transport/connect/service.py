@@ -12,7 +12,7 @@ the error's text.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Literal, Protocol, TypeAlias
 
@@ -30,8 +30,9 @@ class Append:
     message: object  # what `Service.parse_client` made of the payload
 
 
-# (decoded request body, its codec, the request headers) -> the encoded response, same codec.
-UnaryHandler: TypeAlias = Callable[[bytes, Codec, Mapping[str, str]], bytes]
+# (decoded request body, its codec, the request headers) -> the encoded response, same codec
+# (or an awaitable of it: an answer that reads the store or calls a model).
+UnaryHandler: TypeAlias = Callable[[bytes, Codec, Mapping[str, str]], bytes | Awaitable[bytes]]
 
 
 class Service(Protocol):

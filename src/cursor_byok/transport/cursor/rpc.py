@@ -1,50 +1,37 @@
-"""Unary RPCs answered locally: server config, user, privacy mode, model catalogue, NameAgent.
+"""Unary RPCs answered locally: server config, the person, privacy mode, the model catalogue,
+and (rpc_answers.py) the team surface, analytics and the session RPCs.
 
 Each entry maps a Connect path to its request type and a function building the response from
-the models served (`RpcSettings`). Unknown paths are not here; the server answers them
-`unimplemented`. `unary_handler` wraps an entry for the Connect app: bytes in, bytes out, in the
-codec the client used (binary protobuf or the protobuf JSON mapping).
+what the server holds (`RpcSettings`, rpc_base.py). Unknown paths are not here; the server
+answers them `unimplemented` (docs/rpcs.md lists every RPC and why). `unary_handler` wraps an
+entry for the Connect app: bytes in, bytes out, in the codec the client used (binary protobuf
+or the protobuf JSON mapping).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from typing import Any, Literal
-
-from google.protobuf import json_format  # type: ignore[import-untyped,unused-ignore]
-from google.protobuf.message import (  # type: ignore[import-untyped,unused-ignore]
-    DecodeError,
-    Message,
-)
+import inspect
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Literal
 
 from ... import __version__
 from ...llm.models import Model
 from .proto import agent_pb2, aiserver_pb2
+from .rpc_answers import ANSWERS
+from .rpc_base import (
+    MeterRefused,
+    Person,
+    RpcBackend,
+    RpcSettings,
+    UnaryContext,
+    UnaryMethod,
+    encode_message,
+    parse_message,
+)
+from .titles import agent_title
 
 INT32_MAX = 2**31 - 1
-
-
-@dataclass(frozen=True, slots=True)
-class RpcSettings:
-    """What the unary RPCs answer from: the models served, in the configuration's order, the
-    default (`default_model`'s id, else the first), and whether clients may use HTTP/2."""
-
-    models: tuple[Model, ...] = ()
-    http2: bool = True
-    default_model: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class UnaryContext:
-    settings: RpcSettings
-    headers: Mapping[str, str]
-
-
-@dataclass(frozen=True, slots=True)
-class UnaryMethod:
-    request_type: type[Message]
-    handler: Callable[[Any, UnaryContext], Message]
 
 
 def model_details(model: Model) -> agent_pb2.ModelDetails:
@@ -80,10 +67,16 @@ def get_server_config(
         if ctx.settings.http2
         else aiserver_pb2.HTTP2_CONFIG_FORCE_ALL_DISABLED
     )
-    # agent_url_config stays unset so agent traffic stays on this origin.
-    return aiserver_pb2.GetServerConfigResponse(
+    # agent_url_config stays unset so agent traffic stays on this origin. The path keys: the
+    # CLI names a git workspace's files with keys derived from them and stops every file tool
+    # there without one (docs/rpcs.md); one random key per server, kept in its database.
+    response = aiserver_pb2.GetServerConfigResponse(
         config_version=f"cursor-byok-{__version__}", http2_config=http2
     )
+    if key := ctx.settings.path_encryption_key:
+        response.indexing_config.default_user_path_encryption_key = key
+        response.indexing_config.default_team_path_encryption_key = key
+    return response
 
 
 def get_usable_models(
@@ -139,12 +132,61 @@ def available_models(
     return resp
 
 
-def get_me(_req: aiserver_pb2.GetMeRequest, _ctx: UnaryContext) -> aiserver_pb2.GetMeResponse:
+LOCAL_AUTH_ID = "cursor-byok|local"
+
+
+def get_me(_req: aiserver_pb2.GetMeRequest, ctx: UnaryContext) -> aiserver_pb2.GetMeResponse:
+    """The person behind the request's token (their token's name), else the server's own user
+    (a loopback server without tokens, or the operator's `auth_token`)."""
+    principal = ctx.principal
+    backend = ctx.settings.backend
+    person = backend.person(principal) if principal and backend is not None else None
+    if person is None:
+        return aiserver_pb2.GetMeResponse(
+            auth_id=LOCAL_AUTH_ID,
+            user_id=1,
+            email="local@cursor-byok.invalid",
+            first_name="cursor-byok",
+        )
     return aiserver_pb2.GetMeResponse(
-        auth_id="cursor-byok|local",
-        user_id=1,
-        email="local@cursor-byok.invalid",
-        first_name="cursor-byok",
+        auth_id=f"cursor-byok|{person.principal}",
+        user_id=_user_id(person.principal),
+        email=f"{person.name}@cursor-byok.invalid",
+        first_name=person.name,
+    )
+
+
+def _user_id(principal: str) -> int:
+    """A stable positive int32 per token id (GetMe's user_id; 1 is the local user)."""
+    digits = principal.removeprefix("tok_")
+    try:
+        return 2 + int(digits, 16) % (INT32_MAX - 2)
+    except ValueError:
+        return 2 + sum(principal.encode()) % (INT32_MAX - 2)
+
+
+def server_time(
+    _req: aiserver_pb2.ServerTimeRequest, _ctx: UnaryContext
+) -> aiserver_pb2.ServerTimeResponse:
+    now_ms = time.time() * 1000
+    return aiserver_pb2.ServerTimeResponse(receive_timestamp=now_ms, transmit_timestamp=now_ms)
+
+
+def get_default_model(
+    _req: aiserver_pb2.GetDefaultModelRequest, ctx: UnaryContext
+) -> aiserver_pb2.GetDefaultModelResponse:
+    default = _default(ctx.settings)
+    if default is None:
+        return aiserver_pb2.GetDefaultModelResponse()
+    return aiserver_pb2.GetDefaultModelResponse(model=default.id, thinking_model=default.id)
+
+
+def get_default_model_nudge_data(
+    _req: aiserver_pb2.GetDefaultModelNudgeDataRequest, ctx: UnaryContext
+) -> aiserver_pb2.GetDefaultModelNudgeDataResponse:
+    # Never switch a person's model on a new chat: every served model keeps its place.
+    return aiserver_pb2.GetDefaultModelNudgeDataResponse(
+        models_with_no_default_switch=[m.id for m in ctx.settings.models]
     )
 
 
@@ -155,23 +197,6 @@ def get_user_privacy_mode(
         privacy_mode=aiserver_pb2.PRIVACY_MODE_NO_STORAGE,
         has_acknowledged_grace_period_disclaimer=True,
     )
-
-
-def agent_title(text: str, *, max_words: int = 6, max_chars: int = 40) -> str:
-    """A short chat title: the first non-empty line, at most `max_words` words and
-    `max_chars` characters (cut at a word boundary when possible)."""
-    line = next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
-    words = line.split()[:max_words]
-    title = " ".join(words)
-    if len(title) > max_chars:
-        cut = title[:max_chars]
-        space = cut.rfind(" ")
-        title = cut[:space] if space >= max_chars // 2 else cut
-    return title.rstrip(" .,:;-") or "New chat"
-
-
-def name_agent(req: agent_pb2.NameAgentRequest, _ctx: UnaryContext) -> agent_pb2.NameAgentResponse:
-    return agent_pb2.NameAgentResponse(name=agent_title(req.user_message))
 
 
 def get_allowed_model_intents(
@@ -202,42 +227,56 @@ UNARY_METHODS: dict[str, UnaryMethod] = {
     "/aiserver.v1.AiService/AvailableModels": UnaryMethod(
         aiserver_pb2.AvailableModelsRequest, available_models
     ),
+    "/aiserver.v1.AiService/ServerTime": UnaryMethod(aiserver_pb2.ServerTimeRequest, server_time),
+    "/aiserver.v1.AiService/GetDefaultModel": UnaryMethod(
+        aiserver_pb2.GetDefaultModelRequest, get_default_model
+    ),
+    "/aiserver.v1.AiService/GetDefaultModelNudgeData": UnaryMethod(
+        aiserver_pb2.GetDefaultModelNudgeDataRequest, get_default_model_nudge_data
+    ),
     "/aiserver.v1.DashboardService/GetMe": UnaryMethod(aiserver_pb2.GetMeRequest, get_me),
     "/aiserver.v1.DashboardService/GetUserPrivacyMode": UnaryMethod(
         aiserver_pb2.GetUserPrivacyModeRequest, get_user_privacy_mode
     ),
-    "/agent.v1.AgentService/NameAgent": UnaryMethod(agent_pb2.NameAgentRequest, name_agent),
     "/agent.v1.AgentService/GetAllowedModelIntents": UnaryMethod(
         agent_pb2.GetAllowedModelIntentsRequest, get_allowed_model_intents
     ),
 }
 
 
-def parse_message(message: Message, raw: bytes, codec: Literal["proto", "json"]) -> Any:
-    """`raw` into `message` (binary, or JSON with unknown fields ignored); ValueError when it
-    does not decode."""
-    try:
-        if codec == "json":
-            json_format.Parse(raw.decode("utf-8") or "{}", message, ignore_unknown_fields=True)
-        else:
-            message.ParseFromString(raw)
-    except (DecodeError, json_format.ParseError, UnicodeDecodeError) as exc:
-        name = message.DESCRIPTOR.full_name
-        raise ValueError(f"cannot decode {name}: {exc}") from None
-    return message
+UNARY_METHODS.update(ANSWERS)
+
+UnaryHandler = Callable[[bytes, Literal["proto", "json"], Mapping[str, str]], Awaitable[bytes]]
 
 
-def encode_message(message: Message, codec: Literal["proto", "json"]) -> bytes:
-    if codec == "json":
-        return str(json_format.MessageToJson(message)).encode()
-    return bytes(message.SerializeToString())
-
-
-def unary_handler(
-    method: UnaryMethod, settings: RpcSettings
-) -> Callable[[bytes, Literal["proto", "json"], Mapping[str, str]], bytes]:
-    def handle(raw: bytes, codec: Literal["proto", "json"], headers: Mapping[str, str]) -> bytes:
-        request = parse_message(method.request_type(), raw, codec)
-        return encode_message(method.handler(request, UnaryContext(settings, headers)), codec)
+def unary_handler(method: UnaryMethod, settings: RpcSettings) -> UnaryHandler:
+    async def handle(
+        raw: bytes, codec: Literal["proto", "json"], headers: Mapping[str, str]
+    ) -> bytes:
+        # A dropped RPC's body is never decoded: what it carries is never looked at.
+        request = method.request_type() if method.dropped else None
+        if request is None:
+            request = parse_message(method.request_type(), raw, codec)
+        response = method.handler(request, UnaryContext(settings, headers))
+        if inspect.isawaitable(response):
+            response = await response
+        return encode_message(response, codec)
 
     return handle
+
+
+__all__ = [
+    "INT32_MAX",
+    "UNARY_METHODS",
+    "MeterRefused",
+    "Person",
+    "RpcBackend",
+    "RpcSettings",
+    "UnaryContext",
+    "UnaryMethod",
+    "agent_title",
+    "encode_message",
+    "model_details",
+    "parse_message",
+    "unary_handler",
+]

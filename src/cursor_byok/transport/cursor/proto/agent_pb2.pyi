@@ -225,6 +225,124 @@ class GetAllowedModelIntentsResponse(_message.Message):
     model_intents: _containers.RepeatedScalarFieldContainer[str]
     def __init__(self, model_intents: _Optional[_Iterable[str]] = ...) -> None: ...
 
+class UpdateConversationMetadataRequest(_message.Message):
+    __slots__ = ("conversation_id", "name", "only_set_name_if_empty", "workspace_paths")
+    CONVERSATION_ID_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    ONLY_SET_NAME_IF_EMPTY_FIELD_NUMBER: _ClassVar[int]
+    WORKSPACE_PATHS_FIELD_NUMBER: _ClassVar[int]
+    conversation_id: str
+    name: str
+    only_set_name_if_empty: bool
+    workspace_paths: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, conversation_id: _Optional[str] = ..., name: _Optional[str] = ..., only_set_name_if_empty: _Optional[bool] = ..., workspace_paths: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class UpdateConversationMetadataResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class GetPromptContextUsageRequest(_message.Message):
+    __slots__ = ("conversation_id", "snapshot_blob_id")
+    CONVERSATION_ID_FIELD_NUMBER: _ClassVar[int]
+    SNAPSHOT_BLOB_ID_FIELD_NUMBER: _ClassVar[int]
+    conversation_id: str
+    snapshot_blob_id: bytes
+    def __init__(self, conversation_id: _Optional[str] = ..., snapshot_blob_id: _Optional[bytes] = ...) -> None: ...
+
+class GetPromptContextUsageResponse(_message.Message):
+    __slots__ = ("snapshot",)
+    SNAPSHOT_FIELD_NUMBER: _ClassVar[int]
+    snapshot: PromptContextUsageSnapshot
+    def __init__(self, snapshot: _Optional[_Union[PromptContextUsageSnapshot, _Mapping]] = ...) -> None: ...
+
+class PromptContextUsageSnapshot(_message.Message):
+    __slots__ = ("prompt_context_usage_tree", "root_prompt_messages_json")
+    PROMPT_CONTEXT_USAGE_TREE_FIELD_NUMBER: _ClassVar[int]
+    ROOT_PROMPT_MESSAGES_JSON_FIELD_NUMBER: _ClassVar[int]
+    prompt_context_usage_tree: PromptContextUsageTree
+    root_prompt_messages_json: _containers.RepeatedScalarFieldContainer[bytes]
+    def __init__(self, prompt_context_usage_tree: _Optional[_Union[PromptContextUsageTree, _Mapping]] = ..., root_prompt_messages_json: _Optional[_Iterable[bytes]] = ...) -> None: ...
+
+class PromptContextUsageTree(_message.Message):
+    __slots__ = ("schema_version", "nodes")
+    SCHEMA_VERSION_FIELD_NUMBER: _ClassVar[int]
+    NODES_FIELD_NUMBER: _ClassVar[int]
+    schema_version: int
+    nodes: _containers.RepeatedCompositeFieldContainer[PromptContextNode]
+    def __init__(self, schema_version: _Optional[int] = ..., nodes: _Optional[_Iterable[_Union[PromptContextNode, _Mapping]]] = ...) -> None: ...
+
+class PromptContextNode(_message.Message):
+    __slots__ = ("id", "parent_id", "kind", "label", "category_id", "estimated_tokens", "character_count", "content_available", "inline_content")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    PARENT_ID_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    LABEL_FIELD_NUMBER: _ClassVar[int]
+    CATEGORY_ID_FIELD_NUMBER: _ClassVar[int]
+    ESTIMATED_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    CHARACTER_COUNT_FIELD_NUMBER: _ClassVar[int]
+    CONTENT_AVAILABLE_FIELD_NUMBER: _ClassVar[int]
+    INLINE_CONTENT_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    parent_id: str
+    kind: str
+    label: str
+    category_id: str
+    estimated_tokens: int
+    character_count: int
+    content_available: bool
+    inline_content: str
+    def __init__(self, id: _Optional[str] = ..., parent_id: _Optional[str] = ..., kind: _Optional[str] = ..., label: _Optional[str] = ..., category_id: _Optional[str] = ..., estimated_tokens: _Optional[int] = ..., character_count: _Optional[int] = ..., content_available: _Optional[bool] = ..., inline_content: _Optional[str] = ...) -> None: ...
+
+class UploadConversationBlobsRequest(_message.Message):
+    __slots__ = ("conversation_id", "chunk_index", "total_chunks")
+    CONVERSATION_ID_FIELD_NUMBER: _ClassVar[int]
+    CHUNK_INDEX_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_CHUNKS_FIELD_NUMBER: _ClassVar[int]
+    conversation_id: str
+    chunk_index: int
+    total_chunks: int
+    def __init__(self, conversation_id: _Optional[str] = ..., chunk_index: _Optional[int] = ..., total_chunks: _Optional[int] = ...) -> None: ...
+
+class UploadConversationBlobsResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class NotifyConversationCloneRequest(_message.Message):
+    __slots__ = ("conversation_id", "source_conversation_id", "source_request_id")
+    CONVERSATION_ID_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_CONVERSATION_ID_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    conversation_id: str
+    source_conversation_id: str
+    source_request_id: str
+    def __init__(self, conversation_id: _Optional[str] = ..., source_conversation_id: _Optional[str] = ..., source_request_id: _Optional[str] = ...) -> None: ...
+
+class NotifyConversationCloneResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class GetNewChatNudgeLegacyModelPickerRequest(_message.Message):
+    __slots__ = ("current_model", "max_mode")
+    CURRENT_MODEL_FIELD_NUMBER: _ClassVar[int]
+    MAX_MODE_FIELD_NUMBER: _ClassVar[int]
+    current_model: str
+    max_mode: bool
+    def __init__(self, current_model: _Optional[str] = ..., max_mode: _Optional[bool] = ...) -> None: ...
+
+class GetNewChatNudgeLegacyModelPickerResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class GetNewChatNudgeParameterizedModelPickerRequest(_message.Message):
+    __slots__ = ("model_nudges_enabled",)
+    MODEL_NUDGES_ENABLED_FIELD_NUMBER: _ClassVar[int]
+    model_nudges_enabled: bool
+    def __init__(self, model_nudges_enabled: _Optional[bool] = ...) -> None: ...
+
+class GetNewChatNudgeParameterizedModelPickerResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
 class AgentClientMessage(_message.Message):
     __slots__ = ("run_request", "exec_client_message", "kv_client_message", "conversation_action", "exec_client_control_message", "interaction_response", "client_heartbeat", "prewarm_request")
     RUN_REQUEST_FIELD_NUMBER: _ClassVar[int]
@@ -1817,16 +1935,18 @@ class ConversationSummaryArchive(_message.Message):
     def __init__(self, summarized_messages: _Optional[_Iterable[bytes]] = ..., summary: _Optional[str] = ..., window_tail: _Optional[int] = ..., summary_message: _Optional[bytes] = ...) -> None: ...
 
 class ConversationTokenDetails(_message.Message):
-    __slots__ = ("used_tokens", "max_tokens", "breakdown", "prompt_context_usage_snapshot_blob_id")
+    __slots__ = ("used_tokens", "max_tokens", "breakdown", "prompt_context_usage_tree", "prompt_context_usage_snapshot_blob_id")
     USED_TOKENS_FIELD_NUMBER: _ClassVar[int]
     MAX_TOKENS_FIELD_NUMBER: _ClassVar[int]
     BREAKDOWN_FIELD_NUMBER: _ClassVar[int]
+    PROMPT_CONTEXT_USAGE_TREE_FIELD_NUMBER: _ClassVar[int]
     PROMPT_CONTEXT_USAGE_SNAPSHOT_BLOB_ID_FIELD_NUMBER: _ClassVar[int]
     used_tokens: int
     max_tokens: int
     breakdown: PromptTokenBreakdownSnapshot
+    prompt_context_usage_tree: PromptContextUsageTree
     prompt_context_usage_snapshot_blob_id: bytes
-    def __init__(self, used_tokens: _Optional[int] = ..., max_tokens: _Optional[int] = ..., breakdown: _Optional[_Union[PromptTokenBreakdownSnapshot, _Mapping]] = ..., prompt_context_usage_snapshot_blob_id: _Optional[bytes] = ...) -> None: ...
+    def __init__(self, used_tokens: _Optional[int] = ..., max_tokens: _Optional[int] = ..., breakdown: _Optional[_Union[PromptTokenBreakdownSnapshot, _Mapping]] = ..., prompt_context_usage_tree: _Optional[_Union[PromptContextUsageTree, _Mapping]] = ..., prompt_context_usage_snapshot_blob_id: _Optional[bytes] = ...) -> None: ...
 
 class PromptTokenBreakdownSnapshot(_message.Message):
     __slots__ = ("total_used_tokens", "max_tokens", "categories")

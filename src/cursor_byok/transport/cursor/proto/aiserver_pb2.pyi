@@ -333,6 +333,46 @@ class GetUserPrivacyModeResponse(_message.Message):
     has_acknowledged_grace_period_disclaimer: bool
     def __init__(self, privacy_mode: _Optional[_Union[PrivacyMode, str]] = ..., hours_remaining_in_grace_period: _Optional[int] = ..., is_enforced_by_team: _Optional[bool] = ..., is_not_migrated_to_server_source_of_truth: _Optional[bool] = ..., partner_data_share: _Optional[bool] = ..., has_acknowledged_grace_period_disclaimer: _Optional[bool] = ...) -> None: ...
 
+class ServerTimeRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ServerTimeResponse(_message.Message):
+    __slots__ = ("receive_timestamp", "transmit_timestamp")
+    RECEIVE_TIMESTAMP_FIELD_NUMBER: _ClassVar[int]
+    TRANSMIT_TIMESTAMP_FIELD_NUMBER: _ClassVar[int]
+    receive_timestamp: float
+    transmit_timestamp: float
+    def __init__(self, receive_timestamp: _Optional[float] = ..., transmit_timestamp: _Optional[float] = ...) -> None: ...
+
+class GetDefaultModelRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class GetDefaultModelResponse(_message.Message):
+    __slots__ = ("model", "thinking_model", "max_mode")
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    THINKING_MODEL_FIELD_NUMBER: _ClassVar[int]
+    MAX_MODE_FIELD_NUMBER: _ClassVar[int]
+    model: str
+    thinking_model: str
+    max_mode: bool
+    def __init__(self, model: _Optional[str] = ..., thinking_model: _Optional[str] = ..., max_mode: _Optional[bool] = ...) -> None: ...
+
+class GetDefaultModelNudgeDataRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class GetDefaultModelNudgeDataResponse(_message.Message):
+    __slots__ = ("nudge_date", "should_default_switch_on_new_chat", "models_with_no_default_switch")
+    NUDGE_DATE_FIELD_NUMBER: _ClassVar[int]
+    SHOULD_DEFAULT_SWITCH_ON_NEW_CHAT_FIELD_NUMBER: _ClassVar[int]
+    MODELS_WITH_NO_DEFAULT_SWITCH_FIELD_NUMBER: _ClassVar[int]
+    nudge_date: str
+    should_default_switch_on_new_chat: bool
+    models_with_no_default_switch: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, nudge_date: _Optional[str] = ..., should_default_switch_on_new_chat: _Optional[bool] = ..., models_with_no_default_switch: _Optional[_Iterable[str]] = ...) -> None: ...
+
 class AvailableModelsRequest(_message.Message):
     __slots__ = ("is_nightly", "include_long_context_models", "exclude_max_named_models", "additional_model_names", "use_model_parameters", "include_hidden_models", "do_not_use_markdown", "variants_will_be_shown_in_exploded_list", "for_automations")
     IS_NIGHTLY_FIELD_NUMBER: _ClassVar[int]
@@ -541,3 +581,161 @@ class AvailableModelsResponse(_message.Message):
     use_model_parameters: bool
     subagent_model_configs: _containers.MessageMap[str, AvailableModelsResponse.FeatureModelConfig]
     def __init__(self, model_names: _Optional[_Iterable[str]] = ..., models: _Optional[_Iterable[_Union[AvailableModelsResponse.AvailableModel, _Mapping]]] = ..., composer_model_config: _Optional[_Union[AvailableModelsResponse.FeatureModelConfig, _Mapping]] = ..., cmd_k_model_config: _Optional[_Union[AvailableModelsResponse.FeatureModelConfig, _Mapping]] = ..., background_composer_model_config: _Optional[_Union[AvailableModelsResponse.FeatureModelConfig, _Mapping]] = ..., plan_execution_model_config: _Optional[_Union[AvailableModelsResponse.FeatureModelConfig, _Mapping]] = ..., spec_model_config: _Optional[_Union[AvailableModelsResponse.FeatureModelConfig, _Mapping]] = ..., deep_search_model_config: _Optional[_Union[AvailableModelsResponse.FeatureModelConfig, _Mapping]] = ..., quick_agent_model_config: _Optional[_Union[AvailableModelsResponse.FeatureModelConfig, _Mapping]] = ..., use_model_parameters: _Optional[bool] = ..., subagent_model_configs: _Optional[_Mapping[str, AvailableModelsResponse.FeatureModelConfig]] = ...) -> None: ...
+
+class GetTeamAdminSettingsRequest(_message.Message):
+    __slots__ = ("team_id",)
+    TEAM_ID_FIELD_NUMBER: _ClassVar[int]
+    team_id: int
+    def __init__(self, team_id: _Optional[int] = ...) -> None: ...
+
+class GetTeamAdminSettingsResponse(_message.Message):
+    __slots__ = ("allowed_models", "blocked_models")
+    ALLOWED_MODELS_FIELD_NUMBER: _ClassVar[int]
+    BLOCKED_MODELS_FIELD_NUMBER: _ClassVar[int]
+    allowed_models: _containers.RepeatedScalarFieldContainer[str]
+    blocked_models: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, allowed_models: _Optional[_Iterable[str]] = ..., blocked_models: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class GetTeamReposRequest(_message.Message):
+    __slots__ = ("team_id",)
+    TEAM_ID_FIELD_NUMBER: _ClassVar[int]
+    team_id: int
+    def __init__(self, team_id: _Optional[int] = ...) -> None: ...
+
+class GetTeamReposResponse(_message.Message):
+    __slots__ = ("team_repo_type", "disable_local_exec_allowlist_enforcement")
+    TEAM_REPO_TYPE_FIELD_NUMBER: _ClassVar[int]
+    DISABLE_LOCAL_EXEC_ALLOWLIST_ENFORCEMENT_FIELD_NUMBER: _ClassVar[int]
+    team_repo_type: str
+    disable_local_exec_allowlist_enforcement: bool
+    def __init__(self, team_repo_type: _Optional[str] = ..., disable_local_exec_allowlist_enforcement: _Optional[bool] = ...) -> None: ...
+
+class ListMarketplacesRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ListMarketplacesResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class GetManagedSkillsRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class GetManagedSkillsResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class GetEffectiveUserPluginsRequest(_message.Message):
+    __slots__ = ("use_replica", "team_id", "exclude_configured_variables")
+    USE_REPLICA_FIELD_NUMBER: _ClassVar[int]
+    TEAM_ID_FIELD_NUMBER: _ClassVar[int]
+    EXCLUDE_CONFIGURED_VARIABLES_FIELD_NUMBER: _ClassVar[int]
+    use_replica: bool
+    team_id: int
+    exclude_configured_variables: bool
+    def __init__(self, use_replica: _Optional[bool] = ..., team_id: _Optional[int] = ..., exclude_configured_variables: _Optional[bool] = ...) -> None: ...
+
+class GetEffectiveUserPluginsResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class GetGlobalCommandsRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class GetGlobalCommandsResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class GetTeamCommandsRequest(_message.Message):
+    __slots__ = ("active_only", "team_id")
+    ACTIVE_ONLY_FIELD_NUMBER: _ClassVar[int]
+    TEAM_ID_FIELD_NUMBER: _ClassVar[int]
+    active_only: bool
+    team_id: int
+    def __init__(self, active_only: _Optional[bool] = ..., team_id: _Optional[int] = ...) -> None: ...
+
+class GetTeamCommandsResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class GetTeamsRequest(_message.Message):
+    __slots__ = ("active_only",)
+    ACTIVE_ONLY_FIELD_NUMBER: _ClassVar[int]
+    active_only: bool
+    def __init__(self, active_only: _Optional[bool] = ...) -> None: ...
+
+class GetTeamsResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class IsOnNewPricingRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class IsOnNewPricingResponse(_message.Message):
+    __slots__ = ("is_on_new_pricing", "is_opted_out", "has_auto_spillover")
+    IS_ON_NEW_PRICING_FIELD_NUMBER: _ClassVar[int]
+    IS_OPTED_OUT_FIELD_NUMBER: _ClassVar[int]
+    HAS_AUTO_SPILLOVER_FIELD_NUMBER: _ClassVar[int]
+    is_on_new_pricing: bool
+    is_opted_out: bool
+    has_auto_spillover: bool
+    def __init__(self, is_on_new_pricing: _Optional[bool] = ..., is_opted_out: _Optional[bool] = ..., has_auto_spillover: _Optional[bool] = ...) -> None: ...
+
+class TrackEventsRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class TrackEventsResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class BatchRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class BatchResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class BootstrapStatsigRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class BootstrapStatsigResponse(_message.Message):
+    __slots__ = ("config", "generated_at_ms")
+    CONFIG_FIELD_NUMBER: _ClassVar[int]
+    GENERATED_AT_MS_FIELD_NUMBER: _ClassVar[int]
+    config: str
+    generated_at_ms: int
+    def __init__(self, config: _Optional[str] = ..., generated_at_ms: _Optional[int] = ...) -> None: ...
+
+class GetFirstWindowStatsigDecisionRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class GetFirstWindowStatsigDecisionResponse(_message.Message):
+    __slots__ = ("variant", "reason")
+    VARIANT_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    variant: str
+    reason: str
+    def __init__(self, variant: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class SubmitLogsRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class SubmitLogsResponse(_message.Message):
+    __slots__ = ("success", "error_message", "logs_processed", "logs_dropped")
+    SUCCESS_FIELD_NUMBER: _ClassVar[int]
+    ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    LOGS_PROCESSED_FIELD_NUMBER: _ClassVar[int]
+    LOGS_DROPPED_FIELD_NUMBER: _ClassVar[int]
+    success: bool
+    error_message: str
+    logs_processed: int
+    logs_dropped: int
+    def __init__(self, success: _Optional[bool] = ..., error_message: _Optional[str] = ..., logs_processed: _Optional[int] = ..., logs_dropped: _Optional[int] = ...) -> None: ...

@@ -4,7 +4,9 @@ WebFetch asks `web_fetch_request_query`; once approved, the client fetches the p
 `fetch_args`). A client that cannot fetch (it throws, or answers "Not implemented" as the
 third-party client does) hands the page to the server (`PageFetchJob`), which fetches it only
 when the operator switched that on ([web_fetch] server_side) and otherwise says why not. The
-page reaches the model as text (web/page_text.py), bounded by `page_text_chars`.
+page reaches the model as text (web/page_text.py), bounded by `page_text_chars`; an HTML page
+the client fetched is converted by the server's worker processes (`PageTextJob`,
+web/convert.py), never on the event loop.
 
 GenerateImage asks `generate_image_request_query`; once approved, the server makes the image
 (`ImageJob`, web/images.py) and the client writes it into the workspace (exec `write_args`
@@ -19,8 +21,16 @@ import re
 from typing import Any, ClassVar
 from urllib.parse import urlsplit
 
-from ....web.page_text import bounded_text, is_text, page_text
-from ....web.types import ImageJob, ImageMade, JobFailed, JobOutcome, PageFetched, PageFetchJob
+from ....web.page_text import bounded_text, is_html, is_text, page_text
+from ....web.types import (
+    ImageJob,
+    ImageMade,
+    JobFailed,
+    JobOutcome,
+    PageFetched,
+    PageFetchJob,
+    PageTextJob,
+)
 from ..proto import agent_pb2
 from . import args as a
 from .files import write_failure
@@ -41,6 +51,10 @@ class WebFetchMachine(QueryMachine):
     RESPONSE_FIELD = "web_fetch_request_response"
     REQUIRED = ("url",)
     WAITS_ON_PERSON = True  # the approval
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._converting = False  # the server job out is the text of the client's page
 
     @property
     def url(self) -> str:
@@ -93,9 +107,18 @@ class WebFetchMachine(QueryMachine):
         match result.WhichOneof("result"):
             case "success":
                 s = result.success
-                return self._page(
-                    s.url or self.url, s.status_code, s.content_type, s.content, now_ms
-                )
+                url = s.url or self.url
+                if is_text(s.content_type) and is_html(s.content, s.content_type):
+                    self._converting = True
+                    return self._run_job(
+                        PageTextJob(
+                            url=url,
+                            status=s.status_code,
+                            content_type=s.content_type,
+                            content=s.content,
+                        )
+                    )
+                return self._page(url, s.status_code, s.content_type, s.content, now_ms)
             case "error":
                 error = result.error.error or "no reason given"
                 if _CANNOT_FETCH.search(error):
@@ -118,6 +141,11 @@ class WebFetchMachine(QueryMachine):
         match outcome:
             case PageFetched(url=url, status=status, content_type=content_type, text=text):
                 return self._page(url, status, content_type, text, now_ms, cleaned=True)
+            case JobFailed(message=message) if self._converting:
+                return self._finish_error(
+                    f"Error: {self.url} was fetched, but its text could not be read: {message}",
+                    now_ms,
+                )
             case JobFailed(message=message):
                 return self._finish_error(
                     f"Error: the client cannot fetch web pages, and the server did not fetch "

@@ -1,0 +1,203 @@
+"""What the unary RPCs read from the store or ask a model (transport.cursor.rpc_base.RpcBackend).
+
+- `person`: GetMe answers with the person whose token the request carries.
+- `context_meter`: GetPromptContextUsage answers with the meter kept with the conversation's
+  latest model call (`llm_calls.prompt_breakdown`, docs/loop.md "Context meter").
+- `chat_name`: NameAgent asks `[server] title_model` for a few words, within
+  `title_timeout_s`; the call is recorded and priced like any other model call, under the
+  caller's token (so it counts against that token's budget), in the conversation
+  `TITLE_CONVERSATION` (a request to name a chat names no conversation of ours).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import secrets
+import time
+from collections.abc import Callable
+from typing import Literal
+
+import msgspec
+
+from .access_tokens import TokenDirectory
+from .config import Config
+from .llm.events import DoneEvent, ErrorEvent
+from .llm.models import Model
+from .llm.registry import LLMRegistry
+from .llm.types import AssistantMessage, RequestMessages, UserMessage
+from .loop import ConversationState
+from .loop.meter import Meter
+from .store.api import LLMCallRecord, Store
+from .transport.cursor.rpc_base import MeterRefused, Person
+from .transport.runtime.records import decode_call_meter, encode_state, request_hash
+from .transport.runtime.stored_request import encode_whole
+
+log = logging.getLogger("cursor_byok.titles")
+
+TITLE_CONVERSATION = "cbk-titles"
+TITLE_PROMPT = (
+    "You name chats. Answer with a title of at most six words for the chat that starts with "
+    "the user's message: plain words, no quotes, no punctuation at the end, nothing else."
+)
+TITLE_MAX_TOKENS = 24
+
+
+class RpcAnswers:
+    def __init__(
+        self,
+        config: Config,
+        store: Store,
+        registry: LLMRegistry,
+        tokens: TokenDirectory,
+        *,
+        on_llm_call: Callable[[LLMCallRecord], None] | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._store = store
+        self._registry = registry
+        self._tokens = tokens
+        self._on_llm_call = on_llm_call
+        self._clock = clock
+        title = config.server.title_model
+        self._title_model: Model | None = config.models[title] if title else None
+        self._title_timeout_s = config.server.title_timeout_s
+        self._title_conversation = False
+
+    # -- GetMe -----------------------------------------------------------------------------
+
+    def person(self, principal: str) -> Person | None:
+        name = self._tokens.name_of(principal)
+        return Person(principal=principal, name=name) if name else None
+
+    # -- GetPromptContextUsage ---------------------------------------------------------------
+
+    async def context_meter(self, conversation_id: str, principal: str | None) -> Meter | None:
+        calls = await self._store.list_conversation_llm_calls(conversation_id, limit=50)
+        measured = [c for c in calls if c.prompt_breakdown is not None]
+        if not measured:
+            return None
+        latest = next((c for c in measured if c.status == "committed"), measured[0])
+        if principal is not None and latest.token_id not in (None, principal):
+            raise MeterRefused(conversation_id)
+        assert latest.prompt_breakdown is not None
+        return decode_call_meter(latest.prompt_breakdown).meter
+
+    # -- NameAgent ---------------------------------------------------------------------------
+
+    async def chat_name(self, user_words: str, principal: str | None) -> str | None:
+        model = self._title_model
+        if model is None:
+            return None
+        try:
+            return await asyncio.wait_for(
+                self._ask(model, user_words[:4000], principal), self._title_timeout_s
+            )
+        except TimeoutError:
+            log.warning("title model %s did not answer in %.0f s", model.id, self._title_timeout_s)
+        except Exception as exc:  # any failure: the text rule names the chat
+            log.warning("title model %s failed: %s", model.id, exc)
+        return None
+
+    async def _ask(self, model: Model, words: str, principal: str | None) -> str | None:
+        llm = self._registry.llm(model.provider)
+        request = RequestMessages(
+            system_prompt=TITLE_PROMPT, messages=(UserMessage.of_text(words),)
+        )
+        # A few words: a small output cap, no reasoning budget to spend on them.
+        settings = msgspec.structs.replace(
+            model.settings, max_output_tokens=TITLE_MAX_TOKENS, reasoning=False
+        )
+        prepared = llm.prepare(request, settings)
+        await self._ensure_title_conversation()
+        now = self._now_ms()
+        record = LLMCallRecord(
+            call_id="title-" + secrets.token_hex(8),
+            conversation_id=TITLE_CONVERSATION,
+            turn_id="title",
+            request=encode_whole(prepared),
+            request_hash=request_hash(prepared),
+            messages_hash="",
+            status="streaming",
+            created_at_ms=now,
+            provider=model.provider.name,
+            model=model.id,
+            api=model.provider.api,
+            token_id=principal,
+        )
+        await self._store.save_llm_call(record)
+        started = time.monotonic()
+        message: AssistantMessage | None = None
+        error: str | None = None
+        stream = llm.send(prepared)
+        try:
+            while True:
+                event = await stream.recv()
+                if isinstance(event, DoneEvent):
+                    message = event.message
+                    break
+                if isinstance(event, ErrorEvent):
+                    message = event.message
+                    error = event.message.error_message or event.reason
+                    break
+        except asyncio.CancelledError:  # the timeout: the text rule answers
+            # Closing a stream that is still waiting may re-raise the cancellation of its
+            # reader: the record is finished all the same.
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await stream.aclose()
+            await self._finish(record, None, "canceled", "timed out", started)
+            raise
+        await self._finish(record, message, "failed" if error else "committed", error, started)
+        return None if error or message is None else message.text.strip() or None
+
+    async def _finish(
+        self,
+        record: LLMCallRecord,
+        message: AssistantMessage | None,
+        status: Literal["committed", "failed", "canceled"],
+        error: str | None,
+        started: float,
+    ) -> None:
+        usage = message.usage if message is not None else None
+        model = self._title_model
+        prices = model.prices if model is not None else None
+        done = msgspec.structs.replace(
+            record,
+            status=status,
+            input_tokens=usage.input if usage else None,
+            output_tokens=usage.output if usage else None,
+            cache_read_tokens=usage.cache_read if usage else None,
+            cache_write_tokens=usage.cache_write if usage else None,
+            reasoning_tokens=usage.reasoning if usage else None,
+            duration_ms=int((time.monotonic() - started) * 1000),
+            cost_usd=prices.cost(usage) if prices is not None and usage else None,
+            error=error,
+            finished_at_ms=self._now_ms(),
+        )
+        await asyncio.shield(self._store.save_llm_call(done))
+        if self._on_llm_call is not None:
+            self._on_llm_call(done)
+
+    async def _ensure_title_conversation(self) -> None:
+        """The conversation title calls are recorded in: created once, with no messages."""
+        if self._title_conversation:
+            return
+        if await self._store.head(TITLE_CONVERSATION) is None:
+            state = ConversationState(conversation_id=TITLE_CONVERSATION, turn_id="title")
+            await self._store.commit_input(
+                TITLE_CONVERSATION,
+                input_id="create",
+                expected_version=0,
+                state=encode_state(state),
+                append_messages=(),
+                expected_message_count=0,
+                result=b"{}",
+            )
+        self._title_conversation = True
+
+    def _now_ms(self) -> int:
+        return int(self._clock() * 1000)
+
+
+__all__ = ["TITLE_CONVERSATION", "TITLE_PROMPT", "RpcAnswers"]
