@@ -7,8 +7,10 @@
 # compiler. It runs as the unprivileged user `cursor-byok` (uid 10001): the configuration is
 # read from the volume /etc/cursor-byok, the database lives in the volume /var/lib/cursor-byok.
 #
+# The image serves SQLite and PostgreSQL: it installs the `postgres` extra (psycopg).
+#
 # PYTHON_IMAGE is any Debian-based image with python3 >= 3.11 and its venv module (the
-# official slim image by default; scripts/container_check.sh passes a local Debian root).
+# official slim image by default; scripts/container_image.sh passes a local Debian root).
 # PIP_INDEX_URL, PIP_FIND_LINKS and PIP_NO_INDEX reach pip in the first stage only (a mirror,
 # or a local wheelhouse for a build without network).
 ARG PYTHON_IMAGE=python:3.12-slim-bookworm
@@ -22,7 +24,7 @@ WORKDIR /src
 COPY pyproject.toml README.md LICENSE ./
 COPY src ./src
 RUN python3 -m venv /opt/build \
- && /opt/build/bin/pip wheel --wheel-dir /wheels .
+ && /opt/build/bin/pip wheel --wheel-dir /wheels '.[postgres]'
 
 FROM ${PYTHON_IMAGE}
 ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1
@@ -33,7 +35,7 @@ RUN groupadd --system --gid 10001 cursor-byok \
  && install -d -m 0755 /etc/cursor-byok
 COPY --from=wheels /wheels /tmp/wheels
 RUN python3 -m venv /opt/cursor-byok \
- && /opt/cursor-byok/bin/pip install --no-index --find-links /tmp/wheels cursor-byok \
+ && /opt/cursor-byok/bin/pip install --no-index --find-links /tmp/wheels 'cursor-byok[postgres]' \
  && rm -rf /tmp/wheels
 COPY deploy/healthcheck.py /opt/cursor-byok/healthcheck.py
 ENV PATH=/opt/cursor-byok/bin:$PATH \

@@ -8,8 +8,9 @@
 #
 # Needs podman, runc and mmdebstrap (Debian: apt-get install podman runc mmdebstrap). Exit 77
 # when one is missing (tests/deploy/test_container.py reports that as a skip). Cached per
-# machine under ${CURSOR_BYOK_CACHE:-~/.cache/cursor-byok}/container: the Debian root (about
-# 70 s to make the first time, through the Debian mirror) and the wheelhouse.
+# machine under ${CURSOR_BYOK_CACHE:-~/.cache/cursor-byok}/container: the Debian root
+# (scripts/debian_root.sh: about 70 s to make the first time, through the Debian mirror; a
+# broken one is made again) and the wheelhouse (the `postgres` extra included).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 repo=$PWD
@@ -30,14 +31,13 @@ cache=${CURSOR_BYOK_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/cursor-byok}/containe
 mkdir -p "$cache"
 
 if ! podman image exists "$base"; then
-  if [ ! -s "$cache/bookworm.tar" ]; then
-    say "making a Debian bookworm root with mmdebstrap (once per machine)"
-    mmdebstrap --variant=minbase --include=python3,python3-venv,passwd,ca-certificates \
-      bookworm "$cache/bookworm.tar.part" http://deb.debian.org/debian >&2
-    mv "$cache/bookworm.tar.part" "$cache/bookworm.tar"
-  fi
+  root=$(scripts/debian_root.sh "$cache")
   say "importing it as $base"
-  podman import --change 'CMD ["/bin/bash"]' "$cache/bookworm.tar" "$base" >/dev/null
+  if ! podman import --change 'CMD ["/bin/bash"]' "$root" "$base" >/dev/null; then
+    rm -f "$root"  # the next run makes it again rather than failing the same way
+    echo "container_image: podman import $root failed (see above); removed it" >&2
+    exit 1
+  fi
 fi
 
 # The wheels of every dependency and of the build backend, made by the host's pip (its index),
@@ -47,7 +47,7 @@ stamp=$(sha256sum pyproject.toml | cut -c1-16)
 if [ "$(cat "$wheels/.stamp" 2>/dev/null)" != "$stamp" ]; then
   say "collecting the dependencies' wheels"
   rm -rf "$wheels" && mkdir -p "$wheels"
-  python3 -m pip wheel -q --wheel-dir "$wheels" "$repo" >&2
+  python3 -m pip wheel -q --wheel-dir "$wheels" "$repo[postgres]" >&2
   rm -f "$wheels"/cursor_byok-*.whl
   python3 -m pip download -q --dest "$wheels" 'setuptools>=77' >&2
   echo "$stamp" >"$wheels/.stamp"

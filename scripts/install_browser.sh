@@ -16,11 +16,8 @@ if [ -x "$BROWSER" ]; then
     exit 0
 fi
 
-SUDO=""
-if [ "$(id -u)" -ne 0 ]; then
-    SUDO="sudo"
-fi
-echo "install_browser: $BROWSER missing; running: ${SUDO:+$SUDO }apt-get update && apt-get install -y --no-install-recommends $PACKAGE" >&2
-$SUDO apt-get update
-DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y --no-install-recommends "$PACKAGE"
+echo "install_browser: $BROWSER missing; installing Debian's $PACKAGE" >&2
+# shellcheck source=scripts/apt_install.sh
+source "$(dirname "$0")/apt_install.sh"
+apt_install "$PACKAGE"
 echo "install_browser: installed $("$BROWSER" --version 2>/dev/null || echo "$PACKAGE")" >&2

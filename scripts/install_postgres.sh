@@ -2,9 +2,10 @@
 # Install the PostgreSQL server binaries the suite starts a throwaway cluster with
 # (tests/support/postgres.py: initdb, pg_ctl, postgres): Debian's `postgresql` package without
 # recommends; and Debian's `nginx-light`, which tests/e2e/test_replicas.py runs with the
-# sticky-routing configuration of docs/deploy.md (its service is never started by the tests). Only the binaries are used; the cluster Debian's package may create and start
-# is stopped (the tests make their own in a temporary folder, as the user `nobody`, on a free
-# loopback port). Idempotent: does nothing when initdb is found in /usr/local/bin,
+# sticky-routing configuration of docs/deploy.md. Only the binaries are used: neither package's
+# service is started or left enabled at boot (scripts/apt_install.sh), and a cluster Debian's
+# package started anyway is stopped (the tests make their own in a temporary folder, as the
+# user `nobody`, on a free loopback port). Idempotent: does nothing when initdb is found in /usr/local/bin,
 # /usr/lib/postgresql/*/bin or on PATH. Needs root (or sudo) for apt.
 set -euo pipefail
 
@@ -18,12 +19,13 @@ SUDO=""
 if [ "$(id -u)" -ne 0 ]; then
     SUDO="sudo"
 fi
+# shellcheck source=scripts/apt_install.sh
+source "$(dirname "$0")/apt_install.sh"
 
 if ! command -v nginx >/dev/null 2>&1 && [ ! -x /usr/sbin/nginx ]; then
-    echo "install_postgres: nginx missing; running: ${SUDO:+$SUDO }apt-get update && apt-get install -y --no-install-recommends nginx-light" >&2
-    $SUDO apt-get update
-    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y --no-install-recommends nginx-light
-    # Where the package started its service, stop it: the tests run their own nginx.
+    echo "install_postgres: nginx missing; installing Debian's nginx-light" >&2
+    apt_install nginx-light
+    # Where the package started its service anyway, stop it: the tests run their own nginx.
     if command -v systemctl >/dev/null 2>&1; then $SUDO systemctl stop nginx 2>/dev/null || true; fi
     if command -v service >/dev/null 2>&1; then $SUDO service nginx stop 2>/dev/null || true; fi
 fi
@@ -32,10 +34,8 @@ if found; then
     echo "install_postgres: PostgreSQL server binaries present; nothing to do" >&2
     exit 0
 fi
-echo "install_postgres: initdb missing; running: ${SUDO:+$SUDO }apt-get update && apt-get install -y --no-install-recommends postgresql" >&2
-$SUDO apt-get update
-# policy-rc.d 101: the package must not start its own cluster service where services run.
-DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y --no-install-recommends postgresql
+echo "install_postgres: initdb missing; installing Debian's postgresql" >&2
+apt_install postgresql
 # Where a service was started anyway, stop it: the tests never use it.
 if command -v pg_lsclusters >/dev/null 2>&1; then
     pg_lsclusters --no-header 2>/dev/null | while read -r version name _; do

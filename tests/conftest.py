@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -9,6 +10,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, settings
 
+from tests import hermetic
 from tests.paths import REALCLIENT
 from tests.support import postgres
 from tests.support.postgres import Cluster
@@ -21,6 +23,26 @@ settings.register_profile(
     "cursor-byok", deadline=None, suppress_health_check=[HealthCheck.too_slow]
 )
 settings.load_profile("cursor-byok")
+
+
+@pytest.fixture(autouse=True)
+def hermetic_test(
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> Path:
+    """Every test runs in an empty working directory of its own, with a home of its own and
+    without the user's CURSOR_* variables, provider keys or proxies (tests/hermetic.py): a
+    ./cursor-byok.toml left by scripts/serve, a ~/.config/cursor-byok/config.toml or an
+    exported OPENAI_API_KEY never changes a result. Returns the working directory."""
+    root = tmp_path_factory.mktemp("hermetic")
+    work, home = root / "work", root / "home"
+    work.mkdir()
+    home.mkdir()
+    for name in [n for n in os.environ if hermetic.cleared(n)]:
+        monkeypatch.delenv(name)
+    for name, value in hermetic.isolated_environment(home).items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.chdir(work)
+    return work
 
 
 @pytest.fixture(scope="session")

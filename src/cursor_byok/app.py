@@ -81,6 +81,7 @@ class App:
         if isinstance(store, PostgresStore):
             services.claims = store
         runner = Runner(services)
+        await runner.start()  # its lease; the calls of processes that died (cancel #23)
         if isinstance(store, PostgresStore):
             await store.watch_claims(runner.on_claim)
         obs.metrics.bind_active_runs(lambda: runner.active_runs)
@@ -112,6 +113,7 @@ class App:
         )
 
     async def close(self) -> None:
+        await self.runner.close()  # the runs' last records, then the lease ends (cancel #23)
         await self.converter.aclose()
         await self.sessions.close()
         await self.tokens.close()

@@ -160,9 +160,9 @@ def cmd_models(config: Config) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
-    if args.command is None:
-        parser.print_help()
-        return 0
+    if args.command is None:  # a usage error, as for a wrong option: help on stderr, 2
+        parser.print_help(sys.stderr)
+        return 2
     if args.command == "init":
         return cmd_init(args.path, args.force)
     if args.command == "doctor":

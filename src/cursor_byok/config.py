@@ -99,6 +99,9 @@ class ServerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     unstarted_run_timeout_s: float = 10.0  # a run whose first message has not come is dropped
     unstarted_runs_per_client: int = 64  # such runs one client (peer address) may have
     unstarted_mib_per_client: int = 128  # what they may hold
+    # A shim run whose RunSSE dropped keeps its turn (and model call) this long for the
+    # client to reconnect (design §14.2); then the turn is canceled and the call ended.
+    reconnect_grace_s: float = 60.0
     # Catalogue tools (docs/tools.md) never offered to the model, in any mode.
     disabled_tools: list[str] = []
     enabled_tools: list[str] = []  # opt-in tools to offer (WriteShellStdin)
@@ -227,6 +230,8 @@ def _run_limit_errors(server: ServerConfig) -> list[str]:
         errors.append("server.unstarted_run_timeout_s must be between 0 and 3600")
     if not 1 <= server.unstarted_runs_per_client <= 100_000:
         errors.append("server.unstarted_runs_per_client must be 1-100000")
+    if not 0 < server.reconnect_grace_s <= 86_400:
+        errors.append("server.reconnect_grace_s must be between 0 and 86400")
     return errors
 
 

@@ -33,6 +33,7 @@ from .observability.logs import redact_text, secrets_of
 from .start_check import moved_database
 from .store.backends import display_name, is_postgres_url, open_store
 from .store.errors import (
+    BackendMissingError,
     StoreCorruptError,
     StoreError,
     StoreIOError,
@@ -41,6 +42,7 @@ from .store.errors import (
 )
 from .store.migrate import latest_version, load_migrations
 from .store.postgres import PostgresStore
+from .store.postgres.missing import INSTALL as INSTALL_POSTGRES
 from .store.sqlite import SQLiteStore
 from .token_report import findings, read_report
 from .web.search import SearchBackend, WebSearch
@@ -182,6 +184,8 @@ async def check_postgres(url: str) -> Check:
     shown = display_name(url)
     try:
         store = await PostgresStore.open(url, connections=1)
+    except BackendMissingError as exc:
+        return Check(name, "FAIL", str(exc), f"{INSTALL_POSTGRES}, or use a SQLite file")
     except StoreSchemaError as exc:
         return Check(
             name,

@@ -174,6 +174,7 @@ def transport_limits(server: ServerConfig) -> TransportLimits:
         max_output_bytes=server.run_output_mib * mib,
         max_buffered_bytes=server.runs_memory_mib * mib,
         unstarted_timeout=server.unstarted_run_timeout_s,
+        orphan_timeout=server.reconnect_grace_s,
         max_unstarted_per_client=server.unstarted_runs_per_client,
         max_unstarted_bytes_per_client=server.unstarted_mib_per_client * mib,
     )
@@ -320,6 +321,10 @@ async def serve_async(
     async def _stopper() -> None:
         await stop.wait()
         server.stop()
+        # End the runs now, not once granian is done: a run's stream stays open until its
+        # run ends, and granian waits for open streams (cancel #23: the model calls of a
+        # stopping server end at once, recorded as a shutdown).
+        await app.shutdown()
 
     stopper = loop.create_task(_stopper())
     try:

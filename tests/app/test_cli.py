@@ -223,11 +223,14 @@ def test_log_level_setting(tmp_path: Path) -> None:
         parse_config('[server]\nlog_level = "loud"\n')
 
 
-def test_no_command_prints_help(capsys: pytest.CaptureFixture[str]) -> None:
-    assert cli.main([]) == 0
-    out = capsys.readouterr().out
-    for command in ("serve", "init", "models", "doctor"):
-        assert command in out
+def test_no_command_prints_help_and_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
+    """`cursor-byok` alone is a usage error (a script that forgot the command must not
+    succeed): the help goes to stderr, with exit status 2, as for an unknown option."""
+    assert cli.main([]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.startswith("usage: cursor-byok")
+    for command in ("serve", "init", "models", "doctor", "token"):
+        assert command in err
 
 
 def test_serve_with_a_database_that_cannot_be_opened_is_one_clear_line(tmp_path: Path) -> None:

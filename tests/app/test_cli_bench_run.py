@@ -1,4 +1,4 @@
-"""bench/run on a scratch copy of bench/ holding two fake benchmarks (one fails)."""
+"""bench/run on a scratch copy of bench/ holding three fake benchmarks (one fails)."""
 
 from __future__ import annotations
 
@@ -59,4 +59,28 @@ def test_bench_run_collects_results_and_reports_failures(tmp_path: Path) -> None
         env=env,
     )
     assert proc.returncode == 0, proc.stderr
-    assert "a_fast" not in (bench / "RESULTS.md").read_text()
+    # Named benchmarks replace their own sections; the others' are kept, marked with the run
+    # that wrote them (so `bench/run NAME` updates one section of bench/RESULTS.md).
+    second = (bench / "RESULTS.md").read_text()
+    first_date = results.split("| date | ", 1)[1].split(" |", 1)[0]
+    assert second.index("| c_last.py | ok |") < second.index("| a_fast.py | ok |")
+    assert "| b_broken.py | failed (exit 3) |" in second
+    assert second.count("## a_fast.py") == 1 and "| 1 | 2 |" in second
+    assert f"_kept from an earlier run: {first_date}, commit " in second
+    assert second.count("_kept from an earlier run") == 2  # a_fast and b_broken, not c_last
+    assert "boom: it broke" in second
+
+    # Kept again by a later named run: still marked once, with the run that wrote it.
+    proc = subprocess.run(
+        [sys.executable, str(bench / "run"), "c_last"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
+    assert proc.returncode == 0, proc.stderr
+    third = (bench / "RESULTS.md").read_text()
+    assert third.count("_kept from an earlier run") == 2
+    assert f"_kept from an earlier run: {first_date}, commit " in third
+    assert third.count("## c_last.py") == 1 and third.count("## a_fast.py") == 1

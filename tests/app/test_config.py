@@ -116,7 +116,9 @@ def test_cli_reports_config_error(
 
 
 def test_cli_help_exits_zero(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main([]) == 0
+    with pytest.raises(SystemExit) as asked:
+        main(["--help"])
+    assert asked.value.code == 0
     assert "serve" in capsys.readouterr().out
 
 

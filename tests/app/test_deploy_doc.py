@@ -119,8 +119,24 @@ def test_the_dockerfile_is_as_described() -> None:
     assert re.search(r"^HEALTHCHECK .*\n\s+CMD .*healthcheck\.py", dockerfile, re.M)
     assert 'ENTRYPOINT ["cursor-byok"]' in dockerfile and 'CMD ["serve"]' in dockerfile
     # The wheel is installed, not the tree: pip install from the wheels only.
-    assert "pip install --no-index --find-links /tmp/wheels cursor-byok" in dockerfile
+    assert "pip install --no-index --find-links /tmp/wheels 'cursor-byok[postgres]'" in dockerfile
     assert "-e ." not in dockerfile
+
+
+def test_every_file_the_dockerfile_and_the_deploy_files_name_exists() -> None:
+    """The Dockerfile once sent readers to scripts/container_check.sh, which never existed."""
+    named = set()
+    for name in DEPLOY_FILES:
+        text = (REPO / name).read_text()
+        named |= set(
+            re.findall(r"(?<![\w/.-])((?:scripts|docs|deploy|tests|bench)/[\w./-]*\w)", text)
+        )
+    assert "scripts/container_image.sh" in named and "docs/deploy.md" in named
+    made_by_the_user = ("deploy/config/", "deploy/.env")  # docs/deploy.md; git-ignored
+    missing = sorted(
+        n for n in named if not (REPO / n).exists() and not n.startswith(made_by_the_user)
+    )
+    assert missing == []
 
 
 def test_the_unit_and_compose_file_are_as_described() -> None:

@@ -269,3 +269,37 @@ async def test_the_installed_wheel_serves_the_dashboard_and_the_models(
     assert page.headers["content-type"].startswith("text/html")
     assert "cursor-byok" in page.text
     assert [m.model_id for m in models.models] == ["local"]
+
+
+def test_without_the_postgres_extra_a_postgresql_database_fails_in_one_line(
+    built: Built, tmp_path: Path
+) -> None:
+    """psycopg is the `postgres` extra, not a core dependency: the wheel alone has none, runs
+    on SQLite (the tests above), and `serve`, `doctor` and `token` given a postgresql://
+    database each fail with one line naming the extra, no traceback, no password."""
+    probe = _run([built.bin("python"), "-c", "import psycopg"], env=_env(), cwd=tmp_path)
+    assert probe.returncode == 1 and "No module named 'psycopg'" in probe.stderr
+    config = tmp_path / "starter.toml"
+    _check(
+        _run([built.bin("cursor-byok"), "init", str(config)], env=_env(), cwd=tmp_path),
+        "cursor-byok init",
+    )
+    url = "postgresql://someone:pg-secret-pw@127.0.0.1:1/cursor"
+    extra = "pip install 'cursor-byok[postgres]'"
+    commands = {
+        "serve": ["serve", "--port", str(free_port())],
+        "doctor": ["doctor", "--timeout", "1"],
+        "token": ["token", "list"],
+    }
+    for name, args in commands.items():
+        cmd = [built.bin("cursor-byok"), *args, "--config", str(config), "--db", url]
+        result = _run(cmd, env=_env(), cwd=tmp_path)
+        said = result.stdout + result.stderr
+        assert result.returncode in (1, 2), f"{name}: {said}"
+        assert "Traceback" not in said and "pg-secret-pw" not in said, f"{name}: {said}"
+        text = re.sub(r"\n {8,}", " ", said)  # doctor's table wraps a row's detail
+        lines = [line for line in text.splitlines() if "postgres extra" in line]
+        assert len(lines) == 1, f"{name}: {said}"
+        assert extra in lines[0] and "postgresql://someone@127.0.0.1:1/cursor" in lines[0]
+        if name == "doctor":
+            assert re.match(r"database\s+FAIL\s", lines[0]), said

@@ -7,9 +7,11 @@ import hashlib
 import sqlite3
 from pathlib import Path
 
+import psycopg
 import pytest
 
 from cursor_byok.cli import main
+from tests.support.postgres import Cluster
 
 CONFIG = """
 [server]
@@ -83,3 +85,22 @@ def test_one_active_token_per_name(config: Path, capsys: pytest.CaptureFixture[s
     assert run(config, capsys, "add", "alice")[0] == 0
     code, out, _ = run(config, capsys, "list", "--all")
     assert code == 0 and "(revoked)" in out and out.count("alice") == 2
+
+
+def test_tokens_live_in_a_postgresql_database_too(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], pg_cluster: Cluster
+) -> None:
+    """`token` opens the database `serve` would: a postgresql:// URL is PostgreSQL, not the
+    name of a SQLite file."""
+    url = pg_cluster.create_database("tokens_cli")
+    path = tmp_path / "pg.toml"
+    path.write_text(CONFIG.format(db=url))
+    code, out, err = run(path, capsys, "add", "carol")
+    assert code == 0, err
+    secret = out.strip()
+    code, out, _ = run(path, capsys, "list")
+    assert code == 0 and out.splitlines()[1].split()[0] == "carol"
+    with psycopg.connect(url) as conn:
+        (hashed,) = conn.execute("SELECT secret_hash FROM access_tokens").fetchone() or ("",)
+    assert hashed == hashlib.sha256(secret.encode()).hexdigest()
+    assert not list(tmp_path.glob("postgresql*")) and not Path("postgresql:").exists()

@@ -314,7 +314,7 @@ def test_the_settings_reach_the_transport() -> None:
     extra = (
         "run_held_appends_mib = 8\nrun_output_mib = 16\nruns_memory_mib = 32\n"
         "unstarted_run_timeout_s = 2.5\nunstarted_runs_per_client = 3\n"
-        "unstarted_mib_per_client = 4\n"
+        "unstarted_mib_per_client = 4\nreconnect_grace_s = 7.5\n"
     )
     limits = transport_limits(make_config(extra).server)
     assert connect_app(make_config(extra), cc.echo_handler).limits == limits
@@ -326,4 +326,5 @@ def test_the_settings_reach_the_transport() -> None:
     )
     assert limits.unstarted_timeout == 2.5 and limits.max_unstarted_per_client == 3
     assert limits.max_unstarted_bytes_per_client == 4 * mib
+    assert limits.orphan_timeout == 7.5  # the shim's reconnect grace
     assert transport_limits(make_config().server) == TransportLimits()

@@ -179,6 +179,10 @@ def test_image_metadata(image: str) -> None:
     assert listing.stdout.split() == ["/opt/cursor-byok/bin/cursor-byok"]
     version = podman("run", "--rm", "--no-healthcheck", image, "--version").stdout
     assert version.startswith("cursor-byok ")
+    # The image serves PostgreSQL too: the `postgres` extra (psycopg with its libpq) is in.
+    driver = "import psycopg; print(psycopg.pq.version() > 0)"
+    entry = ("run", "--rm", "--no-healthcheck", "--entrypoint", "/opt/cursor-byok/bin/python")
+    assert podman(*entry, image, "-c", driver).stdout.split() == ["True"]
 
 
 async def test_serves_as_non_root_and_keeps_the_database_in_its_volume(

@@ -15,7 +15,10 @@ import sqlite3
 import uuid
 from pathlib import Path
 
+from cursor_byok.store.api import LLMCallRecord
+from cursor_byok.store.sql.rows import CALL_FIELDS
 from cursor_byok.transport.cursor.proto import agent_pb2 as a
+from cursor_byok.transport.runtime import records
 from tests.e2e.test_crash_recovery import Crashable, partial_then_hang
 from tests.e2e.test_queries import cards, tool_prompt
 from tests.e2e.test_shim import (
@@ -116,13 +119,26 @@ async def crash_and_come_back(crashable: Crashable, upstream: FakeUpstream) -> N
     assert creader.end == {} and creader.turn_ended, crashable.log()
     assert preader.end == {} and preader.turn_ended, crashable.log()
     # The parent turn's totals after the restart: its own second call (60 uncached input
-    # tokens, 40 cache reads) and the whole helper (120 + 60, 40), whose calls ran either side.
+    # tokens, 40 cache reads) and the whole helper (120 + 60, 40), whose calls ran either side,
+    # and the attempt of the helper's call the kill cut short: the restarted process found it
+    # planned by a dead process and recorded its request's estimated input (issue 23), and the
+    # call sent again adds its own counts to that.
+    with sqlite3.connect(crashable.db) as conn:
+        (row,) = conn.execute(
+            f"SELECT {', '.join(CALL_FIELDS)} FROM llm_calls "
+            "WHERE conversation_id = ? AND estimated_tokens IS NOT NULL",
+            (child_id,),
+        ).fetchall()
+    cut = LLMCallRecord(**dict(zip(CALL_FIELDS, row, strict=True)))
+    estimate = records.estimated_input(cut)
+    assert estimate > 0 and cut.status == "committed"
+    assert (cut.input_tokens, cut.estimated_tokens) == (120 + estimate, "input,output")
     (ended,) = [
         m.interaction_update.turn_ended
         for m in preader.messages
         if m.interaction_update.HasField("turn_ended")
     ]
-    assert (ended.input_tokens, ended.cache_read_tokens) == (240, 80), crashable.log()
+    assert (ended.input_tokens, ended.cache_read_tokens) == (240 + estimate, 80), crashable.log()
     # No second child was asked for, and only the one link exists.
     assert not [m for m in preader.messages if exec_of("subagent_args")(m)]
     assert links(crashable.db) == [(parent_id, args.tool_call_id, child_id)]

@@ -559,6 +559,25 @@ def test_usage_cumulative_is_replaced_and_moonshot_choice_usage() -> None:
     assert events[-1].message.usage == Usage(input=20, output=7, cache_read=20, cache_write=10)  # type: ignore[union-attr]
 
 
+def test_llama_cpp_timings_count_until_a_usage_chunk_comes() -> None:
+    """llama.cpp's `timings` (every chunk with `timings_per_token`): the usage so far of a
+    call canceled mid-answer; a usage chunk, when one comes, wins."""
+    timings = {"cache_n": 35, "prompt_n": 12, "predicted_n": 2, "prompt_ms": 40.0}
+    asm = MessageAssembler(api="openai-chat", provider="llama", model="m")
+    asm.start()
+    decoder = ChatDecoder(asm)
+    for sse_event in SSEParser().feed(sse(chunk({"content": "a"}, timings=timings))):
+        decoder.feed(sse_event)
+    assert asm.progress().usage == Usage(input=12, output=2, cache_read=35)
+    body = sse(
+        chunk({"content": "a"}, timings=timings),
+        chunk(finish="stop", timings={**timings, "predicted_n": 3}),
+        {"id": "x", "choices": [], "usage": {"prompt_tokens": 47, "completion_tokens": 3}},
+        "[DONE]",
+    )
+    assert decode(body)[-1].message.usage == Usage(input=47, output=3)  # type: ignore[union-attr]
+
+
 def test_done_waits_for_the_usage_chunk_after_finish_reason() -> None:
     asm = MessageAssembler(api="openai-chat", provider="openai", model="m")
     asm.start()

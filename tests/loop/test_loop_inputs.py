@@ -46,7 +46,7 @@ from cursor_byok.loop import (
     transition,
 )
 from cursor_byok.loop import view as views
-from cursor_byok.loop.results import CANCELED_RESULT_TEXT
+from cursor_byok.loop.results import CALL_SUPERSEDED, CANCELED_RESULT_TEXT
 from cursor_byok.loop.transition import CONTINUED_ELSEWHERE
 from tests.loop.loop_helpers import result, start, stream, tool_call, user
 
@@ -121,9 +121,7 @@ def test_call_end_reports_how_each_model_call_ended() -> None:
     assert end is not None and end.outcome == CallOutcome.FAILED
     assert end.error == "invalid response from the model: tool call id x is used twice"
     t = transition(started(), Supersede())
-    assert t.call_end == CallEnd(
-        "conv:1:llm1", CallOutcome.CANCELED, "a newer request for this conversation arrived"
-    )
+    assert t.call_end == CallEnd("conv:1:llm1", CallOutcome.CANCELED, CALL_SUPERSEDED)
 
 
 # -- a newer run: Supersede and Start while busy ------------------------------------------

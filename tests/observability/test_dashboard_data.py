@@ -105,3 +105,30 @@ async def test_empty_store(tmp_path: Path) -> None:
     assert data["llm_calls"] == [] and data["conversations"] == []
     assert data["series"]["models"] == [] and data["totals"]["calls"] == 0
     assert [m["id"] for m in data["models"]] == ["gpt", "claude", "gem"]
+
+
+def test_a_call_canceled_mid_answer_shows_which_counts_are_estimates() -> None:
+    import hashlib
+
+    from cursor_byok.observability.dashboard_rows import call_row
+    from cursor_byok.store.api import LLMCallRecord
+
+    record = LLMCallRecord(
+        call_id="c:1:llm1",
+        conversation_id="c",
+        turn_id="c:1",
+        request=b"{}",
+        request_hash=hashlib.sha256(b"{}").hexdigest(),
+        messages_hash="m" * 64,
+        status="canceled",
+        created_at_ms=1,
+        input_tokens=1500,
+        output_tokens=42,
+        error="canceled by the client",
+        estimated_tokens="input,output",
+    )
+    row = call_row(record, planted_config(), ALL_SECRETS)
+    assert row["status"] == "canceled" and row["estimated_tokens"] == "input,output"
+    assert (row["input_tokens"], row["output_tokens"]) == (1500, 42)
+    assert row["error"] == "canceled by the client"
+    assert "estimated: the call ended before the provider counted" in dashboard_html().decode()

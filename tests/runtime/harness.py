@@ -19,7 +19,7 @@ from cursor_byok.llm.faux import FauxLLM, FauxResponse
 from cursor_byok.llm.models import Model
 from cursor_byok.llm.settings import ModelSettings, ProviderSettings
 from cursor_byok.store.sqlite import SQLiteStore
-from cursor_byok.transport.connect.channel import EndError, Incoming
+from cursor_byok.transport.connect.channel import EndError, Incoming, StreamGone
 from cursor_byok.transport.connect.sessions import RunStartInfo
 from cursor_byok.transport.cursor.proto import agent_pb2 as a
 from cursor_byok.transport.runtime import Runner, RunnerServices, RunSummary
@@ -152,6 +152,8 @@ class Client:
         self._next = 0
         self.numbering_continued = False
         self._changed = asyncio.Event()
+        self.gone_watch: Callable[[StreamGone], None] | None = None
+        self.gone: StreamGone | None = None
 
     # -- RunChannel ---------------------------------------------------------------------------
 
@@ -176,6 +178,17 @@ class Client:
 
     def continue_client_numbering(self) -> None:
         self.numbering_continued = True
+
+    def watch_gone(self, handler: Callable[[StreamGone], None] | None) -> None:
+        self.gone_watch = handler
+        if handler is not None and self.gone is not None:
+            handler(self.gone)
+
+    def lose(self, gone: StreamGone) -> None:
+        """The test says the client's stream is gone for good, as the transport would."""
+        self.gone = gone
+        if self.gone_watch is not None:
+            self.gone_watch(gone)
 
     def send(self, frame: bytes) -> None:
         if self._finished:

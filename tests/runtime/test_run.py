@@ -115,7 +115,7 @@ async def test_cancel_mid_stream(tmp_path: Path) -> None:
     _, state = await stored(server, "c1")
     assert state.status == "Canceled" and len(state.log) == 1  # type: ignore[attr-defined]
     (call,) = await server.store.list_recent_llm_calls()
-    assert call.status == "canceled" and call.error == "enough"
+    assert call.status == "canceled" and call.error == "canceled by the client (enough)"
     stream = server.llm.streams[0]
     await asyncio.sleep(0.05)
     assert stream._aborted  # the upstream stream was closed, not left running

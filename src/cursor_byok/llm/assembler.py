@@ -29,6 +29,7 @@ from .events import (
     ToolCallEnd,
     ToolCallStart,
 )
+from .stream import StreamProgress
 from .types import (
     AssistantContent,
     AssistantMessage,
@@ -87,6 +88,10 @@ class MessageAssembler:
         self.provider = provider
         self.model = model
         self.usage = Usage()
+        # The output decoded so far (text, thinking and tool-argument deltas): what a call that
+        # ends before the provider's final usage is counted by (llm/stream.py, StreamProgress).
+        self.streamed_chars = 0
+        self.streamed_deltas = 0
         self.response_id: str | None = None
         self.response_model: str | None = None
         self._blocks: list[_Block] = []
@@ -100,6 +105,12 @@ class MessageAssembler:
         if self._cache is None:
             self._cache = self._message("stop", None)
         return self._cache
+
+    def progress(self) -> StreamProgress:
+        """The usage reported and the output decoded so far (ResponseStream.progress)."""
+        return StreamProgress(
+            usage=self.usage, chars=self.streamed_chars, deltas=self.streamed_deltas
+        )
 
     @property
     def started(self) -> bool:
@@ -159,7 +170,7 @@ class MessageAssembler:
 
     def text_delta(self, index: int, delta: str) -> TextDelta:
         self._open_block(index, "text").parts.append(delta)
-        self._cache = None
+        self._streamed(delta)
         return TextDelta(content_index=index, delta=delta, partial=self)
 
     def close_text(self, index: int, *, signature: str | None = None) -> TextEnd:
@@ -185,7 +196,7 @@ class MessageAssembler:
 
     def thinking_delta(self, index: int, delta: str) -> ThinkingDelta:
         self._open_block(index, "thinking").parts.append(delta)
-        self._cache = None
+        self._streamed(delta)
         return ThinkingDelta(content_index=index, delta=delta, partial=self)
 
     def append_signature(self, index: int, fragment: str) -> None:
@@ -239,7 +250,7 @@ class MessageAssembler:
 
     def tool_call_delta(self, index: int, delta: str) -> ToolCallDelta:
         self._open_block(index, "toolCall").parts.append(delta)
-        self._cache = None
+        self._streamed(delta)
         return ToolCallDelta(content_index=index, delta=delta, partial=self)
 
     def close_tool_call(
@@ -321,6 +332,11 @@ class MessageAssembler:
         )
 
     # -- internals -------------------------------------------------------------------------
+
+    def _streamed(self, delta: str) -> None:
+        self.streamed_chars += len(delta)
+        self.streamed_deltas += 1
+        self._cache = None
 
     def _terminate(self) -> None:
         if self._terminated:

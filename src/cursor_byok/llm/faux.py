@@ -24,7 +24,7 @@ from .assembler import MessageAssembler
 from .canonical import decode_request, encode_request
 from .events import ErrorEvent, ResponseEvent, is_terminal
 from .settings import ModelSettings
-from .stream import EventSink, PreparedRequest, StreamEnded, deliver_by_task
+from .stream import EventSink, PreparedRequest, StreamEnded, StreamProgress, deliver_by_task
 from .types import (
     AssistantContent,
     AssistantMessage,
@@ -261,6 +261,9 @@ class FauxStream:
 
     def deliver(self, sink: EventSink) -> None:
         self._reader = deliver_by_task(self, sink)
+
+    def progress(self) -> StreamProgress:
+        return self._asm.progress()
 
     async def aclose(self) -> None:
         if self._ended:

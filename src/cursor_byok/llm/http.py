@@ -6,7 +6,9 @@ events through a `MessageAssembler`). This module owns the socket: after a 2xx i
 with the first content event (a call that fails before any content is a lone `error`: nothing
 was output, so it may be retried or failed over), turns HTTP errors, timeouts, broken
 connections, undecodable streams and missed output deadlines (llm/deadlines.py) into one
-`error` event, and aborts the request at once on `aclose()`.
+`error` event, and aborts the request at once on `aclose()`: the connection is dropped there
+and then (not returned to the pool, not drained), even while a sink holds an event, so the
+provider stops generating what nobody will read.
 
 Reading runs in its own task, so `aclose()` from any task cancels the read immediately instead
 of waiting for the next chunk. That task feeds a queue for `recv`, or awaits the consumer's sink
@@ -40,7 +42,7 @@ from .events import (
 )
 from .settings import ModelSettings, ProviderSettings
 from .sse import SSEEvent, SSEParser
-from .stream import EventSink, PreparedRequest, StreamEnded
+from .stream import EventSink, PreparedRequest, StreamEnded, StreamProgress
 from .types import RequestMessages
 from .upstream import ConnectionReset, ConnectTimeout, Upstream, UpstreamError, UpstreamTimeout
 
@@ -209,6 +211,10 @@ class Exchange(Protocol):
 
     async def aclose(self) -> None: ...
 
+    def abort(self) -> None:
+        """Drop the connection now (never back to the pool); `chunks()` then ends in error."""
+        ...
+
 
 _TIMEOUTS = (UpstreamTimeout,)
 _CONNECT_TIMEOUTS = (ConnectTimeout,)
@@ -253,6 +259,7 @@ class HttpResponseStream:
         self._closed = False
         self._received = False  # `recv` was called
         self._answered = False  # the provider's response head came
+        self._response: Exchange | None = None  # the response being read, once its head came
 
     def start(self) -> None:
         """Open the request now rather than at the first `recv` when a loop is running, so the
@@ -282,10 +289,17 @@ class HttpResponseStream:
             self._delivered_terminal = True
         return event
 
+    def progress(self) -> StreamProgress:
+        return self._assembler.progress()
+
     async def aclose(self) -> None:
         if self._closed:
             return
         self._closed = True
+        if self._response is not None:
+            # At once, whatever the reading task is doing: the provider sees the connection
+            # close now, not when a sink that holds an event returns.
+            self._response.abort()
         if self._delivering:
             return  # the reading task sees `_closed` when the sink returns, and ends it
         task = self._task
@@ -384,6 +398,9 @@ class HttpResponseStream:
             await self._emit(self._fail(f"{name}: could not connect: {exc}", transient=True))
             return
         self._answered = True
+        self._response = response
+        if self._closed:  # closed while the response head was on its way
+            response.abort()
         try:
             if not 200 <= response.status < 300:
                 kind: ErrorKind | None = None

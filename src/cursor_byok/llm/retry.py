@@ -34,7 +34,7 @@ import msgspec
 
 from .events import DoneEvent, ErrorEvent, ResponseEvent
 from .settings import ModelSettings
-from .stream import LLM, EventSink, PreparedRequest, ResponseStream, StreamEnded
+from .stream import LLM, EventSink, PreparedRequest, ResponseStream, StreamEnded, StreamProgress
 from .types import AssistantMessage, RequestMessages
 
 log = logging.getLogger(__name__)
@@ -144,6 +144,10 @@ class RetryingStream:
         self._sink = sink
         assert self._current is not None
         self._current.deliver(self._from_attempt)
+
+    def progress(self) -> StreamProgress:
+        """The current attempt's (an attempt retried failed before any output)."""
+        return self._current.progress() if self._current is not None else StreamProgress()
 
     async def aclose(self) -> None:
         if self._closed:

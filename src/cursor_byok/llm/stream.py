@@ -10,7 +10,7 @@ import msgspec
 
 from .events import DoneEvent, ErrorEvent, ResponseEvent
 from .settings import ModelSettings
-from .types import RequestMessages
+from .types import RequestMessages, Usage
 
 
 class StreamEnded(Exception):
@@ -34,6 +34,18 @@ class PreparedRequest(msgspec.Struct, frozen=True):
 EventSink = Callable[[ResponseEvent], Awaitable[None]]
 
 
+class StreamProgress(msgspec.Struct, frozen=True):
+    """What a stream has shown of its call so far: the provider's latest usage report (all
+    zeros when none came: most providers report at the end, Anthropic's `message_start` and
+    Gemini's `usageMetadata` early) and the output decoded (characters and delta events of
+    text, thinking and tool arguments). It is what the record of a call that ends before its
+    terminal event is made of (canceled, superseded, shut down)."""
+
+    usage: Usage = Usage()
+    chars: int = 0
+    deltas: int = 0
+
+
 class ResponseStream(Protocol):
     async def recv(self) -> ResponseEvent:
         """The next event. After the terminal (`done` or `error`) event, raises StreamEnded."""
@@ -48,7 +60,13 @@ class ResponseStream(Protocol):
         ...
 
     async def aclose(self) -> None:
-        """Abort at once. A stream not yet terminated then yields `error` with reason aborted."""
+        """Abort at once: the upstream connection is dropped (never returned to a pool or
+        drained), even while a sink holds an event. A stream not yet terminated then yields
+        `error` with reason aborted."""
+        ...
+
+    def progress(self) -> StreamProgress:
+        """What the call has shown so far (any time, before or after its end)."""
         ...
 
 

@@ -122,7 +122,7 @@ class Proxies:
 
 class UpstreamResponse:
     """A response whose body is read with `chunks()`; `aclose()` returns the connection to the
-    pool after a body read to its end, and drops it otherwise."""
+    pool after a body read to its end, and drops it otherwise; `abort()` drops it at once."""
 
     __slots__ = (
         "_close_delimited",
@@ -190,6 +190,11 @@ class UpstreamResponse:
             self._response.release()
         else:
             self._response.close()
+
+    def abort(self) -> None:
+        """Close the connection now: a call ended before its body (canceled, superseded)."""
+        self._complete = False
+        self._response.close()
 
 
 class Upstream:

@@ -5,9 +5,10 @@ Public API (see docs/loop.md):
     state      RuntimeState, ConversationState, PendingResponse, AwaitLLM, AwaitClient, Status
     view       Span (the active history as a view over the append-only log)
     inputs     Start, LLMEvent, ToolResult, UserMessage (alias UserMessageInput), Cancel,
-               Supersede, Resume (ToolOperation), ToolLost (LostCause), Rewind, Input; ToolEffect
-               (PlanCreated, ModeSwitched) on a ToolResult; PlanBuild on a Start; CallRefused
-               (Limit), the admission answer with Admitted (Admission)
+               Supersede, ClientGone, Suspend (SuspendCause), Resume (ToolOperation), ToolLost
+               (LostCause), Rewind, Input; ToolEffect (PlanCreated, ModeSwitched) on a
+               ToolResult; PlanBuild on a Start; CallRefused (Limit), the admission answer
+               with Admitted (Admission)
     context    TurnContext, Environment, McpRoute, McpServerInfo, McpToolInfo, ContextWindow
     commands   ContinueLLM, CallLLM, ResendLLM, Summarize, CallClient, WaitInput, Final, Failed
                (FailureKind), Canceled, Command
@@ -46,6 +47,7 @@ from .inputs import (
     Admitted,
     CallRefused,
     Cancel,
+    ClientGone,
     Compact,
     Input,
     LLMEvent,
@@ -60,6 +62,8 @@ from .inputs import (
     SummaryDone,
     SummaryFailed,
     Supersede,
+    Suspend,
+    SuspendCause,
     ToolEffect,
     ToolLost,
     ToolOperation,
@@ -123,6 +127,7 @@ __all__ = [
     "CallRefused",
     "Cancel",
     "Canceled",
+    "ClientGone",
     "Command",
     "Compact",
     "Compacted",
@@ -163,6 +168,8 @@ __all__ = [
     "SummaryDone",
     "SummaryFailed",
     "Supersede",
+    "Suspend",
+    "SuspendCause",
     "ToolEffect",
     "ToolLost",
     "ToolOperation",

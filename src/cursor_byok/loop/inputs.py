@@ -112,6 +112,29 @@ class Supersede(_Input, frozen=True, tag="supersede"):
     reason: str = "a newer request for this conversation arrived"
 
 
+class ClientGone(_Input, frozen=True, tag="client_gone"):
+    """The client's stream of this run is gone for good and no cancel came: it closed an
+    HTTP/2 `Run` (which cannot be reopened), or did not reopen its `RunSSE` within the shim's
+    reconnect grace, `grace_s` (design §14.2; 0 for a closed stream). The loop cancels the
+    turn: nobody will read its answer."""
+
+    grace_s: float = 0.0
+
+
+class SuspendCause(enum.StrEnum):
+    SHUTDOWN = "shutdown"  # the server is stopping
+    MOVED = "moved"  # the same run was reopened on another replica, which goes on with it
+
+
+class Suspend(_Input, frozen=True, tag="suspend"):
+    """The run stops here without deciding its turn. The committed state stays as it is, so
+    the run reopened (after the restart, or on the other replica) resumes the turn, sending
+    an interrupted call again from its stored bytes; the model or summary call in flight
+    here ends, its record saying why."""
+
+    cause: SuspendCause
+
+
 class ToolOperation(msgspec.Struct, frozen=True, omit_defaults=True):
     """What the store knows of the client operation a turn waits on."""
 
@@ -199,6 +222,8 @@ Input: TypeAlias = (
     | UserMessage
     | Cancel
     | Supersede
+    | ClientGone
+    | Suspend
     | Resume
     | ToolLost
     | Rewind

@@ -1,5 +1,6 @@
-"""A run that stops or picks up again: cancel and supersede, resume from the committed state,
-and the client's rewind to an earlier turn."""
+"""A run that stops or picks up again: cancel and supersede, a client gone for good, a run
+suspended without deciding its turn, resume from the committed state, and the client's rewind
+to an earlier turn."""
 
 from __future__ import annotations
 
@@ -11,11 +12,20 @@ from cursor_byok.llm.types import AssistantMessage
 
 from . import derived, view
 from .commands import WAIT_INPUT, Canceled, Command, Failed, FailureKind, Final, ResendLLM
-from .inputs import LostCause, Resume, Rewind, ToolLost, ToolResult
+from .inputs import LostCause, Resume, Rewind, SuspendCause, ToolLost, ToolResult
 from .model_calls import model_of, summarize_command
-from .results import loop_failure
+from .results import CALL_MOVED, CALL_SHUTDOWN, loop_failure
 from .state import AwaitClient, AwaitLLM, AwaitSummary, RuntimeState, Status
-from .step import Ignored, LoopError, Transition, commit, ignore, settle
+from .step import (
+    CallEnd,
+    CallOutcome,
+    Ignored,
+    LoopError,
+    Transition,
+    commit,
+    ignore,
+    settle,
+)
 from .tool_phase import call_client, on_tool_lost, on_tool_result
 from .turns import close_turn
 
@@ -24,17 +34,39 @@ _replace = msgspec.structs.replace
 CONTINUED_ELSEWHERE = "the conversation was continued by another request"
 
 
-def on_cancel(state: RuntimeState, reason: str, *, cards: bool) -> Transition:
+def on_cancel(state: RuntimeState, reason: str, *, cards: bool, call_reason: str) -> Transition:
     """Ends in Canceled from every status; the pending response is discarded and the queue
     dropped. A newer run request for the conversation (Supersede) ends the run the same way:
-    the new run then starts from the committed state."""
+    the new run then starts from the committed state; so does a client whose stream is gone
+    for good (ClientGone). A call in flight ends with `call_reason` as its record's reason."""
     c = state.committed
     command = Canceled(reason=reason)
     if c.status == Status.CANCELED and state.pending_response is None:
         return Transition(state, (), command)
-    closed, local, call_end = close_turn(c, reason)
+    closed, local, call_end = close_turn(c, call_reason)
     c2 = commit(closed, status=Status.CANCELED, waiting=None, queued=(), queued_context=None)
     return settle(c2, (), command, local=local if cards else (), call_end=call_end)
+
+
+def on_suspend(state: RuntimeState, cause: SuspendCause) -> Transition:
+    """The run stops without deciding the turn: nothing is committed (a reopened run resumes
+    it from the committed state, an interrupted call sent again from its stored bytes); the
+    model or summary call in flight ends, canceled with `cause` as its reason."""
+    match cause:
+        case SuspendCause.SHUTDOWN:
+            reason = CALL_SHUTDOWN
+        case SuspendCause.MOVED:
+            reason = CALL_MOVED
+        case _:
+            assert_never(cause)
+    c = state.committed
+    waiting = c.waiting
+    call_end: CallEnd | None = None
+    if (c.status == Status.WAITING_LLM and isinstance(waiting, AwaitLLM)) or (
+        c.status == Status.SUMMARIZING and isinstance(waiting, AwaitSummary)
+    ):
+        call_end = CallEnd(waiting.call_id, CallOutcome.CANCELED, reason)
+    return Transition(state, (), Canceled(reason=reason), call_end=call_end)
 
 
 def on_resume(state: RuntimeState, input: Resume) -> Transition:

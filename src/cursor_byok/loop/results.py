@@ -16,6 +16,29 @@ from . import catalogue
 from .state import BlockKind, PendingResponse, PlanRecord
 
 CANCELED_RESULT_TEXT = "canceled by the user"
+
+# Why a model or summary call ended before its answer, as its record says (CallEnd.error).
+CALL_CANCELED = "canceled by the client"
+CALL_STREAM_CLOSED = "canceled by the client: its stream closed"
+CALL_SUPERSEDED = "superseded by a newer request"
+CALL_SHUTDOWN = "shutdown: the server stopped during the call"
+CALL_MOVED = "moved: the run continues on another replica"
+# The most of a client's own cancel reason a call's record quotes.
+MAX_CLIENT_REASON = 200
+
+
+def canceled_call(client_reason: str, default: str) -> str:
+    """A call ended by the client's cancel, with the client's words when it gave some."""
+    if not client_reason or client_reason == default:
+        return CALL_CANCELED
+    return f"{CALL_CANCELED} ({_clip(client_reason, MAX_CLIENT_REASON)})"
+
+
+def not_reopened(grace_s: float) -> str:
+    """A shim run whose RunSSE did not come back within its reconnect grace."""
+    return f"canceled: the client did not reconnect within {grace_s:g} s"
+
+
 # Bounds on what a synthetic error result quotes back to the model.
 MAX_QUOTED_ERROR = 500
 MAX_QUOTED_ARGUMENTS = 2000

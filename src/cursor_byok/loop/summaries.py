@@ -12,7 +12,7 @@ from .commands import Final
 from .inputs import SummaryDone, SummaryFailed
 from .model_calls import call_llm, first_summarizable, summarize
 from .prompt import render_prompt, render_tools
-from .results import loop_answer, loop_failure
+from .results import CALL_SUPERSEDED, loop_answer, loop_failure
 from .state import (
     AfterSummary,
     AwaitSummary,
@@ -147,7 +147,7 @@ def on_compact(state: RuntimeState) -> Transition:
     c = state.committed
     call_end: CallEnd | None = None
     if c.busy:
-        c, _, call_end = close_turn(c, "superseded by a newer request")
+        c, _, call_end = close_turn(c, CALL_SUPERSEDED)
     cut = compaction.requested_cut(c.messages, first_summarizable(c))
     if cut is None and c.commit == 0:
         # A conversation this server never saw: nothing is committed, so its first turn still

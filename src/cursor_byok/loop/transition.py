@@ -26,6 +26,7 @@ from .inputs import (
     Admitted,
     CallRefused,
     Cancel,
+    ClientGone,
     Compact,
     Input,
     LLMEvent,
@@ -36,11 +37,13 @@ from .inputs import (
     SummaryDone,
     SummaryFailed,
     Supersede,
+    Suspend,
     ToolLost,
     ToolResult,
     UserMessage,
 )
-from .recovery import CONTINUED_ELSEWHERE, on_cancel, on_resume, on_rewind
+from .recovery import CONTINUED_ELSEWHERE, on_cancel, on_resume, on_rewind, on_suspend
+from .results import CALL_STREAM_CLOSED, CALL_SUPERSEDED, canceled_call, not_reopened
 from .state import RuntimeState
 from .step import CallEnd, CallOutcome, Compacted, Ignored, LocalResult, LoopError, Transition
 from .streaming import on_llm_event
@@ -62,8 +65,16 @@ def transition(state: RuntimeState, input: Input) -> Transition:
             t = on_note(state, input)
         case UserMessage():
             t = on_user_message(state, input)
-        case Cancel() | Supersede():
-            t = on_cancel(state, input.reason, cards=True)
+        case Cancel():
+            call = canceled_call(input.reason, Cancel().reason)
+            t = on_cancel(state, input.reason, cards=True, call_reason=call)
+        case Supersede():
+            t = on_cancel(state, input.reason, cards=True, call_reason=CALL_SUPERSEDED)
+        case ClientGone(grace_s=grace):
+            reason = not_reopened(grace) if grace else CALL_STREAM_CLOSED
+            t = on_cancel(state, reason, cards=False, call_reason=reason)
+        case Suspend():
+            t = on_suspend(state, input.cause)
         case Resume():
             t = on_resume(state, input)
         case ToolLost():

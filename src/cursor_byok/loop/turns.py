@@ -13,7 +13,13 @@ from .commands import WAIT_INPUT, Final
 from .context import TurnContext
 from .inputs import Note, Start, UserMessage
 from .model_calls import call_llm
-from .results import CANCELED_RESULT_TEXT, build_message, error_result, loop_answer
+from .results import (
+    CALL_SUPERSEDED,
+    CANCELED_RESULT_TEXT,
+    build_message,
+    error_result,
+    loop_answer,
+)
 from .state import AwaitClient, AwaitLLM, AwaitSummary, ConversationState, RuntimeState, Status
 from .step import (
     CallEnd,
@@ -96,7 +102,7 @@ def on_start(state: RuntimeState, input: Start) -> Transition:
     call_end: CallEnd | None = None
     if c.busy:
         # Closed without cards: the tool calls belonged to another run's client stream.
-        c, _, call_end = close_turn(c, "superseded by a newer request")
+        c, _, call_end = close_turn(c, CALL_SUPERSEDED)
     if not c.log and input.history:
         c = with_messages(c, *input.history)
     if c.commit == 0 and c.log:  # the client's history and list, for a conversation new to us
@@ -118,7 +124,7 @@ def on_note(state: RuntimeState, input: Note) -> Transition:
     c = state.committed
     call_end: CallEnd | None = None
     if c.busy:
-        c, _, call_end = close_turn(c, "superseded by a newer request")
+        c, _, call_end = close_turn(c, CALL_SUPERSEDED)
     c2 = commit(
         with_messages(c, input.message),
         status=Status.FINAL,

@@ -89,6 +89,8 @@ def call_row(record: LLMCallRecord, config: Config, secrets: Sequence[str]) -> d
         "cache_read_tokens": read,
         "cache_write_tokens": write,
         "reasoning_tokens": record.reasoning_tokens,
+        # Which counts are the server's estimates (a call ended before the provider counted).
+        "estimated_tokens": record.estimated_tokens,
         "cache_hit_ratio": None if ratio is None else round(ratio, 4),
         "cost_usd": cost,
         # A finished call without a cost: its model has no `prices` in the configuration.

@@ -121,6 +121,14 @@ class LLMCallRecord(msgspec.Struct, frozen=True, kw_only=True):
     # calls carry the token of the run that started it). None: the server's own auth_token,
     # or no token at all. None before 0007.
     token_id: str | None = None
+    # The server process that planned the call, or sends it again (ProcessLease.process_id):
+    # a "planned" call whose process's lease expired is one nobody streams any more. None
+    # before 0011.
+    process_id: str | None = None
+    # Which token counts are this server's estimates, not the provider's: "input", "output"
+    # or "input,output" (a call that ended before the provider reported them). None: the
+    # provider's, or none. None before 0011.
+    estimated_tokens: str | None = None
 
 
 class ClientOperationRecord(msgspec.Struct, frozen=True, kw_only=True):
@@ -292,6 +300,32 @@ class TokenUsage(msgspec.Struct, frozen=True, kw_only=True):
     cache_write_tokens: int = 0
     cost_usd: float = 0.0
     unpriced_calls: int = 0  # finished calls stored without a cost
+
+
+class ProcessLease(msgspec.Struct, frozen=True, kw_only=True):
+    """A server process's claim that it is alive, renewed while it runs: the calls it owns
+    (LLMCallRecord.process_id) are its own to finish until the lease expires
+    (`expires_at_ms`) or ends (`ended_at_ms`, a graceful stop). `host` says where `pid` means
+    something (the runtime's words: a boot and PID namespace); `pid_started` tells a reused
+    pid apart (0: unknown). Opaque to the store, which only keeps the rows."""
+
+    process_id: str
+    host: str
+    pid: int
+    pid_started: int
+    started_at_ms: int
+    renewed_at_ms: int
+    expires_at_ms: int
+    ended_at_ms: int | None = None
+
+
+class CallOwner(msgspec.Struct, frozen=True, kw_only=True):
+    """A process that owns "planned" calls, how many, and its lease (None: the calls name no
+    process, made before 0011, or one whose lease row is gone)."""
+
+    process_id: str | None
+    calls: int
+    lease: ProcessLease | None = None
 
 
 class SaveResult(msgspec.Struct, frozen=True, kw_only=True):
@@ -475,6 +509,29 @@ class Store(Protocol):
 
     async def set_server_setting(self, name: str, value: str, at_ms: int) -> None:
         """Store `value` under `name` (replacing any), durably."""
+        ...
+
+    async def save_lease(self, lease: ProcessLease) -> None:
+        """Insert or replace this process's lease (a renewal). Not durable on its own, like
+        `save_run`: a lost renewal only makes the lease look older."""
+        ...
+
+    async def planned_call_owners(self) -> tuple[CallOwner, ...]:
+        """Every owner of "planned" calls, with its lease (an index-only read: the planned
+        calls are few)."""
+        ...
+
+    async def take_planned_calls(
+        self, owner: str, owners: Sequence[str | None]
+    ) -> tuple[LLMCallRecord, ...]:
+        """In one transaction, make `owner` the owner of every "planned" call owned by one of
+        `owners` (None: owned by no process), and return those records as they are now. Two
+        processes taking the calls of the same dead owner at once: each call goes to one."""
+        ...
+
+    async def prune_leases(self, expired_before_ms: int) -> int:
+        """Delete the leases expired or ended before `expired_before_ms` that own no
+        "planned" call; how many went."""
         ...
 
     # -- signing in with a person's token (0010, docs/clients.md) -----------------------------

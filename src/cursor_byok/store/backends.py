@@ -22,7 +22,7 @@ def display_name(database: str) -> str:
 
 def database_secrets(database: str) -> tuple[str, ...]:
     """What of the setting no log or output may show (a URL's password), longest first."""
-    from .postgres.errors import url_secrets
+    from .postgres.url import url_secrets
 
     return url_secrets(database) if is_postgres_url(database) else ()
 

@@ -53,5 +53,10 @@ class RecordMismatchError(StoreIntegrityError):
     (for example the exact request bytes of an LLM call)."""
 
 
+class BackendMissingError(StoreError):
+    """The database names a backend whose driver is not installed (PostgreSQL without the
+    `postgres` extra). Nothing was opened."""
+
+
 class StoreClosedError(StoreError):
     """The store was closed."""

@@ -63,6 +63,17 @@ def parse_usage(usage: dict[str, Any], chunk: dict[str, Any]) -> Usage:
     )
 
 
+def parse_timings(timings: dict[str, Any]) -> Usage:
+    """llama.cpp's `timings` (on every chunk when a request asks `timings_per_token`, else on
+    the last): the prompt evaluated, the prompt reused from its cache, the tokens generated so
+    far. What a call canceled mid-answer is counted by when no usage chunk came."""
+    return Usage(
+        input=_int(timings.get("prompt_n")),
+        output=_int(timings.get("predicted_n")),
+        cache_read=_int(timings.get("cache_n")),
+    )
+
+
 def _in_band_error(error: Any) -> str:
     """OpenRouter's mid-stream `error` object: message, code and the upstream's raw text."""
     if not isinstance(error, dict):
@@ -140,6 +151,8 @@ class ChatDecoder:
             usage = choice.get("usage")  # Moonshot
         if isinstance(usage, dict):
             asm.set_usage(parse_usage(usage, chunk))
+        elif isinstance(timings := chunk.get("timings"), dict):  # llama.cpp (cancel #23)
+            asm.set_usage(parse_timings(timings))
         if choice is None:
             return out
         delta = choice.get("delta")

@@ -6,10 +6,30 @@ replicas.py  what replicas share: LISTEN/NOTIFY watchers, the advisory locks tha
            conversation
 conn.py    the psycopg connection as the shared SQL's connection (placeholders, values)
 schema.py  the numbered migrations applied under an advisory lock, cursor_byok_schema
-errors.py  psycopg errors mapped to StoreError classes; the URL without its password
+errors.py  psycopg errors mapped to StoreError classes
+url.py     the URL without its password, and the secrets of it to mask
+missing.py what stands in for PostgresStore when psycopg (the `postgres` extra) is missing
 """
 
-from .errors import display_url
-from .store import PostgresStore
+from typing import TYPE_CHECKING
+
+from .url import display_url
+
+
+def _psycopg_problem() -> str | None:
+    """Why psycopg cannot be imported (not installed, or no libpq), None when it can."""
+    try:
+        import psycopg  # noqa: F401
+    except ImportError as exc:
+        return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    return None
+
+
+if TYPE_CHECKING or (_problem := _psycopg_problem()) is None:
+    from .store import PostgresStore
+else:
+    from .missing import missing_store
+
+    PostgresStore = missing_store(_problem)
 
 __all__ = ["PostgresStore", "display_url"]

@@ -21,8 +21,9 @@ from ..errors import StoreClosedError, StoreIOError
 from ..migrate import load_migrations
 from ..sql import Conn
 from .conn import PgConn
-from .errors import map_error, redact_url
+from .errors import map_error
 from .schema import migrate
+from .url import redact_url
 
 T = TypeVar("T")
 # A retry of the whole transaction, once: two writers inserting the same new key (two saves

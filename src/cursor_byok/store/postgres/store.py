@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 from ..api import (
     AccessTokenRecord,
+    CallOwner,
     ClientOperationRecord,
     CommitResult,
     ConversationClaims,
@@ -33,6 +34,7 @@ from ..api import (
     ConversationSummary,
     InputCommit,
     LLMCallRecord,
+    ProcessLease,
     RunOutcomeRecord,
     RunRecord,
     SaveResult,
@@ -44,7 +46,7 @@ from ..api import (
     TurnMark,
 )
 from ..errors import StoreClosedError
-from ..sql import Conn, activity, jobs, links, rows, sign_in, tokens
+from ..sql import Conn, activity, jobs, leases, links, rows, sign_in, tokens
 from .errors import display_url
 from .pool import Pool
 from .replicas import APPENDS_CHANNEL, CLAIMS_CHANNEL, Holds, Watcher, lock_key
@@ -482,6 +484,39 @@ class PostgresStore:
             lambda conn: jobs.upsert_operation(conn, path, record, clock()),
             f"saving client operation {record.operation_id!r}",
             write=True,
+        )
+
+    # ------------------------------------------------------------------ process leases
+
+    async def save_lease(self, lease: ProcessLease) -> None:
+        await self._run(
+            lambda conn: leases.save_lease(conn, lease),
+            f"renewing the lease of process {lease.process_id!r}",
+            write=True,
+            durable=False,
+        )
+
+    async def planned_call_owners(self) -> tuple[CallOwner, ...]:
+        return await self._run(
+            leases.planned_call_owners, "reading the owners of planned calls", write=False
+        )
+
+    async def take_planned_calls(
+        self, owner: str, owners: Sequence[str | None]
+    ) -> tuple[LLMCallRecord, ...]:
+        names = tuple(owners)
+        return await self._run(
+            lambda conn: leases.take_planned_calls(conn, owner, names),
+            "taking the planned calls of stopped processes",
+            write=True,
+        )
+
+    async def prune_leases(self, expired_before_ms: int) -> int:
+        return await self._run(
+            lambda conn: leases.prune_leases(conn, expired_before_ms),
+            "pruning old process leases",
+            write=True,
+            durable=False,
         )
 
     # ------------------------------------------------------------------ claims (replicas)

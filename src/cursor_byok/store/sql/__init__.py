@@ -7,6 +7,7 @@
     activity.py  run outcomes and the per-conversation overview (what an operator looks at)
     tokens.py    the tokens per person and the usage made under each
     links.py     the subagent links: parent Task call -> child conversation
+    leases.py    the process leases and the "planned" calls they own (a dead owner's taken)
 
 Written portable: `?` placeholders, named subqueries, sums of `CASE` rather than of booleans,
 no pragma and no backend function. Each function takes the connection it runs on and decides

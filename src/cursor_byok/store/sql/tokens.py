@@ -1,5 +1,5 @@
-"""The SQL of the tokens per person (migrations 0007, 0011), of the usage made under each, and
-of the server's settings (`server_settings`, 0011).
+"""The SQL of the tokens per person (migrations 0007, 0012), of the usage made under each, and
+of the server's settings (`server_settings`, 0012).
 
 Plain SQL a second backend can run as it is (only the `?` placeholders differ): no pragma,
 no SQLite function. The store decides nothing: whether a token may call a model is the

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 from ..api import (
     AccessTokenRecord,
+    CallOwner,
     ClientOperationRecord,
     CommitResult,
     ConversationOverview,
@@ -21,6 +22,7 @@ from ..api import (
     ConversationSummary,
     InputCommit,
     LLMCallRecord,
+    ProcessLease,
     RunOutcomeRecord,
     RunRecord,
     SaveResult,
@@ -32,7 +34,7 @@ from ..api import (
     TurnMark,
 )
 from ..errors import StoreClosedError
-from ..sql import activity, jobs, links, rows, sign_in, tokens
+from ..sql import activity, jobs, leases, links, rows, sign_in, tokens
 from .reads import INLINE_MESSAGES, Reads
 from .writer import Synchronous, Writer, WriterStats
 
@@ -406,6 +408,34 @@ class SQLiteStore:
         return await self._write(
             lambda conn: jobs.upsert_operation(conn, path, record, clock()),
             f"saving client operation {record.operation_id!r}",
+        )
+
+    # ------------------------------------------------------------------ process leases
+
+    async def save_lease(self, lease: ProcessLease) -> None:
+        await self._write(
+            lambda conn: leases.save_lease(conn, lease),
+            f"renewing the lease of process {lease.process_id!r}",
+            durable=False,
+        )
+
+    async def planned_call_owners(self) -> tuple[CallOwner, ...]:
+        return await self._read(leases.planned_call_owners, "reading the owners of planned calls")
+
+    async def take_planned_calls(
+        self, owner: str, owners: Sequence[str | None]
+    ) -> tuple[LLMCallRecord, ...]:
+        names = tuple(owners)
+        return await self._write(
+            lambda conn: leases.take_planned_calls(conn, owner, names),
+            "taking the planned calls of stopped processes",
+        )
+
+    async def prune_leases(self, expired_before_ms: int) -> int:
+        return await self._write(
+            lambda conn: leases.prune_leases(conn, expired_before_ms),
+            "pruning old process leases",
+            durable=False,
         )
 
     async def append_stream_diagnostics(

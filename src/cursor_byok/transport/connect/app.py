@@ -17,6 +17,7 @@ principal then travels with the run (sessions.PRINCIPAL_HEADER, set here and onl
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import inspect
 import logging
@@ -170,6 +171,7 @@ class ConnectApp:
             service, self.registry, self.limits, runsse_content_type, relayed=self.relayed
         )
         self.ready = False
+        self._closing: asyncio.Task[None] | None = None
         self._token = auth_token.encode() if auth_token else None
 
     # -- entry --------------------------------------------------------------------------------
@@ -231,8 +233,11 @@ class ConnectApp:
         self.ready = True
 
     async def shutdown(self) -> None:
+        """End every run (SessionRegistry.close); once, however often it is awaited."""
         self.ready = False
-        await self.registry.close()
+        if self._closing is None:
+            self._closing = asyncio.get_running_loop().create_task(self.registry.close())
+        await asyncio.shield(self._closing)
 
     async def _lifespan(self, receive: Receive, send: Send) -> None:
         while True:

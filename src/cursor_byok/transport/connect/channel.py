@@ -10,6 +10,7 @@ parser made of them (service.py); this package knows no protobuf and no Cursor.
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
@@ -36,6 +37,22 @@ class EndError:
     details: bytes | None = None
 
 
+class Gone(enum.Enum):
+    """Why a run's client stream will carry nothing more while the run has not ended."""
+
+    CLOSED = "closed"  # the client closed its HTTP/2 `Run` stream, which cannot be reopened
+    EXPIRED = "expired"  # a `RunSSE` was not reopened within the reconnect grace
+    SHUTDOWN = "shutdown"  # the server is stopping (the client was told `unavailable`)
+    FAILED = "failed"  # the transport ends the run (`detail` says why); its task is canceled
+
+
+@dataclass(frozen=True, slots=True)
+class StreamGone:
+    why: Gone
+    grace_s: float = 0.0  # EXPIRED: the grace that passed
+    detail: str = ""  # FAILED: the transport's error
+
+
 class RunChannel(Protocol):
     @property
     def request_id(self) -> str: ...
@@ -48,6 +65,15 @@ class RunChannel(Protocol):
         """From now on hand each client message to `handler` as it arrives, in order, instead
         of queueing it for `receive()` (messages already queued go first). It runs inside the
         transport's own reading, so it must be quick and must not raise. None stops routing."""
+        ...
+
+    def watch_gone(self, handler: Callable[[StreamGone], None] | None) -> None:
+        """From now on call `handler` (once) when the client's stream is gone for good while
+        the run goes on, or the transport ends the run: at once for a closed HTTP/2 `Run`,
+        when the reconnect grace of a `RunSSE` passes, at shutdown (a stream gone before this
+        call is reported now). It runs inside the transport: quick, never raising. A run that
+        watches then ends by itself; past the transport's stop grace its task is canceled.
+        None stops watching."""
         ...
 
     def continue_client_numbering(self) -> None:

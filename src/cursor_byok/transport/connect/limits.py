@@ -16,7 +16,12 @@ from .ledger import MIB
 class TransportLimits:
     heartbeat_interval: float = 5.0  # server heartbeat after this much output silence
     finished_grace: float = 120.0  # finished sessions stay replayable this long
-    orphan_timeout: float = 60.0  # a live run with no subscriber this long is cancelled
+    # A live run with no subscriber this long (a RunSSE's reconnect grace, design §14.2) is
+    # told its client is gone (it ends by itself), or cancelled when it does not watch.
+    orphan_timeout: float = 60.0
+    # A run told its client is gone, or that the server stops, has this long to end by
+    # itself (recording its calls); then its task is cancelled.
+    stop_grace: float = 5.0
     reap_interval: float = 1.0
     max_sessions: int = 10_000
     max_held_appends: int = 1024  # out-of-order appends held per session

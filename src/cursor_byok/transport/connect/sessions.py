@@ -8,8 +8,11 @@ error) is kept apart from the history because its encoding depends on the protoc
 subscriber (Connect end-stream frame or gRPC-Web trailers).
 
 The `SessionRegistry` creates sessions on first sight (RunSSE or BidiAppend may come first),
-runs one handler task per session, cancels orphaned runs (no subscriber for `orphan_timeout`),
-and forgets finished sessions after `finished_grace`. What sessions hold is counted in bytes
+runs one handler task per session, and forgets finished sessions after `finished_grace`. A run
+whose client is gone for good is told so (`watch_gone`) and ends by itself: an HTTP/2 `Run`
+the client closed at once, a `RunSSE` not reopened for `orphan_timeout` (its reconnect grace),
+every run at shutdown; one that does not watch, or is still going `stop_grace` later, has its
+task cancelled. What sessions hold is counted in bytes
 (ledger.py). A run that has had no message in order yet (append_seqno 0 on the shim) has not
 started: it expires after `unstarted_timeout` and, while it waits, counts against its client's
 allowance, so a flood of appends for new request ids cannot fill the table. When the table is
@@ -23,54 +26,21 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
-from typing import Literal, Protocol
+from collections.abc import Callable, Mapping
+from typing import Protocol
 
-from .channel import EndError, Incoming, RunChannel
+from .channel import EndError, Gone, Incoming, StreamGone
 from .envelopes import ConnectError, ErrorDetail
 from .envelopes import encode_envelope as _envelope
 from .ledger import MIB, RUN_COST, Ledger, LedgerLimits, size_text
 from .limits import TransportLimits as TransportLimits  # where it used to be defined
+from .run_info import FORWARDED_HEADERS as FORWARDED_HEADERS
+from .run_info import PRINCIPAL_HEADER as PRINCIPAL_HEADER
+from .run_info import RunHandler as RunHandler
+from .run_info import RunStartInfo as RunStartInfo
+from .run_info import Transport as Transport
 
 log = logging.getLogger(__name__)
-
-Transport = Literal["run", "runsse"]
-
-# Request headers passed on to the run handler (lower-case names).
-FORWARDED_HEADERS = (
-    "x-request-id",
-    "x-original-request-id",
-    "x-cursor-client-version",
-    "x-cursor-client-type",
-    "x-ghost-mode",
-    "x-session-id",
-    "x-parent-request-id",
-    "x-parent-agent-tool-call-id",
-    "x-root-parent-request-id",
-    "user-agent",
-)
-
-
-# Set by ConnectApp (never taken from the client: it drops any it sent) to the principal a
-# bearer credential authenticated as: the id of a person token, not its secret.
-PRINCIPAL_HEADER = "x-cursor-byok-principal"
-
-
-@dataclass(frozen=True, slots=True)
-class RunStartInfo:
-    """What the run handler learns about the request that started the run. `principal`: who
-    the request authenticated as ("" for the server's own token, or none)."""
-
-    request_id: str
-    transport: Transport
-    # Filled in by every request of the run until its first message is read (the shim's
-    # RunSSE may come before the BidiAppend that carries a child run's parent headers).
-    headers: dict[str, str] = field(default_factory=dict)
-    principal: str = ""
-
-
-RunHandler = Callable[[RunChannel, RunStartInfo], Awaitable[None]]
 
 
 class DirectOutput(Protocol):
@@ -139,6 +109,9 @@ class Session:
         self.duplicates = 0
         self._direct: DirectOutput | None = None
         self._router: Callable[[Incoming], None] | None = None
+        self._gone_watch: Callable[[StreamGone], None] | None = None
+        self.gone: StreamGone | None = None  # the client's stream is gone for good
+        self.gone_at: float | None = None  # when the run was told so
 
     # -- RunChannel ---------------------------------------------------------------------------
 
@@ -169,6 +142,34 @@ class Session:
             handler(item)
         except Exception:  # the transport's reading must go on
             log.exception("run %s: routing a client message failed", self._request_id)
+
+    def watch_gone(self, handler: Callable[[StreamGone], None] | None) -> None:
+        self._gone_watch = handler
+        if handler is not None and self.gone is not None and self.gone_at is None:
+            self._tell(self.gone)
+
+    @property
+    def watched(self) -> bool:
+        return self._gone_watch is not None
+
+    def lose(self, gone: StreamGone) -> None:
+        """The client's stream is gone for good (`gone` says how): tell the run, once. A run
+        that does not watch hears of it if it starts watching; the reaper ends it."""
+        if self._finished or self.gone is not None:
+            return
+        self.gone = gone
+        if self._gone_watch is not None:
+            self._tell(gone)
+
+    def _tell(self, gone: StreamGone) -> None:
+        self.gone_at = self._clock()
+        watch = self._gone_watch
+        if watch is None:
+            return
+        try:
+            watch(gone)
+        except Exception:  # the transport goes on
+            log.exception("run %s: telling the run its client is gone failed", self._request_id)
 
     def continue_client_numbering(self) -> None:
         if self._next_seqno == 0:
@@ -232,7 +233,10 @@ class Session:
         self._wake()
 
     def fail(self, error: ConnectError) -> None:
-        """End the run because of a transport-level problem (bad input, client gone)."""
+        """End the run because of a transport-level problem (bad input, client gone): the run
+        hears why (`watch_gone`), then its task is cancelled."""
+        if not self._finished and self._gone_watch is not None:
+            self._tell(StreamGone(Gone.FAILED, detail=error.message))
         self._finish(error)
         if self.task is not None and not self.task.done():
             self.task.cancel()
@@ -421,10 +425,24 @@ class SessionRegistry:
             self._reaper = asyncio.get_running_loop().create_task(self._reap_loop())
 
     async def close(self) -> None:
+        """Shutdown: every client is told `unavailable` (a shim client reconnects to the
+        server that comes next); each run that watches is told the server stops and ends by
+        itself, recording its calls, within `stop_grace`; the rest are cancelled."""
         if self._reaper is not None:
             self._reaper.cancel()
+        stopping: list[asyncio.Task[None]] = []
+        shutting_down = ConnectError("unavailable", "server shutting down")
         for s in list(self._sessions.values()):
-            s.fail(ConnectError("unavailable", "server shutting down"))
+            if s.finished:
+                continue
+            if s.watched and s.task is not None:
+                stopping.append(s.task)
+            s.lose(StreamGone(Gone.SHUTDOWN))
+            s._finish(shutting_down)  # the client's ending; the run ends by itself
+        if stopping:
+            await asyncio.wait(stopping, timeout=self.limits.stop_grace)
+        for s in list(self._sessions.values()):
+            s.fail(shutting_down)
         tasks = [t for t in self._tasks if not t.done()]
         for t in tasks:
             t.cancel()
@@ -552,9 +570,22 @@ class SessionRegistry:
                 s.fail(ConnectError("deadline_exceeded", late))
                 if s.subscribers == 0:
                     self._remove(rid)
+            elif s.gone_at is not None:
+                # Told its client is gone: it ends by itself, or here, past the stop grace.
+                if now - s.gone_at >= lim.stop_grace:
+                    log.warning(
+                        "run %s: still going %g s after its client went away; cancelling",
+                        rid,
+                        lim.stop_grace,
+                    )
+                    s.fail(ConnectError("canceled", "client went away"))
             elif s.subscribers == 0 and now - s.detached_at >= lim.orphan_timeout:
-                log.info("run %s: no client for %.0f s, cancelling", rid, lim.orphan_timeout)
-                s.fail(ConnectError("canceled", "client went away"))
+                if s.watched and s.gone is None:
+                    log.info("run %s: no client for %.0f s, ending it", rid, lim.orphan_timeout)
+                    s.lose(StreamGone(Gone.EXPIRED, grace_s=lim.orphan_timeout))
+                else:
+                    log.info("run %s: no client for %.0f s, cancelling", rid, lim.orphan_timeout)
+                    s.fail(ConnectError("canceled", "client went away"))
 
     async def _reap_loop(self) -> None:
         while True:

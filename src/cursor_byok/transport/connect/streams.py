@@ -17,6 +17,7 @@ import time
 import uuid
 from typing import Protocol
 
+from .channel import Gone, StreamGone
 from .envelopes import (
     FLAG_END_STREAM,
     ConnectError,
@@ -197,6 +198,9 @@ class Streams:
                 ready.cancel()
             if session is not None and gone.is_set():
                 session.close_input()
+                # A `Run` cannot be reopened: its run is told at once (it cancels the turn
+                # and ends the model call), unless it has ended already.
+                session.lose(StreamGone(Gone.CLOSED))
         return outcome if session is None else _outcome(session)
 
     async def _await_session(

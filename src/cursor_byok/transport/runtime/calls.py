@@ -6,6 +6,13 @@ run's model unless the loop named another (a fallback, `CallLLM.model`): that ca
 recorded and priced for its own model and sent through that model's provider. Each open stream
 hands every event straight to the run (`on_event`) from the task that reads its socket
 (`ResponseStream.deliver`): no queue and no task of the run's between the provider and the client.
+
+A call the loop ends before its terminal event (a cancel, a newer run, a client gone, a
+shutdown) is aborted the moment the loop says so, before the commit that records it: its
+connection closes at once (llm/http.py) and its record gets the usage known so far
+(`records.usage_so_far`). Whatever its stream still delivers is dropped: nobody applies it.
+A run that ends with calls still "planned" (an error, a cancelled task) ends them with its
+reason (`end_all`): no record stays planned after its run.
 """
 
 from __future__ import annotations
@@ -22,7 +29,7 @@ from ...llm import canonical
 from ...llm.events import DoneEvent, ErrorEvent, ResponseEvent, StartEvent
 from ...llm.models import Model
 from ...llm.settings import ModelSettings
-from ...llm.stream import LLM, PreparedRequest, ResponseStream
+from ...llm.stream import LLM, PreparedRequest, ResponseStream, StreamProgress
 from ...llm.types import Usage
 from ...loop import CallEnd, CallLLM, CallOutcome, ResendLLM
 from ...store.api import LLMCallRecord, Store
@@ -73,9 +80,12 @@ class ModelCalls:
         models: Mapping[str, Model] | None = None,
         llm_for: Callable[[Model], LLM] | None = None,
         token_id: str | None = None,
+        owner: str = "",
     ) -> None:
-        """`models` and `llm_for` reach the fallback models the loop may name (none without)."""
+        """`models` and `llm_for` reach the fallback models the loop may name (none without);
+        `owner`: the process id stored with each call it plans (its lease, leases.py)."""
         self.model = model
+        self.owner = owner or None
         self.token_id = token_id  # stored with each planned call (the usage per token)
         self.llm = llm
         self.store = store
@@ -90,6 +100,9 @@ class ModelCalls:
         self._timings: dict[str, _Timing] = {}
         self._streams: dict[str, ResponseStream] = {}
         self._closing: set[asyncio.Future[None]] = set()
+        # Calls ended before their terminal event, with what they had shown when aborted.
+        self._aborted: dict[str, StreamProgress] = {}
+        self._prior: dict[str, records.Prior] = {}  # calls sent again: their earlier attempts
         self.first_ttft_ms: int | None = None
 
     # -- before the commit ------------------------------------------------------------------
@@ -135,6 +148,7 @@ class ModelCalls:
             prepared=prepared,
             model=self.target(command.call_id).model,
             now_ms=now_ms,
+            process_id=self.owner,
         )
         if self.token_id is not None:
             record = msgspec.structs.replace(record, token_id=self.token_id)
@@ -154,7 +168,13 @@ class ModelCalls:
         if record is None:
             return None
         message = event.message if isinstance(event, DoneEvent | ErrorEvent) else None
-        usage = message.usage if message is not None else Usage()
+        estimated: str | None = None
+        if message is not None:
+            usage = message.usage
+        elif end.call_id in self._timings:  # sent, ended before its terminal event: stopped
+            usage, estimated = records.usage_so_far(self._abort(end.call_id), record)
+        else:  # never sent by this run (refused, or ended before it went out): it cost nothing
+            usage = Usage()
         timing = self._timings.get(end.call_id)
         now = time.monotonic()
         ttft = (
@@ -180,9 +200,40 @@ class ModelCalls:
             duration_ms=duration,
             cost_usd=prices.cost(usage) if prices is not None else None,
             now_ms=now_ms,
+            estimated=estimated,
+            prior=self._prior.get(end.call_id),
         )
         self._records[end.call_id] = updated
         return updated
+
+    def end_all(self, reason: str, now_ms: int) -> list[LLMCallRecord]:
+        """The run is over: every call still "planned" ends canceled with `reason` (its stream
+        aborted, its usage what it had shown); their records, to be saved."""
+        ended: list[LLMCallRecord] = []
+        for call_id, record in list(self._records.items()):
+            if record.status == "planned":
+                finished = self.finished(
+                    CallEnd(call_id, CallOutcome.CANCELED, reason), None, now_ms
+                )
+                if finished is not None:
+                    ended.append(finished)
+        return ended
+
+    def _abort(self, call_id: str) -> StreamProgress:
+        """Stop call `call_id`'s stream now (what it delivers from here on is dropped) and
+        say what it had shown; the same again for a call stopped before."""
+        stream = self._streams.pop(call_id, None)
+        if stream is not None:
+            self._aborted[call_id] = stream.progress()
+            self._close_later(stream)
+        return self._aborted.get(call_id, StreamProgress())
+
+    def _close_later(self, stream: ResponseStream) -> None:
+        # aclose() drops the connection in its first step, before any await: at the loop's
+        # next turn, whatever the caller awaits meanwhile (the commit that records the end).
+        task = asyncio.ensure_future(stream.aclose())
+        self._closing.add(task)
+        task.add_done_callback(self._closing.discard)
 
     # -- streams ----------------------------------------------------------------------------
 
@@ -201,6 +252,8 @@ class ModelCalls:
 
         async def sink(event: ResponseEvent) -> None:
             """Design §7.2 `readLLM`: each upstream event becomes an input of the run, in order."""
+            if call_id in self._aborted:
+                return  # ended by the loop or the run: nobody applies it
             if timing.first is None and not isinstance(event, StartEvent | ErrorEvent):
                 timing.first = time.monotonic()
             if isinstance(event, DoneEvent | ErrorEvent):
@@ -219,11 +272,20 @@ class ModelCalls:
         record = await self.store.get_llm_call(command.call_id)
         if record is None:
             raise CallNotResendable("the interrupted model call was not recorded")
-        self._records[command.call_id] = record
         try:
             prepared = await load_request(record.request, record.request_hash, self._stored)
         except StoredRequestError as exc:
             raise CallNotResendable(f"the interrupted model call cannot be resent: {exc}") from None
+        # Planned again, by this process: an attempt that ended before (a shutdown, a process
+        # that died) keeps its usage in the record, and this attempt's is added at its end.
+        self._prior[command.call_id] = records.prior_usage(record)
+        self._aborted.pop(command.call_id, None)
+        if record.status != "planned" or record.process_id != self.owner:
+            record = msgspec.structs.replace(
+                record, status="planned", process_id=self.owner, finished_at_ms=None
+            )
+            await self.store.save_llm_call(record)
+        self._records[command.call_id] = record
         self.open(command.call_id, prepared)
 
     async def recall(self, call_id: str) -> None:
@@ -239,13 +301,10 @@ class ModelCalls:
         return record.request if record is not None else None
 
     def close(self) -> None:
-        """Abort every open stream (its sink then gets an `aborted` event, which the run, once
-        ended, ignores)."""
-        for stream in self._streams.values():
-            task = asyncio.ensure_future(stream.aclose())
-            self._closing.add(task)
-            task.add_done_callback(self._closing.discard)
-        self._streams.clear()
+        """Abort every open stream (what it still delivers is dropped); a call left "planned"
+        is ended by `end_all`."""
+        for call_id in list(self._streams):
+            self._abort(call_id)
 
     def records(self) -> list[LLMCallRecord]:
         return list(self._records.values())

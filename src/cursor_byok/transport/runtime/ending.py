@@ -27,6 +27,7 @@ from ..cursor import (
 )
 from .calls import CallNotResendable
 from .conversation import ConversationGone
+from .records import record_usage
 from .requests import ClientTimeout
 from .summary import RunSummary
 
@@ -141,6 +142,10 @@ class Reports:
                 continue
             summary.llm_calls += 1
             summary.cost_usd += record.cost_usd or 0.0
+            if record.status == "canceled":
+                # Ended before its terminal event reached the run (canceled, superseded,
+                # shut down): what it cost is in its record only.
+                summary.usage = summary.usage + record_usage(record)
             if summary.ttft_ms is None and record.ttft_ms is not None:
                 summary.ttft_ms = record.ttft_ms
             if self._on_llm_call is not None:

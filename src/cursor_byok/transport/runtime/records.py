@@ -10,13 +10,14 @@ from typing import assert_never
 import msgspec
 
 from ...llm import canonical
-from ...llm.models import Model
-from ...llm.stream import PreparedRequest
+from ...llm.models import Model, Prices
+from ...llm.stream import PreparedRequest, StreamProgress
 from ...llm.types import ToolResultMessage, Usage
 from ...loop import (
     CallClient,
     CallEnd,
     CallLLM,
+    CallOutcome,
     Canceled,
     Command,
     ContinueLLM,
@@ -30,7 +31,14 @@ from ...loop import (
     side_effects,
 )
 from ...loop import view as views
-from ...loop.meter import Meter, PromptChars, measure, prompt_tokens
+from ...loop.meter import (
+    CHARS_PER_TOKEN,
+    Meter,
+    PromptChars,
+    estimate_tokens,
+    measure,
+    prompt_tokens,
+)
 from ...store.api import CallStatus, ClientOperationRecord, LLMCallRecord
 
 _state_encoder = msgspec.json.Encoder(order="deterministic")
@@ -118,8 +126,10 @@ def planned_call(
     prepared: PreparedRequest,
     model: Model,
     now_ms: int,
+    process_id: str | None = None,
 ) -> LLMCallRecord:
-    """The record of a model call, written in the commit that decides it, before it is sent."""
+    """The record of a model call, written in the commit that decides it, before it is sent;
+    `process_id`: the process that sends it (its lease, transport/runtime/leases.py)."""
     return LLMCallRecord(
         call_id=command.call_id,
         conversation_id=conversation_id,
@@ -136,6 +146,7 @@ def planned_call(
         prompt_breakdown=encode_call_meter(
             command.prompt, measure(command.prompt, used=0, window=model.context_window)
         ),
+        process_id=process_id,
     )
 
 
@@ -149,17 +160,27 @@ def finished_call(
     duration_ms: int | None,
     cost_usd: float | None,
     now_ms: int,
+    estimated: str | None = None,
+    prior: Prior | None = None,
 ) -> LLMCallRecord:
     """The record once the loop said how the call ended (`end`); its meter scaled to the
-    provider's usage (kept as estimated when the provider measured nothing)."""
+    provider's usage (kept as estimated when the provider measured nothing). `estimated`:
+    which of `usage`'s counts are ours (`usage_so_far`); `prior`: earlier attempts of the
+    call (`prior_usage`), whose usage and cost the record adds to this one's."""
     status: CallStatus = end.outcome.value  # the outcome's values are the store's statuses
     breakdown = record.prompt_breakdown
-    if breakdown is not None and prompt_tokens(usage) > 0:
+    measured_input = estimated is None or "input" not in estimated
+    if breakdown is not None and prompt_tokens(usage) > 0 and measured_input:
         planned = decode_call_meter(breakdown)
         measured = measure(
             planned.chars, used=prompt_tokens(usage), window=planned.meter.max_tokens
         )
         breakdown = encode_call_meter(planned.chars, measured)
+    if prior is not None and prior.usage != Usage():
+        usage = usage + prior.usage
+        if cost_usd is not None:
+            cost_usd += prior.cost_usd
+        estimated = merge_estimated(estimated, prior.estimated)
     return msgspec.structs.replace(
         record,
         status=status,
@@ -177,7 +198,90 @@ def finished_call(
         cost_usd=cost_usd,
         error=end.error,
         finished_at_ms=now_ms,
+        estimated_tokens=estimated,
     )
+
+
+def estimated_input(record: LLMCallRecord) -> int:
+    """The request's tokens by our estimate (its characters, recorded with the planned call);
+    0 for a record without them (made before 0006)."""
+    if record.prompt_breakdown is None:
+        return 0
+    return estimate_tokens(decode_call_meter(record.prompt_breakdown).chars)
+
+
+def usage_so_far(progress: StreamProgress, record: LLMCallRecord) -> tuple[Usage, str | None]:
+    """The usage of a call that ended before its terminal event, and which counts are ours.
+
+    Input: the provider's where it reported one before the end (Anthropic's message_start,
+    Gemini's usageMetadata, a final usage chunk), else the request's estimate. Output: the
+    provider's count, unless what streamed counts for more (most providers report it only at
+    the end; Anthropic's message_start says 1): one token per delta event, or one per
+    CHARS_PER_TOKEN characters when deltas carry several (Anthropic, Gemini), the larger."""
+    usage = progress.usage
+    estimated: list[str] = []
+    if prompt_tokens(usage) == 0:
+        usage = msgspec.structs.replace(usage, input=estimated_input(record))
+        estimated.append("input")
+    counted = max(progress.deltas, -(-progress.chars // CHARS_PER_TOKEN))
+    if counted > usage.output:
+        usage = msgspec.structs.replace(usage, output=counted)
+        estimated.append("output")
+    return usage, ",".join(estimated) or None
+
+
+class Prior(msgspec.Struct, frozen=True):
+    """What earlier attempts of a call sent again under the same id cost."""
+
+    usage: Usage = Usage()
+    cost_usd: float = 0.0
+    estimated: str | None = None
+
+
+def prior_usage(record: LLMCallRecord) -> Prior:
+    """The earlier attempts of a call about to be sent again (its record ended before its
+    answer: canceled at a shutdown, or found planned after its process died): the usage,
+    cost and estimated counts its next end adds its own to. Zero for a call never ended."""
+    return Prior(record_usage(record), record.cost_usd or 0.0, record.estimated_tokens)
+
+
+def record_usage(record: LLMCallRecord) -> Usage:
+    """The token counts a call's record holds (zeros for counts it has none of)."""
+    return Usage(
+        input=record.input_tokens or 0,
+        output=record.output_tokens or 0,
+        cache_read=record.cache_read_tokens or 0,
+        cache_write=record.cache_write_tokens or 0,
+        reasoning=record.reasoning_tokens or 0,
+    )
+
+
+def abandoned_call(
+    record: LLMCallRecord, reason: str, *, prices: Prices | None, now_ms: int
+) -> LLMCallRecord:
+    """A call found "planned" after the process that made it stopped (it died, or stopped
+    without finishing it): canceled with `reason`. Nothing is known of what it streamed: its
+    input is the request's estimate and its output unknown (0), both flagged as estimated."""
+    usage, _ = usage_so_far(StreamProgress(), record)
+    end = CallEnd(record.call_id, CallOutcome.CANCELED, reason)
+    return finished_call(
+        record,
+        end,
+        usage=usage,
+        answer_bytes=None,
+        ttft_ms=None,
+        duration_ms=None,
+        cost_usd=prices.cost(usage) if prices is not None else None,
+        now_ms=now_ms,
+        estimated="input,output",
+        prior=prior_usage(record),
+    )
+
+
+def merge_estimated(*flags: str | None) -> str | None:
+    """`estimated_tokens` of usage summed from parts with these flags."""
+    kinds = {k for f in flags if f for k in f.split(",")}
+    return ",".join(k for k in ("input", "output") if k in kinds) or None
 
 
 def sent_operation(

@@ -1,7 +1,7 @@
 """Where each client message of a run goes: an answer to what the run asked resolves its waiter
 at once, a tool's reply goes to its machine (and its result to the loop), and an input for the
-loop joins the run's inbox, in order. It runs inside the transport's reading: quick, never
-raises."""
+loop joins the run's inbox, in order; so does the transport's word that the client's stream
+is gone for good (`gone`). It runs inside the transport's reading: quick, never raises."""
 
 from __future__ import annotations
 
@@ -12,10 +12,21 @@ from dataclasses import dataclass
 from typing import assert_never
 
 from ...llm.types import ToolResultMessage
-from ...loop import Cancel, Input, ToolEffect, ToolResult, TurnContext, UserMessage
+from ...loop import (
+    Cancel,
+    ClientGone,
+    Input,
+    Suspend,
+    SuspendCause,
+    ToolEffect,
+    ToolResult,
+    TurnContext,
+    UserMessage,
+)
+from ...loop.results import CALL_STREAM_CLOSED, not_reopened
 from ...store.api import ClientOperationRecord
 from ...web.types import JobFailed, JobOutcome, JobRunner, ServerJob
-from ..connect.channel import Incoming, RunChannel
+from ..connect.channel import Gone, Incoming, RunChannel, StreamGone
 from ..cursor import (
     BlobReceived,
     BlobStored,
@@ -53,6 +64,10 @@ class Work:
 
 
 STOP = Work(None, "stop")
+# Why the run stopped when its task is cancelled before the loop heard why (a run still going
+# when the transport's stop grace passed, or cancelled by its event loop).
+STOPPED = "the run was stopped"
+SHUTTING_DOWN = "shutdown: the server is stopping"
 
 
 class ClientMessages:
@@ -81,6 +96,26 @@ class ClientMessages:
         self._run_job = run_job
         self._job_timeout_s = job_timeout_s
         self._jobs: set[asyncio.Task[None]] = set()
+        self.stop_reason = STOPPED  # what a cancelled run ends with (see `gone`)
+
+    def gone(self, gone: StreamGone) -> None:
+        """The client's stream is gone for good (RunChannel.watch_gone): the loop's input for
+        it joins the inbox, and the run ends by itself; should its task be cancelled first,
+        `stop_reason` says why."""
+        match gone.why:
+            case Gone.CLOSED:
+                self.stop_reason = CALL_STREAM_CLOSED
+                self.inbox.put_nowait(Work(ClientGone(), None))
+            case Gone.EXPIRED:
+                self.stop_reason = not_reopened(gone.grace_s)
+                self.inbox.put_nowait(Work(ClientGone(grace_s=gone.grace_s), None))
+            case Gone.SHUTDOWN:
+                self.stop_reason = SHUTTING_DOWN
+                self.inbox.put_nowait(Work(Suspend(cause=SuspendCause.SHUTDOWN), None))
+            case Gone.FAILED:
+                self.stop_reason = f"the transport ended the run: {gone.detail}"
+            case _:
+                assert_never(gone.why)
 
     def close(self) -> None:
         """The run is over: server jobs still running are canceled (their calls are aborted)."""

@@ -45,6 +45,8 @@ from ...loop import (
     Start,
     Summarize,
     Supersede,
+    Suspend,
+    SuspendCause,
     ToolLost,
     Transition,
     TurnContext,
@@ -203,6 +205,7 @@ class Run:
             # Replies to what the run asked resolve their waiters the moment they arrive (no
             # task in between); inputs for the loop join the inbox, in order.
             self.channel.route(self._route)
+            self.channel.watch_gone(self._route.gone)  # cancel #23: the stream-closed signal
             request = self._run_request(first)
             conversation_id = request.conversation_id
             self._adopt(request)
@@ -231,7 +234,8 @@ class Run:
                     await self._run_saved
                 await self._consume()
         except asyncio.CancelledError:
-            self._end(canceled_end("the server is shutting down"), "canceled")
+            # cancel #23: the true cause (a shutdown, a client gone), not always a shutdown
+            self._end(canceled_end(self._route.stop_reason), "canceled")
             raise
         except Exception as exc:
             self._failed(exc)
@@ -251,6 +255,7 @@ class Run:
     def close(self) -> None:
         self.reports.report_calls()
         self.channel.route(None)
+        self.channel.watch_gone(None)  # cancel #23
         if self._run_saved is not None and not self._run_saved.done():
             self._run_saved.add_done_callback(consume_exception)
         self._route.close()
@@ -292,6 +297,10 @@ class Run:
         """A newer run wants this conversation: the loop decides what that means for this one."""
         self._inbox.put_nowait(Work(Supersede(), None))
 
+    def suspend(self, cause: SuspendCause) -> None:
+        """Stop without deciding the turn (the same run goes on elsewhere): cancel #23."""
+        self._inbox.put_nowait(Work(Suspend(cause=cause), None))
+
     def _run_request(self, first: Incoming) -> RunRequest:
         inbound = self.link.receive(first.message)
         match inbound:
@@ -325,6 +334,7 @@ class Run:
             token_id=self.token_id,
             models=self.services.models,
             llm_for=self.services.llm_for,
+            owner=self.runner.replica,  # cancel #23: the process lease
         )
         summarizer = self._summarizer(self.model)
         self.admissions = Admissions(
@@ -343,6 +353,7 @@ class Run:
             summary_output=self.window.summary_output,
             deliver=self._apply_from_task,
             token_id=self.token_id,
+            owner=self.runner.replica,  # cancel #23: the process lease
         )
         self.conv = Conversation(request.conversation_id, self.store, self.runner.committed_states)
         self.checkpoints = Checkpoints(
@@ -403,9 +414,21 @@ class Run:
         if self._done:
             return
         self._done = True
+        self._end_calls(ending.message if ending is not None else "the run ended")
         self.channel.finish(end_error(ending) if ending is not None else None)
         self._inbox.put_nowait(STOP)
         self.reports.ended(ending, outcome)
+
+    def _end_calls(self, reason: str) -> None:
+        """cancel #23: calls still "planned" as the run ends end with its reason (aborted,
+        with what they had shown), counted and saved: no record stays planned."""
+        now = self.services.now_ms()
+        ended = self.calls.end_all(reason, now) if self.calls is not None else []
+        if self.summaries is not None:
+            ended += self.summaries.end_all(reason, now)
+        if ended:
+            self.reports.account(ended, turn_ends=False)
+            self.runner.save_ended_calls(ended)
 
     # -- the start of a run -----------------------------------------------------------------
 
@@ -623,6 +646,8 @@ class Run:
                 if self.admissions is not None and self.admissions.asks(t.command):
                     t = await self._admit(t)
                 if t.state is self.state:
+                    if t.call_end is not None:  # cancel #23: a call ended, nothing committed
+                        await self._save_call_end(input, t)
                     if completes is not None:
                         self._background(self.store.save_client_operation(completes), "a result")
                     if t.compacted is not None:  # nothing to compact, nothing to commit
@@ -688,14 +713,9 @@ class Run:
         now = self.services.now_ms()
         calls: list[LLMCallRecord] = []
         operations: list[ClientOperationRecord] = []
-        if t.call_end is not None:
-            event = input.event if isinstance(input, LLMEvent) else None
-            # A model call's record, else a summary call's (ended by its answer, or canceled).
-            finished = self.calls.finished(t.call_end, event, now)
-            if finished is None:
-                finished = self.summaries.finished(t.call_end, now)
-            if finished is not None:
-                calls.append(finished)
+        finished = self._ended_call(input, t, now)
+        if finished is not None:
+            calls.append(finished)
         on_commit = None
         if isinstance(t.command, CallLLM):
             assert prepared is not None
@@ -730,6 +750,23 @@ class Run:
             if isinstance(t.command, CallLLM) and t.command.fallback_of:
                 self._fell_back(t.command, t.call_end.error if t.call_end is not None else None)
         return status
+
+    def _ended_call(self, input: Input, t: Transition, now: int) -> LLMCallRecord | None:
+        """The record of the call `t` ends: a model call's, else a summary call's (ended by
+        its answer, or stopped: its stream aborted here, cancel #23)."""
+        assert self.calls is not None and self.summaries is not None
+        if t.call_end is None:
+            return None
+        event = input.event if isinstance(input, LLMEvent) else None
+        finished = self.calls.finished(t.call_end, event, now)
+        return finished if finished is not None else self.summaries.finished(t.call_end, now)
+
+    async def _save_call_end(self, input: Input, t: Transition) -> None:
+        """cancel #23: a call the loop ended without a state change (Suspend), recorded alone."""
+        finished = self._ended_call(input, t, self.services.now_ms())
+        if finished is not None:
+            await self.store.save_llm_call(finished)
+            self.reports.account([finished], turn_ends=False)
 
     def _fell_back(self, command: CallLLM, why: str | None) -> None:
         """One log line and one count per fallback the loop decided."""

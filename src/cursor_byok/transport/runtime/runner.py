@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 from ...llm.model_names import ModelNames
 from ...llm.models import Model
 from ...llm.stream import LLM
+from ...loop import SuspendCause
 from ...store.api import ConversationClaims, LLMCallRecord, Store
 from ...web.page_text import DEFAULT_MAX_TEXT_CHARS
 from ...web.types import JobRunner
@@ -29,6 +30,7 @@ from ..connect.channel import RunChannel
 from .access import TokenLimits
 from .client_blobs import ClientBlobs
 from .committed_states import CommittedStates
+from .leases import ProcessLeases
 from .request_bases import RequestBases
 from .subagents import DEFAULT_MAX_DEPTH, Children
 from .summary import CacheStats, CompactionSummary, RunSummary
@@ -102,6 +104,48 @@ class Runner:
         self.token_limits = TokenLimits(services.store, services.model_names, services.now_ms)
         self._run_tokens: dict[str, str] = {}  # request id -> person token id, while it runs
         self.children = Children()  # Task calls waiting for their child run
+        # This process's lease, named like its claims; the calls its runs plan carry it.
+        self.leases = ProcessLeases(
+            services.store,
+            self.replica,
+            models=services.models,
+            now_ms=services.now_ms,
+            on_llm_call=services.on_llm_call,
+        )
+        self._saving: set[asyncio.Task[None]] = set()  # records of runs that ended abruptly
+
+    async def start(self) -> None:
+        """Before serving: take this process's lease and finish the calls of processes that
+        died with calls in flight (leases.py)."""
+        await self.leases.start()
+
+    async def close(self) -> None:
+        """After the runs have ended (a graceful stop): their last records are saved, then
+        this process's lease ends."""
+        if self._saving:
+            await asyncio.wait(set(self._saving), timeout=10)
+        await self.leases.stop()
+
+    def save_ended_calls(self, ended: list[LLMCallRecord]) -> None:
+        """The records of calls a run ended as it stopped (ModelCalls.end_all), saved in the
+        background (awaited by `close`); only over a "planned" record the store holds (a call
+        planned in a commit that did not go through was never recorded)."""
+        if not ended:
+            return
+        store = self.services.store
+
+        async def save() -> None:
+            for record in ended:
+                try:
+                    stored = await store.get_llm_call(record.call_id)
+                    if stored is not None and stored.status == "planned":
+                        await store.save_llm_call(record)
+                except Exception as exc:  # the sweep of a later start finishes it instead
+                    log.warning("could not record how call %s ended: %s", record.call_id, exc)
+
+        task = asyncio.get_running_loop().create_task(save())
+        self._saving.add(task)
+        task.add_done_callback(self._saving.discard)
 
     @property
     def active_runs(self) -> int:
@@ -256,7 +300,11 @@ class Runner:
             task = self._tasks.get(run)
             if task is not None:
                 log.info("run %s continues on another replica; stopping it here", request_id)
-                task.cancel()
+                run.suspend(SuspendCause.MOVED)
+                # It ends by itself (its call recorded as moved); should it not, it is stopped.
+                asyncio.get_running_loop().call_later(
+                    self.services.supersede_timeout_s, _cancel_unless_done, task
+                )
             return
         log.info("a run of %r started on another replica; this one gives way", conversation_id)
         run.supersede()
@@ -270,3 +318,8 @@ class Runner:
             lock = self._locks.get(conversation_id)
             if lock is not None and not lock.locked():
                 del self._locks[conversation_id]
+
+
+def _cancel_unless_done(task: asyncio.Task[object]) -> None:
+    if not task.done():
+        task.cancel()

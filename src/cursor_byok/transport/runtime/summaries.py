@@ -94,8 +94,10 @@ class SummaryCalls:
         summary_output: int,
         deliver: Callable[[Input, str], Awaitable[None]],
         token_id: str | None = None,
+        owner: str = "",
     ) -> None:
-        """`token_id`: the person token of the run (its summary calls count toward it)."""
+        """`token_id`: the person token of the run (its summary calls count toward it);
+        `owner`: the process id stored with each call (its lease)."""
         bounded = msgspec.structs.replace(
             summarizer,
             settings=msgspec.structs.replace(summarizer.settings, max_output_tokens=summary_output),
@@ -111,6 +113,7 @@ class SummaryCalls:
             conversation_id=conversation_id,
             on_event=self._on_event,
             token_id=token_id,
+            owner=owner,
         )
         self._deliver = deliver
         self._ends: dict[str, ResponseEvent] = {}
@@ -162,6 +165,10 @@ class SummaryCalls:
 
     def finished(self, end: CallEnd, now_ms: int) -> LLMCallRecord | None:
         return self._calls.finished(end, self._ends.get(end.call_id), now_ms)
+
+    def end_all(self, reason: str, now_ms: int) -> list[LLMCallRecord]:
+        """ModelCalls.end_all: the summary calls still "planned" when the run ends."""
+        return self._calls.end_all(reason, now_ms)
 
     def close(self) -> None:
         self._calls.close()

@@ -1,4 +1,4 @@
--- 0011 (the tokens block; renumber freely, the loader wants 1..n): whether the server lets a
+-- 0012 (the tokens block; renumber freely, the loader wants 1..n): whether the server lets a
 -- request in without a token, kept where every process reads it, and the person a token
 -- belongs to across rotations. Plain SQL that PostgreSQL runs as it is.
 --
