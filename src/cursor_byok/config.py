@@ -116,6 +116,9 @@ class ServerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     title_timeout_s: float = 10.0
     # How long an access token handed to a signed-in client lives (docs/clients.md).
     access_token_ttl_s: int = 3600
+    # CIDRs of the reverse proxies in front: from them, a request's client (for the per-client
+    # limits) is the rightmost X-Forwarded-For hop outside these (transport/connect/clients.py).
+    trusted_proxies: list[str] = []
 
     def __repr__(self) -> str:
         token = "set" if self.auth_token else "unset"
@@ -326,6 +329,11 @@ def _server_errors(server: ServerConfig) -> list[str]:
         errors.append("server.start_check_s must be between 0 and 86400 seconds")
     if not 1 <= server.http2_max_concurrent_streams <= 100_000:
         errors.append("server.http2_max_concurrent_streams must be 1-100000")
+    for cidr in server.trusted_proxies:
+        try:
+            ipaddress.ip_network(cidr.strip(), strict=False)
+        except ValueError:
+            errors.append(f"server.trusted_proxies: {cidr!r} is not a CIDR (127.0.0.1/32)")
     if server.log_format not in ("text", "json"):
         errors.append("server.log_format must be 'text' or 'json'")
     if server.log_level.lower() not in LOG_LEVELS:
