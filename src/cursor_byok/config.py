@@ -116,6 +116,9 @@ class ServerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     title_timeout_s: float = 10.0
     # How long an access token handed to a signed-in client lives (docs/clients.md).
     access_token_ttl_s: int = 3600
+    # The database's size cap (0: none): past it new runs are refused, `unavailable` "storage
+    # full" (SQLite: max_page_count; PostgreSQL: its size polled, store/postgres/size.py).
+    database_max_mib: int = 0
     # CIDRs of the reverse proxies in front: from them, a request's client (for the per-client
     # limits) is the rightmost X-Forwarded-For hop outside these (transport/connect/clients.py).
     trusted_proxies: list[str] = []
@@ -231,6 +234,8 @@ def _run_limit_errors(server: ServerConfig) -> list[str]:
         errors.append("server.unstarted_mib_per_client must be 1-1048576 (MiB)")
     if not 0 < server.unstarted_run_timeout_s <= 3600:
         errors.append("server.unstarted_run_timeout_s must be between 0 and 3600")
+    if not 0 <= server.database_max_mib <= 1 << 30:
+        errors.append("server.database_max_mib must be 0-1073741824 (MiB; 0: no cap)")
     if not 1 <= server.unstarted_runs_per_client <= 100_000:
         errors.append("server.unstarted_runs_per_client must be 1-100000")
     if not 0 < server.reconnect_grace_s <= 86_400:

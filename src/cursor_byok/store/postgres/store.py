@@ -45,11 +45,14 @@ from ..api import (
     TokenUsage,
     TurnMark,
 )
+from ..appends import AppendLimits, AppendOutcome
 from ..errors import StoreClosedError
 from ..sql import Conn, activity, jobs, leases, links, rows, sign_in, tokens
+from . import appends
 from .errors import display_url
 from .pool import Pool
 from .replicas import APPENDS_CHANNEL, CLAIMS_CHANNEL, Holds, Watcher, lock_key
+from .size import SizeCap
 
 T = TypeVar("T")
 
@@ -83,6 +86,7 @@ class PostgresStore:
         # locks belong to the connection that took them).
         self._holds = Holds(self._pool)
         self._holds_executor = ThreadPoolExecutor(1, thread_name_prefix="store-pg-holds")
+        self.size_cap = SizeCap(self.path)  # server.database_max_mib (size.py)
 
     # ------------------------------------------------------------------ life cycle
 
@@ -116,6 +120,7 @@ class PostgresStore:
         if self._closed:
             return
         self._closed = True
+        await self.size_cap.stop()
         for watcher in self._watchers:
             await asyncio.to_thread(watcher.stop)
         await asyncio.get_running_loop().run_in_executor(None, self._holds_executor.shutdown, True)
@@ -188,9 +193,27 @@ class PostgresStore:
         write: bool,
         durable: bool = True,
         snapshot: bool = False,
+        capped: bool = False,
     ) -> T:
         self._check_open()
+        if capped:  # what grows a conversation: refused while at the size cap (size.py)
+            self.size_cap.check(what)
         return await self._pool.run(fn, what, write=write, durable=durable, snapshot=snapshot)
+
+    async def set_size_limit(self, max_bytes: int | None) -> int:
+        """Cap the database's size (size.py: polled; past it, writes that could grow it fail
+        with StoreFullError); None lifts the cap. Returns the cap in bytes (0: none)."""
+        await self.size_cap.start(max_bytes, self.database_size)
+        return max_bytes or 0
+
+    async def database_size(self) -> int:
+        """The database's size on disk (pg_database_size), in bytes."""
+
+        def measure(conn: Conn) -> int:
+            row = conn.execute("SELECT pg_database_size(current_database())").fetchone()
+            return int(row[0])
+
+        return await self._run(measure, "reading the database's size", write=False)
 
     # ------------------------------------------------------------------ reads
 
@@ -409,6 +432,7 @@ class PostgresStore:
             f"committing input {input_id!r} to {conversation_id!r}",
             write=True,
             durable=durable,
+            capped=True,
         )
 
     async def save_subagent_link(self, link: SubagentLink) -> SaveResult:
@@ -445,6 +469,7 @@ class PostgresStore:
             lambda conn: jobs.save_run(conn, record),
             f"saving run {record.request_id!r}",
             write=True,
+            capped=True,
             durable=False,
         )
 
@@ -475,6 +500,7 @@ class PostgresStore:
             lambda conn: jobs.upsert_call(conn, path, record),
             f"saving llm call {record.call_id!r}",
             write=True,
+            capped=True,
         )
 
     async def save_client_operation(self, record: ClientOperationRecord) -> SaveResult:
@@ -484,6 +510,7 @@ class PostgresStore:
             lambda conn: jobs.upsert_operation(conn, path, record, clock()),
             f"saving client operation {record.operation_id!r}",
             write=True,
+            capped=True,
         )
 
     # ------------------------------------------------------------------ process leases
@@ -563,37 +590,50 @@ class PostgresStore:
 
     # ------------------------------------------------------------------ appends (replicas)
 
-    async def publish_append(self, request_id: str, seqno: int, payload: bytes) -> bool:
-        """Store one client message of a shim run, then NOTIFY every replica (in the same
-        transaction: the notification goes out once the row is committed). False: that
-        (request_id, seqno) was stored before (the client sent it again)."""
+    async def publish_append(
+        self,
+        request_id: str,
+        seqno: int,
+        payload: bytes,
+        client: str = "",
+        limits: AppendLimits | None = None,
+    ) -> AppendOutcome:
+        """Store one client message of a shim run within `limits`, then NOTIFY every replica
+        (in the same transaction: the notification goes out once the row is committed)."""
         now = self._clock()
-
-        def job(conn: Conn) -> bool:
-            cur = conn.execute(
-                "INSERT INTO run_appends (request_id, seqno, payload, created_at_ms) "
-                "VALUES (?, ?, ?, ?) ON CONFLICT (request_id, seqno) DO NOTHING",
-                (request_id, seqno, payload, now),
-            )
-            conn.execute("SELECT pg_notify(?, ?)", (APPENDS_CHANNEL, request_id))
-            return cur.rowcount == 1
-
-        return await self._run(job, f"storing append {seqno} of run {request_id!r}", write=True)
+        full = self.size_cap.full
+        return await self._run(
+            lambda conn: appends.publish(
+                conn, request_id, seqno, payload, client, limits, now, full=full
+            ),
+            f"storing append {seqno} of run {request_id!r}",
+            write=True,
+        )
 
     async def fetch_appends(
         self, request_id: str, from_seqno: int
     ) -> tuple[tuple[int, bytes], ...]:
         """The run's stored client messages from `from_seqno` on, in order."""
+        return await self._run(
+            lambda conn: appends.fetch(conn, request_id, from_seqno),
+            f"reading the appends of run {request_id!r}",
+            write=False,
+        )
 
-        def read(conn: Conn) -> tuple[tuple[int, bytes], ...]:
-            rows = conn.execute(
-                "SELECT seqno, payload FROM run_appends WHERE request_id = ? AND seqno >= ? "
-                "ORDER BY seqno",
-                (request_id, from_seqno),
-            ).fetchall()
-            return tuple((int(r[0]), bytes(r[1])) for r in rows)
+    async def forget_appends(self, request_id: str) -> int:
+        """Delete the run's stored client messages (its run ended: nobody will read them)."""
+        return await self._run(
+            lambda conn: appends.forget(conn, request_id),
+            f"deleting the appends of run {request_id!r}",
+            write=True,
+        )
 
-        return await self._run(read, f"reading the appends of run {request_id!r}", write=False)
+    async def sweep_appends(self) -> int:
+        """Delete the stored client messages nobody will read (postgres/appends.py)."""
+        now = self._clock()
+        return await self._run(
+            lambda conn: appends.sweep(conn, now), "sweeping run appends", write=True
+        )
 
     async def watch_appends(self, on_append: Callable[[str], None]) -> None:
         """Call `on_append(request_id)` for each append stored by any replica from now on."""
@@ -608,6 +648,7 @@ class PostgresStore:
             lambda conn: jobs.append_stream_diagnostics(conn, call_id, prepared),
             f"saving diagnostics of {call_id!r}",
             write=True,
+            capped=True,
         )
 
 
