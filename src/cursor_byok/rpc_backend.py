@@ -24,7 +24,7 @@ import msgspec
 from .access_tokens import TokenDirectory
 from .config import Config
 from .llm.events import DoneEvent, ErrorEvent
-from .llm.models import Model
+from .llm.models import Model, call_cost, encode_prices
 from .llm.registry import LLMRegistry
 from .llm.types import AssistantMessage, RequestMessages, UserMessage
 from .loop import ConversationState
@@ -122,9 +122,10 @@ class RpcAnswers:
             status="streaming",
             created_at_ms=now,
             provider=model.provider.name,
-            model=model.id,
+            model=prepared.model,
             api=model.provider.api,
             token_id=principal,
+            prices=encode_prices(model.prices),
         )
         await self._store.save_llm_call(record)
         started = time.monotonic()
@@ -160,8 +161,6 @@ class RpcAnswers:
         started: float,
     ) -> None:
         usage = message.usage if message is not None else None
-        model = self._title_model
-        prices = model.prices if model is not None else None
         done = msgspec.structs.replace(
             record,
             status=status,
@@ -171,7 +170,7 @@ class RpcAnswers:
             cache_write_tokens=usage.cache_write if usage else None,
             reasoning_tokens=usage.reasoning if usage else None,
             duration_ms=int((time.monotonic() - started) * 1000),
-            cost_usd=prices.cost(usage) if prices is not None and usage else None,
+            cost_usd=call_cost(record.prices, usage) if usage is not None else None,
             error=error,
             finished_at_ms=self._now_ms(),
         )
