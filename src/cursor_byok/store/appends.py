@@ -1,4 +1,4 @@
-"""The bounds of the replicas' append buffer (`run_appends`, migrations 0009 and 0013).
+"""The bounds of the replicas' append buffer (`run_appends`, migrations 0009 and 0014).
 
 The rows are the shim's client messages on their way from the replica that received them to
 the one holding their run: a delivery buffer, not history, so they are bounded and deleted

@@ -1,4 +1,4 @@
--- 0013 (renumber freely, the loader wants 1..n): run_appends is a delivery buffer, not
+-- 0014 (renumber freely, the loader wants 1..n): run_appends is a delivery buffer, not
 -- history (docs/store.md): bounded per request id and per client, its rows deleted once
 -- their run ended. `client` is whose allowance the append counted against (a person's token,
 -- else an address: transport/connect/clients.py); `bytes` the payload's length, summed for
