@@ -588,9 +588,14 @@ class PostgresStore:
 
         await self._watch(CLAIMS_CHANNEL, split)
 
-    async def _watch(self, channel: str, on_payload: Callable[[str], None]) -> None:
+    async def _watch(
+        self,
+        channel: str,
+        on_payload: Callable[[str], None],
+        on_reconnect: Callable[[], None] | None = None,
+    ) -> None:
         self._check_open()
-        watcher = Watcher(self.url, channel, on_payload)
+        watcher = Watcher(self.url, channel, on_payload, on_reconnect)
         self._watchers.append(watcher)
         await watcher.start()
 
@@ -641,9 +646,13 @@ class PostgresStore:
             lambda conn: appends.sweep(conn, now), "sweeping run appends", write=True
         )
 
-    async def watch_appends(self, on_append: Callable[[str], None]) -> None:
-        """Call `on_append(request_id)` for each append stored by any replica from now on."""
-        await self._watch(APPENDS_CHANNEL, on_append)
+    async def watch_appends(
+        self, on_append: Callable[[str], None], on_reconnect: Callable[[], None] | None = None
+    ) -> None:
+        """Call `on_append(request_id)` for each append stored by any replica from now on, and
+        `on_reconnect()` when listening again after a lost connection (what was stored in
+        between was not announced here)."""
+        await self._watch(APPENDS_CHANNEL, on_append, on_reconnect)
 
     async def append_stream_diagnostics(
         self, call_id: str, events: Sequence[tuple[int, bytes]]

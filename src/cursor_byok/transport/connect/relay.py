@@ -44,7 +44,9 @@ class AppendRelay(Protocol):
 
     async def sweep_appends(self) -> int: ...
 
-    async def watch_appends(self, on_append: Callable[[str], None]) -> None: ...
+    async def watch_appends(
+        self, on_append: Callable[[str], None], on_reconnect: Callable[[], None] | None = None
+    ) -> None: ...
 
     async def find_run(self, request_id: str) -> object | None:
         """The stored run request of `request_id` (None: no run has started under it)."""
@@ -63,7 +65,11 @@ def append_limits(limits: TransportLimits) -> AppendLimits:
     )
 
 
-SWEEP_EVERY_S = 60.0  # stored appends nobody will read are deleted this often, at most
+SWEEP_EVERY_S = 60.0
+# A run's stored appends that cannot be read (the database is away) are read again this often,
+# this many times: 30 s, past a run's unstarted timeout (10 s) and a database restart.
+CATCH_UP_RETRY_S = 0.5
+CATCH_UP_TRIES = 60  # stored appends nobody will read are deleted this often, at most
 
 
 class RelayedAppends:
@@ -179,16 +185,30 @@ class RelayedAppends:
         if session is not None:
             self.catch_up(session)
 
+    def resync(self) -> None:
+        """The database's announcements were missed for a while (its listener reconnected):
+        every run of this replica reads the appends stored meanwhile."""
+        for session in self._registry.live():
+            self.catch_up(session)
+
     def catch_up(self, session: Session) -> None:
         """Deliver the session's stored appends it has not had yet (in the background)."""
         self._background(self._catch_up(session))
 
     async def _catch_up(self, session: Session) -> None:
-        try:
-            stored = await self.relay.fetch_appends(session.request_id, session.next_seqno)
-        except Exception as exc:
-            log.warning("run %s: could not read its stored appends: %s", session.request_id, exc)
-            return
+        for attempt in range(CATCH_UP_TRIES):
+            try:
+                stored = await self.relay.fetch_appends(session.request_id, session.next_seqno)
+                break
+            except Exception as exc:
+                # The database is away (a restart): try again while the run waits, so what was
+                # stored and acknowledged reaches it once the database is back.
+                log.warning(
+                    "run %s: could not read its stored appends: %s", session.request_id, exc
+                )
+                if session.finished or attempt == CATCH_UP_TRIES - 1:
+                    return
+                await asyncio.sleep(CATCH_UP_RETRY_S)
         for seqno, payload in stored:
             try:
                 session.append(seqno, payload, self._parse(payload))

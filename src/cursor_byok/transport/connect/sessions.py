@@ -533,6 +533,10 @@ class SessionRegistry:
                 log.error("run %s: handler returned without finish()", session.request_id)
                 session.finish(EndError("internal", "run ended without a result"))
 
+    def live(self) -> list[Session]:
+        """The runs that have not finished."""
+        return [s for s in self._sessions.values() if not s.finished]
+
     def _finished_now(self, session: Session) -> None:
         if self._sessions.get(session.request_id) is session:
             self._finished[session.request_id] = session
