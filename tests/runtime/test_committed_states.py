@@ -8,7 +8,7 @@ import msgspec
 from cursor_byok.llm.types import UserMessage
 from cursor_byok.loop.state import ConversationState
 from cursor_byok.store.api import ConversationSummary, TurnMark
-from cursor_byok.transport.runtime.committed_states import CommittedStates
+from cursor_byok.transport.runtime.committed_states import CommittedStates, memory_cost
 
 
 def state(conversation_id: str, n: int) -> ConversationState:
@@ -49,10 +49,10 @@ def test_advance_follows_commits_from_the_kept_version_only() -> None:
     states.remember("c", 0, state("c", 0), 0)  # a new conversation
     s2 = state("c", 2)
     states.advance("c", 0, 1, s2, 40)
-    assert states.get("c", head("c", 1, 2)) == (s2, 1) and states.size == 40
+    assert states.get("c", head("c", 1, 2)) == (s2, 1) and states.size == memory_cost(40)
     s4 = state("c", 4)
     states.advance("c", 1, 2, s4, 60)
-    assert states.get("c", head("c", 2, 4)) == (s4, 2) and states.size == 100
+    assert states.get("c", head("c", 2, 4)) == (s4, 2) and states.size == memory_cost(100)
     # a commit from a version this copy is not at: its size is unknown, nothing is kept
     states.advance("c", 5, 6, state("c", 6), 10)
     assert len(states) == 0 and states.size == 0
@@ -61,15 +61,15 @@ def test_advance_follows_commits_from_the_kept_version_only() -> None:
 
 
 def test_bounded_in_bytes_least_recently_used_first() -> None:
-    states = CommittedStates(max_bytes=250)
+    states = CommittedStates(max_bytes=memory_cost(100) * 5 // 2)  # two entries fit
     for name in ("a", "b", "c"):
         states.remember(name, 1, state(name, 1), 100)
     assert states.get("a", head("a", 1, 1)) is None  # dropped first
     assert states.get("b", head("b", 1, 1)) is not None  # now the most recent
     states.remember("d", 1, state("d", 1), 100)
     assert states.get("c", head("c", 1, 1)) is None
-    assert states.get("b", head("b", 1, 1)) is not None and states.size == 200
-    states.remember("e", 1, state("e", 1), 1000)  # larger than the budget: kept alone
+    assert states.get("b", head("b", 1, 1)) is not None and states.size == 2 * memory_cost(100)
+    states.remember("e", 1, state("e", 1), 10_000)  # larger than the budget: kept alone
     assert len(states) == 1 and states.get("e", head("e", 1, 1)) is not None
     states.forget("e")
     assert len(states) == 0 and states.size == 0

@@ -13,8 +13,12 @@ are read at the start and at the end of every turn, and a conversation of a few 
 has as many. A process publishes marks only for a turn it committed, so marks kept with the
 state of a version are still the stored ones while the store is at that version.
 
-Bounded by the stored size of what it holds (the canonical bytes of the messages and the
-state), least recently used first.
+Bounded by what it holds, least recently used first. An entry is counted at what it costs in
+memory, not at its stored size: the decoded state (its turn context, environment, messages as
+Python objects) is several times its canonical bytes, and a fixed 2 KiB or so per entry for a
+conversation of one turn. Counted at the stored bytes alone (about 300 B for such a
+conversation), a soak of new conversations grew RSS by 2.8 KB per turn (11 MB/min at 65
+turns/s) while the gauge moved 1 MB/min, and a 64 MiB cap would have let about 600 MB in.
 """
 
 from __future__ import annotations
@@ -27,6 +31,14 @@ from cursor_byok.loop.state import ConversationState
 from cursor_byok.store.api import ConversationSummary, TurnMark
 
 MAX_BYTES = 64 * 1024 * 1024
+# The memory of an entry: ENTRY_COST, plus DECODED_FACTOR times its stored bytes (measured
+# against the objects' deep size in tests/runtime/test_committed_states_cost.py).
+ENTRY_COST = 2560
+DECODED_FACTOR = 3
+
+
+def memory_cost(stored: int) -> int:
+    return ENTRY_COST + DECODED_FACTOR * stored
 
 
 class _Entry(msgspec.Struct):
@@ -71,13 +83,15 @@ class CommittedStates:
     def remember(
         self, conversation_id: str, version: int, state: ConversationState, size: int
     ) -> None:
-        """`state` is what the store holds at `version`; `size` its stored bytes."""
+        """`state` is what the store holds at `version`; `size` its stored bytes (the entry
+        is counted at `memory_cost(size)`)."""
         self.forget(conversation_id)
-        self._entries[conversation_id] = _Entry(version=version, state=state, size=size)
-        self._bytes += size
+        entry = _Entry(version=version, state=state, size=size)
+        self._entries[conversation_id] = entry
+        self._bytes += memory_cost(size)
         while self._bytes > self.max_bytes and len(self._entries) > 1:
             _, dropped = self._entries.popitem(last=False)
-            self._bytes -= dropped.size
+            self._bytes -= memory_cost(dropped.size)
 
     def advance(
         self,
@@ -115,4 +129,4 @@ class CommittedStates:
     def forget(self, conversation_id: str) -> None:
         entry = self._entries.pop(conversation_id, None)
         if entry is not None:
-            self._bytes -= entry.size
+            self._bytes -= memory_cost(entry.size)
