@@ -35,6 +35,7 @@ from ..api import (
     InputCommit,
     LLMCallRecord,
     ProcessLease,
+    Reservation,
     RunOutcomeRecord,
     RunRecord,
     SaveResult,
@@ -376,6 +377,8 @@ class PostgresStore:
         llm_calls: Sequence[LLMCallRecord] = (),
         client_operations: Sequence[ClientOperationRecord] = (),
         durable: bool = True,
+        owner: str | None = None,
+        reserve: Reservation | None = None,
     ) -> CommitResult:
         if expected_version < 0 or expected_message_count < 0:
             raise ValueError("expected_version and expected_message_count must be >= 0")
@@ -402,6 +405,8 @@ class PostgresStore:
                 result=bytes(result),
                 calls=calls,
                 operations=operations,
+                owner=owner,
+                reserve=reserve,
             )
 
         return await self._run(

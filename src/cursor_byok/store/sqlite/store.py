@@ -23,6 +23,7 @@ from ..api import (
     InputCommit,
     LLMCallRecord,
     ProcessLease,
+    Reservation,
     RunOutcomeRecord,
     RunRecord,
     SaveResult,
@@ -338,6 +339,8 @@ class SQLiteStore:
         llm_calls: Sequence[LLMCallRecord] = (),
         client_operations: Sequence[ClientOperationRecord] = (),
         durable: bool = True,
+        owner: str | None = None,
+        reserve: Reservation | None = None,
     ) -> CommitResult:
         if expected_version < 0 or expected_message_count < 0:
             raise ValueError("expected_version and expected_message_count must be >= 0")
@@ -364,6 +367,8 @@ class SQLiteStore:
                 result=result,
                 calls=calls,
                 operations=operations,
+                owner=owner,
+                reserve=reserve,
             )
 
         return await self._write(
