@@ -270,6 +270,9 @@ class Credentials:
     def principal(self, credentials: str) -> str | None:
         return self._tokens.principal(credentials) or self._sessions.principal(credentials)
 
+    def person(self, principal: str) -> str:
+        return self._tokens.person(principal)
+
     def lingering(self, credentials: str) -> str | None:
         """A revoked person token, or an access token of one, while runs it started may still
         be going (their appends are taken: access_tokens.TokenDirectory.lingering)."""

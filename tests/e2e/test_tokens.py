@@ -45,7 +45,7 @@ INPUT_PRICE = 10_000.0
 CALL_COST = 0.60
 
 
-def config_text(upstream: FakeUpstream, db: Path, *, auth_token: str | None) -> str:
+def config_text(upstream: FakeUpstream, db: Path | str, *, auth_token: str | None) -> str:
     auth = f'auth_token = "{auth_token}"' if auth_token else ""
     return f"""
 [server]

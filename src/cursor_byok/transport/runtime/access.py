@@ -132,6 +132,15 @@ class TokenLimits:
         )
 
 
+async def person_of(store: Store, token_id: str | None) -> str | None:
+    """The person a run's token belongs to (the first token of its chain of rotations): the
+    owner of what the run starts. None for a run without a token: the operator's."""
+    if token_id is None:
+        return None
+    record = await store.get_access_token(token_id)
+    return record.person if record is not None else token_id
+
+
 class Admissions:
     """The admission answer for each model call of one run (a call on the run's model, on a
     fallback the loop names, or a compaction's summary call), once per call id. The token's
@@ -187,4 +196,5 @@ __all__ = [
     "TokenLimits",
     "allowed_ids",
     "month_window",
+    "person_of",
 ]

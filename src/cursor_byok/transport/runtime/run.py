@@ -87,7 +87,7 @@ from ..cursor.tools import sanitize_tool_call_id
 from ..cursor.tools.cards import task_progress_frame
 from ..cursor.values import BackgroundCompletions, CancelSubagent
 from . import records
-from .access import Admissions
+from .access import Admissions, person_of
 from .actions import ROUTES, Route, shell_command_note
 from .calls import ModelCalls
 from .checkpoints import Checkpoints, PendingBlob
@@ -136,6 +136,9 @@ class Run:
         # is created with its parent's `token_id`, so its calls count toward that token's
         # budget and rate and keep to its models (access.py).
         self.token_id = token_id
+        # The person of that token (AccessTokenRecord.person, read at the run request): the
+        # owner of the conversations the run starts; None (the operator) sees every one.
+        self.person: str | None = None
         # The run's forwarded headers (a child's parent ids), read at its run request.
         self.headers: Mapping[str, str] = headers if headers is not None else {}
         self.services = runner.services
@@ -208,6 +211,7 @@ class Run:
             self.channel.watch_gone(self._route.gone)  # cancel #23: the stream-closed signal
             request = self._run_request(first)
             conversation_id = request.conversation_id
+            self.person = await person_of(self.store, self.token_id)
             self._adopt(request)
             if self.resumable:
                 # Only a RunSSE can be reopened by request_id after a restart (`_first_message`),
@@ -269,7 +273,7 @@ class Run:
     def _cancel_child(self, request: RunRequest) -> None:
         """cancel_subagent_action: that helper's run ends canceled; this run is empty."""
         if isinstance(request.payload, CancelSubagent):
-            found = self.runner.cancel_child(request.payload.subagent_id)
+            found = self.runner.cancel_child(request.payload.subagent_id, self.person)
             log.info(
                 "run %s: cancel of helper %s (%s)",
                 self.channel.request_id,
@@ -355,7 +359,9 @@ class Run:
             token_id=self.token_id,
             owner=self.runner.replica,  # cancel #23: the process lease
         )
-        self.conv = Conversation(request.conversation_id, self.store, self.runner.committed_states)
+        self.conv = Conversation(
+            request.conversation_id, self.store, self.runner.committed_states, self.person
+        )
         self.checkpoints = Checkpoints(
             conversation_id=request.conversation_id,
             store=self.store,
@@ -734,7 +740,7 @@ class Run:
                 operations.append(records.completed_operation(known, local.result, now))
         if isinstance(t.command, CallClient):
             operations.append(self.tools.planned(t.command, after))
-        status = await self.conv.commit(
+        outcome = await self.conv.commit(
             t,
             input_id,
             calls=calls,
@@ -743,6 +749,7 @@ class Run:
             # bytes); every commit that sends a tool or ends a turn is fsynced, with all before.
             durable=self.services.fsync_model_calls or not isinstance(t.command, CallLLM),
         )
+        status = outcome.status
         if status == "committed":
             if on_commit is not None:
                 on_commit()
