@@ -17,6 +17,8 @@ from typing import Literal, Protocol
 
 import msgspec
 
+from .price_spans import PriceSpan
+
 CommitStatus = Literal["committed", "conflict", "duplicate", "refused"]
 CallStatus = Literal["planned", "streaming", "committed", "failed", "canceled"]
 OperationStatus = Literal["planned", "sent", "completed", "canceled", "unknown"]
@@ -43,7 +45,7 @@ class ConversationRecord(msgspec.Struct, frozen=True, kw_only=True):
     created_at_ms: int
     updated_at_ms: int
     # The person whose token started it (AccessTokenRecord.person); None: the operator's
-    # (made with the server's own auth_token, while it was open, or stored before 0013).
+    # (made with the server's own auth_token, while it was open, or stored before 0014).
     owner_id: str | None = None
 
 
@@ -168,9 +170,12 @@ class LLMCallRecord(msgspec.Struct, frozen=True, kw_only=True):
     # or "input,output" (a call that ended before the provider reported them). None: the
     # provider's, or none. None before 0011.
     estimated_tokens: str | None = None
+    # The prices in force when the call was made (JSON, llm/models.py encode_prices), its
+    # cost_usd's once its usage is known. None: unpriced (and stays so), or before 0013.
+    prices: str | None = None
     # The upper bound of the call's cost reserved against its token's monthly budget when it
     # was planned (Reservation): it counts in place of the cost while the call is in flight.
-    # None: nothing reserved (no budget), or before 0013.
+    # None: nothing reserved (no budget), or before 0014.
     reserved_usd: float | None = None
 
 
@@ -237,7 +242,8 @@ class RunOutcomeRecord(msgspec.Struct, frozen=True, kw_only=True):
     output_tokens: int = 0
     cache_read_tokens: int = 0
     cache_write_tokens: int = 0
-    cost_usd: float = 0.0
+    cost_usd: float = 0.0  # the sum of the costs stored with its calls
+    unpriced_calls: int = 0  # its finished calls stored without a cost (0 before 0013)
 
 
 class ConversationOverview(msgspec.Struct, frozen=True, kw_only=True):
@@ -472,6 +478,8 @@ class Store(Protocol):
     async def list_turn_marks(self, conversation_id: str) -> tuple[TurnMark, ...]: ...
 
     async def list_recent_llm_calls(self, limit: int = 50) -> tuple[LLMCallRecord, ...]: ...
+
+    async def list_price_spans(self, limit: int = 200) -> tuple[PriceSpan, ...]: ...
 
     async def list_conversations(self, limit: int = 50) -> tuple[ConversationSummary, ...]: ...
 
