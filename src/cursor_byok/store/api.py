@@ -117,6 +117,7 @@ class ReservationTotals(msgspec.Struct, frozen=True, kw_only=True):
     spent_usd: float
     reserved_usd: float
     recent_calls: int
+    oldest_recent_ms: int | None = None  # when the oldest of the recent calls was planned
     refused_by: Literal["budget", "rate"] | None = None
 
 

@@ -79,7 +79,7 @@ def commit_input(
     totals = None
     if reserve is not None:
         # Before anything is written, so a refusal changes nothing.
-        totals = reservation_totals(conn, reserve)
+        totals = reservation_totals(conn, reserve, calls)
         if totals.refused_by is not None:
             return CommitResult(
                 status="refused",

@@ -23,9 +23,11 @@ from ...llm.models import Model
 from ...llm.stream import PreparedRequest
 from ...llm.types import UserMessage as LLMUserMessage
 from ...loop import (
+    Admission,
     AwaitClient,
     CallClient,
     CallLLM,
+    CallRefused,
     Cancel,
     Canceled,
     Compact,
@@ -642,6 +644,7 @@ class Run:
             if self._done:
                 return
             reloaded = False
+            refused: CallRefused | None = None  # a reservation the store refused
             for _ in range(MAX_CAS_RETRIES):
                 t = transition(self.state, input)
                 if t.ignored is not None and reloaded:
@@ -649,7 +652,13 @@ class Run:
                     # loop says why): the loop says what the run does now.
                     input, reloaded = await self._resume(self.turn_id), False
                     continue
-                if self.admissions is not None and self.admissions.asks(t.command):
+                if (
+                    refused is not None
+                    and isinstance(t.command, CallLLM | Summarize)
+                    and t.command.call_id == refused.call_id
+                ):
+                    t = await self._admit(t, refused)
+                elif self.admissions is not None and self.admissions.asks(t.command):
                     t = await self._admit(t)
                 if t.state is self.state:
                     if t.call_end is not None:  # cancel #23: a call ended, nothing committed
@@ -672,6 +681,10 @@ class Run:
                         t.state.committed, self.version
                     )
                 status = await self._commit(input, input_id, t, prepared, completes)
+                if isinstance(status, CallRefused):  # the loop decides what that means
+                    self._drop_pending_blob()
+                    refused = status
+                    continue
                 if status == "committed":
                     self._publish(t, input)
                     await self._execute(t, prepared)
@@ -683,12 +696,15 @@ class Run:
                 reloaded = True  # a conflict: the same input again, on the stored state
             raise RunFailed(internal_end("the conversation kept changing under this run"))
 
-    async def _admit(self, t: Transition) -> Transition:
-        """The admission answer for the model call `t` plans, before its commit: the loop
-        decides what a refusal means (`loop.admit`)."""
+    async def _admit(self, t: Transition, answer: Admission | None = None) -> Transition:
+        """The admission answer for the model call `t` plans, before its commit (or the
+        refusal of its reservation, `answer`): the loop decides what a refusal means
+        (`loop.admit`)."""
         assert self.admissions is not None and self.calls is not None
         assert isinstance(t.command, CallLLM | ResendLLM | Summarize)
-        admitted = admit(self.state, t, await self.admissions.answer(t.command))
+        if answer is None:
+            answer = await self.admissions.answer(t.command)
+        admitted = admit(self.state, t, answer)
         end = admitted.call_end
         if end is not None and end.call_id == t.command.call_id:
             # A refused call resumed from the store: its record is finished with the refusal.
@@ -713,10 +729,17 @@ class Run:
         t: Transition,
         prepared: PreparedRequest | None,
         completes: ClientOperationRecord | None,
-    ) -> CommitStatus:
+    ) -> CommitStatus | CallRefused:
+        """Commit `t`; a call it plans under a person token reserves its bound of the token's
+        budget and rate in this same commit (reservations.py), and a refusal comes back as
+        the loop's admission input, nothing committed."""
         assert self.calls is not None and self.summaries is not None
         after = t.state.committed
         now = self.services.now_ms()
+        reserve = self.admissions.reservation(t.command, prepared) if self.admissions else None
+        held = (
+            reserve.amount_usd if reserve is not None and reserve.budget_usd is not None else None
+        )
         calls: list[LLMCallRecord] = []
         operations: list[ClientOperationRecord] = []
         finished = self._ended_call(input, t, now)
@@ -725,11 +748,11 @@ class Run:
         on_commit = None
         if isinstance(t.command, CallLLM):
             assert prepared is not None
-            planned, on_commit = self.calls.planned(t.command, prepared, after.turn_id, now)
+            planned, on_commit = self.calls.planned(t.command, prepared, after.turn_id, now, held)
             calls.append(planned)
         elif isinstance(t.command, Summarize):
             assert prepared is not None
-            calls.append(self.summaries.planned(t.command, prepared, after.turn_id, now))
+            calls.append(self.summaries.planned(t.command, prepared, after.turn_id, now, held))
         if completes is not None:
             operations.append(completes)
         for local in t.local_results:
@@ -748,8 +771,13 @@ class Run:
             # Losing a commit whose command is a model call costs at most that call again (same
             # bytes); every commit that sends a tool or ends a turn is fsynced, with all before.
             durable=self.services.fsync_model_calls or not isinstance(t.command, CallLLM),
+            reserve=reserve,
         )
         status = outcome.status
+        if status == "refused":
+            assert self.admissions is not None and reserve is not None
+            assert isinstance(t.command, CallLLM | Summarize) and outcome.reservation is not None
+            return self.admissions.refused(t.command, reserve, outcome.reservation)
         if status == "committed":
             if on_commit is not None:
                 on_commit()
