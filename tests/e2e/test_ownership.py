@@ -52,7 +52,7 @@ def team(upstream: FakeUpstream, tmp_path_factory: pytest.TempPathFactory) -> It
     text = config_text(upstream, db, auth_token=OPERATOR)
     config = work / "cursor-byok.toml"
     config.write_text(text)
-    secrets = {name: add_token(config, name) for name in ("alice", "bob", "rita")}
+    secrets = {name: add_token(config, name) for name in ("alice", "bob", "rita", "vic")}
     with server_process(text, work) as server:
         yield Team(server, config, db, secrets)
 
@@ -209,3 +209,43 @@ async def test_ownership_holds_across_two_processes(
             "SELECT owner_id FROM conversations WHERE conversation_id = ?", (cid,)
         ).fetchall()
     assert len(owners) == 1 and str(owners[0][0]).startswith("tok_")
+
+
+async def test_a_run_in_flight_at_revocation_ends_at_its_next_call(team: Team) -> None:
+    """Vic's run waits on a tool when vic's token is revoked. Once the server refuses vic's
+    new requests (a new run, the run's stream reopened: unauthenticated), the run still takes
+    vic's append of the tool's result, commits it, and ends at its next model call (refused:
+    revoked) at once, not after the tool timeout."""
+    cid = str(uuid.uuid4())
+    vic = team.secrets["vic"]
+    prompt = unique('[tool Read {"path": "vic.txt"}]')
+    async with http(team.server) as client:
+        run = ShimRun(client, token=vic)
+        async with run.subscribe() as reader:
+            await run.append(run_request(prompt, cid))
+            ask = await reader.wait_for(exec_of("read_args"))
+            done = await asyncio.to_thread(token_cli, team.config, "revoke", "vic")
+            assert done.returncode == 0, done.stderr
+            await asyncio.to_thread(until, [team.server], 401, vic)
+            async with cc.runsse(client, run.request_id, token=vic) as sse:
+                again = Reader(sse, lambda _m: asyncio.sleep(0))
+                reopened = await again.wait_end()
+                await again.close()
+            assert reopened["error"]["code"] == "unauthenticated", reopened
+            fresh = await cc.append(client, "vic-new-run", 0, run_request("x"), token=vic)
+            assert fresh.status_code == 401, fresh.text
+            started = asyncio.get_running_loop().time()
+            esm = ask.exec_server_message
+            await run.append(read_ok(esm.id, esm.read_args.path, "vic's notes\n"))
+            end = await reader.wait_end()
+            took = asyncio.get_running_loop().time() - started
+    assert end["error"]["code"] == "unauthenticated", end
+    assert end["error"]["message"] == "token 'vic' was revoked; ask for a new one"
+    assert took < 5, took  # the tool timeout is 600 s
+    store = await open_store(str(team.db))
+    try:
+        record = await store.load(cid)
+    finally:
+        await store.close()
+    assert record is not None
+    assert b"vic's notes" in b"".join(record.messages)  # the tool's answer was committed
