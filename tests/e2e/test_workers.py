@@ -21,6 +21,7 @@ from pathlib import Path
 
 import httpx
 
+from cursor_byok.launch import free_port
 from tests.e2e import test_crash_recovery as crash
 from tests.e2e.test_shim import ShimRun, exec_of, is_text, read_ok, run_request, unique
 from tests.support import connect_client as cc
@@ -173,8 +174,9 @@ async def _new_worker(server: ServerProcess, old_pid: int, timeout: float = 40.0
 def test_workers_on_sqlite_are_refused_and_serve_says_why(tmp_path: Path) -> None:
     config = tmp_path / "cursor-byok.toml"
     config.write_text(brain_config("http://127.0.0.1:9", db=tmp_path / "x.db", extra="workers = 2"))
+    serve = [sys.executable, "-m", "cursor_byok", "serve", "--config", str(config)]
     done = subprocess.run(
-        [sys.executable, "-m", "cursor_byok", "serve", "--config", str(config), "--port", "0"],
+        [*serve, "--port", str(free_port())],
         capture_output=True,
         text=True,
         timeout=60,
