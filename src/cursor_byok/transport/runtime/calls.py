@@ -126,11 +126,16 @@ class ModelCalls:
         """Where call `call_id` goes (the run's own model unless the loop named another)."""
         return self._targets.get(call_id, self._own)
 
-    def prepare(self, command: CallLLM) -> PreparedRequest:
+    def prepare(self, command: CallLLM, *, max_output_tokens: int = 0) -> PreparedRequest:
+        """The call's request bytes; `max_output_tokens` (a summary's bound the loop planned)
+        lowers the model's own answer bound for this call only."""
         target = self._target(command.model)
         if target is not self._own:
             self._targets[command.call_id] = target
-        return target.llm.prepare(command.request, target.settings)
+        settings = target.settings
+        if 0 < max_output_tokens < (settings.max_output_tokens or max_output_tokens + 1):
+            settings = msgspec.structs.replace(settings, max_output_tokens=max_output_tokens)
+        return target.llm.prepare(command.request, settings)
 
     def planned(
         self, command: CallLLM, prepared: PreparedRequest, turn_id: str, now_ms: int
