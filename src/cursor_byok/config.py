@@ -7,6 +7,7 @@ provider settings only, and never printed: `repr` of every config object leaves 
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import os
 import tomllib
 from collections.abc import Mapping
