@@ -45,7 +45,7 @@ class ConversationRecord(msgspec.Struct, frozen=True, kw_only=True):
     created_at_ms: int
     updated_at_ms: int
     # The person whose token started it (AccessTokenRecord.person); None: the operator's
-    # (made with the server's own auth_token, while it was open, or stored before 0014).
+    # (made with the server's own auth_token, while it was open, or stored before 0015).
     owner_id: str | None = None
 
 
@@ -176,7 +176,7 @@ class LLMCallRecord(msgspec.Struct, frozen=True, kw_only=True):
     prices: str | None = None
     # The upper bound of the call's cost reserved against its token's monthly budget when it
     # was planned (Reservation): it counts in place of the cost while the call is in flight.
-    # None: nothing reserved (no budget), or before 0014.
+    # None: nothing reserved (no budget), or before 0015.
     reserved_usd: float | None = None
 
 
