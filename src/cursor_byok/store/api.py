@@ -438,6 +438,14 @@ class Store(Protocol):
 
     async def save_llm_call(self, record: LLMCallRecord) -> SaveResult: ...
 
+    async def reserve_llm_call(
+        self, record: LLMCallRecord, reserve: Reservation
+    ) -> ReservationTotals:
+        """Save `record` (a charge in flight, its `reserved_usd` set) in one transaction with
+        the check of `reserve` (see Reservation), only when it fits: the totals say whether
+        (`refused_by` None) and what they were."""
+        ...
+
     async def get_llm_call(self, call_id: str) -> LLMCallRecord | None: ...
 
     async def save_client_operation(self, record: ClientOperationRecord) -> SaveResult: ...

@@ -35,6 +35,7 @@ from ..api import (
     LLMCallRecord,
     ProcessLease,
     Reservation,
+    ReservationTotals,
     RunOutcomeRecord,
     RunRecord,
     SaveResult,
@@ -485,6 +486,16 @@ class PostgresStore(ReplicaSignals):
         return await self._run(
             lambda conn: jobs.upsert_call(conn, path, record),
             f"saving llm call {record.call_id!r}",
+            write=True,
+        )
+
+    async def reserve_llm_call(
+        self, record: LLMCallRecord, reserve: Reservation
+    ) -> ReservationTotals:
+        path = self.path
+        return await self._run(
+            lambda conn: jobs.reserve_call(conn, path, record, reserve),
+            f"reserving for call {record.call_id!r}",
             write=True,
         )
 

@@ -16,6 +16,7 @@ from ..api import (
     CommitResult,
     LLMCallRecord,
     Reservation,
+    ReservationTotals,
     RunRecord,
     SaveResult,
     TurnMark,
@@ -150,6 +151,16 @@ def commit_input(
     return CommitResult(
         status="committed", version=version, ignored=tuple(ignored), reservation=totals
     )
+
+
+def reserve_call(
+    conn: Conn, path: str, record: LLMCallRecord, reserve: Reservation
+) -> ReservationTotals:
+    """Store.reserve_llm_call: the record saved only when `reserve` fits."""
+    totals = reservation_totals(conn, reserve, ())
+    if totals.refused_by is None:
+        upsert_call(conn, path, record)
+    return totals
 
 
 def upsert_call(conn: Conn, path: str, record: LLMCallRecord) -> SaveResult:

@@ -24,6 +24,7 @@ from ..api import (
     LLMCallRecord,
     ProcessLease,
     Reservation,
+    ReservationTotals,
     RunOutcomeRecord,
     RunRecord,
     SaveResult,
@@ -409,6 +410,15 @@ class SQLiteStore:
         path = self.path
         return await self._write(
             lambda conn: jobs.upsert_call(conn, path, record), f"saving llm call {record.call_id!r}"
+        )
+
+    async def reserve_llm_call(
+        self, record: LLMCallRecord, reserve: Reservation
+    ) -> ReservationTotals:
+        path = self.path
+        return await self._write(
+            lambda conn: jobs.reserve_call(conn, path, record, reserve),
+            f"reserving for call {record.call_id!r}",
         )
 
     async def save_client_operation(self, record: ClientOperationRecord) -> SaveResult:

@@ -60,6 +60,7 @@ from ..cursor import (
 )
 from .access import person_of
 from .actions import ROUTES, Route, shell_command_note
+from .charges import JobCharges
 from .commands import Commands
 from .conversation import Conversation
 from .ending import Reports, RunFailed, end_error, ending_of
@@ -141,6 +142,17 @@ class Run:
         self._run_saved: asyncio.Future[Any] | None = None
         self._started: TurnStart | None = None  # the turn's Start, for follow-ups
         self.helpers = RunHelpers(runner, channel.request_id)
+        job_runner = self.services.run_job
+        self._charges = (
+            JobCharges(
+                self.services,
+                job_runner,
+                token_id=token_id,
+                where=lambda: (self.conversation_id, self.state.committed.turn_id or ""),
+            )
+            if job_runner is not None
+            else None
+        )
         self._route = ClientMessages(
             channel=channel,
             link=self.link,
@@ -150,7 +162,7 @@ class Run:
             now_ms=now_ms,
             follow_up_context=self._follow_up_context,
             unknown_event=runner.unknown_event,
-            run_job=self.services.run_job,
+            run_job=self._charges.run if self._charges is not None else None,
             job_timeout_s=self.services.tool_timeout_s,
         )
         self.commands = Commands(
