@@ -344,7 +344,8 @@ class Run:
             summarizer=summarizer,
             models=self.services.models,
         )
-        self.window = context_window(self.model, summarizer)
+        windows = self.services.provider_windows
+        self.window = context_window(self.model, summarizer, windows.tokens(self.model.id))
         self.summaries = SummaryCalls(
             summarizer=summarizer,
             llm=self.services.llm_for(summarizer),
@@ -375,7 +376,12 @@ class Run:
         return model
 
     def _with_window(self, context: TurnContext) -> TurnContext:
-        """The turn's context with the run's model budget (the loop's compaction decisions)."""
+        """The turn's context with the run's model budget (the loop's compaction decisions),
+        with the window its provider reported since the run started, if any."""
+        if self.window is not None and self.model is not None:
+            reported = self.services.provider_windows.tokens(self.model.id)
+            if reported != self.window.provider_tokens:
+                self.window = msgspec.structs.replace(self.window, provider_tokens=reported)
         if self.window is None or context.window == self.window:
             return context
         return msgspec.structs.replace(context, window=self.window)
@@ -796,6 +802,10 @@ class Run:
                         send(frame)
         if t.compacted is not None:
             self._compacted(t.compacted)
+        if t.window_report is not None and self.model is not None:
+            self.services.provider_windows.report(
+                self.model.id, self.model.context_window, t.window_report
+            )
         if t.local_results:
             context = t.state.committed.context
             routes = {r.name: r for r in context.mcp_routes} if context is not None else {}

@@ -31,6 +31,7 @@ from .access import TokenLimits
 from .client_blobs import ClientBlobs
 from .committed_states import CommittedStates
 from .leases import ProcessLeases
+from .provider_windows import ProviderWindows
 from .request_bases import RequestBases
 from .subagents import DEFAULT_MAX_DEPTH, Children
 from .summary import CacheStats, CompactionSummary, RunSummary
@@ -79,6 +80,8 @@ class RunnerServices:
     # that conversation give way, as a newer run of this process does (None: SQLite, where
     # the version compare-and-set alone decides between processes).
     claims: ConversationClaims | None = None
+    # The windows providers reported, per model, for this process (never written anywhere).
+    provider_windows: ProviderWindows = field(default_factory=ProviderWindows)
     model_names: ModelNames = field(init=False)  # what run requests' model names resolve by
 
     def __post_init__(self) -> None:
