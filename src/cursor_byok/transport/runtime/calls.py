@@ -190,7 +190,6 @@ class ModelCalls:
         duration = int((now - timing.opened) * 1000) if timing is not None else None
         if ttft is not None and self.first_ttft_ms is None:
             self.first_ttft_ms = ttft
-        prices = self.target(end.call_id).model.prices
         answer = (
             canonical.encode_message(event.message)
             if isinstance(event, DoneEvent) and end.outcome == CallOutcome.COMMITTED
@@ -203,7 +202,6 @@ class ModelCalls:
             answer_bytes=answer,
             ttft_ms=ttft,
             duration_ms=duration,
-            cost_usd=prices.cost(usage) if prices is not None else None,
             now_ms=now_ms,
             estimated=estimated,
             prior=self._prior.get(end.call_id),
