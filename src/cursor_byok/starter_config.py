@@ -7,11 +7,23 @@ from the lines of one block enables it. Explanations use `# ` (hash, space).
 
 from __future__ import annotations
 
+import asyncio
+import json
 import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from .llm.local_servers import ServedContext, served_context
 
 DEFAULT_PATH = "cursor-byok.toml"
 # Where the starter's active provider points: llama.cpp's llama-server on its default port.
 STARTER_LOCAL_URL = "http://127.0.0.1:8080/v1"
+# The local servers `init` asks for the window they serve, in order: llama-server, Ollama.
+PROBED_URLS = (STARTER_LOCAL_URL, "http://127.0.0.1:11434/v1")
+PROBE_TIMEOUT_S = 1.5
+# What Ollama serves when neither num_ctx nor OLLAMA_CONTEXT_LENGTH raise it (below 24 GiB of
+# VRAM, its documentation says), written when only the model's maximum is known.
+OLLAMA_DEFAULT_WINDOW = 4096
 
 STARTER_CONFIG = """\
 # cursor-byok configuration, written by `cursor-byok init`.
@@ -177,8 +189,58 @@ EXAMPLE_ENV = (
 _COMMENTED_TOML = re.compile(r"^#(?=[\[A-Za-z])", re.MULTILINE)
 
 
-def starter_config() -> str:
-    return STARTER_CONFIG
+@dataclass(frozen=True, slots=True)
+class LocalServer:
+    """A local server that answered `init`'s probe, and the window it serves."""
+
+    base_url: str
+    served: ServedContext
+
+    @property
+    def window(self) -> int:
+        served = self.served
+        return served.tokens if served.exact else min(served.tokens, OLLAMA_DEFAULT_WINDOW)
+
+
+async def _probe(urls: Sequence[str], timeout_s: float) -> LocalServer | None:
+    for url in urls:
+        served = await served_context(url, "", timeout_s)
+        if served is not None:
+            return LocalServer(url, served)
+    return None
+
+
+def probe_local_servers(
+    urls: Sequence[str] = PROBED_URLS, timeout_s: float = PROBE_TIMEOUT_S
+) -> LocalServer | None:
+    """The first of `urls` whose server says what window it serves (None: none answered)."""
+    return asyncio.run(_probe(urls, timeout_s))
+
+
+def starter_config(local: LocalServer | None = None) -> str:
+    """The starter; with `local`, its active provider points at that server, with the model it
+    names and the window it serves."""
+    if local is None:
+        return STARTER_CONFIG
+    served = local.served
+    text = STARTER_CONFIG.replace(
+        f'base_url = "{STARTER_LOCAL_URL}"', f'base_url = "{local.base_url}"', 1
+    )
+    if served.model:
+        text = text.replace('model = "local-model"  ', f"model = {_quoted(served.model)}  ", 1)
+    how = f"{served.server} at {local.base_url} serves {served.tokens} ({served.source})"
+    if not served.exact:
+        how += f"; Ollama's default {OLLAMA_DEFAULT_WINDOW} unless num_ctx raises it"
+    return text.replace(
+        "context_window = 32768\n",
+        f"context_window = {local.window}\n# (init read it: {how})\n",
+        1,
+    )
+
+
+def _quoted(value: str) -> str:
+    """A TOML basic string (JSON's escapes are TOML's for the names servers give)."""
+    return json.dumps(value, ensure_ascii=False)
 
 
 def uncomment_examples(text: str) -> str:
