@@ -4,7 +4,8 @@ When a provider refuses a request as too long and says how big its window is, th
 compacts to fit it and reports it (`WindowReport`); every later run of that model in this
 process starts from that window (`ContextWindow.provider_tokens`), so it is not refused again
 first. Nothing here is written to the configuration or the store: a restarted process learns
-it again, and the operator fixes `context_window` from the WARNING, logged once per model.
+it again, and the operator fixes `context_window` from the WARNING, logged once per model
+(and once more for a silent overflow: a success whose usage passed the window).
 """
 
 from __future__ import annotations
@@ -18,11 +19,11 @@ log = logging.getLogger("cursor_byok.runtime")
 
 class ProviderWindows:
     """The smallest window each model's provider reported (by model id), and which models
-    were warned about."""
+    were warned about (once for a refusal's window, once for a silent overflow)."""
 
     def __init__(self) -> None:
         self._tokens: dict[str, int] = {}
-        self._warned: set[str] = set()
+        self._warned: set[tuple[str, bool]] = set()  # (model id, a refusal's window)
 
     def tokens(self, model_id: str) -> int:
         """The window `model_id`'s provider reported; 0: none."""
@@ -34,9 +35,10 @@ class ProviderWindows:
             known = self._tokens.get(model_id, 0)
             if known == 0 or report.tokens < known:
                 self._tokens[model_id] = report.tokens
-        if model_id in self._warned:
+        key = (model_id, report.tokens > 0)  # a silent overflow never hides a refusal's window
+        if key in self._warned:
             return
-        self._warned.add(model_id)
+        self._warned.add(key)
         if report.tokens > 0:
             log.warning(
                 "model %s: the provider refused a request as too long and reported a context "
