@@ -14,17 +14,19 @@ from cursor_byok.loop import (
     CallLLM,
     CompactionReason,
     ContextWindow,
+    Failed,
     LLMEvent,
     RuntimeState,
     Summarize,
     SummaryDone,
+    SummaryFailed,
     WindowReport,
     compaction,
     transition,
 )
 from cursor_byok.loop import window as window_rule
 
-from .loop_helpers import start, stream
+from .loop_helpers import start, stream, user
 from .test_loop_compaction import BASE, CID, FIXED, answer, summary_answer, words
 
 # A window the configuration judged large; the provider serves FIXED + 2,500.
@@ -120,3 +122,22 @@ def test_a_success_over_the_window_is_reported_and_the_next_call_compacts_first(
     # Within the window, nothing is reported.
     ts2, _ = stream(t.state, FauxResponse.text("fine", usage=Usage(input=100, output=5)))
     assert ts2[-1].window_report is None
+
+
+def test_a_failed_summary_sends_the_request_only_when_it_fits_the_window() -> None:
+    """A threshold compaction whose summary fails: the request goes out as it is while P + M
+    fits the window, and is refused with the window error (its parts) when it does not."""
+    s = RuntimeState.new(CID)
+    s = answer(transition(s, start(words(400, "q0"), CTX)).state, words(400, "a0"))
+    q1 = user(words(40, "q1"))
+    prompt = compaction.estimated_tokens((*s.committed.messages, q1), 0, FIXED)
+    fits = replace(WINDOW, tokens=prompt + 200)  # over T, and P + M == W (M is R, 200)
+    too_small = replace(WINDOW, tokens=prompt + 199)  # over T, and P + M > W
+    failed = replace(summary_answer(""), stop_reason="error", error_message="boom")
+    for window, expect in ((fits, CallLLM), (too_small, Failed)):
+        t = transition(s, start(words(40, "q1"), replace(BASE, window=window)))
+        assert isinstance(t.command, Summarize), window
+        f = transition(t.state, SummaryFailed(call_id=t.command.call_id, message=failed))
+        assert isinstance(f.command, expect), (window, f.command)
+    assert isinstance(f.command, Failed)
+    assert "cannot be compacted" in (f.command.message.error_message or "")
