@@ -19,7 +19,7 @@ from cursor_byok.llm.models import Model
 from cursor_byok.llm.openai_chat import OpenAIChatAdapter
 from cursor_byok.llm.settings import ModelSettings, ProviderSettings
 from cursor_byok.store.sqlite import SQLiteStore
-from cursor_byok.transport.runtime import Runner, RunnerServices, records
+from cursor_byok.transport.runtime import RunnerServices, new_runner, records
 from tests.realupstream.conftest import LlamaServer
 from tests.runtime.harness import Client, run_request
 
@@ -66,7 +66,7 @@ async def test_a_misjudged_window_is_refused_once_then_compacted_to_the_real_one
         prices=None,
     )
     store = await SQLiteStore.open(tmp_path / "db")
-    runner = Runner(
+    runner = new_runner(
         RunnerServices(models={"local": model}, store=store, llm_for=lambda _m: adapter)
     )
     ends: list[str] = []

@@ -18,7 +18,7 @@ from cursor_byok.llm.models import Model
 from cursor_byok.llm.settings import ModelSettings
 from cursor_byok.loop import compaction
 from cursor_byok.store.sqlite import SQLiteStore
-from cursor_byok.transport.runtime import Runner, RunnerServices, records
+from cursor_byok.transport.runtime import RunnerServices, new_runner, records
 from tests.runtime.harness import Client, run_request
 from tests.runtime.test_run_compaction import adapter_for
 from tests.runtime.test_run_small_windows import fixed_part
@@ -73,7 +73,7 @@ async def test_a_refusal_with_the_window_compacts_to_fit_it_and_is_kept_per_proc
             prices=None,
         )
         store = await SQLiteStore.open(tmp_path / "db")
-        runner = Runner(
+        runner = new_runner(
             RunnerServices(models={"local": model}, store=store, llm_for=lambda _m: adapter)
         )
 
@@ -132,7 +132,7 @@ async def test_a_refusal_with_the_window_compacts_to_fit_it_and_is_kept_per_proc
         assert len(warnings) == 1
 
         # Another process knows nothing of it (nothing is written to the config or the store).
-        fresh = Runner(
+        fresh = new_runner(
             RunnerServices(models={"local": model}, store=store, llm_for=lambda _m: adapter)
         )
         assert fresh.services.provider_windows.tokens("local") == 0
