@@ -117,6 +117,9 @@ class ServerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     title_timeout_s: float = 10.0
     # How long an access token handed to a signed-in client lives (docs/clients.md).
     access_token_ttl_s: int = 3600
+    # Server processes on the one port, each with its own event loop (workers.py); > 1 needs
+    # PostgreSQL (docs/deploy.md, "Workers").
+    workers: int = 1
     # CIDRs of the reverse proxies in front: from them, a request's client (for the per-client
     # limits) is the rightmost X-Forwarded-For hop outside these (transport/connect/clients.py).
     trusted_proxies: list[str] = []
@@ -229,6 +232,8 @@ def _run_limit_errors(server: ServerConfig) -> list[str]:
         errors.append("server.unstarted_runs_per_client must be 1-100000")
     if not 0 < server.reconnect_grace_s <= 86_400:
         errors.append("server.reconnect_grace_s must be between 0 and 86400")
+    if not 1 <= server.workers <= 64:
+        errors.append("server.workers must be 1-64")
     return errors
 
 
