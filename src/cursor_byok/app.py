@@ -118,7 +118,14 @@ class App:
             sessions,
             Credentials(tokens, sessions),
             SignInRoutes(SignInFlow(store, tokens, sessions)),
-            RpcAnswers(config, store, registry, tokens, on_llm_call=obs.on_llm_call),
+            RpcAnswers(
+                config,
+                store,
+                registry,
+                tokens,
+                on_llm_call=obs.on_llm_call,
+                limits=runner.token_limits,
+            ),
             path_key,
             converter,
         )
