@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 import msgspec
 
+from cursor_byok.llm.prefix_memo import HISTORY_MEMO_MAX, PrefixMemo, fold_history
 from cursor_byok.llm.types import (
     AssistantMessage,
     ImageContent,
@@ -172,6 +173,34 @@ class _Count:
                             self.chars += len(name) + body
 
 
+class _CountFold:
+    """The characters of a history so far (prefix_memo.py's fold): a model call's history
+    extends the previous call's, so each call counts only what was appended instead of every
+    message again (issue 28: three full passes a turn, +1 M instructions per 100 messages)."""
+
+    __slots__ = ("fed", "rest", "split", "summary")
+
+    def __init__(self, split: int) -> None:
+        self.split = split  # the first `split` messages are the summarized conversation
+        self.fed = 0
+        self.summary = _Count()
+        self.rest = _Count()
+
+    def feed(self, message: Message) -> None:
+        (self.summary if self.fed < self.split else self.rest).message(message)
+        self.fed += 1
+
+    def copy(self) -> _CountFold:
+        twin = _CountFold(self.split)
+        twin.fed = self.fed
+        twin.summary = _Count(self.summary.chars, self.summary.images)
+        twin.rest = _Count(self.rest.chars, self.rest.images)
+        return twin
+
+
+_counts: PrefixMemo[_CountFold] = PrefixMemo(HISTORY_MEMO_MAX)
+
+
 def _json_chars(value: object) -> int:
     """The length of `value` as compact JSON, escapes not counted, without encoding it: a
     history's tool arguments hold whole files, and encoding them on every call doubled the
@@ -202,9 +231,10 @@ def prompt_chars(
             native += _tool_chars(tool)
         else:
             mcp += _tool_chars(tool)
-    summary, rest = _Count(), _Count()
-    for i, message in enumerate(request.messages):
-        (summary if i < summary_messages else rest).message(message)
+    counted = fold_history(
+        request.messages, summary_messages, lambda: _CountFold(summary_messages), _counts
+    )
+    summary, rest = counted.summary, counted.rest
     return PromptChars(
         system_prompt=len(request.system_prompt) - rule_chars,
         tools=native,
