@@ -39,6 +39,7 @@ from cursor_byok.llm.types import (
 from . import derived
 from .apportion import largest_remainder
 from .context import DEFAULT_CONTEXT, TurnContext
+from .memo import ByIdentity
 from .prompt import render_prompt, render_tools, rules_section
 from .state import ConversationState
 from .tools import NATIVE_BY_NAME
@@ -145,6 +146,22 @@ def _tool_chars(tool: ToolDefinition) -> int:
     return len(tool.name) + len(tool.description) + len(schema)
 
 
+def _native_and_mcp_chars(tools: tuple[ToolDefinition, ...]) -> tuple[int, int]:
+    native = mcp = 0
+    for tool in tools:
+        if tool.name in NATIVE_BY_NAME:
+            native += _tool_chars(tool)
+        else:
+            mcp += _tool_chars(tool)
+    return native, mcp
+
+
+# The tools of a request are `render_tools`' tuple, one object per run: measured once.
+_tools_chars: ByIdentity[tuple[ToolDefinition, ...], tuple[int, int]] = ByIdentity(
+    _native_and_mcp_chars
+)
+
+
 @dataclass(slots=True)
 class _Count:
     chars: int = 0
@@ -225,12 +242,7 @@ def prompt_chars(
     `summary_messages` messages are the summarized conversation (what a compaction put first)."""
     rules = rules_section(context)
     rule_chars = len(rules) if rules and rules in request.system_prompt else 0
-    native = mcp = 0
-    for tool in request.tools:
-        if tool.name in NATIVE_BY_NAME:
-            native += _tool_chars(tool)
-        else:
-            mcp += _tool_chars(tool)
+    native, mcp = _tools_chars(request.tools)
     counted = fold_history(
         request.messages, summary_messages, lambda: _CountFold(summary_messages), _counts
     )
