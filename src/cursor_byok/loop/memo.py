@@ -46,6 +46,15 @@ class ByIdentity(Generic[K, V]):
                 break
         return value
 
+    def keep(self, key: K, value: V) -> None:
+        """Keep `value` as what `derive(key)` gives (known already where `key` was made)."""
+        self._entries[id(key)] = (key, value)
+        while len(self._entries) > self._max:
+            try:
+                self._entries.popitem(last=False)
+            except KeyError:
+                break
+
     def clear(self) -> None:
         self._entries.clear()
 
