@@ -41,6 +41,7 @@ from ...loop.meter import (
     prompt_tokens,
 )
 from ...store.api import CallStatus, ClientOperationRecord, LLMCallRecord
+from .request_hashes import RequestHashes
 
 _state_encoder = msgspec.json.Encoder(order="deterministic")
 _state_decoder = msgspec.json.Decoder(ConversationState)
@@ -119,8 +120,15 @@ def command_record(command: Command) -> bytes:
             assert_never(command)
 
 
-def request_hash(prepared: PreparedRequest) -> str:
-    return hashlib.sha256(prepared.body).hexdigest()
+_request_hashes = RequestHashes()
+
+
+def request_hash(prepared: PreparedRequest, conversation_id: str | None = None) -> str:
+    """SHA-256 of the body; with `conversation_id`, continued over what the body shares with
+    that conversation's previous request (request_hashes.py)."""
+    if conversation_id is None:
+        return hashlib.sha256(prepared.body).hexdigest()
+    return _request_hashes.hexdigest(prepared.body, conversation_id)
 
 
 def planned_call(
@@ -141,7 +149,7 @@ def planned_call(
         conversation_id=conversation_id,
         turn_id=turn_id,
         request=stored,
-        request_hash=request_hash(prepared),
+        request_hash=request_hash(prepared, conversation_id),
         messages_hash=command.messages_hash,
         status="planned",
         created_at_ms=now_ms,
