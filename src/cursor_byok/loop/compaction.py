@@ -32,6 +32,7 @@ from cursor_byok.llm.types import (
 )
 
 from .context import ContextWindow
+from .memo import ByIdentity
 from .window import rooms
 
 # The character estimate: about four characters per token for English text and code (the
@@ -91,10 +92,18 @@ def tokens_of_chars(chars: int) -> int:
 
 def fixed_tokens(system_prompt: str, tools: tuple[ToolDefinition, ...]) -> int:
     """The estimate of what every request of the turn carries besides the history."""
-    chars = len(system_prompt)
-    for tool in tools:
-        chars += len(tool.name) + len(tool.description) + len(msgspec.json.encode(tool.parameters))
-    return tokens_of_chars(chars)
+    return tokens_of_chars(len(system_prompt) + _tools_chars(tools))
+
+
+def _chars_of_tools(tools: tuple[ToolDefinition, ...]) -> int:
+    return sum(
+        len(tool.name) + len(tool.description) + len(msgspec.json.encode(tool.parameters))
+        for tool in tools
+    )
+
+
+# `render_tools`' tuple is one object per run: its schemas are encoded once (memo.py).
+_tools_chars: ByIdentity[tuple[ToolDefinition, ...], int] = ByIdentity(_chars_of_tools)
 
 
 def estimated_tokens(messages: tuple[Message, ...], fresh_from: int, fixed: int) -> int:

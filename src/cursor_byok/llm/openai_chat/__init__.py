@@ -25,6 +25,7 @@ from .request import (
     chat_url,
     convert_messages,
     detect_compat,
+    encode_body,
     normalize_tool_call_id,
 )
 from .stream import ChatDecoder, _dict
@@ -63,12 +64,12 @@ class OpenAIChatAdapter(HttpAdapter):
         self.histories: PrefixMemo[ChatHistory] = PrefixMemo()
 
     def prepare(self, request: RequestMessages, settings: ModelSettings) -> PreparedRequest:
-        body = build_body(request, settings, self.provider.name, self.compat, self.histories)
+        body = encode_body(request, settings, self.provider.name, self.compat, self.histories)
         headers = [("content-type", "application/json"), ("accept", "text/event-stream")]
         headers += [(k, settings.extra_headers[k]) for k in sorted(settings.extra_headers)]
         return PreparedRequest(
             url=chat_url(self.provider.base_url),
-            body=_encode(body),
+            body=body,
             model=settings.model,
             headers=tuple(headers),
         )
