@@ -101,11 +101,9 @@ class App:
         obs.metrics.bind_caches(runner.cache_stats)
         tokens = TokenDirectory(store, linger_s=linger_s(config))
         await tokens.load()
-        tokens.start()
         obs.bind_token_names(tokens.name_of)
         sessions = SessionDirectory(store, ttl_s=config.server.access_token_ttl_s)
         await sessions.load()
-        sessions.start()
         # The key the CLI derives repository path names from (GetServerConfig): random, made
         # once per database, so every replica and restart hands out the same one.
         fresh = base64.urlsafe_b64encode(secrets.token_bytes(32)).rstrip(b"=").decode()
@@ -120,7 +118,14 @@ class App:
             sessions,
             Credentials(tokens, sessions),
             SignInRoutes(SignInFlow(store, tokens, sessions)),
-            RpcAnswers(config, store, registry, tokens, on_llm_call=obs.on_llm_call),
+            RpcAnswers(
+                config,
+                store,
+                registry,
+                tokens,
+                on_llm_call=obs.on_llm_call,
+                limits=runner.token_limits,
+            ),
             path_key,
             converter,
         )

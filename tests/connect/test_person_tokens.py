@@ -39,6 +39,9 @@ class People:
     def person(self, principal: str) -> str:
         return principal
 
+    def refresh(self) -> None:
+        return None
+
     def lingering(self, credentials: str) -> str | None:
         return None
 

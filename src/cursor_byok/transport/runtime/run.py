@@ -130,7 +130,9 @@ class Run:
             now_ms=now_ms,
             on_timeout=self._tool_timed_out,
         )
-        self.publisher = Publisher(channel, self.link, now_ms, self.services.on_compaction)
+        self.publisher = Publisher(
+            channel, self.link, now_ms, self.services.on_compaction, self.services.provider_windows
+        )
         self.parts: RunParts | None = None  # once the run request named the model
         self.conversation_id = ""
         self.conv = Conversation("", self.store, runner.committed_states)
@@ -371,7 +373,7 @@ class Run:
             new_conversation=not stored,
             headers=self.headers,
             request_id=self.channel.request_id,
-            window=self.parts.window,
+            window=self.parts.budget(),
             fallbacks=self.parts.model.fallbacks,
         )
         self._started, self.helpers.parent = started, started.parent_call
@@ -410,7 +412,7 @@ class Run:
     def _follow_up_context(self, client: ClientContext) -> TurnContext:
         """The context a follow-up brought, merged with the run's parts and MCP tools."""
         parts, stored = self.parts, self.state.committed.context
-        window, fallbacks = (parts.window, parts.model.fallbacks) if parts else (None, ())
+        window, fallbacks = (parts.budget(), parts.model.fallbacks) if parts else (None, ())
         return follow_up_context(self.services, client, stored, self._started, window, fallbacks)
 
     async def _consume(self) -> None:

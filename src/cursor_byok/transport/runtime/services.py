@@ -14,6 +14,7 @@ from ...store.api import ConversationClaims, LLMCallRecord, Store
 from ...web.page_text import DEFAULT_MAX_TEXT_CHARS
 from ...web.prices import JobPrices
 from ...web.types import JobRunner
+from .provider_windows import ProviderWindows
 from .summary import CompactionSummary, RunSummary
 
 DEFAULT_MAX_DEPTH = 2  # server.subagent_max_depth's default: Task's nesting
@@ -59,6 +60,8 @@ class RunnerServices:
     # that conversation give way, as a newer run of this process does (None: SQLite, where
     # the version compare-and-set alone decides between processes).
     claims: ConversationClaims | None = None
+    # The windows providers reported, per model, for this process (never written anywhere).
+    provider_windows: ProviderWindows = field(default_factory=ProviderWindows)
     model_names: ModelNames = field(init=False)  # what run requests' model names resolve by
 
     def __post_init__(self) -> None:
