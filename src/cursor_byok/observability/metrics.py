@@ -173,7 +173,14 @@ class Metrics:
         )
         self.llm_cost = Counter(
             f"{PREFIX}_llm_cost_usd",
-            "Cost in USD of upstream LLM calls, from the configured prices",
+            "Cost in USD of upstream LLM calls: the costs stored with them, each priced once at "
+            "the prices in force when it was made",
+            ["provider", "model"],
+            registry=r,
+        )
+        self.llm_unpriced = Counter(
+            f"{PREFIX}_llm_unpriced_calls",
+            "Finished LLM calls made while their model had no prices: not in llm_cost_usd",
             ["provider", "model"],
             registry=r,
         )
@@ -323,6 +330,8 @@ class Metrics:
         self.llm_cost.labels(provider=provider, model=model).inc(
             cost if cost is not None and cost > 0 else 0.0
         )
+        unpriced = self.llm_unpriced.labels(provider=provider, model=model)
+        unpriced.inc(1 if cost is None else 0)  # touched: the series exists from the first call
         if record.token_id is not None:
             token = self.token_name(record.token_id) or "unknown"
             self.token_llm_calls.labels(token=token, outcome=outcome).inc()
