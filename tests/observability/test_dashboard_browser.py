@@ -323,9 +323,20 @@ async def test_dashboard_renders_tables_chart_and_errors(tmp_path: Path) -> None
                 assert len(set(right)) == len(right), (model, right)
             by_model = {m: (left, right) for m, left, right in ticks}
             assert by_model["gemini/gemini-test"] == (["0", "1"], [])
-            assert by_model["anthropic/claude-test"][1] == []  # no prices: no cost axis
+            # Costs as stored: gemini-test's calls have none (no cost axis); one of
+            # claude-test's has, so its chart draws cost and says how many calls had none.
+            assert by_model["anthropic/claude-test"][1][0] == "$0"
             assert by_model["openai/gpt-test"][1][0] == "$0"
             assert await page.evaluate(OVERFLOWS_JS) == []
+            # When the prices changed: under the chart, each set of prices with its first call.
+            spans = await page.eval_on_selector_all(
+                ".prices[data-model='openai/gpt-test'] .price-span",
+                "ss => ss.map(s => s.textContent)",
+            )
+            assert len(spans) == 2, spans
+            assert spans[0].startswith("since ") and "no prices recorded (4 calls)" in spans[0]
+            assert spans[1].startswith("from ")
+            assert "input $2, output $8, cache read $0.5 per Mtok (1 call)" in spans[1]
             hints = await page.eval_on_selector_all(
                 ".chart-box",
                 "bs => bs.map(b => [b.dataset.model, !!b.querySelector('.no-prices')])",
@@ -335,8 +346,10 @@ async def test_dashboard_renders_tables_chart_and_errors(tmp_path: Path) -> None
                 ["gemini/gemini-test", True],
                 ["openai/gpt-test", False],
             ]
-            hint = await page.inner_text(".chart-box[data-model='anthropic/claude-test'] h3")
+            hint = await page.inner_text(".chart-box[data-model='gemini/gemini-test'] h3")
             assert "no prices" in hint and "$0" not in hint
+            partly = await page.inner_text(".chart-box[data-model='anthropic/claude-test'] h3")
+            assert "2 calls made without prices, not counted" in partly
             unpriced = await page.eval_on_selector(
                 "#calls tr[data-call-id='call-3'] td.no-prices",
                 "td => [td.textContent, td.title]",

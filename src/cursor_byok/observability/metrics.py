@@ -173,7 +173,14 @@ class Metrics:
         )
         self.llm_cost = Counter(
             f"{PREFIX}_llm_cost_usd",
-            "Cost in USD of upstream LLM calls, from the configured prices",
+            "Cost in USD of upstream LLM calls: the costs stored with them, each priced once at "
+            "the prices in force when it was made",
+            ["provider", "model"],
+            registry=r,
+        )
+        self.llm_unpriced = Counter(
+            f"{PREFIX}_llm_unpriced_calls",
+            "Finished LLM calls made while their model had no prices: not in llm_cost_usd",
             ["provider", "model"],
             registry=r,
         )
@@ -244,6 +251,17 @@ class Metrics:
     def bind_active_runs(self, active_runs: Callable[[], float]) -> None:
         """Read the active-runs gauge from a callback from now on (e.g. the runner's count)."""
         self.active_runs.set_function(active_runs)
+
+    def bind_worker(self, index: int, count: int, pid: int) -> None:
+        """Name the worker process answering (server.workers > 1): each scrape through the
+        shared port reaches one worker and shows that worker's figures."""
+        info = Gauge(
+            f"{PREFIX}_worker",
+            "The worker process answering this scrape (server.workers)",
+            ["index", "count", "pid"],
+            registry=self.registry,
+        )
+        info.labels(str(index), str(count), str(pid)).set(1)
 
     def bind_caches(self, stats: Callable[[], Iterable[CacheStats]]) -> None:
         """Export the runner's caches (`runner.cache_stats`), read at scrape time."""
@@ -330,6 +348,8 @@ class Metrics:
         self.llm_cost.labels(provider=provider, model=model).inc(
             cost if cost is not None and cost > 0 else 0.0
         )
+        unpriced = self.llm_unpriced.labels(provider=provider, model=model)
+        unpriced.inc(1 if cost is None else 0)  # touched: the series exists from the first call
         if record.token_id is not None:
             token = self.token_name(record.token_id) or "unknown"
             self.token_llm_calls.labels(token=token, outcome=outcome).inc()
