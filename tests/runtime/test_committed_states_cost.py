@@ -1,8 +1,9 @@
 """The committed-states cache counts what its entries cost in memory (issue 27, point 7).
 
-Counted at the stored bytes alone, an entry of a one-turn conversation was about 300 B while
-its decoded state held about 3 KB: a soak of new conversations grew RSS by 2.8 KB per turn
-with the cache's gauge nearly still, and its 64 MiB cap would have let some 600 MB in. Here
+Counted at the stored bytes alone, an entry of a one-turn conversation was about 270 B while
+its decoded state held about 720 B of objects: a soak of new conversations grew RSS by 2.8 KB
+per turn with the cache's gauge nearly still, and its 64 MiB cap would have let some 600 MB
+in. Here
 real turns go through a real server (one new conversation each) and the memory the cache's
 entries hold (what tracemalloc sees freed when they are dropped) must not exceed what the
 cache counts.
@@ -35,21 +36,24 @@ async def test_the_cache_counts_at_least_the_memory_its_entries_hold(tmp_path: P
                     for n in range(TURNS):
                         conv = f"cost-{n}"
                         await complete_turn(srv.base_url, f"r-{n}", run_request(conv, f"hi {n}"))
-                states = app.runner.committed_states
-                assert len(states) == TURNS
-                counted = states.size
-                gc.collect()
-                before = tracemalloc.get_traced_memory()[0]
-                for n in range(TURNS):
-                    states.forget(f"cost-{n}")
-                gc.collect()
-                freed = before - tracemalloc.get_traced_memory()[0]
             finally:
-                await app.close()
+                await app.close()  # the runs and sessions that also held the states are gone
+        states = app.runner.committed_states
+        assert len(states) == TURNS
+        counted = states.size
+        gc.collect()
+        before = tracemalloc.get_traced_memory()[0]
+        for n in range(TURNS):
+            states.forget(f"cost-{n}")
+        gc.collect()
+        freed = before - tracemalloc.get_traced_memory()[0]
     finally:
         tracemalloc.stop()
     assert states.size == 0
     per_entry = freed / TURNS
-    assert per_entry > 1000, per_entry  # not vacuous: the decoded state is kilobytes
+    # Not vacuous: what an entry holds is well above its stored bytes (about 270 B here; the
+    # objects freed about 720 B, and the soak's RSS grew 2.8 KB a turn: allocator overhead and
+    # what tracemalloc does not see, which the count's 2.5 KiB per entry covers).
+    assert per_entry > 500, per_entry
     assert counted >= freed, (counted / TURNS, per_entry)
-    assert counted <= 3 * freed, (counted / TURNS, per_entry)  # and not wildly more
+    assert counted <= 6 * freed, (counted / TURNS, per_entry)  # and not wildly more

@@ -13,10 +13,10 @@ are read at the start and at the end of every turn, and a conversation of a few 
 has as many. A process publishes marks only for a turn it committed, so marks kept with the
 state of a version are still the stored ones while the store is at that version.
 
-Bounded by what it holds, least recently used first. An entry is counted at what it costs in
-memory, not at its stored size: the decoded state (its turn context, environment, messages as
-Python objects) is several times its canonical bytes, and a fixed 2 KiB or so per entry for a
-conversation of one turn. Counted at the stored bytes alone (about 300 B for such a
+Bounded by what it holds, least recently used first, each entry counted at what it costs in
+memory, not at its stored size: the decoded messages are more than their canonical bytes, and
+every state has kilobytes of objects of its own (turn context, environment), which dominate
+for a conversation of one turn. Counted at the stored bytes alone (about 270 B for such a
 conversation), a soak of new conversations grew RSS by 2.8 KB per turn (11 MB/min at 65
 turns/s) while the gauge moved 1 MB/min, and a 64 MiB cap would have let about 600 MB in.
 """
@@ -31,14 +31,15 @@ from cursor_byok.loop.state import ConversationState
 from cursor_byok.store.api import ConversationSummary, TurnMark
 
 MAX_BYTES = 64 * 1024 * 1024
-# The memory of an entry: ENTRY_COST, plus DECODED_FACTOR times its stored bytes (measured
-# against the objects' deep size in tests/runtime/test_committed_states_cost.py).
+# The memory of an entry: ENTRY_COST (the state's own objects: about 1.2 KB freed by dropping
+# a one-turn conversation's entry, tests/runtime/test_committed_states_cost.py, and 2.8 KB of
+# RSS per turn in bench/soak.py), plus 1.5 times its stored bytes (decoded messages take about
+# 1.2 times theirs: docs/store.md, "Committed states kept between turns").
 ENTRY_COST = 2560
-DECODED_FACTOR = 3
 
 
 def memory_cost(stored: int) -> int:
-    return ENTRY_COST + DECODED_FACTOR * stored
+    return ENTRY_COST + stored * 3 // 2
 
 
 class _Entry(msgspec.Struct):
