@@ -27,14 +27,14 @@ from ..cursor import (
     history_from_root_prompt_blobs,
     merge_context,
 )
-from .client_blobs import ClientBlobs
+from .client_blobs import BlobCache
 from .requests import ClientRequests
 
 log = logging.getLogger("cursor_byok.runtime")
 
 
 async def fetch_blobs(
-    blob_ids: Sequence[bytes], requests: ClientRequests, cache: ClientBlobs
+    blob_ids: Sequence[bytes], requests: ClientRequests, cache: BlobCache
 ) -> list[bytes | None]:
     """The client's blobs (None: it has no such blob), cached ones without asking."""
     found = [cache.get(blob_id) for blob_id in blob_ids]
@@ -65,7 +65,7 @@ def _why(answer: BlobReceived) -> str:
 async def context_parts(
     request: RunRequest,
     requests: ClientRequests,
-    cache: ClientBlobs,
+    cache: BlobCache,
     kept: Sequence[KeptPart] = (),
 ) -> tuple[ContextPart, ...]:
     """The run's context parts. A blob comes from the server's cache, else from the copy kept
@@ -190,7 +190,7 @@ def with_kept(
 
 
 async def client_history(
-    request: RunRequest, requests: ClientRequests, cache: ClientBlobs
+    request: RunRequest, requests: ClientRequests, cache: BlobCache
 ) -> tuple[Message, ...]:
     """History the client holds for a conversation this server has never seen."""
     if request.inline_history:

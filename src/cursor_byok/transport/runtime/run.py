@@ -375,6 +375,7 @@ class Run:
             request_id=self.channel.request_id,
             window=self.parts.budget(),
             fallbacks=self.parts.model.fallbacks,
+            person=self.person,
         )
         self._started, self.helpers.parent = started, started.parent_call
         await self._apply(started.start, input_id)

@@ -62,6 +62,7 @@ async def start_of(
     request_id: str,
     window: ContextWindow,
     fallbacks: tuple[str, ...],
+    person: str | None = None,
 ) -> TurnStart:
     """The Start of `request`; a helper's run is linked to its parent's Task call here."""
     services = runner.services
@@ -71,9 +72,9 @@ async def start_of(
         )
     history: tuple[Any, ...] = ()
     if new_conversation:
-        history = await client_history(request, requests, runner.client_blobs)
+        history = await client_history(request, requests, runner.client_blobs.scoped(person))
     kept = stored.kept_parts if stored is not None else ()
-    parts = await context_parts(request, requests, runner.client_blobs, kept)
+    parts = await context_parts(request, requests, runner.client_blobs.scoped(person), kept)
     context = await turn_context(
         request,
         parts,
