@@ -40,6 +40,7 @@ from .web.convert import ConvertLimits, PageConverter
 from .web.fetch import FetchLimits, PageFetcher
 from .web.images import ImageMaker
 from .web.jobs import job_runner
+from .web.prices import JobPrices
 from .web.search import WebSearch
 from .web.types import JobRunner
 from .workers import NEEDS_POSTGRES, Supervisor, WorkerSpec
@@ -82,6 +83,7 @@ class App:
             image_generation=config.image_generation is not None,
             subagent_max_depth=config.server.subagent_max_depth,
             run_job=server_jobs(config, registry, converter),
+            job_prices=job_prices(config),
             page_text_chars=config.web_fetch.max_text_chars,
             on_llm_call=obs.on_llm_call,
             on_run_end=obs.on_run_end,
@@ -155,6 +157,18 @@ def page_converter(config: Config) -> PageConverter:
             workers=web.convert_workers,
             memory_mb=web.convert_memory_mb,
         )
+    )
+
+
+def job_prices(config: Config) -> JobPrices:
+    """What the server's jobs cost: [image_generation] price_per_image, each search backend's
+    price_per_search (web/prices.py)."""
+    image = config.image_generation
+    return JobPrices(
+        image_provider=image.provider if image is not None else "",
+        image_model=image.model if image is not None else "",
+        price_per_image=image.price_per_image if image is not None else None,
+        search=config.web_search,
     )
 
 

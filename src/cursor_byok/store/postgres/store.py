@@ -34,6 +34,8 @@ from ..api import (
     InputCommit,
     LLMCallRecord,
     ProcessLease,
+    Reservation,
+    ReservationTotals,
     RunOutcomeRecord,
     RunRecord,
     SaveResult,
@@ -382,6 +384,8 @@ class PostgresStore(ReplicaSignals):
         llm_calls: Sequence[LLMCallRecord] = (),
         client_operations: Sequence[ClientOperationRecord] = (),
         durable: bool = True,
+        owner: str | None = None,
+        reserve: Reservation | None = None,
     ) -> CommitResult:
         if expected_version < 0 or expected_message_count < 0:
             raise ValueError("expected_version and expected_message_count must be >= 0")
@@ -408,6 +412,8 @@ class PostgresStore(ReplicaSignals):
                 result=bytes(result),
                 calls=calls,
                 operations=operations,
+                owner=owner,
+                reserve=reserve,
             )
 
         return await self._run(
@@ -480,6 +486,16 @@ class PostgresStore(ReplicaSignals):
         return await self._run(
             lambda conn: jobs.upsert_call(conn, path, record),
             f"saving llm call {record.call_id!r}",
+            write=True,
+        )
+
+    async def reserve_llm_call(
+        self, record: LLMCallRecord, reserve: Reservation
+    ) -> ReservationTotals:
+        path = self.path
+        return await self._run(
+            lambda conn: jobs.reserve_call(conn, path, record, reserve),
+            f"reserving for call {record.call_id!r}",
             write=True,
         )
 

@@ -392,9 +392,12 @@ class SessionRegistry:
         clock: Callable[[], float] = time.monotonic,
         error_details_type: str = "",
         parse: Callable[[bytes], object] | None = None,
+        person_of: Callable[[str], str] | None = None,
     ) -> None:
-        """`parse`: the service's parser of client messages (see `Session`)."""
+        """`parse`: the service's parser of client messages (see `Session`). `person_of`: the
+        person of a principal (PRINCIPAL_HEADER), for who may join a session."""
         self._handler = handler
+        self._person_of = person_of or (lambda principal: principal)
         self._parse = parse
         self._details_type = error_details_type
         self.limits = limits or TransportLimits()
@@ -456,6 +459,20 @@ class SessionRegistry:
         session = self._sessions.get(request_id)
         return session if session is not None and session.transport == "runsse" else None
 
+    def _may_join(self, session: Session, headers: Mapping[str, str] | None) -> None:
+        """A stream reopened or an append to a run belongs to the person who started the run,
+        or to the operator (no principal: the server's own token, or an open server), who may
+        join any; another person's token is refused (ownership, issue 25)."""
+        info = session.info
+        joiner = (headers or {}).get(PRINCIPAL_HEADER, "")
+        if info is None or not joiner or joiner == info.principal:
+            return
+        if self._person_of(joiner) != self._person_of(info.principal):
+            raise ConnectError(
+                "permission_denied",
+                f"request_id {session.request_id!r} belongs to a run someone else started",
+            )
+
     def get_or_create(
         self,
         request_id: str,
@@ -470,6 +487,7 @@ class SessionRegistry:
         first message; `first_message`: the caller delivers that message right away."""
         session = self._sessions.get(request_id)
         if session is not None:
+            self._may_join(session, headers)
             if session.transport != transport:
                 raise ConnectError(
                     "failed_precondition",

@@ -19,6 +19,7 @@ from ..cursor import (
     bad_request_end,
     internal_end,
     model_not_allowed_end,
+    not_yours_end,
     over_budget_end,
     provider_error_end,
     rate_limited_end,
@@ -26,7 +27,7 @@ from ..cursor import (
     unavailable_end,
 )
 from .calls import CallNotResendable
-from .conversation import ConversationGone
+from .conversation import ConversationGone, NotYours
 from .records import record_usage
 from .requests import ClientTimeout
 from .summary import RunSummary
@@ -80,6 +81,8 @@ def ending_of(exc: Exception, request_id: str) -> tuple[Ending, str]:
     match exc:
         case RunFailed():
             return exc.ending, "failed"
+        case NotYours():
+            return not_yours_end(str(exc)), "failed"
         case StoreError():
             log.error("store error in run %s: %s", request_id, exc)
             return storage_ending(exc), "error"
