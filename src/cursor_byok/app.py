@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from .access_tokens import TokenDirectory
 from .config import Config
+from .database_size import database_size_of
 from .launch import (
     ListenError,
     bind_address,
@@ -66,6 +67,8 @@ class App:
     @classmethod
     async def open(cls, config: Config, database: str | None = None) -> App:
         store = await open_store(database or config.server.database)
+        if config.server.database_max_mib:
+            await store.set_size_limit(config.server.database_max_mib << 20)
         registry = LLMRegistry()
         converter = page_converter(config)
         obs = Observability(config, store)
@@ -99,6 +102,7 @@ class App:
             await store.watch_claims(runner.on_claim)
         obs.metrics.bind_active_runs(lambda: runner.active_runs)
         obs.metrics.bind_caches(runner.cache_stats)
+        obs.metrics.bind_database_size(database_size_of(store), config.server.database_max_mib)
         tokens = TokenDirectory(store, linger_s=linger_s(config))
         await tokens.load()
         obs.bind_token_names(tokens.name_of)

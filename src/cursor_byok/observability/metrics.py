@@ -267,6 +267,24 @@ class Metrics:
         """Export the runner's caches (`runner.cache_stats`), read at scrape time."""
         self.registry.register(_ServerCacheCollector(stats))
 
+    def bind_database_size(self, size: Callable[[], float], max_mib: int) -> None:
+        """The database's size (read at scrape time: PostgreSQL's last poll, SQLite's file)
+        and its cap (`server.database_max_mib`; 0: none)."""
+        used = Gauge(
+            f"{PREFIX}_database_bytes",
+            "Size of the database (PostgreSQL: its last poll of pg_database_size; SQLite: the "
+            "file and its WAL)",
+            registry=self.registry,
+        )
+        used.set_function(size)
+        cap = Gauge(
+            f"{PREFIX}_database_limit_bytes",
+            "The database's size cap (server.database_max_mib); 0: none. At the cap new runs "
+            "are refused, unavailable: storage full",
+            registry=self.registry,
+        )
+        cap.set(max_mib << 20)
+
     # -- feeding -------------------------------------------------------------------------
 
     def observe_unknown_event(self, kind: str) -> None:

@@ -448,7 +448,9 @@ class ConnectApp:
             await self._check_lingering(request_id, lingering)
         if self.relayed is not None:
             # Stored first, then acknowledged; the replica holding the RunSSE delivers it.
-            await self.relayed.publish(request_id, append.seqno, append.payload, append.message)
+            await self.relayed.publish(
+                request_id, append.seqno, append.payload, append.message, client
+            )
             return
         session, _ = self.registry.get_or_create(
             request_id, "runsse", headers, client, first_message=append.seqno == 0

@@ -402,6 +402,8 @@ class SessionRegistry:
         self._details_type = error_details_type
         self.limits = limits or TransportLimits()
         self._clock = clock
+        # Told of every run's end (relay.py forgets a run's stored appends then).
+        self.on_run_end: Callable[[Session], None] | None = None
         self._sessions: dict[str, Session] = {}
         self._finished: dict[str, Session] = {}  # in the order they finished
         lim = self.limits
@@ -549,9 +551,18 @@ class SessionRegistry:
                 log.error("run %s: handler returned without finish()", session.request_id)
                 session.finish(EndError("internal", "run ended without a result"))
 
+    def live(self) -> list[Session]:
+        """The runs that have not finished."""
+        return [s for s in self._sessions.values() if not s.finished]
+
     def _finished_now(self, session: Session) -> None:
         if self._sessions.get(session.request_id) is session:
             self._finished[session.request_id] = session
+        if self.on_run_end is not None:
+            try:
+                self.on_run_end(session)
+            except Exception:  # the transport goes on
+                log.exception("run %s: its end's listener failed", session.request_id)
 
     def _remove(self, request_id: str) -> None:
         session = self._sessions.pop(request_id)

@@ -11,7 +11,7 @@ from typing import assert_never
 
 from ...loop import FailureKind, Limit
 from ...store.api import LLMCallRecord
-from ...store.errors import StoreError, StoreFullError, StoreLockedError
+from ...store.errors import StoreError, StoreFullError, StoreLockedError, StoreUnreachableError
 from ..connect.channel import EndError
 from ..cursor import (
     DialectError,
@@ -103,6 +103,11 @@ def storage_ending(exc: StoreError) -> Ending:
             return unavailable_end(
                 "the server's storage is full; try again once its operator has freed space",
                 "Server storage full",
+            )
+        case StoreUnreachableError():
+            return unavailable_end(
+                "the server cannot reach its storage right now; try again in a moment",
+                "Server storage unavailable",
             )
         case StoreLockedError():
             return unavailable_end(
