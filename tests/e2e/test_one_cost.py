@@ -176,7 +176,9 @@ async def test_every_surface_shows_the_same_cost(
     config = tmp_path / "cursor-byok.toml"
     conversation = str(uuid.uuid4())
     config.write_text(config_text(upstream, db, FIRST))
-    secret = await asyncio.to_thread(add_token, config, "olga", "--budget-usd", "1000")
+    # Room for the reservations: a call holds the most it may cost first (a full window at
+    # these prices, ~$2,600), then settles to its stored cost.
+    secret = await asyncio.to_thread(add_token, config, "olga", "--budget-usd", "1000000")
 
     # At the first prices: a turn with an image, then one canceled while it streams.
     with server_process(config_text(upstream, db, FIRST), tmp_path) as server:
