@@ -71,6 +71,7 @@ from .values import (
     Stray,
     ToolFinished,
     ToolProgress,
+    UnknownAction,
     UnknownEvent,
 )
 
@@ -106,6 +107,7 @@ __all__ = [
     "SummaryRecord",
     "ToolFinished",
     "ToolProgress",
+    "UnknownAction",
     "UnknownEvent",
     "bad_request_end",
     "canceled_end",

@@ -38,6 +38,8 @@ class RunAction(enum.StrEnum):
     SUBSCRIPTION_NOTIFICATION = "subscription_notification_action"
     GOAL_CONTINUATION = "goal_continuation_action"
     INJECT_CONTEXT = "inject_context_action"
+    # A variant this server's schema does not know (a newer IDE's): an empty turn, logged.
+    UNKNOWN = "unknown_action"
 
 
 # -- what an action other than a user message carries ---------------------------------------
@@ -136,10 +138,19 @@ class GoalContinuation:
 
 @dataclass(frozen=True, slots=True)
 class InjectContext:
+    """inject_context_action: a message (the user's, or a producer's system context, written
+    as a user message) for the model to read."""
+
+    message: UserMessage
     injection_id: str = ""
     expected_run_id: str = ""
-    user_context: bytes | None = None
-    system_context: bytes | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class UnknownAction:
+    """A ConversationAction variant this server's schema lacks: its field numbers, logged."""
+
+    field_numbers: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,6 +171,7 @@ ActionPayload: TypeAlias = (
     | Notifications
     | GoalContinuation
     | InjectContext
+    | UnknownAction
     | CancelTurn
 )
 
@@ -239,6 +251,8 @@ class FollowUp:
     message: UserMessage
     context: ClientContext | None = None
     mode: str | None = None
+    # An inject_context_action's answer (context_injection_state), sent as it is taken in.
+    acknowledge: tuple[bytes, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

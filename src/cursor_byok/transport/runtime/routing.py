@@ -174,7 +174,9 @@ class ClientMessages:
             case CancelRequested(reason=reason):
                 cancel = Cancel(reason=reason) if reason else Cancel()
                 self.inbox.put_nowait(Work(cancel, input_id))
-            case FollowUp(message=message, context=client_context, mode=mode):
+            case FollowUp(message=message, context=client_context, mode=mode, acknowledge=ack):
+                for frame in ack:  # an injection's answer, as the loop gets it
+                    self.channel.send(frame)
                 context = (
                     self._follow_up_context(client_context) if client_context is not None else None
                 )

@@ -88,7 +88,7 @@ from ..cursor.tools.cards import task_progress_frame
 from ..cursor.values import BackgroundCompletions, CancelSubagent
 from . import records
 from .access import Admissions
-from .actions import ROUTES, Route, shell_command_note
+from .actions import ROUTES, Route, log_empty_turn, shell_command_note
 from .calls import ModelCalls
 from .checkpoints import Checkpoints, PendingBlob
 from .context import client_history, context_parts, turn_context, with_kept
@@ -445,9 +445,7 @@ class Run:
         route = ROUTES[request.action]
         match route.route:
             case Route.EMPTY_TURN:
-                log.info(
-                    "run %s: %s ends as an empty turn", self.channel.request_id, request.action
-                )
+                log_empty_turn(request, self.channel.request_id)
                 self.channel.send(turn_ended(self.summary.usage))
                 self._end(None, "ok")
                 return
