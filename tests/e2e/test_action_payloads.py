@@ -31,7 +31,9 @@ def server(
     upstream: FakeUpstream, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[ServerProcess]:
     work: Path = tmp_path_factory.mktemp("payloads")
-    with server_process(brain_config(upstream.base_url, db=work / "byok.db"), work) as srv:
+    text = brain_config(upstream.base_url, db=work / "byok.db")
+    text += '\n[models."brain-vision"]\nprovider = "brain"\nmodel = "brain-1"\nvision = true\n'
+    with server_process(text, work) as srv:
         yield srv
 
 
@@ -159,3 +161,35 @@ async def test_a_notification_recorded_turn_is_in_the_next_request(
         assert await reader.wait_end() == {}
     (body,) = chat_requests(upstream, later)
     assert note in json.dumps(body["messages"])
+
+
+PNG = bytes.fromhex("89504e470d0a1a0a0000000d4948445200000001000000010806000000")
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_a_pasted_image_never_reaches_a_text_only_model_silently(
+    server: ServerProcess, upstream: FakeUpstream, transport: str
+) -> None:
+    """brain-1 has no `vision`: the model reads a note instead of an image_url, and the user
+    gets a server notice; brain-vision gets the image itself."""
+    for model, sees in (("brain-1", False), ("brain-vision", True)):
+        text = unique(f"what is in this picture ({model})?")
+        message = moded_request(text, "agent")
+        message.run_request.requested_model.model_id = model
+        um = message.run_request.action.user_message_action.user_message
+        um.selected_context.selected_images.add(data=PNG, mime_type="image/png")
+        async with open_run(server, transport) as (send, reader):
+            await send(message)
+            assert await reader.wait_end() == {}
+        (body,) = chat_requests(upstream, text)
+        sent = json.dumps(body["messages"])
+        notices = [
+            m.interaction_update.text_delta.text
+            for m in reader.messages
+            if m.interaction_update.text_delta.is_server_notice
+        ]
+        if sees:
+            assert "image_url" in sent and notices == []
+        else:
+            assert "image_url" not in sent and "You cannot see images" in sent
+            assert len(notices) == 1 and "reads text only" in notices[0]

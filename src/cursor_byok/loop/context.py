@@ -162,6 +162,8 @@ class TurnContext(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unknow
     - `kept_parts`: the context blobs this context was read from (KeptPart); never rendered.
     - `window`: the model's token budget; None: no automatic compaction.
     - `subagents`: Task's model choices and, on a child run, where it sits (Subagents).
+    - `images`: whether the run's model reads images (its `vision`); False: an image the
+      user pastes reaches it as a note, and the user is told (loop/images.py).
     """
 
     rules: tuple[str, ...] = ()
@@ -179,6 +181,7 @@ class TurnContext(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unknow
     kept_parts: tuple[KeptPart, ...] = ()
     window: ContextWindow | None = None
     subagents: Subagents = Subagents()
+    images: bool | None = None
 
     @property
     def read_only(self) -> bool:

@@ -81,7 +81,7 @@ from ..cursor import (
     turn_ended,
 )
 from ..cursor.children import recognise_child
-from ..cursor.encode import call_id_for
+from ..cursor.encode import call_id_for, server_notice
 from ..cursor.rpc import agent_title
 from ..cursor.tools import sanitize_tool_call_id
 from ..cursor.tools.cards import task_progress_frame
@@ -375,10 +375,13 @@ class Run:
         return model
 
     def _with_window(self, context: TurnContext) -> TurnContext:
-        """The turn's context with the run's model budget (the loop's compaction decisions)."""
-        if self.window is None or context.window == self.window:
+        """The turn's context with the run's model budget (the loop's compaction decisions)
+        and whether that model reads images."""
+        images = self.model.vision if self.model is not None else None
+        if context.window == self.window and context.images == images:
             return context
-        return msgspec.structs.replace(context, window=self.window)
+        window = self.window if self.window is not None else context.window
+        return msgspec.structs.replace(context, window=window, images=images)
 
     def _resolve_model(self, model_id: str | None) -> Model:
         match self.services.model_names.resolve(model_id):
@@ -785,6 +788,8 @@ class Run:
     def _publish(self, t: Transition, input: Input) -> None:
         """Send what the transition emitted, and the cards of the calls it answered itself."""
         send = self.channel.send
+        for notice in t.notices:
+            send(server_notice(notice))
         if t.emit and isinstance(input, LLMEvent):
             encoder = self._encoders.get(input.call_id)
             if encoder is not None:
