@@ -107,7 +107,14 @@ class App:
             sessions,
             Credentials(tokens, sessions),
             SignInRoutes(SignInFlow(store, tokens, sessions)),
-            RpcAnswers(config, store, registry, tokens, on_llm_call=obs.on_llm_call),
+            RpcAnswers(
+                config,
+                store,
+                registry,
+                tokens,
+                on_llm_call=obs.on_llm_call,
+                clones=runner.clones,
+            ),
             path_key,
             converter,
         )

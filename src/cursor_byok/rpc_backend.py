@@ -3,6 +3,7 @@
 - `person`: GetMe answers with the person whose token the request carries.
 - `context_meter`: GetPromptContextUsage answers with the meter kept with the conversation's
   latest model call (`llm_calls.prompt_breakdown`, docs/loop.md "Context meter").
+- `conversation_cloned`: NotifyConversationClone's notice, for the runner's forks.
 - `chat_name`: NameAgent asks `[server] title_model` for a few words, within
   `title_timeout_s`; the call is recorded and priced like any other model call, under the
   caller's token (so it counts against that token's budget), in the conversation
@@ -31,6 +32,7 @@ from .loop import ConversationState
 from .loop.meter import Meter
 from .store.api import LLMCallRecord, Store
 from .transport.cursor.rpc_base import MeterRefused, Person
+from .transport.runtime.forks import Clones
 from .transport.runtime.records import decode_call_meter, encode_state, request_hash
 from .transport.runtime.stored_request import encode_whole
 
@@ -54,7 +56,9 @@ class RpcAnswers:
         *,
         on_llm_call: Callable[[LLMCallRecord], None] | None = None,
         clock: Callable[[], float] = time.time,
+        clones: Clones | None = None,
     ) -> None:
+        self._clones = clones
         self._store = store
         self._registry = registry
         self._tokens = tokens
@@ -70,6 +74,12 @@ class RpcAnswers:
     def person(self, principal: str) -> Person | None:
         name = self._tokens.name_of(principal)
         return Person(principal=principal, name=name) if name else None
+
+    # -- NotifyConversationClone ------------------------------------------------------------
+
+    def conversation_cloned(self, conversation_id: str, source_conversation_id: str) -> None:
+        if self._clones is not None:
+            self._clones.note(conversation_id, source_conversation_id)
 
     # -- GetPromptContextUsage ---------------------------------------------------------------
 

@@ -19,7 +19,7 @@ What the runtime uses:
     service    CursorService (for the Connect app); rpc: RpcSettings
 """
 
-from .checkpoint import rewound_to, turn_blob
+from .checkpoint import read_turn_blob, rewound_to, turn_blob
 from .context import ClientContext, ContextPart, merge_context
 from .context_parts import decode_request_context_part
 from .encode import (
@@ -120,6 +120,7 @@ __all__ = [
     "over_budget_end",
     "provider_error_end",
     "rate_limited_end",
+    "read_turn_blob",
     "rewound_to",
     "summary_completed",
     "summary_started",

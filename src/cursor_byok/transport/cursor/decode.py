@@ -277,6 +277,7 @@ def decode_run_request(req: agent_pb2.AgentRunRequest) -> RunRequest:
         custom_system_prompt=req.custom_system_prompt
         if req.HasField("custom_system_prompt")
         else None,
+        pre_fetched=tuple((bytes(b.id), bytes(b.value)) for b in req.pre_fetched_blobs),
         user_text=um.text if um is not None else (notice.text if notice is not None else ""),
         suppress_subagent_progress_update_tool=(
             req.suppress_subagent_progress_update_tool

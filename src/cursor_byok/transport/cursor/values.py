@@ -210,6 +210,9 @@ class RunRequest:
     # The client's own system prompt addition (AgentRunRequest.custom_system_prompt): it goes
     # into the turn's context as custom instructions, after our prompt and the rules.
     custom_system_prompt: str | None = None
+    # Blobs the client sent along (AgentRunRequest.pre_fetched_blobs, 17): (id, bytes), so the
+    # server need not ask for them; each is checked against its id before use.
+    pre_fetched: tuple[tuple[bytes, bytes], ...] = ()
     # The text the user typed (UserMessage.text), without the attachments decoded around it.
     user_text: str = ""
     # AgentRunRequest.suppress_subagent_progress_update_tool (22); None: not said.

@@ -94,6 +94,7 @@ from .checkpoints import Checkpoints, PendingBlob
 from .context import client_history, context_parts, turn_context, with_kept
 from .conversation import Conversation
 from .ending import Reports, RunFailed, end_error, ending_of, failure_ending
+from .forks import forked_history, take_pre_fetched
 from .requests import ClientRequests
 from .resume import consume_exception, first_message
 from .routing import STOP, ClientMessages, Work
@@ -484,8 +485,13 @@ class Run:
         if isinstance(request.payload, BackgroundCompletions):
             request = await with_reports(request, request.payload, self.store, self.runner)
         history: tuple[Any, ...] = ()
-        if not stored:
-            history = await client_history(request, self.requests, self.runner.client_blobs)
+        blobs = self.runner.client_blobs
+        take_pre_fetched(request, blobs)
+        if not stored:  # a fork of one of ours (forks.py), else what its client holds
+            fork = await forked_history(
+                request, self.store, self.requests, blobs, self.runner.clones
+            )
+            history = fork.messages if fork else await client_history(request, self.requests, blobs)
         last = self.state.committed.context if stored else None
         kept = last.kept_parts if last is not None else ()
         self._parts = await context_parts(request, self.requests, self.runner.client_blobs, kept)
