@@ -21,7 +21,15 @@ from .results import (
     error_result,
     loop_answer,
 )
-from .state import AwaitClient, AwaitLLM, AwaitSummary, ConversationState, RuntimeState, Status
+from .state import (
+    AwaitClient,
+    AwaitLLM,
+    AwaitSummary,
+    ConversationState,
+    RuntimeState,
+    Status,
+    TodoReset,
+)
 from .step import (
     CallEnd,
     CallOutcome,
@@ -112,7 +120,11 @@ def on_start(state: RuntimeState, input: Start) -> Transition:
         c = _replace(c, todos=input.todos, todo_seed=input.todos)
     message = input.user_message
     if input.build is not None:
-        message = build_message(derived.plan_to_build(c, input.build))
+        plan = derived.plan_to_build(c, input.build)
+        message = build_message(plan)
+        if plan.todos:  # the plan's steps are the todo list from the Build on
+            reset = TodoReset(at=len(c.log), todos=plan.todos)
+            c = _replace(c, todos=plan.todos, todo_resets=(*c.todo_resets, reset))
     message, notices = withhold_images(input.context, message)
     t = begin_turn(c, input.context, opening_message(input.context, message))
     return _told(prepend((), t, call_end), notices)
