@@ -40,6 +40,15 @@ class Environment(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unknow
     terminals_folder: str | None = None
 
 
+class DebugSession(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unknown_fields=True):
+    """Cursor's debug mode (RequestContext.debug_mode_config): where the IDE collects the
+    runtime evidence the model's instrumentation sends, for one debugging session."""
+
+    log_path: str = ""  # an NDJSON file in the workspace the IDE reads back
+    server_endpoint: str = ""  # the IDE's local ingest URL (POST one JSON object per event)
+    session_id: str = ""
+
+
 class KeptPart(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unknown_fields=True):
     """A context blob the client sent for this turn (`request_context_parts`), kept with the
     conversation: a later turn whose client cannot serve that kind of blob again (an error or
@@ -193,6 +202,7 @@ class TurnContext(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unknow
     - `kept_parts`: the context blobs this context was read from (KeptPart); never rendered.
     - `window`: the model's token budget; None: no automatic compaction.
     - `subagents`: Task's model choices and, on a child run, where it sits (Subagents).
+    - `debug`: the IDE's debug-mode session (log file, ingest endpoint), in the system prompt.
     - `images`: whether the run's model reads images (its `vision`); False: an image the
       user pastes reaches it as a note, and the user is told (loop/images.py).
     """
@@ -213,6 +223,7 @@ class TurnContext(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unknow
     window: ContextWindow | None = None
     subagents: Subagents = Subagents()
     images: bool | None = None
+    debug: DebugSession | None = None
 
     @property
     def read_only(self) -> bool:

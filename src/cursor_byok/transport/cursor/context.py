@@ -26,7 +26,7 @@ from google.protobuf import json_format  # type: ignore[import-untyped,unused-ig
 
 from ...llm.canonical import sorted_value
 from ...loop.catalogue import Switches
-from ...loop.context import Environment, TurnContext
+from ...loop.context import DebugSession, Environment, TurnContext
 from .mcp import (
     McpDefinition,
     McpIndex,
@@ -73,6 +73,7 @@ class ClientContext:
     web_fetch_enabled: bool | None = None  # RequestContext.web_fetch_enabled (24)
     read_lints_enabled: bool | None = None  # RequestContext.read_lints_enabled (35)
     mcp_meta: McpMeta | None = None  # RequestContext.mcp_meta_tool_options (34)
+    debug: DebugSession | None = None  # RequestContext.debug_mode_config (15)
 
 
 class PartKind(enum.StrEnum):
@@ -287,7 +288,23 @@ def decode_request_context(rc: agent_pb2.RequestContext) -> ClientContext:
         mcp_meta=mcp_meta_of(rc.mcp_meta_tool_options)
         if rc.HasField("mcp_meta_tool_options")
         else None,
+        debug=debug_session(rc.debug_mode_config) if rc.HasField("debug_mode_config") else None,
     )
+
+
+# Bound on each debug-mode field the prompt quotes (a path, a URL, an id).
+MAX_DEBUG_FIELD = 1000
+
+
+def debug_session(config: agent_pb2.DebugModeConfig) -> DebugSession | None:
+    """The debug-mode session the IDE opened; None when it names neither a log nor an
+    endpoint."""
+    session = DebugSession(
+        log_path=config.log_path[:MAX_DEBUG_FIELD],
+        server_endpoint=config.server_endpoint[:MAX_DEBUG_FIELD],
+        session_id=config.session_id[:MAX_DEBUG_FIELD],
+    )
+    return session if session.log_path or session.server_endpoint else None
 
 
 def mcp_meta_of(options: agent_pb2.McpMetaToolOptions) -> McpMeta:
@@ -373,6 +390,7 @@ def merge_context(
         supplements=supplements,
         custom_instructions=custom_instructions or None,
         mode=mode,
+        debug=inline.debug if inline is not None else None,
         switches=Switches(
             web_search_enabled=inline.web_search_enabled if inline is not None else None,
             web_fetch_enabled=inline.web_fetch_enabled if inline is not None else None,

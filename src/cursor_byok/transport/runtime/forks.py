@@ -23,9 +23,10 @@ from dataclasses import dataclass
 from ...llm.types import Message
 from ...loop import view as views
 from ...store.api import Store
-from ..cursor import RunRequest, read_turn_blob
+from ..cursor import RunRequest, history_from_root_prompt_blobs, read_turn_blob
 from . import records
 from .client_blobs import ClientBlobs
+from .context import fetch_blobs
 from .requests import ClientRequests
 
 log = logging.getLogger("cursor_byok.runtime")
@@ -75,21 +76,41 @@ def take_pre_fetched(request: RunRequest, cache: ClientBlobs) -> None:
         )
 
 
-async def forked_history(
+async def history_of_new(
     request: RunRequest,
     store: Store,
     requests: ClientRequests,
     cache: ClientBlobs,
     clones: Clones,
-) -> Fork | None:
-    """The history of the conversation `request`'s new conversation was forked from, if it
-    was forked from one this server holds."""
-    source = await _source_turn(request, requests, cache)
-    if source is None:
+) -> tuple[Message, ...]:
+    """The history a conversation new to this server starts with: its inline history, else a
+    fork's (the source's, when the source is ours), else the client's root-prompt blobs. The
+    checkpoint's last turn blob and the root-prompt blobs are asked for in one round trip."""
+    if request.inline_history:
+        return request.inline_history
+    turns = request.history.turn_blob_ids
+    roots = request.history.root_prompt_blob_ids
+    asked = [turns[-1], *roots] if turns else list(roots)
+    fetched = await fetch_blobs(asked, requests, cache) if asked else []
+    named = None
+    if turns:
+        last, fetched = fetched[0], fetched[1:]
+        named = read_turn_blob(last) if last is not None else None
+        if named is not None and named[0] == request.conversation_id:
+            named = None
+    if named is None:
         noted = clones.source_of(request.conversation_id)
-        source = (noted, 0) if noted is not None else None
-    if source is None:
-        return None
+        named = (noted, 0) if noted is not None else None
+    if named is not None:
+        fork = await forked_history(request, store, named)
+        if fork is not None:
+            return fork.messages
+    return history_from_root_prompt_blobs([data for data in fetched if data is not None])
+
+
+async def forked_history(request: RunRequest, store: Store, source: tuple[str, int]) -> Fork | None:
+    """The history of the conversation `source` names (at its turn, 0: its latest), when
+    this server holds it."""
     source_id, turn = source
     record = await store.load(source_id)
     if record is None:
@@ -125,25 +146,3 @@ async def forked_history(
         len(messages),
     )
     return Fork(source_conversation_id=source_id, turn=turn, messages=messages)
-
-
-async def _source_turn(
-    request: RunRequest, requests: ClientRequests, cache: ClientBlobs
-) -> tuple[str, int] | None:
-    """(conversation, turn) the checkpoint's last turn blob names, when it is one of ours
-    and another conversation's."""
-    turns = request.history.turn_blob_ids
-    if not turns:
-        return None
-    last = turns[-1]
-    data = cache.get(last)
-    if data is None:
-        (answer,) = await requests.blobs_within([last])
-        if answer is None or answer.data is None:
-            return None
-        data = answer.data
-        cache.put(last, data)
-    named = read_turn_blob(data)
-    if named is None or named[0] == request.conversation_id:
-        return None
-    return named

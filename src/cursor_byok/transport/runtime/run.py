@@ -91,10 +91,10 @@ from .access import Admissions
 from .actions import ROUTES, Route, log_empty_turn, shell_command_note
 from .calls import ModelCalls
 from .checkpoints import Checkpoints, PendingBlob
-from .context import client_history, context_parts, turn_context, with_kept
+from .context import context_parts, turn_context, with_kept
 from .conversation import Conversation
 from .ending import Reports, RunFailed, end_error, ending_of, failure_ending
-from .forks import forked_history, take_pre_fetched
+from .forks import history_of_new, take_pre_fetched
 from .requests import ClientRequests
 from .resume import consume_exception, first_message
 from .routing import STOP, ClientMessages, Work
@@ -487,11 +487,9 @@ class Run:
         history: tuple[Any, ...] = ()
         blobs = self.runner.client_blobs
         take_pre_fetched(request, blobs)
-        if not stored:  # a fork of one of ours (forks.py), else what its client holds
-            fork = await forked_history(
-                request, self.store, self.requests, blobs, self.runner.clones
-            )
-            history = fork.messages if fork else await client_history(request, self.requests, blobs)
+        if not stored:  # what its client holds, or a fork of one of ours (forks.py)
+            clones = self.runner.clones
+            history = await history_of_new(request, self.store, self.requests, blobs, clones)
         last = self.state.committed.context if stored else None
         kept = last.kept_parts if last is not None else ()
         self._parts = await context_parts(request, self.requests, self.runner.client_blobs, kept)
