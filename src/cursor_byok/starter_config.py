@@ -50,7 +50,9 @@ log_level = "info"            # debug, info, warning or error (cursor-byok serve
 # select. `model` is the upstream model name (defaults to <id>), `name` the display name,
 # `aliases` other names clients may ask for (matched ignoring case; unique across models).
 # Optional per model: max_output_tokens, reasoning, reasoning_effort (none, minimal, low,
-# medium, high, xhigh), reasoning_budget, temperature, extra_body, extra_headers and
+# medium, high, xhigh), efforts (what the IDE's thinking picker offers; a reasoning model
+# offers low, medium, high unless set), reasoning_budget, temperature, extra_body,
+# extra_headers and
 # prices = { input = ..., output = ..., cache_read = ..., cache_write = ... } in USD per
 # million tokens, used for the cost in logs, metrics and the dashboard. Prices below are
 # placeholders: copy the current ones from your provider's price list.

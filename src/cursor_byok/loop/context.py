@@ -202,6 +202,8 @@ class TurnContext(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unknow
     - `kept_parts`: the context blobs this context was read from (KeptPart); never rendered.
     - `window`: the model's token budget; None: no automatic compaction.
     - `subagents`: Task's model choices and, on a child run, where it sits (Subagents).
+    - `effort`, `efforts`: the reasoning effort the run's picker asked for, and those its
+      model offers; a call uses the effort only when offered (loop/effort.py).
     - `debug`: the IDE's debug-mode session (log file, ingest endpoint), in the system prompt.
     - `images`: whether the run's model reads images (its `vision`); False: an image the
       user pastes reaches it as a note, and the user is told (loop/images.py).
@@ -224,6 +226,8 @@ class TurnContext(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unknow
     subagents: Subagents = Subagents()
     images: bool | None = None
     debug: DebugSession | None = None
+    effort: str = ""
+    efforts: tuple[str, ...] = ()
 
     @property
     def read_only(self) -> bool:

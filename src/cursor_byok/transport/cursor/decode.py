@@ -32,6 +32,7 @@ from .injections import (
     notifications_message,
     unknown_action,
 )
+from .model_params import requested_effort
 from .proto import agent_pb2
 from .tools.queries import answers_text
 from .tools.todos import decode_todo
@@ -278,6 +279,9 @@ def decode_run_request(req: agent_pb2.AgentRunRequest) -> RunRequest:
         if req.HasField("custom_system_prompt")
         else None,
         pre_fetched=tuple((bytes(b.id), bytes(b.value)) for b in req.pre_fetched_blobs),
+        effort=requested_effort(req.requested_model.parameters)
+        if req.HasField("requested_model")
+        else "",
         user_text=um.text if um is not None else (notice.text if notice is not None else ""),
         suppress_subagent_progress_update_tool=(
             req.suppress_subagent_progress_update_tool

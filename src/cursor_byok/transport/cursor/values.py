@@ -213,6 +213,8 @@ class RunRequest:
     # Blobs the client sent along (AgentRunRequest.pre_fetched_blobs, 17): (id, bytes), so the
     # server need not ask for them; each is checked against its id before use.
     pre_fetched: tuple[tuple[bytes, bytes], ...] = ()
+    # The reasoning effort `requested_model.parameters` asks for ("": none; model_params.py).
+    effort: str = ""
     # The text the user typed (UserMessage.text), without the attachments decoded around it.
     user_text: str = ""
     # AgentRunRequest.suppress_subagent_progress_update_tool (22); None: not said.

@@ -168,6 +168,7 @@ class Run:
         self.window: ContextWindow | None = None
         self.checkpoints: Checkpoints | None = None
         self.model: Model | None = None
+        self._effort = ""  # the effort the run's requested_model asks for
         self.conversation_id = ""
         self.conv = Conversation("", self.store, runner.committed_states)
         self.turn_id: str | None = None  # the turn this run drives, once it began or resumed
@@ -320,6 +321,7 @@ class Run:
         if request.user_text.strip():
             self.summary.title = agent_title(request.user_text)
         self.model = self._resolve_model(request.model_id)
+        self._effort = request.effort  # the picker's choice; the loop checks it (loop/effort.py)
         # Whether a Read of an image attaches it (else it is described): the model's `vision`.
         self.link.vision = self.model.vision
         self.link.model_id = self.model.id
@@ -376,13 +378,24 @@ class Run:
         return model
 
     def _with_window(self, context: TurnContext) -> TurnContext:
-        """The turn's context with the run's model budget (the loop's compaction decisions)
-        and whether that model reads images."""
-        images = self.model.vision if self.model is not None else None
-        if context.window == self.window and context.images == images:
+        """The turn's context with the run's model budget (the loop's compaction decisions),
+        whether that model reads images, and the effort the run asked for with the efforts
+        the model offers."""
+        model = self.model
+        images = model.vision if model is not None else None
+        efforts = model.efforts if model is not None else ()
+        effort = self._effort
+        if (context.window, context.images, context.effort, context.efforts) == (
+            self.window,
+            images,
+            effort,
+            efforts,
+        ):
             return context
         window = self.window if self.window is not None else context.window
-        return msgspec.structs.replace(context, window=window, images=images)
+        return msgspec.structs.replace(
+            context, window=window, images=images, effort=effort, efforts=efforts
+        )
 
     def _resolve_model(self, model_id: str | None) -> Model:
         match self.services.model_names.resolve(model_id):
