@@ -161,6 +161,18 @@ class SubagentOverride(msgspec.Struct, frozen=True, omit_defaults=True, forbid_u
     disabled: bool = False
 
 
+class CustomAgent(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unknown_fields=True):
+    """A custom subagent the IDE sent (`.cursor/agents/<name>.md`, CustomSubagent): a Task
+    type of its own (loop/custom_agents.py). `model` is as the file names it ("" or inherit:
+    the parent's); `tools` the tool names it lists (none: every subagent tool)."""
+
+    name: str
+    description: str = ""
+    prompt: str = ""
+    model: str = ""
+    tools: tuple[str, ...] = ()
+
+
 class Subagents(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unknown_fields=True):
     """What Task and a child run need to know (docs/subagents.md).
 
@@ -169,7 +181,9 @@ class Subagents(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unknown_
       1 for its child, and so on. Task is not offered at server.subagent_max_depth.
     - `subagent_type`: set on a child run (AgentRunRequest.subagent_type_name).
     - `parent_conversation_id`, `root_conversation_id`: the conversation that started this
-      child, and the top-level one; empty for a top-level conversation."""
+      child, and the top-level one; empty for a top-level conversation.
+    - `custom`: the custom subagents the IDE sent with this run's context: Task types of their
+      own, and on a child run of one its prompt and tools (loop/custom_agents.py)."""
 
     models: tuple[SubagentModel, ...] = ()
     overrides: tuple[SubagentOverride, ...] = ()
@@ -177,6 +191,7 @@ class Subagents(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unknown_
     subagent_type: str = ""
     parent_conversation_id: str = ""
     root_conversation_id: str = ""
+    custom: tuple[CustomAgent, ...] = ()
 
 
 class TurnContext(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unknown_fields=True):

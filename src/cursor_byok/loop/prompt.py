@@ -13,6 +13,7 @@ from cursor_byok.llm.types import ToolDefinition
 
 from .catalogue import Mode, mode_of, offered
 from .context import DEFAULT_CONTEXT, Environment, McpServerInfo, TurnContext
+from .custom_agents import agent_of, allowed_tools
 from .inputs import Input, Start
 from .state import ConversationState
 from .tools import NATIVE_BY_NAME, TASK, task_parameters
@@ -120,6 +121,11 @@ def _subagent_section(context: TurnContext) -> str | None:
     note = SUBAGENT_TYPE_NOTES.get(context.subagents.subagent_type)
     if note:
         lines.append(note)
+    custom = agent_of(context)
+    if custom is not None and custom.prompt.strip():
+        lines.append(
+            f"You are the user's {custom.name} helper. Its instructions:\n{custom.prompt.strip()}"
+        )
     if "UpdateCurrentStep" in offered(Mode.SUBAGENT, context.switches):
         lines.append(SUBAGENT_PROGRESS_NOTE)
     return "\n".join(lines)
@@ -236,8 +242,11 @@ def render_prompt(context: TurnContext) -> str:
 def _definition(name: str, context: TurnContext) -> ToolDefinition:
     if name == TASK.name:  # its model choices are the client's list (the same every turn)
         models = tuple(m.name for m in context.subagents.models)
+        custom = tuple((a.name, a.description) for a in context.subagents.custom)
         return ToolDefinition(
-            name=TASK.name, description=TASK.description, parameters=task_parameters(models)
+            name=TASK.name,
+            description=TASK.description,
+            parameters=task_parameters(models, custom=custom),
         )
     return NATIVE_BY_NAME[name].definition
 
@@ -252,6 +261,9 @@ def render_tools(context: TurnContext) -> tuple[ToolDefinition, ...]:
     name) is left out, so names stay unique.
     """
     names = offered(mode_of(context.mode), context.switches)
+    custom = agent_of(context) if mode_of(context.mode) is Mode.SUBAGENT else None
+    if custom is not None:  # a custom helper runs with its own tool list
+        names = allowed_tools(custom, names)
     out = [_definition(name, context) for name in names]
     if context.mcp_meta:
         return tuple(out)
