@@ -7,10 +7,12 @@ salted hash could not be looked up by value. SHA-256 of the secret is the lookup
 database leak gives hashes that open nothing.
 
 The directory keeps the hashes of the active tokens in memory (the transport checks
-credentials synchronously, before it reads a body) and reloads them from the store every
-`refresh_s` seconds, so a token added or revoked by `cursor-byok token` (another process,
-another replica) is seen within that time. The runtime reads the token again before each model
-call (transport/runtime/access.py): a revoked token's next call is refused at once.
+credentials synchronously, before it reads a body) and reloads them from the store when a
+request comes and the list is older than `refresh_s` seconds (reloads.py: never while the
+server is idle), so a token added or revoked by `cursor-byok token` (another process,
+another replica, another worker) is seen within that time. The runtime reads the token again
+before each model call (transport/runtime/access.py): a revoked token's next call is refused
+at once.
 
 Who must authenticate is the stored access mode (`server_settings.access`, written by
 `cursor-byok token open|close`), read on the same refresh: `closed`, every request needs a
@@ -26,7 +28,6 @@ call instead of waiting out the tool timeout; new runs and reopened streams are 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import enum
 import hashlib
 import logging
@@ -35,6 +36,7 @@ import secrets
 import time
 from collections.abc import Callable
 
+from .reloads import Reloads
 from .store.api import AccessTokenRecord, Store
 
 log = logging.getLogger("cursor_byok.tokens")
@@ -115,7 +117,7 @@ class TokenDirectory:
         self._revoked: dict[str, tuple[str, int]] = {}  # hash -> (token id, revoked at ms)
         self._revoked_at: dict[str, int] = {}  # token id -> revoked at ms
         self._names: dict[str, str] = {}  # token id -> name (revoked ones too)
-        self._task: asyncio.Task[None] | None = None
+        self.reloads = Reloads(self.load, refresh_s, "tokens")
         self.access: Access | None = None  # None until the first load
 
     async def load(self) -> None:
@@ -134,26 +136,14 @@ class TokenDirectory:
         if access is not self.access and (self.access is not None or setting or tokens):
             log.info("access %s (%s)", access.value, _access_reason(access, setting, tokens))
         self.access = access
+        self.reloads.loaded()
 
-    def start(self) -> None:
-        """Reload every `refresh_s` seconds until `close`."""
-        if self._task is None:
-            self._task = asyncio.get_running_loop().create_task(self._keep_loading())
-
-    async def _keep_loading(self) -> None:
-        while True:
-            await asyncio.sleep(self._refresh_s)
-            try:
-                await self.load()
-            except Exception as exc:  # keep the last list; the next round tries again
-                log.warning("could not reload the tokens: %s", exc)
+    def refresh(self) -> asyncio.Task[None] | None:
+        """The reload a request must wait for first, if any (reloads.py)."""
+        return self.reloads.refresh()
 
     async def close(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await self.reloads.close()
 
     # -- transport.connect.Authenticator ------------------------------------------------------
 

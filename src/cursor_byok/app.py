@@ -6,13 +6,23 @@ from __future__ import annotations
 import asyncio
 import base64
 import logging
+import os
 import secrets
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from .access_tokens import TokenDirectory
 from .config import Config
-from .launch import ListenError, check_bind, serve_async, url_of
+from .launch import (
+    ListenError,
+    bind_address,
+    check_bind,
+    free_port,
+    refuse_if_taken,
+    serve_async,
+    url_of,
+)
 from .llm.registry import LLMRegistry
 from .observability.logs import install_redaction, secrets_of, setup_logging
 from .observability.routes import Observability
@@ -24,7 +34,7 @@ from .start_warnings import warn_at_start
 from .store.backends import AnyStore, is_postgres_url, open_store
 from .store.errors import StoreError
 from .store.postgres import PostgresStore
-from .transport.runtime import Runner, RunnerServices
+from .transport.runtime import Runner, RunnerServices, new_runner
 from .web.addresses import allowed_by
 from .web.convert import ConvertLimits, PageConverter
 from .web.fetch import FetchLimits, PageFetcher
@@ -32,6 +42,7 @@ from .web.images import ImageMaker
 from .web.jobs import job_runner
 from .web.search import WebSearch
 from .web.types import JobRunner
+from .workers import NEEDS_POSTGRES, Supervisor, WorkerSpec
 
 log = logging.getLogger("cursor_byok")
 
@@ -80,19 +91,17 @@ class App:
         )
         if isinstance(store, PostgresStore):
             services.claims = store
-        runner = Runner(services)
-        await runner.start()  # its lease; the calls of processes that died (cancel #23)
+        runner = new_runner(services)
+        await runner.start()  # its lease; it ends the calls of processes that died
         if isinstance(store, PostgresStore):
             await store.watch_claims(runner.on_claim)
         obs.metrics.bind_active_runs(lambda: runner.active_runs)
         obs.metrics.bind_caches(runner.cache_stats)
         tokens = TokenDirectory(store, linger_s=linger_s(config))
         await tokens.load()
-        tokens.start()
         obs.bind_token_names(tokens.name_of)
         sessions = SessionDirectory(store, ttl_s=config.server.access_token_ttl_s)
         await sessions.load()
-        sessions.start()
         # The key the CLI derives repository path names from (GetServerConfig): random, made
         # once per database, so every replica and restart hands out the same one.
         fresh = base64.urlsafe_b64encode(secrets.token_bytes(32)).rstrip(b"=").decode()
@@ -114,13 +123,14 @@ class App:
                 tokens,
                 on_llm_call=obs.on_llm_call,
                 clones=runner.clones,
+                limits=runner.token_limits,
             ),
             path_key,
             converter,
         )
 
     async def close(self) -> None:
-        await self.runner.close()  # the runs' last records, then the lease ends (cancel #23)
+        await self.runner.close()  # the runs' last records, then the lease ends
         await self.converter.aclose()
         await self.sessions.close()
         await self.tokens.close()
@@ -173,7 +183,18 @@ def server_jobs(config: Config, registry: LLMRegistry, converter: PageConverter)
     return job_runner(fetcher=fetcher, images=images, search=search, converter=converter)
 
 
-async def _serve(config: Config, host: str, port: int, database: str | None) -> int:
+async def _serve(
+    config: Config,
+    host: str,
+    port: int,
+    database: str | None,
+    *,
+    port_checked: bool = False,
+    on_ready: Callable[[], None] | None = None,
+    worker: tuple[int, int] | None = None,
+) -> int:
+    """One server process; a worker of several (workers.py) names itself `worker` (index,
+    count), skips the port check its supervisor made and says `on_ready` once it listens."""
     if database is None and (moved := moved_database(config)) is not None:
         log.error("%s", moved)
         return 2
@@ -188,6 +209,8 @@ async def _serve(config: Config, host: str, port: int, database: str | None) -> 
     except StoreError as exc:
         log.error("cannot open the database: %s", exc)
         return 2
+    if worker is not None:
+        app.observability.metrics.bind_worker(*worker, os.getpid())
     scheme = "https" if config.server.certificate else "http"
     loop = asyncio.get_running_loop()
     checks: list[asyncio.Task[None]] = []
@@ -195,7 +218,12 @@ async def _serve(config: Config, host: str, port: int, database: str | None) -> 
 
     def listening() -> None:
         log.info("serving %d models on %s", len(config.models), url_of(scheme, host, port))
-        loop.call_soon_threadsafe(lambda: checks.append(loop.create_task(warn_at_start(config))))
+        if on_ready is not None:
+            on_ready()
+        if worker is None or worker[0] == 1:  # the start warnings once, not once a worker
+            loop.call_soon_threadsafe(
+                lambda: checks.append(loop.create_task(warn_at_start(config)))
+            )
 
     try:
         await serve_async(
@@ -211,6 +239,7 @@ async def _serve(config: Config, host: str, port: int, database: str | None) -> 
             on_server_created=install_redaction,
             on_listening=listening,
             relay=app.store if isinstance(app.store, PostgresStore) else None,
+            check_port=not port_checked,
         )
     except ListenError as exc:
         log.error("%s", exc)
@@ -252,10 +281,32 @@ def serve(
     except ValueError as exc:
         log.error("%s", exc)
         return 2
+    workers = config.server.workers
+    if workers > 1:
+        return _serve_workers(config, host, port, database, level, workers)
     try:
         return asyncio.run(_serve(config, host, port, database))
     except KeyboardInterrupt:
         return 0
+
+
+def _serve_workers(
+    config: Config, host: str, port: int, database: str | None, level: str, workers: int
+) -> int:
+    """server.workers > 1: N processes on one port (workers.py); PostgreSQL only."""
+    if not is_postgres_url(database or config.server.database):
+        log.error("%s", NEEDS_POSTGRES.format(n=workers))
+        return 2
+    try:
+        refuse_if_taken(host, port)
+    except ListenError as exc:
+        log.error("%s", exc)
+        return 2
+    if port == 0:  # every worker must listen on the same port: pick it here
+        port = free_port(bind_address(host, 0))
+    log.info("starting %d workers on port %d", workers, port)
+    spec = WorkerSpec(config, host, port, database, level, workers)
+    return Supervisor(spec).run()
 
 
 __all__ = ["App", "serve"]

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from . import __version__
 from .config import LOG_LEVELS, Config, ConfigError, load_config, port_number
+from .llm.models import Model
 
 CONFIG_HELP = (
     "TOML configuration file (default: $CURSOR_BYOK_CONFIG, else ./cursor-byok.toml, else "
@@ -40,6 +41,11 @@ def _parser() -> argparse.ArgumentParser:
     init = sub.add_parser("init", help="write a commented starter configuration")
     init.add_argument("path", nargs="?", default=None, help="where to write (cursor-byok.toml)")
     init.add_argument("--force", action="store_true", help="overwrite an existing file")
+    init.add_argument(
+        "--no-probe",
+        action="store_true",
+        help="do not ask a local llama-server (:8080) or Ollama (:11434) for its window",
+    )
 
     models = sub.add_parser("models", help="list the models as clients will see them")
     models.add_argument("--config", help=CONFIG_HELP)
@@ -77,8 +83,12 @@ def report_config_error(exc: ConfigError) -> None:
         print(f"cursor-byok: configuration error: {line}", file=sys.stderr)
 
 
-def cmd_init(path: str | None, force: bool) -> int:
-    from .starter_config import DEFAULT_PATH, starter_config
+def cmd_init(
+    path: str | None, force: bool, probe: Sequence[str] | None = None, *, probing: bool = True
+) -> int:
+    """Write the starter. `probing`: first ask the local servers at `probe` (default: the
+    starter's llama-server, then Ollama) what window they serve, and write that."""
+    from .starter_config import DEFAULT_PATH, PROBED_URLS, probe_local_servers, starter_config
 
     target = Path(path or DEFAULT_PATH)
     if target.is_dir():
@@ -89,16 +99,24 @@ def cmd_init(path: str | None, force: bool) -> int:
             file=sys.stderr,
         )
         return 1
+    local = probe_local_servers(probe or PROBED_URLS) if probing else None
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
         # Not world-readable: users may paste an api_key into it.
         fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(starter_config())
+            f.write(starter_config(local))
     except OSError as exc:
         print(f"cursor-byok: cannot write {target}: {exc.strerror}", file=sys.stderr)
         return 1
     print(f"wrote {target}", file=sys.stderr)
+    if local is not None:
+        served = local.served
+        print(
+            f"  {served.server} answers at {local.base_url}: context_window = {local.window} "
+            f"({served.source})",
+            file=sys.stderr,
+        )
     print("next steps:", file=sys.stderr)
     print(f"  1. edit {target}: enable the providers you use, export their keys", file=sys.stderr)
     print(f"  2. cursor-byok doctor --config {target}", file=sys.stderr)
@@ -106,8 +124,42 @@ def cmd_init(path: str | None, force: bool) -> int:
     return 0
 
 
+def prices_text(model: Model) -> str:
+    """A model's prices as `models` shows them, with where they came from."""
+    p = model.prices
+    if model.prices_source == "local":
+        return "local ($0)"
+    if p is None:
+        return "none (unpriced)"
+    text = f"${p.input:g} / ${p.output:g}"
+    if p.long_context is not None:
+        above = p.long_context
+        text += f", over {p.long_context_tokens:,}: ${above.input:g} / ${above.output:g}"
+    return f"{text} ({model.prices_source})"
+
+
+def _window_note(config: Config) -> str:
+    kinds = {m.context_source for m in config.models.values()} - {"config"}
+    if kinds == {"catalogue"}:
+        return "the catalogue's"
+    if kinds == {"default"}:
+        return "the default, 128,000: set context_window to what the server serves"
+    return "the catalogue's where it has one, else 128,000"
+
+
 def models_table(config: Config) -> str:
-    headers = ("ID", "NAME", "PROVIDER", "API", "UPSTREAM MODEL", "CONTEXT", "REASONING", "ALIASES")
+    headers = (
+        "ID",
+        "NAME",
+        "PROVIDER",
+        "API",
+        "UPSTREAM MODEL",
+        "CONTEXT",
+        "PRICES (USD/Mtok in/out)",
+        "CATALOGUE",
+        "REASONING",
+        "ALIASES",
+    )
     rows: list[tuple[str, ...]] = [headers]
     for m in config.models.values():
         s = m.settings
@@ -126,7 +178,9 @@ def models_table(config: Config) -> str:
                 m.provider.name,
                 m.provider.api,
                 s.model,
-                f"{m.context_window:,}",
+                f"{m.context_window:,}" + ("" if m.context_source == "config" else "*"),
+                prices_text(m),
+                m.catalogue or "not in catalogue",
                 reasoning,
                 ", ".join(m.aliases),
             )
@@ -140,6 +194,11 @@ def models_table(config: Config) -> str:
             for i in range(len(headers))
         ]
         lines.append("  ".join(cells).rstrip())
+    if any(m.context_source != "config" for m in config.models.values()):
+        lines.append("* the window is not in the configuration: " + _window_note(config))
+    for m in config.models.values():
+        if m.catalogue_note:
+            lines.append(f"{m.id}: {m.catalogue_note}")
     if config.server.default_model:
         lines.append(f"default model (for names not served): {config.server.default_model}")
     return "\n".join(lines)
@@ -164,7 +223,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help(sys.stderr)
         return 2
     if args.command == "init":
-        return cmd_init(args.path, args.force)
+        return cmd_init(args.path, args.force, probing=not args.no_probe)
     if args.command == "doctor":
         from .doctor import doctor
 

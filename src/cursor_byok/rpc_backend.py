@@ -6,7 +6,8 @@
 - `conversation_cloned`: NotifyConversationClone's notice, for the runner's forks.
 - `chat_name`: NameAgent asks `[server] title_model` for a few words, within
   `title_timeout_s`; the call is recorded and priced like any other model call, under the
-  caller's token (so it counts against that token's budget), in the conversation
+  caller's token (so it counts against that token's budget, and a token whose budget is
+  spent, or which is over its rate, gets the text rule instead), in the conversation
   `TITLE_CONVERSATION` (a request to name a chat names no conversation of ours).
 """
 
@@ -32,6 +33,7 @@ from .loop import ConversationState
 from .loop.meter import Meter, PromptChars, measure
 from .store.api import LLMCallRecord, Store
 from .transport.cursor.rpc_base import MeterRefused, Person
+from .transport.runtime.access import TokenLimits
 from .transport.runtime.forks import Clones
 from .transport.runtime.records import (
     decode_call_meter,
@@ -61,11 +63,13 @@ class RpcAnswers:
         tokens: TokenDirectory,
         *,
         on_llm_call: Callable[[LLMCallRecord], None] | None = None,
+        limits: TokenLimits | None = None,
         clock: Callable[[], float] = time.time,
         clones: Clones | None = None,
     ) -> None:
         self._clones = clones
         self._store = store
+        self._limits = limits
         self._registry = registry
         self._tokens = tokens
         self._on_llm_call = on_llm_call
@@ -106,6 +110,13 @@ class RpcAnswers:
         model = self._title_model
         if model is None:
             return None
+        if principal is not None and self._limits is not None and self._tokens.name_of(principal):
+            # The operator's model, like a compaction model: outside the token's models
+            # limit; its budget, rate and revocation apply as to any call.
+            refusal = await self._limits.admit(principal, model, scoped=False)
+            if refusal is not None:
+                log.info("title model %s not asked: %s", model.id, refusal.message)
+                return None
         try:
             return await asyncio.wait_for(
                 self._ask(model, user_words[:4000], principal), self._title_timeout_s

@@ -7,11 +7,27 @@ from the lines of one block enables it. Explanations use `# ` (hash, space).
 
 from __future__ import annotations
 
+import asyncio
+import json
 import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import msgspec
+
+from .llm import model_catalogue
+from .llm.local_servers import ServedContext, served_context
+from .llm.models import Prices
 
 DEFAULT_PATH = "cursor-byok.toml"
 # Where the starter's active provider points: llama.cpp's llama-server on its default port.
 STARTER_LOCAL_URL = "http://127.0.0.1:8080/v1"
+# The local servers `init` asks for the window they serve, in order: llama-server, Ollama.
+PROBED_URLS = (STARTER_LOCAL_URL, "http://127.0.0.1:11434/v1")
+PROBE_TIMEOUT_S = 1.5
+# What Ollama serves when neither num_ctx nor OLLAMA_CONTEXT_LENGTH raise it (below 24 GiB of
+# VRAM, its documentation says), written when only the model's maximum is known.
+OLLAMA_DEFAULT_WINDOW = 4096
 
 STARTER_CONFIG = """\
 # cursor-byok configuration, written by `cursor-byok init`.
@@ -52,10 +68,13 @@ log_level = "info"            # debug, info, warning or error (cursor-byok serve
 # Optional per model: max_output_tokens, reasoning, reasoning_effort (none, minimal, low,
 # medium, high, xhigh), efforts (what the IDE's thinking picker offers; a reasoning model
 # offers low, medium, high unless set), reasoning_budget, temperature, extra_body,
-# extra_headers and
-# prices = { input = ..., output = ..., cache_read = ..., cache_write = ... } in USD per
-# million tokens, used for the cost in logs, metrics and the dashboard. Prices below are
-# placeholders: copy the current ones from your provider's price list.
+# extra_headers, context_window and prices = { input = ..., output = ..., cache_read = ...,
+# cache_write = ... } in USD per million tokens (the cost in logs, metrics, the dashboard and
+# budgets).
+# context_window and prices default from the model catalogue (the genai-prices package
+# installed with cursor-byok; `cursor-byok models` shows what each model matched): its entry
+# for the provider and the exact upstream name, or `catalogue = "<its name there>"`. Set them
+# here to override; a server on this machine (loopback) costs $0 ("local").
 # ---------------------------------------------------------------------------------------------
 
 # A local OpenAI-compatible server. Default ports:
@@ -71,7 +90,9 @@ base_url = "http://127.0.0.1:8080/v1"
 provider = "local"
 model = "local-model"         # the name your server serves (Ollama: e.g. "qwen2.5-coder:7b")
 name = "Local model"
-context_window = 32768
+context_window = 8192         # what your server serves (llama-server -c / --ctx-size, Ollama's
+                              # num_ctx; doctor compares them): larger, and long chats
+                              # are refused before the server learns the real one
 
 # OpenAI (key from https://platform.openai.com/api-keys, exported as OPENAI_API_KEY).
 #[providers.openai]
@@ -82,10 +103,9 @@ context_window = 32768
 #provider = "openai"
 #model = "gpt-5"
 #name = "GPT-5"
-#context_window = 400000
 #reasoning = true
 #reasoning_effort = "medium"
-#prices = { input = 1.25, output = 10.0, cache_read = 0.125 }
+{catalogue openai gpt-5}
 
 # Anthropic (key exported as ANTHROPIC_API_KEY).
 #[providers.anthropic]
@@ -97,11 +117,10 @@ context_window = 32768
 #model = "claude-sonnet-4-5"
 #name = "Claude Sonnet"
 #aliases = ["claude-4-sonnet", "claude-sonnet-4-5"]
-#context_window = 200000
 #max_output_tokens = 16000
 #reasoning = true
 #reasoning_budget = 4000
-#prices = { input = 3.0, output = 15.0, cache_read = 0.3, cache_write = 3.75 }
+{catalogue anthropic claude-sonnet-4-5}
 #web_search = ["tavily", "searx"]   # this model's own web search order (see below)
 
 # Google Gemini (key from AI Studio, exported as GEMINI_API_KEY).
@@ -113,8 +132,7 @@ context_window = 32768
 #provider = "gemini"
 #model = "gemini-2.5-flash"
 #name = "Gemini Flash"
-#context_window = 1000000
-#prices = { input = 0.3, output = 2.5, cache_read = 0.075 }
+{catalogue google gemini-2.5-flash}
 
 # ---------------------------------------------------------------------------------------------
 # Web tools (docs/operations.md, "Web tools").
@@ -177,10 +195,101 @@ EXAMPLE_ENV = (
 )
 
 _COMMENTED_TOML = re.compile(r"^#(?=[\[A-Za-z])", re.MULTILINE)
+# The local model's window line and the comment lines under it (the first active one).
+_LOCAL_WINDOW = re.compile(r"^context_window = \d+(.*\n)((?:[ ]+#.*\n)*)", re.MULTILINE)
 
 
-def starter_config() -> str:
-    return STARTER_CONFIG
+@dataclass(frozen=True, slots=True)
+class LocalServer:
+    """A local server that answered `init`'s probe, and the window it serves."""
+
+    base_url: str
+    served: ServedContext
+
+    @property
+    def window(self) -> int:
+        served = self.served
+        return served.tokens if served.exact else min(served.tokens, OLLAMA_DEFAULT_WINDOW)
+
+
+async def _probe(urls: Sequence[str], timeout_s: float) -> LocalServer | None:
+    for url in urls:
+        served = await served_context(url, "", timeout_s)
+        if served is not None:
+            return LocalServer(url, served)
+    return None
+
+
+def probe_local_servers(
+    urls: Sequence[str] = PROBED_URLS, timeout_s: float = PROBE_TIMEOUT_S
+) -> LocalServer | None:
+    """The first of `urls` whose server says what window it serves (None: none answered)."""
+    return asyncio.run(_probe(urls, timeout_s))
+
+
+def starter_config(local: LocalServer | None = None) -> str:
+    """The starter (with the catalogue's defaults beside each example model); with `local`,
+    its active provider points at that server, with the model it names and the window it
+    serves."""
+    text = _catalogued()
+    if local is None:
+        return text
+    served = local.served
+    text = text.replace(f'base_url = "{STARTER_LOCAL_URL}"', f'base_url = "{local.base_url}"', 1)
+    if served.model:
+        text = text.replace('model = "local-model"  ', f"model = {_quoted(served.model)}  ", 1)
+    how = f"{served.server} at {local.base_url} serves {served.tokens} ({served.source})"
+    if not served.exact:
+        how += f"; Ollama's default {OLLAMA_DEFAULT_WINDOW} unless num_ctx raises it"
+    return _LOCAL_WINDOW.sub(
+        lambda m: f"context_window = {local.window}{m[1]}{m[2]}# (init read it: {how})\n",
+        text,
+        count=1,
+    )
+
+
+def _quoted(value: str) -> str:
+    """A TOML basic string (JSON's escapes are TOML's for the names servers give)."""
+    return json.dumps(value, ensure_ascii=False)
+
+
+_CATALOGUE_LINE = re.compile(r"^\{catalogue (\S+) (\S+)\}$", re.MULTILINE)
+
+
+def _catalogued() -> str:
+    """The starter file, with what the catalogue says of each example model written beside
+    it (as comments: the catalogue stays the source until a value is set here)."""
+    return _CATALOGUE_LINE.sub(lambda m: _catalogue_comment(m[1], m[2]), STARTER_CONFIG)
+
+
+def _catalogue_comment(provider: str, model: str) -> str:
+    entry = model_catalogue.lookup(provider, model)
+    if entry is None:
+        return f"# Not in the catalogue ({model_catalogue.source()}): set prices, context_window."
+    lines = [f"# Catalogue defaults ({entry.source}, {entry.key}); set one here to override:"]
+    if entry.context_window:
+        lines.append(f"#   context_window = {entry.context_window}")
+    prices = entry.prices
+    if prices is not None:
+        flat = msgspec.structs.replace(prices, long_context=None, long_context_tokens=0)
+        lines.append(f"#   prices = {prices_toml(flat)}")
+        if prices.long_context is not None:
+            lines.append(
+                f"#     over {prices.long_context_tokens} prompt tokens, in the same table: "
+                f"long_context_tokens = {prices.long_context_tokens},"
+            )
+            lines.append(f"#     long_context = {prices_toml(prices.long_context)}")
+    return "\n".join(lines)
+
+
+def prices_toml(prices: Prices) -> str:
+    """`prices` as a TOML inline table, as the configuration reads it."""
+    fields = msgspec.structs.asdict(prices)
+    tier = fields.pop("long_context")
+    parts = [f"{k} = {v:g}" for k, v in fields.items() if v]
+    if tier is not None:
+        parts.append(f"long_context = {prices_toml(tier)}")
+    return "{ " + ", ".join(parts) + " }"
 
 
 def uncomment_examples(text: str) -> str:

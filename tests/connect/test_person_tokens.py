@@ -36,6 +36,9 @@ class People:
     def principal(self, credentials: str) -> str | None:
         return self.tokens.get(credentials)
 
+    def refresh(self) -> None:
+        return None
+
     def lingering(self, credentials: str) -> str | None:
         return None
 

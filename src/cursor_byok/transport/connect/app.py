@@ -21,7 +21,7 @@ import asyncio
 import hmac
 import inspect
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -137,6 +137,12 @@ class Authenticator(Protocol):
         started may still be going; None otherwise. Only such a run's appends take them."""
         ...
 
+    def refresh(self) -> Awaitable[object] | None:
+        """What to wait for before the credentials of a request are checked (its lists
+        reloaded when too old); None, the usual answer, when nothing: no coroutine per
+        request."""
+        ...
+
 
 class ConnectApp:
     """The ASGI application. `handler` runs each agent run (see sessions.RunHandler)."""
@@ -193,6 +199,8 @@ class ConnectApp:
         method: str = scope["method"]
         headers = headers_of(scope)
         headers.pop(PRINCIPAL_HEADER, None)  # only this app says who a request is
+        if self.authenticator is not None and (reload := self.authenticator.refresh()):
+            await reload
         principal = self._principal(headers)
         if principal:
             headers[PRINCIPAL_HEADER] = principal

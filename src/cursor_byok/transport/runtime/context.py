@@ -20,11 +20,11 @@ from ..cursor import (
     BlobReceived,
     ContextPart,
     ContextRef,
+    PartKind,
     RunRequest,
     decode_request_context_part,
     merge_context,
 )
-from ..cursor.context import PartKind
 from .client_blobs import ClientBlobs
 from .requests import ClientRequests
 

@@ -15,8 +15,7 @@ from dataclasses import dataclass
 
 from ...loop import CallClient, ConversationState, catalogue
 from ...store.api import ClientOperationRecord
-from ..cursor import ClientLink, McpDirectory
-from ..cursor.tools import Started
+from ..cursor import ClientLink, McpDirectory, ToolStarted
 from . import records
 
 
@@ -69,7 +68,7 @@ class ToolCalls:
     def running(self, operation_id: str) -> bool:
         return operation_id in self._current
 
-    def start(self, command: CallClient, state: ConversationState) -> Started:
+    def start(self, command: CallClient, state: ConversationState) -> ToolStarted:
         """Start the call on the client; the caller sends `frames` (and delivers `early`)."""
         record = self._records.get(command.operation_id) or self.planned(command, state)
         context = state.context
