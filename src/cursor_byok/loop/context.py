@@ -76,6 +76,9 @@ class McpToolInfo(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unknow
     name: str  # the tool's own name on its server (CallMcpTool's toolName)
     description: str = ""
     parameters: dict[str, Any] = msgspec.field(default_factory=dict)  # JSON Schema
+    # The client's file defining it (McpToolDescriptor.definition_path), read for a tool the
+    # descriptor gives no description or schema (transport/runtime/mcp_definitions.py).
+    definition_path: str = ""
 
 
 class McpServerInfo(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unknown_fields=True):

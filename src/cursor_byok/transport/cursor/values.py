@@ -301,6 +301,16 @@ class ContextReceived:
 
 
 @dataclass(frozen=True, slots=True)
+class DefinitionRead:
+    """The answer to the read of an MCP tool's definition file (`exec_id`): its text, or
+    None and why it could not be read (mcp_files.py)."""
+
+    exec_id: int
+    text: str | None
+    error: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class ToolProgress:
     """The tool call `operation_id` goes on; `frames` are to be sent now. With
     `wake_after_ms` the call waits on a timer: call `ClientLink.wake_tool` that much later;
@@ -359,6 +369,7 @@ Inbound: TypeAlias = (
     | BlobReceived
     | BlobStored
     | ContextReceived
+    | DefinitionRead
     | ToolProgress
     | ToolFinished
     | Stray

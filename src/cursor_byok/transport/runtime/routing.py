@@ -35,6 +35,7 @@ from ..cursor import (
     ClientHeartbeat,
     ClientLink,
     ContextReceived,
+    DefinitionRead,
     FollowUp,
     Inbound,
     InteractionAnswered,
@@ -156,7 +157,13 @@ class ClientMessages:
     def _route(self, inbound: Inbound, input_id: str) -> None:
         rid = self.channel.request_id
         match inbound:
-            case BlobReceived() | BlobStored() | ContextReceived() | InteractionAnswered():
+            case (
+                BlobReceived()
+                | BlobStored()
+                | ContextReceived()
+                | DefinitionRead()
+                | InteractionAnswered()
+            ):
                 if not self.requests.resolve(inbound):
                     log.debug("run %s: an answer nothing waits for: %r", rid, inbound)
             case ToolProgress(operation_id=op, frames=frames, wake_after_ms=wake, job=job):
