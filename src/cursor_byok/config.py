@@ -121,6 +121,9 @@ class ServerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     # Server processes on the one port, each with its own event loop (workers.py); > 1 needs
     # PostgreSQL (docs/deploy.md, "Workers").
     workers: int = 1
+    # The database's size cap (0: none): past it new runs are refused, `unavailable` "storage
+    # full" (SQLite: max_page_count; PostgreSQL: its size polled, store/postgres/size.py).
+    database_max_mib: int = 0
     # CIDRs of the reverse proxies in front: from them, a request's client (for the per-client
     # limits) is the rightmost X-Forwarded-For hop outside these (transport/connect/clients.py).
     trusted_proxies: list[str] = []

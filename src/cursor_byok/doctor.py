@@ -26,6 +26,7 @@ from typing import Literal, TextIO
 import msgspec
 
 from .config import CONFIG_ENV, Config, ConfigError, Model, RawConfig, load_config
+from .database_size import measured_size, size_row
 from .doctor_windows import local_window_rows
 from .llm.events import DoneEvent, ErrorEvent
 from .llm.registry import ADAPTERS, LLMRegistry
@@ -517,6 +518,8 @@ async def run_checks(
     else:
         rows.append(await check_database(path))
         if rows[-1].status != "FAIL":
+            size = size_row(await measured_size(path), config.server.database_max_mib)
+            rows.append(Check("database size", *size))
             rows.extend(await check_tokens(config, path))
     key_envs = _api_key_envs(config)
     firsts = _first_model_per_provider(config)

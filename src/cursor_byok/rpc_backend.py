@@ -94,13 +94,16 @@ class RpcAnswers:
     # -- GetPromptContextUsage ---------------------------------------------------------------
 
     async def context_meter(self, conversation_id: str, principal: str | None) -> Meter | None:
+        if principal is not None:
+            # Only its owner reads a conversation's meter (the operator: any).
+            head = await self._store.head(conversation_id)
+            if head is not None and head.owner_id != self._tokens.person(principal):
+                raise MeterRefused(conversation_id)
         calls = await self._store.list_conversation_llm_calls(conversation_id, limit=50)
         measured = [c for c in calls if c.prompt_breakdown is not None]
         if not measured:
             return None
         latest = next((c for c in measured if c.status == "committed"), measured[0])
-        if principal is not None and latest.token_id not in (None, principal):
-            raise MeterRefused(conversation_id)
         assert latest.prompt_breakdown is not None
         return decode_call_meter(latest.prompt_breakdown).meter
 

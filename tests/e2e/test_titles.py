@@ -18,10 +18,23 @@ from cursor_byok.transport.cursor.proto import agent_pb2
 from cursor_byok.transport.cursor.titles import agent_title, short_title
 from tests.e2e.test_crash_recovery import db_reader
 from tests.e2e.test_shim import ShimRun, run_request
-from tests.e2e.test_tokens import CALL_COST, INPUT_PRICE, add_token, config_text
+from tests.e2e.test_tokens import OUTPUT_CAP, OUTPUT_PRICE, add_token
+from tests.e2e.test_tokens import config_text as tokens_config
 from tests.support import connect_client as cc
 from tests.support.live import ServerProcess, server_process
 from tests.support.upstream import FakeUpstream
+
+# The brain's answer is 100 prompt tokens, 40 of them cached: 60 input tokens, $0.60 a call.
+INPUT_PRICE = 10_000.0
+CALL_COST = 0.60
+
+
+def config_text(upstream: FakeUpstream, db: Path, *, auth_token: str | None) -> str:
+    """tests/e2e/test_tokens.py's server, its models priced by their input instead."""
+    text = tokens_config(upstream, db, auth_token=auth_token)
+    text = text.replace(f"max_output_tokens = {OUTPUT_CAP}\n", "")
+    return text.replace(f"output = {OUTPUT_PRICE}", f"input = {INPUT_PRICE}")
+
 
 NAME_AGENT = "/agent.v1.AgentService/NameAgent"
 REMINDER = "<system-reminder>\nYou are in oh-my-pi.\n</system-reminder>\n"

@@ -132,6 +132,11 @@ class Authenticator(Protocol):
         """Who these credentials are (a stable id, never the secret), or None."""
         ...
 
+    def person(self, principal: str) -> str:
+        """The person a principal belongs to (the same across a token's rotations): runs of
+        one person may join each other's streams, no one else's (sessions.SessionRegistry)."""
+        ...
+
     def lingering(self, credentials: str) -> str | None:
         """Who these credentials were, when they were revoked recently enough that a run they
         started may still be going; None otherwise. Only such a run's appends take them."""
@@ -173,6 +178,7 @@ class ConnectApp:
             self.limits,
             error_details_type=service.error_details_type,
             parse=service.parse_client,
+            person_of=self._person_of,
         )
         # Replicas: appends go through the database (relay.py); None: straight to the session.
         self.relayed = RelayedAppends(relay, self.registry, service.parse_client) if relay else None
@@ -348,6 +354,12 @@ class ConnectApp:
             return self.authorized(headers)
         return self.authorized(headers) and self._principal(headers) is None
 
+    def _person_of(self, principal: str) -> str:
+        """The person of a principal ("": the operator's, or no token at all)."""
+        if not principal or self.authenticator is None:
+            return principal
+        return self.authenticator.person(principal)
+
     def _principal(self, headers: Mapping[str, str]) -> str | None:
         """The principal of a person token among the headers, if they carry one."""
         if self.authenticator is None or headers.get("authorization") == REPEATED_AUTHORIZATION:
@@ -436,7 +448,9 @@ class ConnectApp:
             await self._check_lingering(request_id, lingering)
         if self.relayed is not None:
             # Stored first, then acknowledged; the replica holding the RunSSE delivers it.
-            await self.relayed.publish(request_id, append.seqno, append.payload, append.message)
+            await self.relayed.publish(
+                request_id, append.seqno, append.payload, append.message, client
+            )
             return
         session, _ = self.registry.get_or_create(
             request_id, "runsse", headers, client, first_message=append.seqno == 0

@@ -95,6 +95,7 @@ def equip(
     request: RunRequest,
     *,
     token_id: str | None,
+    person: str | None = None,
     channel: RunChannel,
     requests: ClientRequests,
     tools: ToolCalls,
@@ -104,7 +105,7 @@ def equip(
     background: Callable[[Awaitable[Any], str], None],
 ) -> RunParts:
     """The parts of the run `request` starts, its calls carrying the token and the process's
-    lease (leases.py)."""
+    lease (leases.py); its conversation seen by `person` (the token's; None: the operator)."""
     services = runner.services
     cid = request.conversation_id
     model = resolve_model(services, request.model_id, channel.request_id)
@@ -132,18 +133,19 @@ def equip(
         token_id=token_id,
         owner=runner.replica,
     )
-    conv = Conversation(cid, services.store, runner.committed_states)
+    conv = Conversation(cid, services.store, runner.committed_states, person)
+    admissions = Admissions(
+        runner.token_limits,
+        token_id,
+        model=model,
+        summarizer=summarizer,
+        models=services.models,
+    )
     return RunParts(
         model=model,
         calls=calls,
         summaries=summaries,
-        admissions=Admissions(
-            runner.token_limits,
-            token_id,
-            model=model,
-            summarizer=summarizer,
-            models=services.models,
-        ),
+        admissions=admissions,
         window=window,
         checkpoints=Checkpoints(
             conversation_id=cid,
@@ -163,6 +165,7 @@ def equip(
             summaries=summaries,
             tools=tools,
             reports=reports,
+            admissions=admissions,
         ),
         windows=services.provider_windows,
     )
