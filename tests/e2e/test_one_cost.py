@@ -66,6 +66,9 @@ base_url = "{upstream.base_url}/v1"
 provider = "brain"
 model = "brain-1"
 context_window = 128000
+# Each call reserves its bound of the budget (its body, and this cap at the output price):
+# without a cap the whole window would be reserved, $2,560 at the first prices.
+max_output_tokens = 64
 vision = true
 prices = {{ {table} }}
 """
