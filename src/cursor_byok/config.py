@@ -159,6 +159,9 @@ class ModelConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     reasoning: bool = False
     reasoning_effort: str | None = None
     reasoning_budget: int | None = None
+    # The efforts the IDE's thinking picker offers (None: low, medium, high for a reasoning
+    # model, none otherwise); each one of EFFORTS.
+    efforts: list[str] | None = None
     temperature: float | None = None
     extra_body: dict[str, Any] = {}
     extra_headers: dict[str, str] = {}
@@ -402,6 +405,8 @@ def _models(
             errors.append(f"{key}.provider: {unknown_provider(m.provider, raw.providers)}")
         if m.reasoning_effort is not None and m.reasoning_effort not in EFFORTS:
             errors.append(f"{key}.reasoning_effort must be one of {list(EFFORTS)}")
+        if m.efforts is not None and any(e not in EFFORTS for e in m.efforts):
+            errors.append(f"{key}.efforts: each must be one of {list(EFFORTS)}")
         if m.max_output_tokens is not None and m.max_output_tokens <= 0:
             errors.append(f"{key}.max_output_tokens must be positive")
         if any(not a.strip() for a in m.aliases):
@@ -457,10 +462,21 @@ def _models(
             catalogue_note=entry.note if entry is not None else "",
             aliases=tuple(m.aliases),
             vision=m.vision,
+            efforts=picker_efforts(m.reasoning, m.efforts),
             compaction_threshold=threshold,
             compaction_model=m.compaction_model,
         )
     return models
+
+
+# What the thinking picker offers a reasoning model whose table names no `efforts`.
+DEFAULT_EFFORTS = ("low", "medium", "high")
+
+
+def picker_efforts(reasoning: bool, efforts: list[str] | None) -> tuple[str, ...]:
+    if efforts is not None:
+        return tuple(dict.fromkeys(efforts))
+    return DEFAULT_EFFORTS if reasoning else ()
 
 
 def _resolve_names(

@@ -87,6 +87,9 @@ class Model(msgspec.Struct, frozen=True):
     prices: Prices | None
     aliases: tuple[str, ...] = ()  # other names clients may ask for (llm/model_names.py)
     vision: bool = False  # the model reads images (AvailableModels.supports_images)
+    # The reasoning efforts the IDE's thinking picker offers for it (AvailableModels
+    # parameter_definitions); a run may ask for one of them (requested_model parameters).
+    efforts: tuple[str, ...] = ()
     # The model ids tried in order when a call to this model fails before its first output
     # (after its retries); resolved from ids or aliases by the configuration loader. Flat: a
     # fallback's own fallbacks are not followed.

@@ -15,6 +15,7 @@ from . import catalogue, compaction, derived, ids
 from . import window as window_rule
 from .commands import CallLLM, FailureKind, Summarize
 from .context import ContextWindow, TurnContext
+from .effort import call_effort
 from .meter import prompt_chars
 from .prompt import render_prompt, render_tools
 from .results import loop_failure
@@ -73,6 +74,7 @@ def call_llm(c: ConversationState, *, compacted: bool = False, measure: bool = T
         messages_hash=digest,
         catalogue_version=catalogue.CATALOGUE_VERSION,
         prompt=prompt_chars(request, context),
+        effort=call_effort(context),
     )
     return settle(c2, (), command)
 

@@ -107,6 +107,7 @@ class Transition(msgspec.Struct, frozen=True):
     call_end: CallEnd | None = None
     compacted: Compacted | None = None
     ignored: Ignored | None = None  # set when the input did not apply, saying why
+    notices: tuple[str, ...] = ()  # for the user, as server notices (not model output)
     window_report: WindowReport | None = None
 
 

@@ -21,6 +21,7 @@ from ..cursor import (
     summary_started,
     summary_text,
 )
+from ..cursor.encode import server_notice
 from .provider_windows import ProviderWindows
 from .summaries import HOOK_MESSAGE, NOTHING_TO_COMPACT
 from .summary import CompactionSummary
@@ -52,6 +53,8 @@ class Publisher:
     def publish(self, t: Transition, input: Input) -> None:
         """Send what the transition emitted, and the cards of the calls it answered itself."""
         send = self.channel.send
+        for notice in t.notices:
+            send(server_notice(notice))
         if t.emit and isinstance(input, LLMEvent):
             encoder = self._encoders.get(input.call_id)
             if encoder is not None:

@@ -59,7 +59,7 @@ from ..cursor import (
     turn_ended,
 )
 from .access import person_of
-from .actions import ROUTES, Route, shell_command_note
+from .actions import ROUTES, Route, log_empty_turn, shell_command_note
 from .charges import JobCharges
 from .commands import Commands
 from .conversation import Conversation
@@ -78,7 +78,7 @@ from .run_helpers import RunHelpers
 from .run_parts import RunParts, equip
 from .runner import Runner
 from .services import RunnerServices
-from .starts import TurnStart, follow_up_context, start_of
+from .starts import ModelTraits, TurnStart, follow_up_context, start_of
 from .summary import RunSummary
 from .tools import ToolCalls
 
@@ -134,6 +134,7 @@ class Run:
             channel, self.link, now_ms, self.services.on_compaction, self.services.provider_windows
         )
         self.parts: RunParts | None = None  # once the run request named the model
+        self._effort = ""  # the effort the run's requested_model asks for
         self.conversation_id = ""
         self.conv = Conversation("", self.store, runner.committed_states)
         self.turn_id: str | None = None  # the turn this run drives, once it began or resumed
@@ -273,6 +274,7 @@ class Run:
         self.summary.requested_model = request.model_id or ""
         if request.user_text.strip():
             self.summary.title = agent_title(request.user_text)
+        self._effort = request.effort  # the picker's choice; the loop checks it (loop/effort.py)
         self.parts = parts = equip(
             self.runner,
             request,
@@ -330,9 +332,7 @@ class Run:
         route = ROUTES[request.action]
         match route.route:
             case Route.EMPTY_TURN:
-                log.info(
-                    "run %s: %s ends as an empty turn", self.channel.request_id, request.action
-                )
+                log_empty_turn(request, self.channel.request_id)
                 self.channel.send(turn_ended(self.summary.usage))
                 self._end(None, "ok")
                 return
@@ -376,6 +376,7 @@ class Run:
             window=self.parts.budget(),
             fallbacks=self.parts.model.fallbacks,
             person=self.person,
+            traits=ModelTraits.of(self.parts.model, self._effort),
         )
         self._started, self.helpers.parent = started, started.parent_call
         await self._apply(started.start, input_id)
@@ -414,7 +415,10 @@ class Run:
         """The context a follow-up brought, merged with the run's parts and MCP tools."""
         parts, stored = self.parts, self.state.committed.context
         window, fallbacks = (parts.budget(), parts.model.fallbacks) if parts else (None, ())
-        return follow_up_context(self.services, client, stored, self._started, window, fallbacks)
+        traits = ModelTraits.of(parts.model, self._effort) if parts else None
+        return follow_up_context(
+            self.services, client, stored, self._started, window, fallbacks, traits
+        )
 
     async def _consume(self) -> None:
         while not self._done:
