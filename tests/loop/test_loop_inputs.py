@@ -302,6 +302,8 @@ def test_rewind_restores_an_earlier_turn_and_deletes_nothing() -> None:
         status=Status.READY,
         commit=s.committed.commit + 1,
         last_commit_id=f"{CID}@{s.committed.commit + 1}",
+        turn_starts=s.committed.turn_starts[:1],  # turn 2 is gone from the branch
+        meter_basis=None,  # no call of the kept turn reported usage
     )
     assert c.log is log  # nothing lost
     assert t.appended == () and t.command == WaitInput()

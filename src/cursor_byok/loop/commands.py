@@ -13,8 +13,8 @@ import msgspec
 
 from cursor_byok.llm.types import AssistantMessage, RequestMessages, ToolCall
 
+from .categories import PromptChars
 from .limits import Limit
-from .meter import PromptChars
 
 
 class _Command(msgspec.Struct, frozen=True, tag_field="command", omit_defaults=True):

@@ -208,10 +208,13 @@ Admission: TypeAlias = Admitted | CallRefused
 
 
 class Rewind(_Input, frozen=True, tag="rewind"):
-    """The client's checkpoint is behind ours: it went back to the end of an earlier turn,
-    whose active history was `view` (closed spans over the log)."""
+    """The client's checkpoint is behind ours: it went back to the end of an earlier turn.
+    `turns`: its checkpoint lists our first `turns` turns; the loop restores the end of the
+    last of them from its turn marks (`turn_starts`), in whatever compaction epoch it was.
+    `view` instead (turns 0): restore exactly that active history (closed spans over the log)."""
 
-    view: tuple[Span, ...]
+    turns: int = 0
+    view: tuple[Span, ...] = ()
 
 
 Input: TypeAlias = (

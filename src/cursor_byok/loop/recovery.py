@@ -10,7 +10,7 @@ import msgspec
 
 from cursor_byok.llm.types import AssistantMessage
 
-from . import derived, view
+from . import derived, meter, view
 from .commands import WAIT_INPUT, Canceled, Command, Failed, FailureKind, Final, ResendLLM
 from .inputs import LostCause, Resume, Rewind, SuspendCause, ToolLost, ToolResult
 from .model_calls import model_of, summarize_command
@@ -123,26 +123,47 @@ def _resume_tool(state: RuntimeState, waiting: AwaitClient, input: Resume) -> Tr
 
 
 def on_rewind(state: RuntimeState, input: Rewind) -> Transition:
-    """The client went back to an earlier turn: that turn's view becomes the active history
-    again, followed by whatever is appended from now on. Nothing is deleted: the abandoned
-    messages stay in the log. A conversation busy with a turn is not rewound."""
+    """The client went back to the end of an earlier turn: that turn's view becomes the active
+    history again (in its own compaction epoch, its unsummarized turns included), followed by
+    whatever is appended from now on; the later turn marks go. Nothing is deleted: the
+    abandoned messages stay in the log. A conversation busy with a turn is not rewound."""
     c = state.committed
     if c.busy:
         return ignore(state, Ignored.BUSY)
-    problem = view.problem(input.view, len(c.log))
+    if input.turns:
+        if input.turns < 0:
+            raise LoopError(
+                f"cannot rewind conversation {c.conversation_id!r} to turn {input.turns}"
+            )
+        if input.turns >= len(c.turn_starts):
+            return ignore(state, Ignored.ALREADY_THERE)
+        target = c.turn_starts[input.turns].view  # where the next turn began
+        kept = c.turn_starts[: input.turns]
+    else:
+        target = input.view
+        ends = derived.turn_ends(c)  # the turns that ended on the restored branch stay
+        kept = tuple(t for t, end in zip(c.turn_starts, ends) if view.is_prefix(end, target))
+    problem = view.problem(target, len(c.log))
     if problem is not None:
         raise LoopError(f"cannot rewind conversation {c.conversation_id!r}: {problem}")
-    restored = view.reopened(input.view, len(c.log))
-    if view.closed(restored, len(c.log)) == view.closed(c.view, len(c.log)):
+    restored = view.reopened(target, len(c.log))
+    if view.closed(restored, len(c.log)) == view.closed(c.view, len(c.log)) and (
+        len(kept) == len(c.turn_starts)
+    ):
         return ignore(state, Ignored.ALREADY_THERE)
     messages = view.materialize(restored, c.log)
-    c2 = commit(
+    c2 = _replace(
         c,
         view=restored,
         messages=messages,
         fresh_from=derived.fresh_from(c, restored),  # a turn of another epoch, or none
         todos=derived.todos_in_view(c, restored),  # the list as it was at the kept turn
         plan=derived.plan_in_view(c, restored),  # and the plan
+        turn_starts=kept,
+    )
+    c2 = commit(
+        c2,
+        meter_basis=meter.basis_of(c2),  # the meter of the restored view: measured once here
         status=Status.READY,
         waiting=None,
         queued=(),

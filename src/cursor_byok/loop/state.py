@@ -22,6 +22,7 @@ import msgspec
 from cursor_byok.llm.types import Message, ToolCall, ToolResultMessage, UserMessage
 
 from . import ids
+from .categories import PromptChars
 from .context import TurnContext
 from .todos import TodoItem
 from .view import WHOLE_LOG, Span
@@ -65,6 +66,8 @@ class AwaitLLM(_Waiting, frozen=True, tag="llm"):
     messages_hash: str
     fallback: int = 0
     compacted: bool = False
+    # The call's request per meter category: at its answer it becomes the state's meter.
+    prompt: PromptChars | None = None
 
 
 class CompactionReason(enum.StrEnum):
@@ -149,6 +152,23 @@ class CompactionMark(_Value, frozen=True):
     plan: PlanRecord | None = None
 
 
+class TurnStart(_Value, frozen=True, array_like=True):
+    """A turn of the active branch: the closed view of the history it began from. The end of
+    turn k is where turn k+1 began (the current view for the last turn), so a rewind to the
+    end of any turn, in any compaction epoch, finds its view here."""
+
+    view: tuple[Span, ...]
+
+
+class MeterBasis(_Value, frozen=True):
+    """The prompt of the active history's last model call: its characters per category and
+    the provider's prompt tokens for it (0: none reported, the estimate stands). A checkpoint's
+    meter is this, scaled (meter.meter_of_state): no pass over the history."""
+
+    chars: PromptChars
+    used: int = 0
+
+
 class ConversationState(_Value, frozen=True):
     conversation_id: str
     turn_id: str
@@ -181,6 +201,12 @@ class ConversationState(_Value, frozen=True):
     # before it measured a request that no longer exists.
     compactions: tuple[CompactionMark, ...] = ()
     fresh_from: int = 0
+    # The turns of the active branch, oldest first, across compaction epochs (the client's
+    # checkpoint lists one blob per turn: derived.turn_ends). A rewind truncates them.
+    turn_starts: tuple[TurnStart, ...] = ()
+    # The context meter of the last model call of the active history; None: none yet (or a
+    # state stored before it was kept): meter_of_state then measures the history once.
+    meter_basis: MeterBasis | None = None
 
     @classmethod
     def new(cls, conversation_id: str) -> ConversationState:

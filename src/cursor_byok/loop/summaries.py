@@ -85,6 +85,7 @@ def on_summary_done(state: RuntimeState, input: SummaryDone) -> Transition:
         view=epoch,
         compactions=(*c.compactions, mark),
         fresh_from=len(messages),
+        meter_basis=None,  # it measured a request the compaction replaced
         waiting=None,
     )
     done = Compacted(
@@ -168,6 +169,10 @@ def on_compact(state: RuntimeState) -> Transition:
     fixed = compaction.fixed_tokens(render_prompt(context), render_tools(context))
     estimate = compaction.estimated_tokens(c.messages, c.fresh_from, fixed)
     t = summarize(
-        _replace(c, waiting=None), cut, CompactionReason.REQUESTED, AfterSummary.END, estimate
+        _replace(c, waiting=None),
+        cut,
+        CompactionReason.REQUESTED,
+        AfterSummary.END,
+        estimate,
     )
     return prepend((), t, call_end)

@@ -54,7 +54,7 @@ def without_supplements(context: TurnContext) -> TurnContext:
 def begin_turn(c: ConversationState, context: TurnContext, message: LLMUserMessage) -> Transition:
     turn = c.turn + 1
     c2 = _replace(
-        with_messages(c, message),
+        with_messages(derived.opened(c), message),
         turn=turn,
         turn_id=ids.turn_id(c.conversation_id, turn),
         context=without_supplements(context),
