@@ -142,7 +142,9 @@ def on_rewind(state: RuntimeState, input: Rewind) -> Transition:
     else:
         target = input.view
         ends = derived.turn_ends(c)  # the turns that ended on the restored branch stay
-        kept = tuple(t for t, end in zip(c.turn_starts, ends) if view.is_prefix(end, target))
+        kept = tuple(
+            t for t, end in zip(c.turn_starts, ends, strict=True) if view.is_prefix(end, target)
+        )
     problem = view.problem(target, len(c.log))
     if problem is not None:
         raise LoopError(f"cannot rewind conversation {c.conversation_id!r}: {problem}")

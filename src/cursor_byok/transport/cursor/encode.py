@@ -35,6 +35,7 @@ from ...loop.state import PlanRecord
 from ...loop.todos import TodoItem
 from .proto import agent_pb2
 from .tools import placeholder_tool_call, todo_items
+from .tools.cards import sanitize_tool_call_id
 
 __all__ = [
     "HEARTBEAT",
@@ -212,8 +213,11 @@ def checkpoint(
     meter: Meter | None = None,
     summaries: Sequence[SummaryRecord] = (),
     carried: bytes = b"",
+    pending_tool_calls: Sequence[str] = (),
 ) -> bytes:
     """`carried`: the client's own helper fields (children.subagent_state), as it sent them.
+    `pending_tool_calls` (4): the tool calls of the turn still unanswered, by the ids the
+    IDE's cards carry (a checkpoint sent while tools run).
 
     `conversation_checkpoint_update` listing one blob per completed turn, the todo list
     (`todos` (3): each TodoItem serialized inline, as GoL writes it; reference §3.4 [S]), the
@@ -230,6 +234,7 @@ def checkpoint(
     )
     if carried:
         state.MergeFromString(carried)
+    state.pending_tool_calls.extend(sanitize_tool_call_id(c) for c in pending_tool_calls)
     if meter is not None:
         state.token_details.CopyFrom(token_details(meter))
     value = agent_mode(mode) if mode is not None else None

@@ -530,16 +530,14 @@ class Run:
 
     async def _rewind_if_behind(self, request: RunRequest, input_id: str) -> None:
         """The client wins when its checkpoint is behind ours: the loop gets a Rewind to the
-        last turn the client lists."""
+        last turn the client lists (its view comes from the loop's own turn marks)."""
         assert self.checkpoints is not None
-        target = await self.checkpoints.rewind_target(request.history.turn_blob_ids, self.version)
-        if target is None:
+        turns = self.checkpoints.rewind_target(request.history.turn_blob_ids, self.state.committed)
+        if turns is None:
             return
-        turns, view = target
         before = self.version
-        await self._apply(Rewind(view=view), f"{input_id}:rewind")
+        await self._apply(Rewind(turns=turns), f"{input_id}:rewind")
         if self.version != before:
-            self.checkpoints.rewound(turns, self.version)
             log.info(
                 "conversation %s rewound by the client to turn %d (%d messages)",
                 self.conversation_id,
@@ -662,9 +660,7 @@ class Run:
                 assert self.calls is not None and self.checkpoints is not None
                 prepared = self._prepare(t)
                 if isinstance(t.command, Final) and not t.command.replay:
-                    self._pending_blob = await self.checkpoints.send_blob(
-                        t.state.committed, self.version
-                    )
+                    self._pending_blob = self.checkpoints.send_blob(t.state.committed)
                 status = await self._commit(input, input_id, t, prepared, completes)
                 if status == "committed":
                     self._publish(t, input)
@@ -796,6 +792,10 @@ class Run:
                         send(frame)
         if t.compacted is not None:
             self._compacted(t.compacted)
+        if t.checkpoint is not None and self.checkpoints is not None:
+            # A model call changed the history: the IDE's meter and turn list move now.
+            committed = t.state.committed
+            self.checkpoints.mid_turn(committed, t.checkpoint.pending_tool_calls)
         if t.local_results:
             context = t.state.committed.context
             routes = {r.name: r for r in context.mcp_routes} if context is not None else {}
@@ -950,7 +950,7 @@ class Run:
         pending, self._pending_blob = self._pending_blob, None
         state = self.state.committed
         if pending is None:
-            pending = await self.checkpoints.send_blob(state, self.version)
+            pending = self.checkpoints.send_blob(state)
         await self.checkpoints.publish(pending, state, self.version)
 
     def _drop_pending_blob(self) -> None:
