@@ -218,7 +218,8 @@ def test_skills_and_subagents_parts_by_their_schema() -> None:
     msg.skill_options.skill_descriptors.add(name="x", enabled=True)
     part = parts_.decode_request_context_part(SKILLS, msg.SerializeToString())
     assert part.rules == ()  # skills are their own section, not rules
-    assert len(part.skills) == 1 and "Skill (/w/.agents/skills/x/SKILL.md): Does X" in part.skills[0]
+    (skill,) = part.skills
+    assert "Skill (/w/.agents/skills/x/SKILL.md): Does X" in skill
     sub = a.RequestContextSubagentsPart()
     sub.custom_subagents.add(name="explore", prompt="p", tools=["Read"], model="inherit")
     sub.custom_subagents.add(name="review")

@@ -41,11 +41,13 @@ async def test_a_checkpoint_follows_each_model_call_with_its_own_meter(
     async with open_run(server, transport) as (send, reader):
         await send(message)
         answered: set[int] = set()
+        is_read = exec_of("read_args")
+
+        def unanswered(m: agent_pb2.AgentServerMessage) -> bool:
+            return is_read(m) and m.exec_server_message.id not in answered
+
         for _ in range(3):
-            is_read = exec_of("read_args")
-            found = await reader.wait_for(
-                lambda m: is_read(m) and m.exec_server_message.id not in answered
-            )
+            found = await reader.wait_for(unanswered)
             ask = found.exec_server_message
             answered.add(ask.id)
             await send(read_ok(ask.id, ask.read_args.path, "x = 1\n"))

@@ -10,6 +10,7 @@ kept turns plus the new one, carries no summary, and its meter describes the res
 
 from __future__ import annotations
 
+import itertools
 import json
 import uuid
 from collections.abc import Iterator
@@ -94,7 +95,7 @@ async def test_a_rewind_to_before_a_compaction_restores_that_epoch(
     assert compacted_at is not None and compacted_at >= 2, "the window never filled"
     # The turn list grew by one each turn, across the compaction: its turns are still listed.
     assert [len(c.turns) for c in checkpoints] == list(range(1, compacted_at + 2))
-    for earlier, later in zip(checkpoints, checkpoints[1:], strict=False):
+    for earlier, later in itertools.pairwise(checkpoints):
         assert list(later.turns[: len(earlier.turns) - 1]) == list(earlier.turns[:-1])
     assert checkpoints[-1].self_summary_count == 1
 

@@ -36,7 +36,6 @@ from .test_loop_compaction import (
     answer,
     encode_messages,
     summary_answer,
-    three_turns,
     words,
 )
 
