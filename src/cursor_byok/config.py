@@ -16,7 +16,7 @@ from typing import Any, get_args
 
 import msgspec
 
-from .config_shape import Shape, check_shape, key_path
+from .config_shape import Shape, check_shape, key_path, number_errors
 from .config_web import (
     ImageGenerationConfig,
     WebFetchConfig,
@@ -116,6 +116,9 @@ class ServerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     title_timeout_s: float = 10.0
     # How long an access token handed to a signed-in client lives (docs/clients.md).
     access_token_ttl_s: int = 3600
+    # CIDRs of the reverse proxies in front: from them, a request's client (for the per-client
+    # limits) is the rightmost X-Forwarded-For hop outside these (transport/connect/clients.py).
+    trusted_proxies: list[str] = []
 
     def __repr__(self) -> str:
         token = "set" if self.auth_token else "unset"
@@ -263,6 +266,7 @@ def parse_config(
         frozenset(broken),
     )
     errors += web_errors(raw.web_fetch, raw.image_generation, raw.providers, providers, broken)
+    errors += number_errors(shape, errors)
     if errors:
         raise ConfigError(*errors, path=path)
     server, models = _resolve_names(raw, server, models, path)
@@ -315,6 +319,8 @@ def _server_errors(server: ServerConfig) -> list[str]:
         errors.append("server.title_timeout_s must be between 0 and 300 seconds")
     if not 60 <= server.access_token_ttl_s <= 86400 * 30:
         errors.append("server.access_token_ttl_s must be between 60 and 2592000 seconds")
+    if not 0.1 <= server.compaction_threshold <= 1.0:
+        errors.append("server.compaction_threshold must be between 0.1 and 1.0")
     if not 1 <= server.subagent_max_depth <= 8:
         errors.append("server.subagent_max_depth must be between 1 and 8")
     if not 0 < server.question_timeout_s <= 86400:
@@ -323,6 +329,11 @@ def _server_errors(server: ServerConfig) -> list[str]:
         errors.append("server.start_check_s must be between 0 and 86400 seconds")
     if not 1 <= server.http2_max_concurrent_streams <= 100_000:
         errors.append("server.http2_max_concurrent_streams must be 1-100000")
+    for cidr in server.trusted_proxies:
+        try:
+            ipaddress.ip_network(cidr.strip(), strict=False)
+        except ValueError:
+            errors.append(f"server.trusted_proxies: {cidr!r} is not a CIDR (127.0.0.1/32)")
     if server.log_format not in ("text", "json"):
         errors.append("server.log_format must be 'text' or 'json'")
     if server.log_level.lower() not in LOG_LEVELS:
@@ -416,7 +427,7 @@ def _models(
             if m.compaction_threshold is not None
             else raw.server.compaction_threshold
         )
-        if not 0.1 <= threshold <= 1.0:
+        if m.compaction_threshold is not None and not 0.1 <= threshold <= 1.0:
             errors.append(f"{key}.compaction_threshold must be between 0.1 and 1.0")
         if m.compaction_model is not None and m.compaction_model not in raw.models:
             errors.append(

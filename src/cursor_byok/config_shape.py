@@ -13,6 +13,7 @@ from __future__ import annotations
 import datetime
 import difflib
 import json
+import math
 import types
 from dataclasses import dataclass, field
 from typing import Any, Union, get_args, get_origin
@@ -37,6 +38,9 @@ class Shape:
     problems: list[str] = field(default_factory=list)
     cleaned: dict[str, Any] = field(default_factory=dict)
     dropped: set[tuple[str, str]] = field(default_factory=set)
+    # (full key, problem) of every number setting that is nan, infinite or negative: reported
+    # after the value checks, for a key none of them named (config.number_errors).
+    numbers: list[tuple[str, str]] = field(default_factory=list)
 
 
 def key_path(parent: str, key: str) -> str:
@@ -98,7 +102,37 @@ def _value(item: Any, tp: Any, path: str, shape: Shape) -> Any:
     except msgspec.ValidationError:
         shape.problems.append(f"{path}: expected {_expected(tp)}, got {_kind(item)}")
         return _BAD
+    if (problem := _bad_number(item, tp)) is not None:
+        shape.numbers.append((path, problem))
     return item
+
+
+def _bad_number(item: Any, tp: Any) -> str | None:
+    """Why a number setting's value cannot be meant (nan, an infinity, below zero), or None.
+
+    No setting takes one: nan compares false with every bound (a price of nan never adds up
+    to a budget, a timeout of nan never fires), and no count, size, time or price is below
+    zero. Checked for every int and float field, so a setting added later is covered too."""
+    if isinstance(item, bool) or not isinstance(item, int | float):
+        return None
+    if not any(m in (int, float) for m in _members(tp)):
+        return None
+    if isinstance(item, float) and not math.isfinite(item):
+        return f"must be a finite number, got {item}"
+    if item < 0:
+        return f"must not be negative, got {item:g}"
+    return None
+
+
+def number_errors(shape: Shape, problems: list[str]) -> list[str]:
+    """The nan, infinite and negative numbers of `shape` no other check has named already
+    (that check's own message, with its bounds, says it better)."""
+    named = tuple(problems)
+    return [
+        f"{path} {problem}"
+        for path, problem in shape.numbers
+        if not any(p.startswith((f"{path} ", f"{path}:")) for p in named)
+    ]
 
 
 def _unknown_key(key: str, known: list[str]) -> str:

@@ -40,6 +40,7 @@ from .transport.connect.app import (
     ExtraRoutes,
     PlainRoutes,
 )
+from .transport.connect.clients import parse_networks
 from .transport.connect.relay import AppendRelay
 from .transport.connect.rsgi import RsgiBridge
 from .transport.connect.sessions import RunHandler, TransportLimits
@@ -163,6 +164,7 @@ def connect_app(
         authenticator=authenticator,
         relay=relay,
         plain_routes=plain_routes,
+        trusted_proxies=parse_networks(server.trusted_proxies),
     )
 
 
@@ -451,6 +453,7 @@ async def running_server(
     limits: TransportLimits | None = None,
     port: int | None = None,
     timeout: float = 10.0,
+    authenticator: Authenticator | None = None,
 ) -> AsyncIterator[RunningServer]:
     """An in-process server (granian embedded in the current event loop) on a free loopback
     port, ready when entered."""
@@ -458,7 +461,7 @@ async def running_server(
     port = port or free_port(host)
     check_bind(config, host)
     t0 = time.monotonic()
-    app = connect_app(config, handler, limits=limits)
+    app = connect_app(config, handler, limits=limits, authenticator=authenticator)
     server = _granian_server(app, config.server, host, port, quiet=True)
     task = asyncio.get_running_loop().create_task(server.serve())
     scheme = "https" if config.server.certificate else "http"

@@ -24,14 +24,20 @@ import msgspec
 from .access_tokens import TokenDirectory
 from .config import Config
 from .llm.events import DoneEvent, ErrorEvent
-from .llm.models import Model
+from .llm.models import Model, call_cost, encode_prices
 from .llm.registry import LLMRegistry
-from .llm.types import AssistantMessage, RequestMessages, UserMessage
+from .llm.types import AssistantMessage, RequestMessages, Usage, UserMessage
 from .loop import ConversationState
-from .loop.meter import Meter
+from .loop.meter import Meter, PromptChars, measure
 from .store.api import LLMCallRecord, Store
 from .transport.cursor.rpc_base import MeterRefused, Person
-from .transport.runtime.records import decode_call_meter, encode_state, request_hash
+from .transport.runtime.records import (
+    decode_call_meter,
+    encode_call_meter,
+    encode_state,
+    request_hash,
+    usage_so_far,
+)
 from .transport.runtime.stored_request import encode_whole
 
 log = logging.getLogger("cursor_byok.titles")
@@ -112,6 +118,7 @@ class RpcAnswers:
         prepared = llm.prepare(request, settings)
         await self._ensure_title_conversation()
         now = self._now_ms()
+        chars = PromptChars(system_prompt=len(TITLE_PROMPT), conversation=len(words))
         record = LLMCallRecord(
             call_id="title-" + secrets.token_hex(8),
             conversation_id=TITLE_CONVERSATION,
@@ -122,9 +129,14 @@ class RpcAnswers:
             status="streaming",
             created_at_ms=now,
             provider=model.provider.name,
-            model=model.id,
+            model=prepared.model,
             api=model.provider.api,
             token_id=principal,
+            prices=encode_prices(model.prices),
+            # Its meter, as any call's: what a timed-out call's input is estimated from.
+            prompt_breakdown=encode_call_meter(
+                chars, measure(chars, used=0, window=model.context_window)
+            ),
         )
         await self._store.save_llm_call(record)
         started = time.monotonic()
@@ -146,22 +158,24 @@ class RpcAnswers:
             # reader: the record is finished all the same.
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await stream.aclose()
-            await self._finish(record, None, "canceled", "timed out", started)
+            # Charged like any call stopped mid-answer: what it streamed, its input estimated
+            # where the provider had not counted it yet.
+            usage, estimated = usage_so_far(stream.progress(), record)
+            await self._finish(record, usage, "canceled", "timed out", started, estimated)
             raise
-        await self._finish(record, message, "failed" if error else "committed", error, started)
+        usage = message.usage if message is not None else None
+        await self._finish(record, usage, "failed" if error else "committed", error, started)
         return None if error or message is None else message.text.strip() or None
 
     async def _finish(
         self,
         record: LLMCallRecord,
-        message: AssistantMessage | None,
+        usage: Usage | None,
         status: Literal["committed", "failed", "canceled"],
         error: str | None,
         started: float,
+        estimated: str | None = None,
     ) -> None:
-        usage = message.usage if message is not None else None
-        model = self._title_model
-        prices = model.prices if model is not None else None
         done = msgspec.structs.replace(
             record,
             status=status,
@@ -171,9 +185,10 @@ class RpcAnswers:
             cache_write_tokens=usage.cache_write if usage else None,
             reasoning_tokens=usage.reasoning if usage else None,
             duration_ms=int((time.monotonic() - started) * 1000),
-            cost_usd=prices.cost(usage) if prices is not None and usage else None,
+            cost_usd=call_cost(record.prices, usage) if usage is not None else None,
             error=error,
             finished_at_ms=self._now_ms(),
+            estimated_tokens=estimated,
         )
         await asyncio.shield(self._store.save_llm_call(done))
         if self._on_llm_call is not None:

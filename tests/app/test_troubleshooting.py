@@ -23,8 +23,8 @@ from cursor_byok.llm.deadlines import Deadline, missed
 from cursor_byok.llm.model_names import ModelNames, Unknown
 from cursor_byok.llm.models import Prices
 from cursor_byok.loop import ToolResult, transition
-from cursor_byok.loop.compaction import TooBig
 from cursor_byok.loop.context import TurnContext
+from cursor_byok.loop.window import Refusal
 from cursor_byok.store.api import AccessTokenRecord
 from cursor_byok.store.errors import (
     BackendMissingError,
@@ -110,7 +110,7 @@ async def provider_errors() -> list[str]:
 
 
 def loop_failures() -> list[str]:
-    too_big = TooBig(window=8192, budget=6963, fixed=4300, tail=4100).message()
+    too_big = Refusal(window=8192, fixed=4300, rest=4100, answer=1024).message()
     state = at_tools([tool_call("a")], TurnContext(max_llm_calls=1))
     stopped = transition(state, ToolResult(message=result("a"))).command
     return [too_big, stopped.message.error_message or ""]  # type: ignore[union-attr]

@@ -23,6 +23,7 @@ import pytest
 from cursor_byok.launch import free_port, probe_health_blocking
 from tests.e2e.test_shim import ShimRun, run_request, unique
 from tests.paths import REPO
+from tests.support import connect_client as cc
 from tests.support.live import ThreadedUpstream, brain_config, server_process
 from tests.support.raw_server import issued_cert
 
@@ -108,3 +109,41 @@ async def test_a_turn_through_the_docs_nginx_site(tmp_path: Path) -> None:
     texts = [t for t, m in reader.events if m.interaction_update.HasField("text_delta")]
     assert len(texts) > 1
     assert texts[-1] - texts[0] > 0.8, texts  # streamed through the proxy, not held back
+
+
+async def test_behind_the_docs_nginx_site_each_client_has_its_own_allowance(
+    tmp_path: Path,
+) -> None:
+    """The doc's site forwards the client's address and `trusted_proxies` names nginx: two
+    clients behind it each get their own runs-waiting allowance, and a spoofed
+    X-Forwarded-For (the client's own hops, left of the one nginx appends) changes nothing.
+    Keyed by peer, both would share nginx's one allowance (issue 27, point 6)."""
+    certs = issued_cert(tmp_path, "IP:127.0.0.1")
+    extra = (
+        f'http2 = false\nauth_token = "{TOKEN}"\nunstarted_runs_per_client = 2\n'
+        'trusted_proxies = ["127.0.0.1/32"]'
+    )
+    with ThreadedUpstream() as upstream:
+        config = brain_config(upstream.base_url, db=tmp_path / "db", extra=extra)
+        with (
+            server_process(config, tmp_path) as server,
+            nginx(tmp_path, server.port, certs.cert, certs.key) as port,
+        ):
+            context = ssl.create_default_context(cafile=str(certs.ca))
+
+            async def waiting_runs(source: str, count: int) -> list[int]:
+                transport = httpx.AsyncHTTPTransport(local_address=source, verify=context)
+                async with httpx.AsyncClient(
+                    base_url=f"https://127.0.0.1:{port}", transport=transport, timeout=30
+                ) as client:
+                    statuses = []
+                    for n in range(count):
+                        spoof = {"x-forwarded-for": f"10.3.0.{n}"}
+                        resp = await cc.append(
+                            client, unique("rid"), 1, cc.heartbeat(), token=TOKEN, headers=spoof
+                        )
+                        statuses.append(resp.status_code)
+                    return statuses
+
+            assert await waiting_runs("127.0.0.5", 3) == [200, 200, 429]
+            assert await waiting_runs("127.0.0.6", 2) == [200, 200]

@@ -18,7 +18,7 @@ from cursor_byok.transport.cursor.proto import agent_pb2
 from cursor_byok.transport.cursor.titles import agent_title, short_title
 from tests.e2e.test_crash_recovery import db_reader
 from tests.e2e.test_shim import ShimRun, run_request
-from tests.e2e.test_tokens import CALL_COST, add_token, config_text
+from tests.e2e.test_tokens import CALL_COST, INPUT_PRICE, add_token, config_text
 from tests.support import connect_client as cc
 from tests.support.live import ServerProcess, server_process
 from tests.support.upstream import FakeUpstream
@@ -76,8 +76,9 @@ async def test_the_title_model_names_the_chat_and_is_charged(
         sent = conn.execute(
             "SELECT request FROM llm_calls WHERE conversation_id = ?", (TITLE_CONVERSATION,)
         ).fetchone()[0]
+    # Recorded like any call: its provider's upstream model name (what the dashboard groups by).
     assert title_calls(tmp_path / "byok.db") == [
-        ("committed", pytest.approx(CALL_COST), erin, "composer-test")
+        ("committed", pytest.approx(CALL_COST), erin, "brain-1")
     ]
     assert b"system-reminder" not in bytes(sent)
     # Slower than the timeout: the text rule; the call is recorded as canceled.
@@ -88,12 +89,22 @@ async def test_the_title_model_names_the_chat_and_is_charged(
     assert await name(server, failing, token=secret) == agent_title(failing)
     statuses = [c[0] for c in title_calls(tmp_path / "byok.db")]
     assert statuses == ["committed", "canceled", "failed"], statuses
-    # The token's spend counts the title call (budgets sum the calls of a token).
+    # The timed-out call is charged like any call stopped mid-answer: its input estimated
+    # (the provider had not counted it yet), at the title model's prices.
+    with db_reader(tmp_path / "byok.db") as conn:
+        canceled = conn.execute(
+            "SELECT input_tokens, estimated_tokens, cost_usd FROM llm_calls "
+            "WHERE conversation_id = ? AND status = 'canceled'",
+            (TITLE_CONVERSATION,),
+        ).fetchone()
+    assert canceled[0] > 0 and "input" in canceled[1]
+    assert canceled[2] == pytest.approx(canceled[0] * INPUT_PRICE / 1e6)
+    # The token's spend counts the title calls (budgets sum the calls of a token).
     with db_reader(tmp_path / "byok.db") as conn:
         spent = conn.execute(
             "SELECT SUM(cost_usd) FROM llm_calls WHERE token_id = ?", (erin,)
         ).fetchone()[0]
-    assert spent == pytest.approx(CALL_COST)
+    assert spent == pytest.approx(CALL_COST + canceled[2])
 
 
 async def test_without_a_title_model_the_text_rule_names_the_chat(

@@ -3,6 +3,8 @@ epoch of the view, the overflow path and /summarize. Whole states are asserted a
 
 from __future__ import annotations
 
+import re
+
 from msgspec.structs import replace
 
 from cursor_byok.llm import canonical
@@ -116,6 +118,7 @@ def test_a_request_over_the_threshold_is_summarized_first_then_called_over_the_n
         reason=CompactionReason.THRESHOLD,
         then=AfterSummary.CALL_LLM,
         tokens_before=estimate,
+        summary_tokens=WINDOW.summary_output,  # the room allows the model's whole bound
     )
     assert c == replace(
         before,
@@ -138,6 +141,7 @@ def test_a_request_over_the_threshold_is_summarized_first_then_called_over_the_n
         call_id="c:4:summary1",
         request=request,
         messages_hash=canonical.messages_hash(request.messages),
+        max_output_tokens=WINDOW.summary_output,
     )
     assert request.system_prompt == compaction.SUMMARY_PROMPT
     assert "q0xyz" in request.messages[0].content[0].text  # type: ignore[union-attr]
@@ -232,6 +236,7 @@ def test_the_measured_usage_drives_the_trigger_and_is_ignored_across_a_compactio
         reason=CompactionReason.THRESHOLD,
         then=AfterSummary.CALL_LLM,
         tokens_before=WINDOW.budget + compaction.tokens_of_chars(compaction.chars_of(again)),
+        summary_tokens=WINDOW.summary_output,
     )
     done = transition(t.state, SummaryDone(call_id="c:2:summary1", message=summary_answer("S")))
     # The kept tail has no answer of this epoch: the estimate is by characters, below it.
@@ -278,6 +283,34 @@ def test_a_tail_that_cannot_fit_fails_with_what_fills_the_window_and_never_loops
     text = t.command.message.error_message or ""
     assert f"{WINDOW.tokens:,} tokens" in text and "system prompt, rules and tools" in text
     assert t.state.committed.status == Status.FAILED
+    # The parts it names add up to its total, and that total is over the window it names.
+    window, fixed, rest, room, total = (
+        int(n.replace(",", "")) for n in re.findall(r"\d[\d,]*", text)[:5]
+    )
+    assert (window, fixed) == (WINDOW.tokens, FIXED)
+    assert fixed + rest + room == total > window
+
+
+def test_a_request_refused_names_parts_that_sum_past_the_window() -> None:
+    """The window rule's refusal: P + M > W, with P + M given as its parts (a 1,000-token
+    answer reserve, so the least answer room M is 1,000)."""
+    ctx = replace(BASE, window=replace(WINDOW, output_reserve=1000))
+    s = RuntimeState.new(CID)
+
+    def tokens(n: int) -> str:  # a message of n tokens by the estimate, with its framing
+        return "a" * ((n - 4) * compaction.CHARS_PER_TOKEN)
+
+    t = transition(s, start(tokens(WINDOW.tokens - FIXED - 900), ctx))
+    assert isinstance(t.command, Failed) and t.command.kind == FailureKind.BAD_REQUEST
+    text = t.command.message.error_message or ""
+    window, fixed, rest, room, total = (
+        int(n.replace(",", "")) for n in re.findall(r"\d[\d,]*", text)[:5]
+    )
+    assert (window, fixed, rest, room) == (WINDOW.tokens, FIXED, WINDOW.tokens - FIXED - 900, 1000)
+    assert fixed + rest + room == total == window + 100
+    # 100 tokens fewer and the same request goes out: its answer has exactly M.
+    fits = transition(s, start(tokens(WINDOW.tokens - FIXED - 1000), ctx))
+    assert isinstance(fits.command, CallLLM)
 
 
 def overflow(call_id: str) -> LLMEvent:

@@ -8,6 +8,7 @@ from pathlib import Path
 from cursor_byok.observability.dashboard import (
     BUCKET_SIZES_MS,
     bucket_size,
+    conversation_data,
     dashboard_data,
     dashboard_html,
     dashboard_json,
@@ -82,7 +83,9 @@ async def test_dashboard_data_from_a_real_store(tmp_path: Path) -> None:
     assert series["bucket_ms"] == 60_000
     keys = [m["key"] for m in series["models"]]
     assert keys == ["anthropic/claude-test", "openai/gpt-test"]
-    assert [m["priced"] for m in series["models"]] == [False, True]
+    # Priced from what was stored: claude-test's failed call has no cost, its later one has.
+    assert [m["priced"] for m in series["models"]] == [True, True]
+    assert [m["unpriced_calls"] for m in series["models"]] == [1, 0]
     assert series["models"][0]["model_ids"] == ["claude"]
     for m in series["models"]:
         ts = [p["t"] for p in m["points"]]
@@ -127,8 +130,73 @@ def test_a_call_canceled_mid_answer_shows_which_counts_are_estimates() -> None:
         error="canceled by the client",
         estimated_tokens="input,output",
     )
-    row = call_row(record, planted_config(), ALL_SECRETS)
+    row = call_row(record, ALL_SECRETS)
     assert row["status"] == "canceled" and row["estimated_tokens"] == "input,output"
     assert (row["input_tokens"], row["output_tokens"]) == (1500, 42)
     assert row["error"] == "canceled by the client"
     assert "estimated: the call ended before the provider counted" in dashboard_html().decode()
+
+
+async def test_stored_costs_are_never_priced_again_and_price_changes_show(tmp_path: Path) -> None:
+    """gpt has prices in the configuration now; its first call was made before it had any
+    (stored without prices or cost), its later ones at two sets of prices. The dashboard
+    sums what was stored: the first call stays unpriced on every row and card, and the
+    prices list says when each set came into force."""
+    import msgspec
+
+    from cursor_byok.llm.models import Prices, encode_prices
+    from cursor_byok.store.api import RunOutcomeRecord
+
+    from .helpers import call_record
+
+    now = int(time.time() * 1000)
+    first, second = Prices(input=1.0, output=4.0), Prices(input=2.0, output=8.0, cache_read=0.5)
+    async with await SQLiteStore.open(tmp_path / "db.sqlite") as store:
+        await store.commit_input(
+            "conv-p",
+            input_id="in-1",
+            expected_version=0,
+            state=b"{}",
+            append_messages=[b"{}"],
+            expected_message_count=0,
+            result=b"",
+        )
+        made = [
+            ("p-1", now - 30_000, None, None),
+            ("p-2", now - 20_000, first, 0.002),
+            ("p-3", now - 10_000, second, 0.004),
+        ]
+        for call_id, at, prices, cost in made:
+            record = call_record(call_id, conversation_id="conv-p", created_at_ms=at, cost_usd=cost)
+            await store.save_llm_call(msgspec.structs.replace(record, prices=encode_prices(prices)))
+        await store.save_run_outcome(
+            RunOutcomeRecord(
+                request_id="r-1",
+                conversation_id="conv-p",
+                outcome="ok",
+                finished_at_ms=now,
+                llm_calls=3,
+                cost_usd=0.006,
+                unpriced_calls=1,
+            )
+        )
+        data = await dashboard_data(store, planted_config())
+        drill = await conversation_data(store, planted_config(), "conv-p")
+
+    calls = {c["call_id"]: c for c in data["llm_calls"]}
+    assert calls["p-1"]["cost_usd"] is None and calls["p-1"]["unpriced"]  # not re-priced
+    assert [calls[c]["cost_usd"] for c in ("p-2", "p-3")] == [0.002, 0.004]
+    assert data["totals"]["cost_usd"] == 0.006 and data["totals"]["unpriced_calls"] == 1
+    (run,) = data["runs"]
+    assert run["cost_usd"] == 0.006 and run["unpriced"] and run["unpriced_calls"] == 1
+    assert drill is not None
+    assert drill["conversation"]["cost_usd"] == 0.006
+    assert drill["conversation"]["unpriced_calls"] == 1
+    changes = [(s["prices"], s["first_ms"], s["calls"]) for s in data["price_changes"]]
+    assert changes == [
+        (None, now - 30_000, 1),
+        (msgspec.structs.asdict(first), now - 20_000, 1),
+        (msgspec.structs.asdict(second), now - 10_000, 1),
+    ]
+    (series,) = data["series"]["models"]
+    assert series["prices"] == data["price_changes"] and series["unpriced_calls"] == 1

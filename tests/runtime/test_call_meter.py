@@ -34,7 +34,6 @@ def finish(usage: Usage) -> records.CallMeter:
         answer_bytes=None,
         ttft_ms=None,
         duration_ms=None,
-        cost_usd=None,
         now_ms=2,
     )
     assert done.prompt_breakdown is not None

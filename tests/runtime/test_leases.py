@@ -1,7 +1,8 @@
 """Process leases (transport/runtime/leases.py) on both backends: a starting process finishes
 the planned calls of processes that are provably gone (their lease ended or expired, or their
 pid on this host is no longer theirs) and never a live sibling's, whoever shares the database;
-each taken call is canceled with its estimated input, priced and counted; the lease ends at a
+each taken call is canceled with its estimated input, priced at the prices stored with it,
+and counted; the lease ends at a
 graceful stop."""
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from cursor_byok.llm.models import Model, Prices
+from cursor_byok.llm.models import Model, Prices, encode_prices
 from cursor_byok.llm.settings import ModelSettings, ProviderSettings
 from cursor_byok.loop.meter import PromptChars, measure
 from cursor_byok.store import AnyStore, open_store
@@ -80,7 +81,7 @@ def lease(
     )
 
 
-def planned(call_id: str, owner: str | None) -> LLMCallRecord:
+def planned(call_id: str, owner: str | None, prices: Prices | None = MODEL.prices) -> LLMCallRecord:
     body = f'{{"call":"{call_id}"}}'.encode()
     return LLMCallRecord(
         call_id=call_id,
@@ -95,6 +96,7 @@ def planned(call_id: str, owner: str | None) -> LLMCallRecord:
         model="up-m",
         prompt_breakdown=encode_call_meter(CHARS, measure(CHARS, used=0, window=100_000)),
         process_id=owner,
+        prices=encode_prices(prices),
     )
 
 
@@ -165,13 +167,11 @@ async def test_a_starting_process_takes_only_the_calls_of_owners_that_are_gone(
             planned("kil-1", "killed"),
             planned("kil-2", "killed"),
             planned("sta-1", "stale"),
-            planned("old-1", None),
+            planned("old-1", None, prices=None),  # made before calls kept their prices
         ],
     )
     counted: list[LLMCallRecord] = []
-    starting = ProcessLeases(
-        store, "starting", models={"m": MODEL}, now_ms=lambda: NOW, on_llm_call=counted.append
-    )
+    starting = ProcessLeases(store, "starting", now_ms=lambda: NOW, on_llm_call=counted.append)
     await starting.start()
     try:
         ids = ("sib-1", "rem-1", "kil-1", "kil-2", "sta-1", "old-1")
@@ -193,7 +193,12 @@ async def test_a_starting_process_takes_only_the_calls_of_owners_that_are_gone(
             )
             assert (record.input_tokens, record.output_tokens) == (1_500, 0)
             assert record.estimated_tokens == "input,output"
-            assert record.cost_usd == pytest.approx(1_500 * 2.0 / 1e6)
+            # Priced at the prices stored with the call when it was planned, never at
+            # today's: a call stored without prices stays unpriced.
+            if call_id == "old-1":
+                assert record.cost_usd is None
+            else:
+                assert record.cost_usd == pytest.approx(1_500 * 2.0 / 1e6)
             assert record.finished_at_ms == NOW
         assert sorted(r.call_id for r in counted) == ["kil-1", "kil-2", "old-1", "sta-1"]
         owners = await store.planned_call_owners()
@@ -203,15 +208,15 @@ async def test_a_starting_process_takes_only_the_calls_of_owners_that_are_gone(
 
 
 async def test_a_graceful_stop_ends_the_lease(store: AnyStore) -> None:
-    keeper = ProcessLeases(store, "p1", models={}, now_ms=lambda: NOW)
+    keeper = ProcessLeases(store, "p1", now_ms=lambda: NOW)
     await keeper.start()
     await keeper.stop()
-    await seed(store, [planned("left", "p1")])  # a call it left planned (a bug, say)
+    await seed(store, [planned("left", "p1", prices=None)])  # left planned (a bug, say)
     (owner,) = await store.planned_call_owners()
     assert owner.lease is not None and owner.lease.ended_at_ms == NOW
     assert owner.lease.pid == os.getpid() and owner.lease.host == HOST
     assert gone_because(owner, NOW, HOST) == "its process stopped without finishing it"
-    nxt = ProcessLeases(store, "p2", models={}, now_ms=lambda: NOW + 1)
+    nxt = ProcessLeases(store, "p2", now_ms=lambda: NOW + 1)
     await nxt.start()
     await nxt.stop()
     record = await store.get_llm_call("left")

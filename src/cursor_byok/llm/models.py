@@ -28,6 +28,28 @@ class Prices(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
         ) / 1_000_000
 
 
+_prices_decoder = msgspec.json.Decoder(Prices)
+
+
+def encode_prices(prices: Prices | None) -> str | None:
+    """The prices a call is made at, as stored with it (`llm_calls.prices`); None: unpriced."""
+    return None if prices is None else msgspec.json.encode(prices).decode()
+
+
+def decode_prices(text: str | None) -> Prices | None:
+    """The prices stored with a call; None for an unpriced call (or one stored before 0013)."""
+    return None if not text else _prices_decoder.decode(text)
+
+
+def call_cost(prices: str | None, usage: Usage) -> float | None:
+    """A call's one cost: its usage at the prices stored with it when it was made (`prices`,
+    encode_prices). Computed once, when the usage is known, and stored with the call; every
+    surface (dashboard, runs, /metrics, `token list`, budgets) sums the stored values, so a
+    price change never re-prices a call and an unpriced call (None) stays unpriced."""
+    found = decode_prices(prices)
+    return None if found is None else found.cost(usage)
+
+
 def usd(amount: float) -> str:
     """Dollars as an operator reads them: cents at least, and three significant digits for
     what a cent would round away ($0.000123, not $0.00); $0.02, $1.20, $123.46."""

@@ -56,11 +56,13 @@ class Summarize(_Command, frozen=True, tag="summarize"):
     to summarize), on the user's model or its configured compaction_model, then feed back one
     SummaryDone or SummaryFailed for it. Its record goes in the same commit as this command; a
     resumed run gets the same command again (the request is the same, the call is sent again
-    from its stored bytes)."""
+    from its stored bytes). `max_output_tokens`: the summary's answer bound, so that it fits
+    the main model's window (0: the summarizing model's own bound)."""
 
     call_id: str
     request: RequestMessages
     messages_hash: str
+    max_output_tokens: int = 0
 
 
 class CallClient(_Command, frozen=True, tag="call_client"):

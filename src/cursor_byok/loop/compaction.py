@@ -30,6 +30,7 @@ from cursor_byok.llm.types import (
 )
 
 from .context import ContextWindow
+from .window import rooms
 
 # The character estimate: about four characters per token for English text and code (the
 # usual rule of thumb; it overestimates JSON-heavy text a little, which errs on the safe side).
@@ -39,7 +40,8 @@ IMAGE_CHARS = 1600 * CHARS_PER_TOKEN
 # A tool result's text in the summary request is cut to this many characters (its head and
 # tail): the summary needs what a result said, not every line of a long listing.
 SUMMARY_RESULT_CHARS = 6000
-# What the summary request itself costs besides the transcript (our prompt, framing).
+# What the summary request itself costs besides the transcript (our prompt, framing): it
+# counts against the summarizing model's window only, not the main model's (window.py).
 SUMMARY_OVERHEAD_TOKENS = 600
 
 SUMMARY_PROMPT = (
@@ -106,22 +108,11 @@ def estimated_tokens(messages: tuple[Message, ...], fresh_from: int, fixed: int)
     return fixed + tokens_of_chars(sum(chars_of(m) for m in messages))
 
 
-class TooBig(msgspec.Struct, frozen=True):
-    """Even the smallest possible tail does not fit: what fills the window, for the error."""
+class Cut(msgspec.Struct, frozen=True):
+    """A planned compaction: the kept tail starts at `at`; the summary gets `summary` tokens."""
 
-    window: int
-    budget: int
-    fixed: int
-    tail: int
-
-    def message(self) -> str:
-        return (
-            f"this conversation cannot be compacted to fit the model's context window of "
-            f"{self.window:,} tokens (compaction keeps requests below {self.budget:,}): the "
-            f"system prompt, rules and tools take about {self.fixed:,} tokens and the latest "
-            f"message with what must stay after it about {self.tail:,}. Shorten the last "
-            "message or the rules, switch tools off, or use a model with a larger window."
-        )
+    at: int
+    summary: int
 
 
 def last_user(messages: tuple[Message, ...]) -> int | None:
@@ -148,33 +139,30 @@ def plan_cut(
     fixed: int,
     window: ContextWindow,
     first: int,
-) -> int | TooBig:
-    """Where the kept tail starts. `first`: how many messages at the start are not worth a
-    summary alone (1 when the history starts with an earlier summary: summarizing only it
-    would shrink nothing); the cut comes after more than those.
+) -> Cut | None:
+    """Where the kept tail starts and how long the summary may be (window.rooms: below the
+    threshold first, else within the window). `first`: how many messages at the start are not
+    worth a summary alone (1 when the history starts with an earlier summary: summarizing only
+    it would shrink nothing); the cut comes after more than those.
 
-    The room for history is the budget less the fixed part and the summary's allowance. The
-    cut keeps the last user message and everything after it when that fits the room; else it
-    goes inside the turn, at the earliest tool-result boundary whose tail takes at most half
-    the room (so the next compaction is not at once), else the earliest that fits at all;
-    else TooBig."""
+    In each room the cut keeps the last user message and everything after it when that fits;
+    else it goes inside the turn, at the earliest tool-result boundary whose tail takes at
+    most half the room (so the next compaction is not at once), else the earliest that fits
+    at all. None: no cut fits (nothing to summarize, or the tail is too big)."""
     sizes = [tokens_of_chars(chars_of(m)) for m in messages]
     tail = [0] * (len(messages) + 1)
     for i in range(len(messages) - 1, -1, -1):
         tail[i] = tail[i + 1] + sizes[i]
-    room = window.budget - fixed - window.summary_output - SUMMARY_OVERHEAD_TOKENS
     u = last_user(messages)
-    if u is not None and u > first and tail[u] <= room:
-        return u
     inside = [k for k in boundaries(messages, u if u is not None else 0) if k > first]
-    for k in inside:
-        if tail[k] <= room // 2:
-            return k
-    for k in inside:
-        if tail[k] <= room:
-            return k
-    smallest = inside[-1] if inside else (u if u is not None else 0)
-    return TooBig(window=window.tokens, budget=window.budget, fixed=fixed, tail=tail[smallest])
+    for room in rooms(window, fixed):
+        if u is not None and u > first and tail[u] <= room.tail:
+            return Cut(at=u, summary=room.summary)
+        for limit in (room.tail // 2, room.tail):
+            for k in inside:
+                if tail[k] <= limit:
+                    return Cut(at=k, summary=room.summary)
+    return None
 
 
 def requested_cut(messages: tuple[Message, ...], first: int) -> int | None:
@@ -217,11 +205,14 @@ def transcript_piece(message: Message) -> str:
             return f"## {name} {label}\n{_clip_middle(text, SUMMARY_RESULT_CHARS)}"
 
 
-def summary_request(head: tuple[Message, ...], window: ContextWindow) -> RequestMessages:
+def summary_request(
+    head: tuple[Message, ...], window: ContextWindow, answer: int = 0
+) -> RequestMessages:
     """The summary call's request: our prompt and the transcript of `head`, trimmed from the
-    oldest side to fit the summarizing model's window with room for its answer."""
-    model_window = window.summary_window or window.tokens
-    room = model_window - window.summary_output - SUMMARY_OVERHEAD_TOKENS
+    oldest side to fit the summarizing model's window with room for its answer (`answer`
+    tokens, else its `summary_output`)."""
+    model_window = window.summary_window or window.size
+    room = model_window - (answer or window.summary_output) - SUMMARY_OVERHEAD_TOKENS
     limit = max(room, 0) * CHARS_PER_TOKEN
     pieces = [transcript_piece(m) for m in head]
     total = sum(len(p) + 2 for p in pieces)

@@ -19,6 +19,8 @@ DEFAULT_MAX_LLM_CALLS = 100
 # Compaction starts when the next request would pass this share of the model's window
 # (Cursor's own rule, cursor-native-tools.md §5).
 DEFAULT_COMPACTION_THRESHOLD = 0.9
+# The least room an answer may have: a request whose prompt leaves less is refused (window.py).
+MIN_OUTPUT_RESERVE = 1024
 
 # Modes in which the model should only look: the prompt says so; in ask mode the server also
 # refuses the calls that would change the workspace (catalogue.REFUSED).
@@ -78,15 +80,19 @@ class McpServerInfo(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unkn
 
 
 class ContextWindow(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unknown_fields=True):
-    """The token budget of the run's model, for the loop's compaction decisions.
+    """The token budget of the run's model, for the loop's compaction decisions (the formula
+    is in window.py).
 
-    - `tokens`: the model's context window.
-    - `threshold`: compaction starts when the next request plus `output_reserve` would pass
-      `threshold x tokens`.
+    - `tokens`: the model's configured context window.
+    - `threshold`: compaction starts when the next request plus the answer reserve would pass
+      `threshold x` the window.
     - `output_reserve`: room left for the answer (the model's max_output_tokens, or a reserve).
     - `summary_window`, `summary_output`: the window and the answer bound of the model that
       writes the summary (the same model, or the configured compaction_model); the summary
       request's input is trimmed from the oldest side to fit.
+    - `provider_tokens`: the window the model's provider reported when it refused a request
+      as too long (kept per model by the process, never written to the configuration); 0:
+      none reported. The smaller of it and `tokens` is the window the decisions use.
     """
 
     tokens: int
@@ -94,11 +100,36 @@ class ContextWindow(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unkn
     output_reserve: int = 0
     summary_window: int = 0  # 0: the same as `tokens`
     summary_output: int = 4096
+    provider_tokens: int = 0
+
+    @property
+    def size(self) -> int:
+        """W: the configured window, or the provider's when that is smaller."""
+        reported = self.provider_tokens
+        return min(self.tokens, reported) if reported > 0 else self.tokens
+
+    @property
+    def reserve(self) -> int:
+        """R: the room kept for the answer (at most a quarter of a window the provider
+        reported smaller than the configured one)."""
+        if 0 < self.provider_tokens < self.tokens:
+            return min(self.output_reserve, self.provider_tokens // 4)
+        return self.output_reserve
+
+    @property
+    def min_reserve(self) -> int:
+        """M: the least room an answer may have before a request is refused."""
+        return min(self.reserve, MIN_OUTPUT_RESERVE)
+
+    @property
+    def limit(self) -> int:
+        """T: the share of the window past which a request is compacted first."""
+        return int(self.threshold * self.size)
 
     @property
     def budget(self) -> int:
-        """The most a request may hold before compaction starts."""
-        return int(self.threshold * self.tokens) - self.output_reserve
+        """The most a request may hold before compaction starts (T - R)."""
+        return self.limit - self.reserve
 
 
 class SubagentModel(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unknown_fields=True):

@@ -10,6 +10,7 @@ from cursor_byok.llm.canonical import messages_hash
 from cursor_byok.llm.types import RequestMessages
 
 from . import catalogue, compaction, derived, ids
+from . import window as window_rule
 from .commands import CallLLM, FailureKind, Summarize
 from .context import ContextWindow, TurnContext
 from .meter import prompt_chars
@@ -25,11 +26,12 @@ def call_llm(c: ConversationState, *, compacted: bool = False, measure: bool = T
     """Issue the next LLM call of the turn over the active history (or fail the turn when the
     per-turn call budget is spent). `c` carries the uncommitted changes of this transition.
 
-    When the request would pass the window's threshold, a compaction runs first (its summary
-    call, then this call over the compacted view). `compacted`: one just ran for this call; a
-    request still over the threshold then fails the turn (never a second compaction in a row).
-    `measure` False: go out whatever the estimate (a compaction that failed before the window
-    was full).
+    The window rule (window.py): when the request would pass the window's threshold, a
+    compaction runs first (its summary call, then this call over the compacted view); a
+    request that cannot be compacted goes out when it still fits the window with the least
+    answer room, and fails the turn when it does not. `compacted`: one just ran for this call
+    (never a second compaction in a row). `measure` False: go out whatever the estimate (a
+    compaction that failed before the window was full).
     """
     context = context_of(c)
     if c.llm_calls >= context.max_llm_calls:
@@ -46,15 +48,13 @@ def call_llm(c: ConversationState, *, compacted: bool = False, measure: bool = T
     if window is not None and measure:
         fixed = compaction.fixed_tokens(system_prompt, tools)
         estimate = compaction.estimated_tokens(c.messages, c.fresh_from, fixed)
-        if estimate + window.output_reserve > int(window.threshold * window.tokens):
-            if compacted:
-                too_big = compaction.TooBig(
-                    window=window.tokens, budget=window.budget, fixed=fixed, tail=estimate - fixed
-                )
-                return fail(c, loop_failure(too_big.message()), kind=FailureKind.BAD_REQUEST)
+        if window_rule.over_threshold(window, estimate) and not compacted:
             return compact(
                 c, CompactionReason.THRESHOLD, AfterSummary.CALL_LLM, window, fixed, estimate
             )
+        if not window_rule.fits(window, estimate):
+            refused = window_rule.refusal(window, fixed, estimate)
+            return fail(c, loop_failure(refused.message()), kind=FailureKind.BAD_REQUEST)
     n = c.llm_calls + 1
     call = ids.call_id(c.turn_id, n)
     request = RequestMessages(system_prompt=system_prompt, messages=c.messages, tools=tools)
@@ -145,18 +145,27 @@ def compact(
     fixed: int,
     estimate: int,
 ) -> Transition:
-    """Start a compaction: plan the cut and make the summary call (or, when even the smallest
-    tail does not fit, fail the turn with what fills the window)."""
+    """Start a compaction: plan the cut and make the summary call. When no cut fits, a request
+    over the threshold that still fits the window goes out as it is (a threshold compaction);
+    else the turn fails with what fills the window."""
     planned = compaction.plan_cut(
         c.messages, fixed=fixed, window=window, first=first_summarizable(c)
     )
-    if isinstance(planned, compaction.TooBig):
-        return fail(c, loop_failure(planned.message()), kind=FailureKind.BAD_REQUEST)
-    return summarize(c, planned, reason, then, estimate)
+    if planned is None:
+        if reason == CompactionReason.THRESHOLD and window_rule.fits(window, estimate):
+            return call_llm(c, compacted=True, measure=False)
+        refused = window_rule.refusal(window, fixed, estimate)
+        return fail(c, loop_failure(refused.message()), kind=FailureKind.BAD_REQUEST)
+    return summarize(c, planned.at, reason, then, estimate, planned.summary)
 
 
 def summarize(
-    c: ConversationState, cut: int, reason: CompactionReason, then: AfterSummary, estimate: int
+    c: ConversationState,
+    cut: int,
+    reason: CompactionReason,
+    then: AfterSummary,
+    estimate: int,
+    summary_tokens: int = 0,
 ) -> Transition:
     n = c.llm_calls + 1
     waiting = AwaitSummary(
@@ -165,6 +174,7 @@ def summarize(
         reason=reason,
         then=then,
         tokens_before=estimate,
+        summary_tokens=summary_tokens,
     )
     c2 = commit(c, llm_calls=n, status=Status.SUMMARIZING, waiting=waiting)
     return settle(c2, (), summarize_command(c2, waiting))
@@ -172,7 +182,11 @@ def summarize(
 
 def summarize_command(c: ConversationState, waiting: AwaitSummary) -> Summarize:
     window = context_of(c).window or fallback_window()
-    request = compaction.summary_request(c.messages[: waiting.cut], window)
+    bound = waiting.summary_tokens
+    request = compaction.summary_request(c.messages[: waiting.cut], window, bound)
     return Summarize(
-        call_id=waiting.call_id, request=request, messages_hash=messages_hash(request.messages)
+        call_id=waiting.call_id,
+        request=request,
+        messages_hash=messages_hash(request.messages),
+        max_output_tokens=bound,
     )

@@ -88,13 +88,15 @@ class AfterSummary(enum.StrEnum):
 class AwaitSummary(_Waiting, frozen=True, tag="summary"):
     """A compaction's summary call is in flight. `cut`: the position in `messages` where the
     kept tail starts (everything before it is summarized); `tokens_before`: the estimate of
-    the request that set it off."""
+    the request that set it off; `summary_tokens`: the summary's answer bound (window.py;
+    0: the summarizing model's own, as before it was planned per compaction)."""
 
     call_id: str
     cut: int
     reason: CompactionReason
     then: AfterSummary
     tokens_before: int = 0
+    summary_tokens: int = 0
 
 
 class AwaitClient(_Waiting, frozen=True, tag="client"):

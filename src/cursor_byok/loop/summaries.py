@@ -8,6 +8,7 @@ from typing import assert_never
 import msgspec
 
 from . import compaction, view
+from . import window as window_rule
 from .commands import Final
 from .inputs import SummaryDone, SummaryFailed
 from .model_calls import call_llm, first_summarizable, summarize
@@ -168,11 +169,16 @@ def on_compact(state: RuntimeState) -> Transition:
     context = context_of(c)
     fixed = compaction.fixed_tokens(render_prompt(context), render_tools(context))
     estimate = compaction.estimated_tokens(c.messages, c.fresh_from, fixed)
+    bound = 0
+    if context.window is not None:
+        tail = compaction.tokens_of_chars(sum(compaction.chars_of(m) for m in c.messages[cut:]))
+        bound = window_rule.summary_room(context.window, fixed, tail)
     t = summarize(
         _replace(c, waiting=None),
         cut,
         CompactionReason.REQUESTED,
         AfterSummary.END,
         estimate,
+        bound,
     )
     return prepend((), t, call_end)

@@ -22,7 +22,7 @@ import msgspec
 
 from ..config import Config
 from ..store.api import Store
-from .dashboard_rows import call_row, conversation_row, model_ids_of, prices_of, run_row
+from .dashboard_rows import call_row, conversation_row, model_ids_of, price_span_row, run_row
 from .dashboard_tokens import tokens_data
 from .logs import secrets_of
 from .metrics import cache_hit_ratio, is_summary_call
@@ -63,8 +63,11 @@ def bucket_size(span_ms: int) -> int:
     return BUCKET_SIZES_MS[-1]
 
 
-def _series(rows: list[dict[str, Any]], config: Config) -> dict[str, Any]:
-    """Per provider/model, tokens and cost summed per time bucket; empty buckets are zeros."""
+def _series(
+    rows: list[dict[str, Any]], config: Config, spans: list[dict[str, Any]]
+) -> dict[str, Any]:
+    """Per provider/model, tokens and cost summed per time bucket (empty buckets are zeros),
+    with the sets of prices its calls were made at (`spans`) and how many were unpriced."""
     if not rows:
         return {"bucket_ms": BUCKET_SIZES_MS[0], "start_ms": None, "models": []}
     times = [int(r["time_ms"]) for r in rows]
@@ -75,8 +78,12 @@ def _series(rows: list[dict[str, Any]], config: Config) -> dict[str, Any]:
     starts = list(range(first, last + size, size))
     index = {t: i for i, t in enumerate(starts)}
     per_model: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    calls: dict[tuple[str, str], list[int]] = {}  # key -> [calls, unpriced calls]
     for r in rows:
         key = (r["provider"] or "unknown", r["model"] or "unknown")
+        counts = calls.setdefault(key, [0, 0])
+        counts[0] += 1
+        counts[1] += 1 if r["unpriced"] else 0
         points = per_model.get(key)
         if points is None:
             points = per_model[key] = [
@@ -110,9 +117,12 @@ def _series(rows: list[dict[str, Any]], config: Config) -> dict[str, Any]:
             "key": f"{provider}/{model}",
             "provider": provider,
             "model": model,
-            # Without prices the cost is unknown, not $0: the page says so.
-            "priced": prices_of(config, provider, model) is not None,
+            # Calls stored without a cost: unknown, not $0 (the page says so). "priced": some
+            # of its calls have a cost, so the chart draws a cost line.
+            "priced": calls[(provider, model)][1] < calls[(provider, model)][0],
+            "unpriced_calls": calls[(provider, model)][1],
             "model_ids": model_ids_of(config, provider, model),
+            "prices": [sp for sp in spans if (sp["provider"], sp["model"]) == (provider, model)],
             "points": points,
         }
         for (provider, model), points in sorted(per_model.items())
@@ -166,9 +176,10 @@ async def dashboard_data(store: Store, config: Config, *, limit: int = 100) -> d
     calls = await store.list_recent_llm_calls(limit)
     outcomes = await store.list_recent_run_outcomes(limit)
     conversations = await store.list_conversation_overviews(limit)
-    rows = [call_row(c, config, secrets) for c in calls]
+    rows = [call_row(c, secrets) for c in calls]
     rows.sort(key=lambda r: int(r["time_ms"]), reverse=True)
-    runs = [run_row(o, config, secrets) for o in outcomes]
+    runs = [run_row(o, secrets) for o in outcomes]
+    spans = [price_span_row(s) for s in await store.list_price_spans()]
     now_ms = int(time.time() * 1000)
     return {
         "generated_at_ms": now_ms,
@@ -187,7 +198,10 @@ async def dashboard_data(store: Store, config: Config, *, limit: int = 100) -> d
         "runs": runs,
         "conversations": [conversation_row(c, secrets) for c in conversations],
         "llm_calls": rows,
-        "series": _series(rows, config),
+        "series": _series(rows, config, spans),
+        # When each model's prices changed: per provider and upstream model, each set of
+        # prices its calls were made at (None: unpriced), first and last use, oldest first.
+        "price_changes": spans,
         "tokens": await tokens_data(store, now_ms),
     }
 
@@ -239,13 +253,13 @@ async def conversation_data(
     secrets = secrets_of(config)
     calls = await store.list_conversation_llm_calls(conversation_id, limit)
     outcomes = await store.list_conversation_run_outcomes(conversation_id, limit)
-    rows = [call_row(c, config, secrets) for c in calls]
+    rows = [call_row(c, secrets) for c in calls]
     rows.sort(key=lambda r: int(r["time_ms"]), reverse=True)
     return {
         "generated_at_ms": int(time.time() * 1000),
         "limit": limit,
         "conversation": conversation_row(overview, secrets),
-        "runs": [run_row(o, config, secrets) for o in outcomes],
+        "runs": [run_row(o, secrets) for o in outcomes],
         "llm_calls": rows,
         "helpers": await helper_tree(store, conversation_id),
     }

@@ -1,7 +1,8 @@
 """The rows of the dashboard's JSON: one dict per LLM call, run and conversation.
 
-Every text that may echo a secret (errors, titles) is scrubbed again here, and prices come
-from the configuration, so a model without prices says so instead of costing $0.
+Every text that may echo a secret (errors, titles) is scrubbed again here. Costs are the ones
+stored with the calls (computed once, at the prices in force when each was made), never priced
+again from today's configuration: a call made without prices says "unpriced", not $0.
 """
 
 from __future__ import annotations
@@ -9,24 +10,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from ..config import Config, Prices
+import msgspec
+
+from ..config import Config
+from ..llm.models import decode_prices
 from ..loop import ids
 from ..store.api import ConversationOverview, LLMCallRecord, RunOutcomeRecord
+from ..store.price_spans import PriceSpan
 from .logs import redact_text
 from .metrics import FINAL_STATUSES, cache_hit_ratio
 from .outcomes import is_failure
-
-
-def prices_of(config: Config, provider: str | None, upstream_model: str | None) -> Prices | None:
-    """The prices of the first configured model that sends to this provider and upstream model."""
-    for model in config.models.values():
-        if (
-            model.prices is not None
-            and model.provider.name == provider
-            and model.settings.model == upstream_model
-        ):
-            return model.prices
-    return None
 
 
 def model_ids_of(config: Config, provider: str | None, upstream_model: str | None) -> list[str]:
@@ -46,30 +39,12 @@ def _outcome(record: LLMCallRecord) -> str:
     return FINAL_STATUSES.get(record.status, record.status)
 
 
-def call_cost(record: LLMCallRecord, config: Config) -> float | None:
-    """The stored cost; for an older record without one, priced from the configuration. None
-    when the model has no prices (or the call has not finished)."""
-    if record.cost_usd is not None:
-        return record.cost_usd
-    if record.status not in FINAL_STATUSES:
-        return None
-    p = prices_of(config, record.provider, record.model)
-    if p is None:
-        return None
-    return (
-        (record.input_tokens or 0) * p.input
-        + (record.output_tokens or 0) * p.output
-        + (record.cache_read_tokens or 0) * p.cache_read
-        + (record.cache_write_tokens or 0) * p.cache_write
-    ) / 1_000_000
-
-
-def call_row(record: LLMCallRecord, config: Config, secrets: Sequence[str]) -> dict[str, Any]:
+def call_row(record: LLMCallRecord, secrets: Sequence[str]) -> dict[str, Any]:
     inp = record.input_tokens
     read = record.cache_read_tokens
     write = record.cache_write_tokens
     ratio = cache_hit_ratio(inp or 0, read or 0, write or 0) if inp is not None else None
-    cost = call_cost(record, config)
+    cost = record.cost_usd
     final = record.status in FINAL_STATUSES
     return {
         "call_id": record.call_id,
@@ -93,7 +68,7 @@ def call_row(record: LLMCallRecord, config: Config, secrets: Sequence[str]) -> d
         "estimated_tokens": record.estimated_tokens,
         "cache_hit_ratio": None if ratio is None else round(ratio, 4),
         "cost_usd": cost,
-        # A finished call without a cost: its model has no `prices` in the configuration.
+        # A finished call stored without a cost: its model had no prices when it was made.
         "unpriced": final and cost is None,
         "error": _scrub(record.error, secrets),
         # The call this one stands in for on a fallback model (loop/ids.py names it), or None.
@@ -106,8 +81,7 @@ def _fallback_of(call_id: str) -> str | None:
     return found[0] if found is not None else None
 
 
-def run_row(record: RunOutcomeRecord, config: Config, secrets: Sequence[str]) -> dict[str, Any]:
-    model = config.models.get(record.model)
+def run_row(record: RunOutcomeRecord, secrets: Sequence[str]) -> dict[str, Any]:
     return {
         "request_id": record.request_id,
         "conversation_id": record.conversation_id,
@@ -124,8 +98,9 @@ def run_row(record: RunOutcomeRecord, config: Config, secrets: Sequence[str]) ->
         "cache_read_tokens": record.cache_read_tokens,
         "cache_write_tokens": record.cache_write_tokens,
         "cost_usd": record.cost_usd,
-        # Its calls went to a model without `prices`: the cost is unknown, not $0.
-        "unpriced": record.llm_calls > 0 and model is not None and model.prices is None,
+        # Some of its calls were made without prices: their cost is unknown, not $0.
+        "unpriced": record.unpriced_calls > 0,
+        "unpriced_calls": record.unpriced_calls,
         "error": _scrub(record.error, secrets),
     }
 
@@ -156,4 +131,17 @@ def conversation_row(c: ConversationOverview, secrets: Sequence[str]) -> dict[st
         "version": c.version,
         "created_at_ms": c.created_at_ms,
         "updated_at_ms": c.last_activity_ms,
+    }
+
+
+def price_span_row(span: PriceSpan) -> dict[str, Any]:
+    """One set of prices a model's calls were made at (None: unpriced), and from when."""
+    prices = decode_prices(span.prices)
+    return {
+        "provider": span.provider,
+        "model": span.model,
+        "prices": None if prices is None else msgspec.structs.asdict(prices),
+        "first_ms": span.first_ms,
+        "last_ms": span.last_ms,
+        "calls": span.calls,
     }

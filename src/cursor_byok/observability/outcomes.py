@@ -51,6 +51,7 @@ def outcome_record(
         cache_read_tokens=usage.cache_read,
         cache_write_tokens=usage.cache_write,
         cost_usd=summary.cost_usd,
+        unpriced_calls=summary.unpriced_calls,
     )
 
 

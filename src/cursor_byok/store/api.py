@@ -17,6 +17,8 @@ from typing import Literal, Protocol
 
 import msgspec
 
+from .price_spans import PriceSpan
+
 CommitStatus = Literal["committed", "conflict", "duplicate"]
 CallStatus = Literal["planned", "streaming", "committed", "failed", "canceled"]
 OperationStatus = Literal["planned", "sent", "completed", "canceled", "unknown"]
@@ -129,6 +131,9 @@ class LLMCallRecord(msgspec.Struct, frozen=True, kw_only=True):
     # or "input,output" (a call that ended before the provider reported them). None: the
     # provider's, or none. None before 0011.
     estimated_tokens: str | None = None
+    # The prices in force when the call was made (JSON, llm/models.py encode_prices), its
+    # cost_usd's once its usage is known. None: unpriced (and stays so), or before 0013.
+    prices: str | None = None
 
 
 class ClientOperationRecord(msgspec.Struct, frozen=True, kw_only=True):
@@ -194,7 +199,8 @@ class RunOutcomeRecord(msgspec.Struct, frozen=True, kw_only=True):
     output_tokens: int = 0
     cache_read_tokens: int = 0
     cache_write_tokens: int = 0
-    cost_usd: float = 0.0
+    cost_usd: float = 0.0  # the sum of the costs stored with its calls
+    unpriced_calls: int = 0  # its finished calls stored without a cost (0 before 0013)
 
 
 class ConversationOverview(msgspec.Struct, frozen=True, kw_only=True):
@@ -425,6 +431,8 @@ class Store(Protocol):
     async def list_turn_marks(self, conversation_id: str) -> tuple[TurnMark, ...]: ...
 
     async def list_recent_llm_calls(self, limit: int = 50) -> tuple[LLMCallRecord, ...]: ...
+
+    async def list_price_spans(self, limit: int = 200) -> tuple[PriceSpan, ...]: ...
 
     async def list_conversations(self, limit: int = 50) -> tuple[ConversationSummary, ...]: ...
 

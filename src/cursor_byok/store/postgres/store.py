@@ -46,6 +46,7 @@ from ..api import (
     TurnMark,
 )
 from ..errors import StoreClosedError
+from ..price_spans import PriceSpan
 from ..sql import Conn, activity, jobs, leases, links, rows, sign_in, tokens
 from .errors import display_url
 from .pool import Pool
@@ -293,6 +294,11 @@ class PostgresStore:
     async def list_recent_llm_calls(self, limit: int = 50) -> tuple[LLMCallRecord, ...]:
         return await self._run(
             lambda conn: rows.list_recent_calls(conn, limit), "listing llm calls", write=False
+        )
+
+    async def list_price_spans(self, limit: int = 200) -> tuple[PriceSpan, ...]:
+        return await self._run(
+            lambda conn: activity.price_spans(conn, limit), "listing prices", write=False
         )
 
     async def list_conversations(self, limit: int = 50) -> tuple[ConversationSummary, ...]:

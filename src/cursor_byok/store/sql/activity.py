@@ -1,5 +1,6 @@
 """The SQL of what an operator looks at: run outcomes (migration 0004) and the per-conversation
-overview the dashboard lists. Kept apart from rows.py and jobs.py, which serve the runtime.
+overview the dashboard lists, and the prices calls were made at (0013). Kept apart from
+rows.py and jobs.py, which serve the runtime.
 
 Every function takes the connection it runs on (a reader's, or the writer's inside a job) and
 decides nothing: the sums and "latest" picks are plain SQL over what is stored.
@@ -13,6 +14,7 @@ from typing import Any
 import msgspec
 
 from ..api import ConversationOverview, LLMCallRecord, RunOutcomeRecord, SaveResult
+from ..price_spans import PriceSpan
 from .conn import Conn
 from .rows import CALL_FIELDS, CALL_SELECT
 
@@ -174,3 +176,19 @@ def _last_error(conn: Conn, cid: str) -> tuple[str, int] | None:
 
 def _outcome_from_row(row: Sequence[Any]) -> RunOutcomeRecord:
     return RunOutcomeRecord(**dict(zip(OUTCOME_FIELDS, row, strict=True)))
+
+
+# Newest set of prices last per model; a set used again later keeps its first time.
+_PRICE_SPANS = """
+SELECT provider, model, prices, MIN(created_at_ms), MAX(created_at_ms), COUNT(*)
+FROM llm_calls WHERE provider IS NOT NULL AND model IS NOT NULL
+GROUP BY provider, model, prices ORDER BY provider, model, MIN(created_at_ms) LIMIT ?
+"""
+
+
+def price_spans(conn: Conn, limit: int) -> tuple[PriceSpan, ...]:
+    rows = conn.execute(_PRICE_SPANS, (limit,)).fetchall()
+    return tuple(
+        PriceSpan(provider=r[0], model=r[1], prices=r[2], first_ms=r[3], last_ms=r[4], calls=r[5])
+        for r in rows
+    )

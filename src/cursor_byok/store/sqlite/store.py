@@ -34,6 +34,7 @@ from ..api import (
     TurnMark,
 )
 from ..errors import StoreClosedError
+from ..price_spans import PriceSpan
 from ..sql import activity, jobs, leases, links, rows, sign_in, tokens
 from .reads import INLINE_MESSAGES, Reads
 from .writer import Synchronous, Writer, WriterStats
@@ -179,6 +180,9 @@ class SQLiteStore:
         return await self._read(
             lambda conn: rows.list_recent_calls(conn, limit), "listing llm calls"
         )
+
+    async def list_price_spans(self, limit: int = 200) -> tuple[PriceSpan, ...]:
+        return await self._read(lambda conn: activity.price_spans(conn, limit), "listing prices")
 
     async def list_conversations(self, limit: int = 50) -> tuple[ConversationSummary, ...]:
         return await self._read(

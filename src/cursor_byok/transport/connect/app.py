@@ -21,10 +21,11 @@ import asyncio
 import hmac
 import inspect
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from .clients import ClientAddresses, IPNetwork, allowance_key
 from .envelopes import ConnectError
 from .http import (
     CONNECT_PROTO,
@@ -44,7 +45,6 @@ from .http import (
     unary_payload,
     unsupported_media,
 )
-from .ledger import client_key
 from .relay import AppendRelay, RelayedAppends
 from .rsgi import WRITE_NOWAIT
 from .service import Codec, Service
@@ -153,8 +153,11 @@ class ConnectApp:
         authenticator: Authenticator | None = None,
         relay: AppendRelay | None = None,
         plain_routes: PlainRoutes | None = None,
+        trusted_proxies: Sequence[IPNetwork] = (),
     ) -> None:
         self.service = service
+        # Behind these proxies the client is the X-Forwarded-For hop they appended (clients.py).
+        self.addresses = ClientAddresses(trusted_proxies)
         self.plain_routes = plain_routes
         self.authenticator = authenticator
         self.routes = routes
@@ -195,12 +198,14 @@ class ConnectApp:
             headers[PRINCIPAL_HEADER] = principal
         service = self.service
         peer = scope.get("client")
-        client = client_key(peer[0] if peer else None)
+        address = self.addresses.address(peer[0] if peer else "", scope["headers"])
+        # Whose allowance its runs count against: a person by token, else an address.
+        client = allowance_key(principal, address)
         try:
             if path == HEALTH_PATH:
                 await self._health(method, send)
             elif self.plain_routes is not None and self.plain_routes.handles(method, path):
-                await self._plain(scope, receive, send, headers, peer[0] if peer else "")
+                await self._plain(scope, receive, send, headers, address)
             elif method in ("GET", "HEAD") and self.routes and self.routes.handles(path):
                 await self._extra(path, scope, send, headers)
             elif method != "POST":

@@ -126,11 +126,16 @@ class ModelCalls:
         """Where call `call_id` goes (the run's own model unless the loop named another)."""
         return self._targets.get(call_id, self._own)
 
-    def prepare(self, command: CallLLM) -> PreparedRequest:
+    def prepare(self, command: CallLLM, *, max_output_tokens: int = 0) -> PreparedRequest:
+        """The call's request bytes; `max_output_tokens` (a summary's bound the loop planned)
+        lowers the model's own answer bound for this call only."""
         target = self._target(command.model)
         if target is not self._own:
             self._targets[command.call_id] = target
-        return target.llm.prepare(command.request, target.settings)
+        settings = target.settings
+        if 0 < max_output_tokens < (settings.max_output_tokens or max_output_tokens + 1):
+            settings = msgspec.structs.replace(settings, max_output_tokens=max_output_tokens)
+        return target.llm.prepare(command.request, settings)
 
     def planned(
         self, command: CallLLM, prepared: PreparedRequest, turn_id: str, now_ms: int
@@ -185,7 +190,6 @@ class ModelCalls:
         duration = int((now - timing.opened) * 1000) if timing is not None else None
         if ttft is not None and self.first_ttft_ms is None:
             self.first_ttft_ms = ttft
-        prices = self.target(end.call_id).model.prices
         answer = (
             canonical.encode_message(event.message)
             if isinstance(event, DoneEvent) and end.outcome == CallOutcome.COMMITTED
@@ -198,7 +202,6 @@ class ModelCalls:
             answer_bytes=answer,
             ttft_ms=ttft,
             duration_ms=duration,
-            cost_usd=prices.cost(usage) if prices is not None else None,
             now_ms=now_ms,
             estimated=estimated,
             prior=self._prior.get(end.call_id),

@@ -142,6 +142,8 @@ class Reports:
                 continue
             summary.llm_calls += 1
             summary.cost_usd += record.cost_usd or 0.0
+            if record.cost_usd is None:  # its model had no prices when it was made
+                summary.unpriced_calls += 1
             if record.status == "canceled":
                 # Ended before its terminal event reached the run (canceled, superseded,
                 # shut down): what it cost is in its record only.

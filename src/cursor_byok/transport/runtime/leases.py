@@ -6,10 +6,11 @@ the calls it plans or sends again with its id (`LLMCallRecord.process_id`). A "p
 is one in flight, and only its owner finishes it: at its answer, or when its run ends, also
 at a graceful stop. A process that dies (kill -9, a crash, a power loss) leaves its calls
 planned; another process finishes them, canceled with the request's estimated input and an
-unknown output (records.abandoned_call), once their owner is provably gone: at its start and
-at every renewal. Gone means that the owner's lease ended (it stopped), expired (nobody
-renewed it for `LEASE_S`), or, on this host and PID namespace, that its pid is no longer the
-process that took the lease (its start time in /proc differs: a reused pid does not pass).
+unknown output (records.abandoned_call), priced at the prices stored with them, once their
+owner is provably gone: at its start and at every renewal. Gone means that the owner's lease
+ended (it stopped), expired (nobody renewed it for `LEASE_S`), or, on this host and PID
+namespace, that its pid is no longer the process that took the lease (its start time in /proc
+differs: a reused pid does not pass).
 A live sibling's calls are never taken, however many processes share the database (replicas
 on PostgreSQL today, several workers on one SQLite file or PostgreSQL later): each keeps its
 own lease, and the store moves a dead owner's calls to one taker only.
@@ -26,12 +27,11 @@ import contextlib
 import logging
 import os
 import socket
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from pathlib import Path
 
 import msgspec
 
-from ...llm.models import Model, Prices
 from ...store.api import CallOwner, LLMCallRecord, ProcessLease, Store
 from . import records
 
@@ -91,7 +91,6 @@ class ProcessLeases:
         store: Store,
         process_id: str,
         *,
-        models: Mapping[str, Model],
         now_ms: Callable[[], int],
         on_llm_call: Callable[[LLMCallRecord], None] | None = None,
         lease_s: float = LEASE_S,
@@ -99,7 +98,6 @@ class ProcessLeases:
     ) -> None:
         self.store = store
         self.process_id = process_id
-        self._models = models
         self._now_ms = now_ms
         self._on_llm_call = on_llm_call
         self._lease_s = lease_s
@@ -145,9 +143,7 @@ class ProcessLeases:
             taken = await self.store.take_planned_calls(self.process_id, [owner.process_id])
             for record in taken:
                 reason = f"the server process that made the call stopped before it ended ({why})"
-                finished = records.abandoned_call(
-                    record, reason, prices=self._prices(record), now_ms=self._now_ms()
-                )
+                finished = records.abandoned_call(record, reason, now_ms=self._now_ms())
                 await self.store.save_llm_call(finished)
                 done.append(finished)
                 if self._on_llm_call is not None:
@@ -164,12 +160,6 @@ class ProcessLeases:
                     why,
                 )
         return done
-
-    def _prices(self, record: LLMCallRecord) -> Prices | None:
-        for model in self._models.values():
-            if model.provider.name == record.provider and model.settings.model == record.model:
-                return model.prices
-        return None
 
     async def _keep(self) -> None:
         while True:

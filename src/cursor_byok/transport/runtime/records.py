@@ -10,7 +10,7 @@ from typing import assert_never
 import msgspec
 
 from ...llm import canonical
-from ...llm.models import Model, Prices
+from ...llm.models import Model, call_cost, encode_prices
 from ...llm.stream import PreparedRequest, StreamProgress
 from ...llm.types import ToolResultMessage, Usage
 from ...loop import (
@@ -147,6 +147,7 @@ def planned_call(
             command.prompt, measure(command.prompt, used=0, window=model.context_window)
         ),
         process_id=process_id,
+        prices=encode_prices(model.prices),
     )
 
 
@@ -158,15 +159,16 @@ def finished_call(
     answer_bytes: bytes | None,
     ttft_ms: int | None,
     duration_ms: int | None,
-    cost_usd: float | None,
     now_ms: int,
     estimated: str | None = None,
     prior: Prior | None = None,
 ) -> LLMCallRecord:
     """The record once the loop said how the call ended (`end`); its meter scaled to the
-    provider's usage (kept as estimated when the provider measured nothing). `estimated`:
-    which of `usage`'s counts are ours (`usage_so_far`); `prior`: earlier attempts of the
-    call (`prior_usage`), whose usage and cost the record adds to this one's."""
+    provider's usage (kept as estimated when the provider measured nothing), its cost priced
+    at the prices stored with it when it was planned (`call_cost`). `estimated`: which of
+    `usage`'s counts are ours (`usage_so_far`); `prior`: earlier attempts of the call
+    (`prior_usage`), whose usage and cost the record adds to this one's."""
+    cost_usd = call_cost(record.prices, usage)
     status: CallStatus = end.outcome.value  # the outcome's values are the store's statuses
     breakdown = record.prompt_breakdown
     measured_input = estimated is None or "input" not in estimated
@@ -256,9 +258,7 @@ def record_usage(record: LLMCallRecord) -> Usage:
     )
 
 
-def abandoned_call(
-    record: LLMCallRecord, reason: str, *, prices: Prices | None, now_ms: int
-) -> LLMCallRecord:
+def abandoned_call(record: LLMCallRecord, reason: str, *, now_ms: int) -> LLMCallRecord:
     """A call found "planned" after the process that made it stopped (it died, or stopped
     without finishing it): canceled with `reason`. Nothing is known of what it streamed: its
     input is the request's estimate and its output unknown (0), both flagged as estimated."""
@@ -271,7 +271,6 @@ def abandoned_call(
         answer_bytes=None,
         ttft_ms=None,
         duration_ms=None,
-        cost_usd=prices.cost(usage) if prices is not None else None,
         now_ms=now_ms,
         estimated="input,output",
         prior=prior_usage(record),

@@ -108,7 +108,6 @@ class Runner:
         self.leases = ProcessLeases(
             services.store,
             self.replica,
-            models=services.models,
             now_ms=services.now_ms,
             on_llm_call=services.on_llm_call,
         )

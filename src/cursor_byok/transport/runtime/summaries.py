@@ -46,8 +46,13 @@ HOOK_MESSAGE = "Earlier messages were summarized to free context."
 NOTHING_TO_COMPACT = "Nothing to compact yet."
 
 
-def context_window(model: Model, summarizer: Model) -> ContextWindow:
-    """The budget the loop decides compactions by, for a run of `model`."""
+def context_window(model: Model, summarizer: Model, provider_tokens: int = 0) -> ContextWindow:
+    """The budget the loop decides compactions by, for a run of `model` (loop/window.py).
+
+    The summary's own bound comes from the model that writes it (its max_output_tokens and a
+    quarter of its window); the loop lowers it per compaction to what the main model's window
+    holds. `provider_tokens`: the window `model`'s provider reported (0: none); it applies to
+    the summary request too when the model writes its own summaries."""
     window = model.context_window
     reserve = model.settings.max_output_tokens or min(OUTPUT_RESERVE, window // 4)
     summary_output = min(
@@ -59,8 +64,9 @@ def context_window(model: Model, summarizer: Model) -> ContextWindow:
         tokens=window,
         threshold=model.compaction_threshold,
         output_reserve=reserve,
-        summary_window=summarizer.context_window,
+        summary_window=0 if summarizer.id == model.id else summarizer.context_window,
         summary_output=summary_output,
+        provider_tokens=provider_tokens,
     )
 
 
@@ -125,7 +131,9 @@ class SummaryCalls:
         )
 
     def prepare(self, command: Summarize) -> PreparedRequest:
-        return self._calls.prepare(self._as_call(command))
+        return self._calls.prepare(
+            self._as_call(command), max_output_tokens=command.max_output_tokens
+        )
 
     def planned(
         self, command: Summarize, prepared: PreparedRequest, turn_id: str, now_ms: int

@@ -25,7 +25,8 @@ class RunSummary:
     usage: Usage = field(default_factory=Usage)
     ttft_ms: int | None = None
     duration_ms: int = 0
-    cost_usd: float = 0.0
+    cost_usd: float = 0.0  # the sum of the costs stored with its calls
+    unpriced_calls: int = 0  # its finished calls stored without a cost (no prices)
     error: str | None = None
     # For the dashboard: the first words of the run's user message (what the client shows as
     # the chat's name, see NameAgent), and the model id the client asked for, kept apart from
