@@ -126,7 +126,7 @@ def on_note(state: RuntimeState, input: Note) -> Transition:
     if c.busy:
         c, _, call_end = close_turn(c, CALL_SUPERSEDED)
     c2 = commit(
-        with_messages(c, input.message),
+        with_messages(derived.opened(c), input.message),  # a turn of the checkpoint too
         status=Status.FINAL,
         waiting=None,
         queued=(),
