@@ -10,7 +10,7 @@ from msgspec.structs import replace
 from cursor_byok.llm.faux import FauxResponse
 from cursor_byok.llm.types import Usage
 from cursor_byok.loop import (
-    CallClient,
+    CallClients,
     CallLLM,
     Checkpoint,
     Final,
@@ -135,7 +135,7 @@ def test_a_model_call_that_changes_the_history_asks_for_a_checkpoint() -> None:
     calls = [tool_call("r1"), tool_call("r2")]
     ts, _ = stream(s, FauxResponse.tool_calls(calls))
     done = ts[-1]
-    assert isinstance(done.command, CallClient)
+    assert isinstance(done.command, CallClients) and len(done.command.calls) == 2
     assert done.checkpoint == Checkpoint(pending_tool_calls=("r1", "r2"))
     # A tool result is no model call: no checkpoint; the answer ends the turn: its own.
     t = transition(done.state, ToolResult(message=result("r1")))

@@ -10,7 +10,8 @@ Public API (see docs/loop.md):
                ToolResult; PlanBuild on a Start; CallRefused (Limit), the admission answer
                with Admitted (Admission)
     context    TurnContext, Environment, McpRoute, McpServerInfo, McpToolInfo, ContextWindow
-    commands   ContinueLLM, CallLLM, ResendLLM, Summarize, CallClient, WaitInput, Final, Failed
+    commands   ContinueLLM, CallLLM, ResendLLM, Summarize, CallClient, CallClients, WaitInput,
+               Final, Failed
                (FailureKind), Canceled, Command
     transition Transition (appended, local_results: LocalResult, call_end: CallEnd with
                CallOutcome, ignored: Ignored), transition, admit, LoopError
@@ -19,6 +20,7 @@ Public API (see docs/loop.md):
 
 from .commands import (
     CallClient,
+    CallClients,
     CallLLM,
     Canceled,
     Command,
@@ -124,6 +126,7 @@ __all__ = [
     "AwaitLLM",
     "AwaitSummary",
     "CallClient",
+    "CallClients",
     "CallEnd",
     "CallLLM",
     "CallOutcome",

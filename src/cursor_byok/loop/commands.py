@@ -77,6 +77,13 @@ class CallClient(_Command, frozen=True, tag="call_client"):
     content_index: int = 0
 
 
+class CallClients(_Command, frozen=True, tag="call_clients"):
+    """Run every one of `calls` on the client at once (the tool calls of one response, as
+    Cursor sends them): each answers with its own ToolResult, in any order."""
+
+    calls: tuple[CallClient, ...]
+
+
 class WaitInput(_Command, frozen=True, tag="wait_input"):
     """Nothing to do until the next external input."""
 
@@ -113,6 +120,7 @@ class Canceled(_Command, frozen=True, tag="canceled"):
 
 Command: TypeAlias = (
     ContinueLLM
+    | CallClients
     | CallLLM
     | ResendLLM
     | Summarize

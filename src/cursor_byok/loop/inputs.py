@@ -148,11 +148,19 @@ class Resume(_Input, frozen=True, tag="resume"):
     same run request seen again, or a state that changed under the run.
 
     `turn_id`: the turn the run was driving (None for a reopened run, which takes whatever
-    turn the conversation is in); `operation`: the store's record of the operation the turn
-    waits on, when it waits on the client."""
+    turn the conversation is in); `operations`: the store's record of each operation the turn
+    waits on, when it waits on the client (`operation`: the first of them)."""
 
     turn_id: str | None = None
     operation: ToolOperation | None = None
+    operations: tuple[ToolOperation, ...] = ()
+
+    def records(self) -> dict[str, ToolOperation]:
+        """The store's records by operation id."""
+        found = {op.operation_id: op for op in self.operations}
+        if self.operation is not None:
+            found.setdefault(self.operation.operation_id, self.operation)
+        return found
 
 
 class LostCause(enum.StrEnum):

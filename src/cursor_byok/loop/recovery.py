@@ -10,23 +10,26 @@ import msgspec
 
 from cursor_byok.llm.types import AssistantMessage
 
-from . import derived, meter, view
+from . import derived, ids, meter, view
 from .commands import WAIT_INPUT, Canceled, Command, Failed, FailureKind, Final, ResendLLM
-from .inputs import LostCause, Resume, Rewind, SuspendCause, ToolLost, ToolResult
+from .inputs import Resume, Rewind, SuspendCause
 from .model_calls import model_of, summarize_command
-from .results import CALL_MOVED, CALL_SHUTDOWN, loop_failure
+from .results import CALL_MOVED, CALL_SHUTDOWN, loop_failure, unknown_outcome_result
 from .state import AwaitClient, AwaitLLM, AwaitSummary, RuntimeState, Status
 from .step import (
     CallEnd,
     CallOutcome,
     Ignored,
+    LocalResult,
     LoopError,
     Transition,
     commit,
+    content_index,
     ignore,
     settle,
 )
-from .tool_phase import call_client, on_tool_lost, on_tool_result
+from .tool_phase import advance, call_client
+from .tools import side_effects
 from .turns import close_turn
 
 _replace = msgspec.structs.replace
@@ -110,16 +113,39 @@ def on_resume(state: RuntimeState, input: Resume) -> Transition:
 
 
 def _resume_tool(state: RuntimeState, waiting: AwaitClient, input: Resume) -> Transition:
-    op = input.operation
-    if op is None or op.operation_id != waiting.operation_id:
-        # Never recorded as sent: send it now.
-        return Transition(state, (), call_client(state.committed, waiting))
-    if op.result is not None:  # answered, but the answer's commit was lost
-        return on_tool_result(state, ToolResult(message=op.result))
-    if op.sent:
-        lost = ToolLost(operation_id=op.operation_id, cause=LostCause.ANSWER_LOST)
-        return on_tool_lost(state, lost)
-    return Transition(state, (), call_client(state.committed, waiting))
+    """Each outstanding operation by what the store knows of it: never recorded as sent, it is
+    sent now; answered but the answer's commit was lost, the answer applies; sent and never
+    answered, it is lost (a call with side effects gets an "unknown outcome" result, never a
+    second run; one without is sent again). The others of the message go on."""
+    c = state.committed
+    records = input.records()
+    held = list(waiting.early)
+    local: list[LocalResult] = []
+    resend: list[str] = []
+    for call in waiting.calls[waiting.next :]:
+        op = ids.operation_id(waiting.call_id, call.id)
+        if op not in waiting.unanswered():
+            continue
+        record = records.get(op)
+        if record is None or not record.sent:
+            resend.append(op)
+        elif record.result is not None:
+            held.append(_replace(record.result, tool_name=call.name))
+        elif side_effects(call.name):
+            result = unknown_outcome_result(call)
+            held.append(result)
+            local.append(
+                LocalResult(call, waiting.call_id, content_index(c.messages, call.id), result)
+            )
+        else:
+            resend.append(op)
+    if len(held) == len(waiting.early):  # nothing came back: send what is owed again
+        return Transition(state, (), call_client(c, waiting))
+    answered = {r.tool_call_id for r in held}
+    outstanding = tuple(o for o in waiting.unanswered() if o in resend)
+    still = _replace(waiting, early=tuple(held), outstanding=outstanding, operation_id="")
+    del answered
+    return advance(_replace(c, waiting=still), tuple(local), resend=outstanding)
 
 
 def on_rewind(state: RuntimeState, input: Rewind) -> Transition:

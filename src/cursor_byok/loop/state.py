@@ -24,6 +24,7 @@ from cursor_byok.llm.types import Message, ToolCall, ToolResultMessage, UserMess
 from . import ids
 from .categories import PromptChars
 from .context import TurnContext
+from .inputs import ToolEffect
 from .todos import TodoItem
 from .view import WHOLE_LOG, Span
 
@@ -99,12 +100,23 @@ class AwaitSummary(_Waiting, frozen=True, tag="summary"):
     summary_tokens: int = 0
 
 
-class AwaitClient(_Waiting, frozen=True, tag="client"):
-    """The tool calls of the last assistant message, answered one at a time in content order.
+class PendingEffect(_Value, frozen=True):
+    """What an answered call means beyond its text (a created plan, an approved mode switch),
+    held with its early result until the result joins the history in call order."""
 
-    `calls[:next]` have results in `messages`; `calls[next]` is the one sent to the client as
-    `operation_id`. `early` holds results that arrived for later calls before their turn; they
-    are appended when their position is reached. `call_id` is the LLM call that asked for them.
+    tool_call_id: str
+    effect: ToolEffect
+
+
+class AwaitClient(_Waiting, frozen=True, tag="client"):
+    """The tool calls of the last assistant message: every call the client answers is sent at
+    once, answered in any order, and the results join the history in call order.
+
+    `calls[:next]` have results in `messages`; `outstanding` are the operations sent to the
+    client and not answered yet (the loop's own answers need none); `early` holds results of
+    calls after `next` that came (or the loop made) before an earlier one's; they are appended
+    once every call before them is. `operation_id` is the first outstanding operation (a state
+    stored before `outstanding` existed has only it). `call_id` is the LLM call that asked.
     """
 
     call_id: str
@@ -114,6 +126,14 @@ class AwaitClient(_Waiting, frozen=True, tag="client"):
     early: tuple[ToolResultMessage, ...] = ()
     # A call of this message asked for the turn to end once all are answered (CreatePlan).
     ends_turn: bool = False
+    outstanding: tuple[str, ...] = ()
+    effects: tuple[PendingEffect, ...] = ()
+
+    def unanswered(self) -> tuple[str, ...]:
+        """The operations the client still owes an answer."""
+        if self.outstanding or not self.operation_id:
+            return self.outstanding
+        return (self.operation_id,)
 
 
 Waiting: TypeAlias = AwaitLLM | AwaitClient | AwaitSummary

@@ -113,11 +113,10 @@ def with_checkpoint(t: Transition) -> Transition:
     if isinstance(t.command, Final | Failed | Canceled):
         return t
     waiting = t.state.committed.waiting
-    pending = (
-        tuple(call.id for call in waiting.calls[waiting.next :])
-        if isinstance(waiting, AwaitClient)
-        else ()
-    )
+    pending: tuple[str, ...] = ()
+    if isinstance(waiting, AwaitClient):
+        held = {r.tool_call_id for r in waiting.early}
+        pending = tuple(k.id for k in waiting.calls[waiting.next :] if k.id not in held)
     return _replace(t, checkpoint=Checkpoint(pending_tool_calls=pending))
 
 
