@@ -24,7 +24,7 @@ from .start_warnings import warn_at_start
 from .store.backends import AnyStore, is_postgres_url, open_store
 from .store.errors import StoreError
 from .store.postgres import PostgresStore
-from .transport.runtime import Runner, RunnerServices
+from .transport.runtime import Runner, RunnerServices, new_runner
 from .web.addresses import allowed_by
 from .web.convert import ConvertLimits, PageConverter
 from .web.fetch import FetchLimits, PageFetcher
@@ -80,8 +80,8 @@ class App:
         )
         if isinstance(store, PostgresStore):
             services.claims = store
-        runner = Runner(services)
-        await runner.start()  # its lease; the calls of processes that died (cancel #23)
+        runner = new_runner(services)
+        await runner.start()  # its lease; it ends the calls of processes that died
         if isinstance(store, PostgresStore):
             await store.watch_claims(runner.on_claim)
         obs.metrics.bind_active_runs(lambda: runner.active_runs)
@@ -113,7 +113,7 @@ class App:
         )
 
     async def close(self) -> None:
-        await self.runner.close()  # the runs' last records, then the lease ends (cancel #23)
+        await self.runner.close()  # the runs' last records, then the lease ends
         await self.converter.aclose()
         await self.sessions.close()
         await self.tokens.close()

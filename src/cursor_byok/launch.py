@@ -324,8 +324,8 @@ async def serve_async(
         await stop.wait()
         server.stop()
         # End the runs now, not once granian is done: a run's stream stays open until its
-        # run ends, and granian waits for open streams (cancel #23: the model calls of a
-        # stopping server end at once, recorded as a shutdown).
+        # run ends, and granian waits for open streams (the model calls of a stopping
+        # server end at once, recorded as a shutdown).
         await app.shutdown()
 
     stopper = loop.create_task(_stopper())

@@ -22,7 +22,7 @@ from cursor_byok.store.sqlite import SQLiteStore
 from cursor_byok.transport.connect.channel import EndError, Incoming, StreamGone
 from cursor_byok.transport.connect.sessions import RunStartInfo
 from cursor_byok.transport.cursor.proto import agent_pb2 as a
-from cursor_byok.transport.runtime import Runner, RunnerServices, RunSummary
+from cursor_byok.transport.runtime import Runner, RunnerServices, RunSummary, new_runner
 
 MODEL = Model(
     id="faux",
@@ -344,5 +344,5 @@ async def open_server(
     )
     if now_ms is not None:
         services.now_ms = now_ms
-    server.runner = Runner(services)
+    server.runner = new_runner(services)
     return server

@@ -339,7 +339,7 @@ async def test_interaction_answers_reach_their_waiter(tmp_path: Path) -> None:
         q.switch_mode_request_query.SetInParent()
         return a.AgentServerMessage(interaction_query=q).SerializeToString()
 
-    asked = asyncio.ensure_future(run.ask(query, "a mode switch"))
+    asked = asyncio.ensure_future(run.requests.ask(query, "a mode switch"))
     await client.until(lambda: client.sent[-1].WhichOneof("message") == "interaction_query", "q")
     query_id = client.sent[-1].interaction_query.id
     stray = a.InteractionResponse(id=query_id + 100)  # nothing waits for this one

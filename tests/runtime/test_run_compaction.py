@@ -23,7 +23,7 @@ from cursor_byok.llm.settings import ModelSettings, ProviderSettings
 from cursor_byok.llm.types import UserMessage
 from cursor_byok.loop import compaction
 from cursor_byok.store.sqlite import SQLiteStore
-from cursor_byok.transport.runtime import Runner, RunnerServices, records
+from cursor_byok.transport.runtime import RunnerServices, new_runner, records
 from tests.llm.test_context_errors import ANTHROPIC, GEMINI, OPENAI, RESPONSES
 from tests.runtime.harness import Client, cancel, run_request
 from tests.support.upstream import Reply, fake_upstream, fixture_bytes
@@ -71,7 +71,7 @@ async def test_context_length_exceeded_compacts_once_then_a_new_call(
             prices=None,
         )
         store = await SQLiteStore.open(tmp_path / "db")
-        runner = Runner(
+        runner = new_runner(
             RunnerServices(models={"m": model}, store=store, llm_for=lambda _m: adapter)
         )
 
@@ -130,7 +130,7 @@ async def test_the_summary_is_written_by_the_configured_compaction_model(tmp_pat
 
         models = {"m": model("m", "big-model", "cheap"), "cheap": model("cheap", "cheap-model")}
         store = await SQLiteStore.open(tmp_path / "db")
-        runner = Runner(RunnerServices(models=models, store=store, llm_for=lambda _m: adapter))
+        runner = new_runner(RunnerServices(models=models, store=store, llm_for=lambda _m: adapter))
         for n, message in enumerate([run_request("c1", "first"), run_request("c1", "second")]):
             message.run_request.requested_model.model_id = "m"
             client = Client(f"r{n}")
@@ -170,7 +170,7 @@ async def test_a_cancel_during_the_summary_call_records_it_canceled(tmp_path: Pa
             prices=None,
         )
         store = await SQLiteStore.open(tmp_path / "db")
-        runner = Runner(
+        runner = new_runner(
             RunnerServices(models={"m": model}, store=store, llm_for=lambda _m: adapter)
         )
         for n, text in enumerate(["first", "second"]):

@@ -14,7 +14,7 @@ from cursor_byok.llm.faux import FauxLLM, FauxResponse
 from cursor_byok.llm.models import Model
 from cursor_byok.llm.settings import ModelSettings, ProviderSettings
 from cursor_byok.store.sqlite import SQLiteStore
-from cursor_byok.transport.runtime import Runner, RunnerServices
+from cursor_byok.transport.runtime import RunnerServices, new_runner
 from tests.runtime.harness import MODEL, Client, Server, run_request
 
 PRIMARY = msgspec.structs.replace(MODEL, fallbacks=("backup",))
@@ -46,7 +46,7 @@ async def two_providers(
         on_run_end=server.summaries.append,
         on_fallback=lambda model, fallback: fallen.append((model, fallback)),
     )
-    server.runner = Runner(services)
+    server.runner = new_runner(services)
     return server, spare, fallen
 
 

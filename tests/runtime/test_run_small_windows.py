@@ -21,7 +21,7 @@ from cursor_byok.llm.settings import ModelSettings
 from cursor_byok.llm.types import RequestMessages, Usage
 from cursor_byok.loop import compaction
 from cursor_byok.store.sqlite import SQLiteStore
-from cursor_byok.transport.runtime import Runner, RunnerServices
+from cursor_byok.transport.runtime import RunnerServices, new_runner
 from tests.runtime.harness import MODEL, Client, run_request
 
 REAL_PER_ESTIMATED = 1.1  # real tokens per estimated token (tools' JSON schemas count denser)
@@ -90,7 +90,7 @@ async def fixed_part(tmp_path: Path) -> int:
     provider = Provider(windows={"probe": 1_000_000})
     llm = ScriptedLLM(provider)
     store = await SQLiteStore.open(tmp_path / "probe.db")
-    runner = Runner(
+    runner = new_runner(
         RunnerServices(
             models={"probe": model("probe", 1_000_000)}, store=store, llm_for=lambda _m: llm
         )
@@ -113,7 +113,7 @@ async def chat(
     with ("" for a turn that ended normally)."""
     llm = ScriptedLLM(provider)
     store = await SQLiteStore.open(tmp_path / "chat.db")
-    runner = Runner(RunnerServices(models=models, store=store, llm_for=lambda _m: llm))
+    runner = new_runner(RunnerServices(models=models, store=store, llm_for=lambda _m: llm))
     main = next(iter(models))
     ends: list[str] = []
     for n in range(1, turns + 1):

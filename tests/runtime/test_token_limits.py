@@ -28,7 +28,7 @@ from cursor_byok.store.sqlite import SQLiteStore
 from cursor_byok.transport.connect.channel import EndError
 from cursor_byok.transport.connect.sessions import RunStartInfo
 from cursor_byok.transport.cursor.proto import aiserver_pb2
-from cursor_byok.transport.runtime import Runner, RunnerServices, records
+from cursor_byok.transport.runtime import Runner, RunnerServices, new_runner, records
 from cursor_byok.transport.runtime.access import month_window
 from tests.runtime.harness import MODEL, Client, read_ok, run_request, shell_ok
 
@@ -74,7 +74,7 @@ async def open_runner(
         llm_for=lambda _model: llm,
         now_ms=now_ms,
     )
-    return Runner(services), store
+    return new_runner(services), store
 
 
 async def add_token(store: SQLiteStore, **kw: object) -> None:
@@ -202,7 +202,7 @@ async def test_a_budget_needs_prices(tmp_path: Path) -> None:
     clock = Clock("2026-03-10T12:00:00")
     store = await SQLiteStore.open(tmp_path / "db")
     llm = FauxLLM([costing(0)])
-    runner = Runner(
+    runner = new_runner(
         RunnerServices(models={MODEL.id: MODEL}, store=store, llm_for=lambda _m: llm, now_ms=clock)
     )
     await add_token(store, budget_usd=10.0)
@@ -260,7 +260,7 @@ async def test_a_fallback_outside_the_models_limit_serves_and_counts(tmp_path: P
     store = await SQLiteStore.open(tmp_path / "db")
     first = FauxLLM([FauxResponse.error("faux: HTTP 503", started=False)])
     spare = FauxLLM([costing(3, "from the fallback")], provider="spare")
-    runner = Runner(
+    runner = new_runner(
         RunnerServices(
             models={primary.id: primary, OTHER.id: OTHER},
             store=store,
@@ -287,7 +287,7 @@ async def test_a_compaction_summary_call_counts_toward_the_token(tmp_path: Path)
     primary = msgspec.structs.replace(PRICED, compaction_model=OTHER.id)
     store = await SQLiteStore.open(tmp_path / "db")
     llm = FauxLLM([costing(1, "one"), costing(1, "two"), costing(5, "the summary")])
-    runner = Runner(
+    runner = new_runner(
         RunnerServices(
             models={primary.id: primary, OTHER.id: OTHER},
             store=store,
@@ -324,7 +324,7 @@ async def test_a_refused_call_keeps_the_tool_answer_before_it(tmp_path: Path) ->
     )
     store = await SQLiteStore.open(tmp_path / "db")
     llm = FauxLLM([shell, costing(0, "it printed hi")], chunk_size=50)
-    runner = Runner(
+    runner = new_runner(
         RunnerServices(
             models={PRICED.id: PRICED}, store=store, llm_for=lambda _m: llm, now_ms=clock
         )
@@ -400,7 +400,7 @@ async def test_a_resumed_call_refused_fails_the_turn_and_ends_its_record(tmp_pat
     db = tmp_path / "db"
     store = await SQLiteStore.open(db)
     slow = FauxLLM([FauxResponse.text("never finished " * 30)], chunk_size=3, delay=0.02)
-    runner = Runner(
+    runner = new_runner(
         RunnerServices(
             models={PRICED.id: PRICED}, store=store, llm_for=lambda _m: slow, now_ms=clock
         )
@@ -420,7 +420,7 @@ async def test_a_resumed_call_refused_fails_the_turn_and_ends_its_record(tmp_pat
 
     store = await SQLiteStore.open(db)
     never = FauxLLM([FauxResponse.text("must not be called")])
-    runner = Runner(
+    runner = new_runner(
         RunnerServices(
             models={PRICED.id: PRICED}, store=store, llm_for=lambda _m: never, now_ms=clock
         )

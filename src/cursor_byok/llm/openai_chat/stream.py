@@ -151,7 +151,7 @@ class ChatDecoder:
             usage = choice.get("usage")  # Moonshot
         if isinstance(usage, dict):
             asm.set_usage(parse_usage(usage, chunk))
-        elif isinstance(timings := chunk.get("timings"), dict):  # llama.cpp (cancel #23)
+        elif isinstance(timings := chunk.get("timings"), dict):  # llama.cpp: usage as it streams
             asm.set_usage(parse_timings(timings))
         if choice is None:
             return out

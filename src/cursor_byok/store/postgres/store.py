@@ -4,9 +4,9 @@ Every call takes a connection from a small pool (pool.py), runs one transaction 
 thread and gives the connection back. The SQL is the one both backends run (store/sql/), so the
 compare-and-set, dedupe and record rules are one copy: `UPDATE ... WHERE version = ? AND
 message_count = ?` takes the row lock, a concurrent committer waits for it and then finds the
-version moved (a conflict) or its own input id recorded (a duplicate). The replicas' claims and
-appends travel by LISTEN/NOTIFY and advisory locks (replicas.py). Why psycopg and not asyncpg:
-docs/store.md ("PostgreSQL").
+version moved (a conflict) or its own input id recorded (a duplicate). The replicas' claims
+and appends travel by LISTEN/NOTIFY and advisory locks (signals.py, replicas.py). Why psycopg
+and not asyncpg: docs/store.md ("PostgreSQL").
 
 Durability: a commit returns once PostgreSQL has flushed it (synchronous_commit as the server
 has it); `durable=False` and the writes the protocol calls not durable on their own run with
@@ -17,7 +17,6 @@ of the database server from its next WAL flush (a fraction of a second) on.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -50,7 +49,8 @@ from ..price_spans import PriceSpan
 from ..sql import Conn, activity, jobs, leases, links, rows, sign_in, tokens
 from .errors import display_url
 from .pool import Pool
-from .replicas import APPENDS_CHANNEL, CLAIMS_CHANNEL, Holds, Watcher, lock_key
+from .replicas import Holds, Watcher
+from .signals import ReplicaSignals
 
 T = TypeVar("T")
 
@@ -59,7 +59,7 @@ def _now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-class PostgresStore:
+class PostgresStore(ReplicaSignals):
     """The Store protocol over PostgreSQL. Create with `await PostgresStore.open(url)`."""
 
     def __init__(
@@ -524,86 +524,6 @@ class PostgresStore:
             write=True,
             durable=False,
         )
-
-    # ------------------------------------------------------------------ claims (replicas)
-
-    async def announce_claim(self, conversation_id: str, claimant: str) -> None:
-        """NOTIFY every process listening on this database (store.api.ConversationClaims)."""
-        payload = f"{conversation_id}\n{claimant}"
-        await self._run(
-            lambda conn: conn.execute("SELECT pg_notify(?, ?)", (CLAIMS_CHANNEL, payload)),
-            f"announcing a run of {conversation_id!r}",
-            write=True,
-            durable=False,
-        )
-
-    async def hold_conversation(self, conversation_id: str) -> bool:
-        """`pg_try_advisory_lock` on the hold connection (store.api.ConversationClaims)."""
-        self._check_open()
-        key = lock_key(conversation_id)
-        return await asyncio.get_running_loop().run_in_executor(
-            self._holds_executor, self._holds.try_lock, key
-        )
-
-    async def release_conversation(self, conversation_id: str) -> None:
-        if self._closed:
-            return
-        key = lock_key(conversation_id)
-        with contextlib.suppress(RuntimeError):  # the executor was shut down by close()
-            await asyncio.get_running_loop().run_in_executor(
-                self._holds_executor, self._holds.unlock, key
-            )
-
-    async def watch_claims(self, on_claim: Callable[[str, str], None]) -> None:
-        def split(payload: str) -> None:
-            cid, _, claimant = payload.partition("\n")
-            on_claim(cid, claimant)
-
-        await self._watch(CLAIMS_CHANNEL, split)
-
-    async def _watch(self, channel: str, on_payload: Callable[[str], None]) -> None:
-        self._check_open()
-        watcher = Watcher(self.url, channel, on_payload)
-        self._watchers.append(watcher)
-        await watcher.start()
-
-    # ------------------------------------------------------------------ appends (replicas)
-
-    async def publish_append(self, request_id: str, seqno: int, payload: bytes) -> bool:
-        """Store one client message of a shim run, then NOTIFY every replica (in the same
-        transaction: the notification goes out once the row is committed). False: that
-        (request_id, seqno) was stored before (the client sent it again)."""
-        now = self._clock()
-
-        def job(conn: Conn) -> bool:
-            cur = conn.execute(
-                "INSERT INTO run_appends (request_id, seqno, payload, created_at_ms) "
-                "VALUES (?, ?, ?, ?) ON CONFLICT (request_id, seqno) DO NOTHING",
-                (request_id, seqno, payload, now),
-            )
-            conn.execute("SELECT pg_notify(?, ?)", (APPENDS_CHANNEL, request_id))
-            return cur.rowcount == 1
-
-        return await self._run(job, f"storing append {seqno} of run {request_id!r}", write=True)
-
-    async def fetch_appends(
-        self, request_id: str, from_seqno: int
-    ) -> tuple[tuple[int, bytes], ...]:
-        """The run's stored client messages from `from_seqno` on, in order."""
-
-        def read(conn: Conn) -> tuple[tuple[int, bytes], ...]:
-            rows = conn.execute(
-                "SELECT seqno, payload FROM run_appends WHERE request_id = ? AND seqno >= ? "
-                "ORDER BY seqno",
-                (request_id, from_seqno),
-            ).fetchall()
-            return tuple((int(r[0]), bytes(r[1])) for r in rows)
-
-        return await self._run(read, f"reading the appends of run {request_id!r}", write=False)
-
-    async def watch_appends(self, on_append: Callable[[str], None]) -> None:
-        """Call `on_append(request_id)` for each append stored by any replica from now on."""
-        await self._watch(APPENDS_CHANNEL, on_append)
 
     async def append_stream_diagnostics(
         self, call_id: str, events: Sequence[tuple[int, bytes]]

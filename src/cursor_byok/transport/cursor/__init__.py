@@ -16,16 +16,22 @@ What the runtime uses:
     context    ClientContext, ContextPart, merge_context; context_parts: decode_request_context_part
     history    history_from_root_prompt_blobs, DialectError
     checkpoint turn_blob, rewound_to
-    service    CursorService (for the Connect app); rpc: RpcSettings
+    service    CursorService (for the Connect app); rpc: RpcSettings, agent_title
+    children   ChildRun, recognise_child (a subagent's run and its parent's ids)
+    tools      ToolStarted, sanitize_tool_call_id, task_progress_frame, report_text
+
+The runtime imports only this face, never `tools.*` (an import contract checks it).
 """
 
 from .checkpoint import rewound_to, turn_blob
-from .context import ClientContext, ContextPart, merge_context
+from .children import ChildRun, recognise_child
+from .context import ClientContext, ContextPart, PartKind, merge_context
 from .context_parts import decode_request_context_part
 from .encode import (
     HEARTBEAT,
     StreamEncoder,
     SummaryRecord,
+    call_id_for,
     checkpoint,
     summary_completed,
     summary_started,
@@ -49,12 +55,19 @@ from .ends import (
 from .history import DialectError, history_from_root_prompt_blobs
 from .link import ClientLink
 from .mcp import McpDefinition, McpDirectory
-from .rpc import RpcSettings
+from .rpc import RpcSettings, agent_title
 from .service import CursorService
+from .tools import Started as ToolStarted
+from .tools import sanitize_tool_call_id
+from .tools.cards import task_progress_frame
+from .tools.subagents import report_text
 from .values import (
+    BackgroundCompletions,
+    BackgroundTaskKind,
     BlobReceived,
     BlobStored,
     CancelRequested,
+    CancelSubagent,
     ClientHeartbeat,
     ContextReceived,
     ContextRef,
@@ -76,9 +89,13 @@ from .values import (
 
 __all__ = [
     "HEARTBEAT",
+    "BackgroundCompletions",
+    "BackgroundTaskKind",
     "BlobReceived",
     "BlobStored",
     "CancelRequested",
+    "CancelSubagent",
+    "ChildRun",
     "ClientContext",
     "ClientHeartbeat",
     "ClientLink",
@@ -95,6 +112,7 @@ __all__ = [
     "Malformed",
     "McpDefinition",
     "McpDirectory",
+    "PartKind",
     "ResumeRequested",
     "RpcSettings",
     "RunAction",
@@ -106,8 +124,11 @@ __all__ = [
     "SummaryRecord",
     "ToolFinished",
     "ToolProgress",
+    "ToolStarted",
     "UnknownEvent",
+    "agent_title",
     "bad_request_end",
+    "call_id_for",
     "canceled_end",
     "checkpoint",
     "decode_request_context_part",
@@ -118,10 +139,14 @@ __all__ = [
     "over_budget_end",
     "provider_error_end",
     "rate_limited_end",
+    "recognise_child",
+    "report_text",
     "rewound_to",
+    "sanitize_tool_call_id",
     "summary_completed",
     "summary_started",
     "summary_text",
+    "task_progress_frame",
     "text_delta",
     "token_revoked_end",
     "turn_blob",

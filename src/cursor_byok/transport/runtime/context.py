@@ -21,12 +21,12 @@ from ..cursor import (
     BlobReceived,
     ContextPart,
     ContextRef,
+    PartKind,
     RunRequest,
     decode_request_context_part,
     history_from_root_prompt_blobs,
     merge_context,
 )
-from ..cursor.context import PartKind
 from .client_blobs import ClientBlobs
 from .requests import ClientRequests
 

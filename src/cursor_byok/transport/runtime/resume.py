@@ -1,4 +1,5 @@
-"""A run reopened after a restart: its run request, read back from the store.
+"""A run's first message: its run request, from the client or, for a run reopened after a
+restart, read back from the store; and the writes a run does not wait for.
 
 A client on the HTTP/1.1 shim that reconnects after a restart opens `RunSSE` again with the
 same request id and does not send its appends again, so the server keeps each shim run's
@@ -8,10 +9,16 @@ request (`Store.save_run`) and finds it by request id.
 from __future__ import annotations
 
 import asyncio
+import logging
+from collections.abc import Awaitable
 from typing import Any
 
-from ...store.api import Store
+from ...store.api import RunRecord, Store
 from ..connect.channel import Incoming, RunChannel
+from ..cursor import ClientLink, Malformed, RunRequest, RunRequested, bad_request_end
+from .ending import RunFailed
+
+log = logging.getLogger("cursor_byok.runtime")
 
 
 async def first_message(channel: RunChannel, store: Store, *, resumable: bool) -> Incoming | None:
@@ -43,3 +50,50 @@ async def first_message(channel: RunChannel, store: Store, *, resumable: bool) -
 def consume_exception(future: asyncio.Future[Any]) -> None:
     if not future.cancelled():
         future.exception()
+
+
+def save_run_request(
+    store: Store, channel: RunChannel, first: Incoming, cid: str, now_ms: int
+) -> asyncio.Future[Any]:
+    """Keep a RunSSE's run request, by which a reopened run finds it (`first_message`). Not
+    awaited by the caller at once: queued before the run's first commit, it usually shares
+    its transaction; the run awaits it once it has begun."""
+    record = RunRecord(
+        request_id=channel.request_id,
+        conversation_id=cid,
+        request=first.payload,
+        created_at_ms=now_ms,
+    )
+    return asyncio.ensure_future(store.save_run(record))
+
+
+def run_request_of(link: ClientLink, first: Incoming) -> RunRequest:
+    """The run request the run's first message carries; anything else ends it as a bad
+    request."""
+    match link.receive(first.message):
+        case RunRequested(request=request):
+            return request
+        case Malformed(error=error):
+            raise RunFailed(bad_request_end(error))
+        case _:
+            raise RunFailed(bad_request_end("the first message of a run must be a run_request"))
+
+
+class BackgroundWrites:
+    """Writes nobody waits for; a failure is logged, never lost silently."""
+
+    def __init__(self, request_id: str) -> None:
+        self.request_id = request_id
+        self._tasks: set[asyncio.Future[Any]] = set()
+
+    def __call__(self, work: Awaitable[Any], what: str) -> None:
+        task = asyncio.ensure_future(work)
+        self._tasks.add(task)
+        request_id = self.request_id
+
+        def done(future: asyncio.Future[Any]) -> None:
+            self._tasks.discard(future)
+            if not future.cancelled() and (exc := future.exception()) is not None:
+                log.error("run %s: saving %s failed: %s", request_id, what, exc)
+
+        task.add_done_callback(done)

@@ -15,87 +15,67 @@ import contextlib
 import logging
 import time
 import uuid
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
+from typing import Protocol
 
-from ...llm.model_names import ModelNames
-from ...llm.models import Model
-from ...llm.stream import LLM
 from ...loop import SuspendCause
-from ...store.api import ConversationClaims, LLMCallRecord, Store
-from ...web.page_text import DEFAULT_MAX_TEXT_CHARS
-from ...web.types import JobRunner
+from ...store.api import LLMCallRecord
 from ..connect.channel import RunChannel
+from ..connect.run_info import RunStartInfo
 from .access import TokenLimits
 from .client_blobs import ClientBlobs
 from .committed_states import CommittedStates
 from .leases import ProcessLeases
 from .request_bases import RequestBases
-from .subagents import DEFAULT_MAX_DEPTH, Children
-from .summary import CacheStats, CompactionSummary, RunSummary
+from .services import RunnerServices
+from .subagents import Children
+from .summary import CacheStats
 
-if TYPE_CHECKING:
-    from .run import Run
+
+class ActiveRun(Protocol):
+    """What the runner needs of a run it handles (run.Run), without importing it: the runner
+    sits below the run (an import-linter layer), which is given the runner it belongs to."""
+
+    @property
+    def channel(self) -> RunChannel: ...
+    @property
+    def ended(self) -> asyncio.Event: ...
+    async def serve(self) -> None: ...
+    def close(self) -> None: ...
+    def supersede(self) -> None: ...
+    def suspend(self, cause: SuspendCause) -> None: ...
+    def cancel_as_child(self) -> None: ...
+
+
+class RunFactory(Protocol):
+    """Makes the run of one client stream (run.Run); injected by the composition root."""
+
+    def __call__(
+        self,
+        runner: Runner,
+        channel: RunChannel,
+        *,
+        resumable: bool,
+        token_id: str | None,
+        headers: Mapping[str, str] | None,
+    ) -> ActiveRun: ...
+
 
 log = logging.getLogger("cursor_byok.runtime")
-
-
-def wall_ms() -> int:
-    return int(time.time() * 1000)
-
-
-@dataclass
-class RunnerServices:
-    """What the runtime needs from the composition root."""
-
-    models: Mapping[str, Model]  # by id, in the configuration's order
-    store: Store
-    llm_for: Callable[[Model], LLM]
-    now_ms: Callable[[], int] = wall_ms
-    tool_timeout_s: float = 600.0
-    # A question form or an approval waits on a person: its own, longer bound.
-    question_timeout_s: float = 1800.0
-    context_timeout_s: float = 30.0
-    supersede_timeout_s: float = 15.0
-    fsync_model_calls: bool = False
-    disabled_tools: tuple[str, ...] = ()  # server.disabled_tools: catalogue tools switched off
-    enabled_tools: tuple[str, ...] = ()  # server.enabled_tools: opt-in tools switched on
-    web_search_configured: bool = False  # [web_search] names a backend: WebSearch may be offered
-    image_generation: bool = False  # an [image_generation] is configured: GenerateImage offered
-    # Observability hooks; each runs outside the transport's path and must not raise.
-    on_llm_call: Callable[[LLMCallRecord], None] | None = None
-    on_run_end: Callable[[RunSummary], None] | None = None
-    on_fallback: Callable[[str, str], None] | None = None  # (model id, fallback model id)
-    on_unknown_event: Callable[[str], None] | None = None
-    on_compaction: Callable[[CompactionSummary], None] | None = None
-    unknown_kinds: set[str] = field(default_factory=set)  # logged once each
-    # Runs the server's own work for a tool call (web search, image generation); None: none.
-    run_job: JobRunner | None = None
-    page_text_chars: int = DEFAULT_MAX_TEXT_CHARS  # [web_fetch] max_text_chars
-    default_model: str | None = None  # server.default_model: for names not served
-    subagent_max_depth: int = DEFAULT_MAX_DEPTH  # server.subagent_max_depth: Task's nesting
-    # Replicas on one PostgreSQL: a claim announced by another process makes this one's run of
-    # that conversation give way, as a newer run of this process does (None: SQLite, where
-    # the version compare-and-set alone decides between processes).
-    claims: ConversationClaims | None = None
-    model_names: ModelNames = field(init=False)  # what run requests' model names resolve by
-
-    def __post_init__(self) -> None:
-        self.model_names = ModelNames(self.models.values(), self.default_model)
 
 
 class Runner:
     """Handles runs; keeps at most one active run per conversation in this process."""
 
-    def __init__(self, services: RunnerServices) -> None:
+    def __init__(self, services: RunnerServices, new_run: RunFactory) -> None:
         self.services = services
-        self._active: dict[str, Run] = {}
+        self._new_run = new_run
+        self._active: dict[str, ActiveRun] = {}
         self._locks: dict[str, asyncio.Lock] = {}
         # This process's name in the claims it announces: its own come back to it and are
         # ignored (a newer run of this process has superseded the older one already).
         self.replica = uuid.uuid4().hex
-        self._tasks: dict[Run, asyncio.Task[object]] = {}  # each run's handler task
+        self._tasks: dict[ActiveRun, asyncio.Task[object]] = {}  # each run's handler task
         self._held: set[str] = set()  # conversations whose cross-replica hold this process has
         self._releases: dict[str, asyncio.Task[None]] = {}  # holds being let go
         self.committed_states = CommittedStates()
@@ -158,22 +138,20 @@ class Runner:
             CacheStats("request_bases", len(bases), bases.size, bases.hits, bases.misses),
         ]
 
-    async def handle(self, channel: RunChannel, info: object = None) -> None:
+    async def handle(self, channel: RunChannel, info: RunStartInfo | None = None) -> None:
         """The transport's run handler: one run per client stream."""
-        from .run import Run
-
-        # Only the shim's RunSSE can be reopened under a known request_id; an HTTP/2 Run
-        # always starts with the client's own run_request.
-        headers: Mapping[str, str] = getattr(info, "headers", {})
+        headers: Mapping[str, str] = info.headers if info is not None else {}
         token_id = self.token_of_run(
-            getattr(info, "principal", ""), headers.get("x-parent-request-id", "")
+            info.principal if info is not None else "", headers.get("x-parent-request-id", "")
         )
-        run = Run(
+        run = self._new_run(
             self,
             channel,
-            resumable=getattr(info, "transport", "runsse") != "run",
+            # Only the shim's RunSSE can be reopened under a known request_id; an HTTP/2 Run
+            # always starts with the client's own run_request.
+            resumable=info is None or info.transport != "run",
             token_id=token_id,
-            headers=getattr(info, "headers", None),
+            headers=info.headers if info is not None else None,
         )
         request_id = channel.request_id
         if token_id is not None:
@@ -212,7 +190,7 @@ class Runner:
             except Exception:
                 log.exception("metrics: could not count a %s", kind)
 
-    def active_run(self, conversation_id: str) -> Run | None:
+    def active_run(self, conversation_id: str) -> ActiveRun | None:
         return self._active.get(conversation_id)
 
     def cancel_child(self, conversation_id: str) -> bool:
@@ -223,7 +201,7 @@ class Runner:
         run.cancel_as_child()
         return True
 
-    async def claim(self, run: Run, conversation_id: str) -> asyncio.Lock:
+    async def claim(self, run: ActiveRun, conversation_id: str) -> asyncio.Lock:
         """Make an older run of the same conversation give way, then hand out its lock."""
         old = self._active.get(conversation_id)
         if old is not None and old is not run:
@@ -308,7 +286,7 @@ class Runner:
         log.info("a run of %r started on another replica; this one gives way", conversation_id)
         run.supersede()
 
-    def release(self, run: Run, conversation_id: str) -> None:
+    def release(self, run: ActiveRun, conversation_id: str) -> None:
         if self._active.get(conversation_id) is run:
             del self._active[conversation_id]
             if conversation_id in self._held:

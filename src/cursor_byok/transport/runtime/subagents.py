@@ -13,29 +13,38 @@ import asyncio
 import dataclasses
 import logging
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import msgspec
 
 from ...llm.model_names import ModelNames, Resolved, Via
-from ...llm.types import AssistantMessage, TextContent, ToolResultMessage, Usage, UserMessage
+from ...llm.types import (
+    AssistantMessage,
+    TextContent,
+    ToolCall,
+    ToolResultMessage,
+    Usage,
+    UserMessage,
+)
+from ...loop.commands import CallClient
 from ...loop.context import SubagentModel, SubagentOverride, Subagents, TurnContext
 from ...loop.inputs import ToolOperation
-from ...loop.state import AwaitClient, Status
+from ...loop.state import Status
 from ...store.api import Store, SubagentLink
-from ..cursor import RunRequest
-from ..cursor.children import ChildRun
-from ..cursor.tools import sanitize_tool_call_id
-from ..cursor.tools.subagents import report_text
-from ..cursor.values import BackgroundCompletions, BackgroundTaskKind
+from ..cursor import (
+    BackgroundCompletions,
+    BackgroundTaskKind,
+    ChildRun,
+    RunRequest,
+    call_id_for,
+    report_text,
+    sanitize_tool_call_id,
+)
+from .committed_states import CommittedStates
 from .conversation import Conversation
-
-if TYPE_CHECKING:
-    from .runner import Runner
 
 log = logging.getLogger("cursor_byok.runtime")
 
-DEFAULT_MAX_DEPTH = 2
 # Task calls waiting for their child run, at most: the oldest are dropped past it.
 MAX_EXPECTED = 1024
 
@@ -187,7 +196,7 @@ def _final_text(messages: tuple[Any, ...]) -> str:
 
 
 async def with_reports(
-    request: RunRequest, completions: BackgroundCompletions, store: Store, runner: Runner
+    request: RunRequest, completions: BackgroundCompletions, store: Store, states: CommittedStates
 ) -> RunRequest:
     """A background completion's run request whose notice also carries, for each finished
     helper this server served, the helper's final message from its own conversation (the
@@ -199,7 +208,7 @@ async def with_reports(
         cid = done.subagent_id or done.task_id
         if not cid:
             continue
-        conv = Conversation(cid, store, runner.committed_states)
+        conv = Conversation(cid, store, states)
         if not await conv.load():
             continue
         report = _final_text(conv.state.committed.messages)
@@ -217,20 +226,17 @@ RECOVERY_POLL_S = 0.25
 
 async def recovered(
     op: ToolOperation,
-    waiting: AwaitClient,
+    call: ToolCall,
     conversation_id: str,
     store: Store,
-    runner: Runner,
+    states: CommittedStates,
     wait_s: float,
 ) -> ToolOperation:
     """A Task call sent before a restart (its answer from the IDE lost with the stream): the
     result built from the helper conversation linked to it, once that helper's turn is over
     (waiting at most `wait_s`). Any other operation, an unlinked call, or a helper that does
     not finish in time: `op` unchanged (the loop's exactly-once rule: outcome unknown)."""
-    if not op.sent or op.result is not None or waiting.next >= len(waiting.calls):
-        return op
-    call = waiting.calls[waiting.next]
-    if call.name != "Task":
+    if not op.sent or op.result is not None or call.name != "Task":
         return op
     link = await store.find_subagent_link(conversation_id, sanitize_tool_call_id(call.id))
     if link is None:
@@ -239,7 +245,7 @@ async def recovered(
     loop = asyncio.get_running_loop()
     deadline = loop.time() + wait_s
     while True:
-        conv = Conversation(child, store, runner.committed_states)
+        conv = Conversation(child, store, states)
         if await conv.load() and conv.state.committed.status is Status.FINAL:
             report = _final_text(conv.state.committed.messages)
             log.info(
@@ -283,3 +289,25 @@ async def helper_totals(
             )
             cost += call.cost_usd or 0.0
     return usage, cost
+
+
+def expected_of(
+    command: CallClient, context: TurnContext | None, conversation_id: str, request_id: str
+) -> Expected:
+    """What the child run of the Task call `command` is matched by, once it opens."""
+    subagents = context.subagents if context is not None else None
+    prompt = command.tool_call.arguments.get("prompt")
+    return Expected(
+        parent_conversation_id=conversation_id,
+        parent_request_id=request_id,
+        tool_call_id=sanitize_tool_call_id(command.tool_call.id),
+        card_call_id=call_id_for(command.llm_call_id, command.content_index),
+        model_call_id=command.llm_call_id,
+        prompt=prompt if isinstance(prompt, str) else "",
+        depth=subagents.depth if subagents is not None else 0,
+        root_conversation_id=(
+            subagents.root_conversation_id
+            if subagents is not None and subagents.root_conversation_id
+            else conversation_id
+        ),
+    )

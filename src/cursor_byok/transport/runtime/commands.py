@@ -1,0 +1,165 @@
+"""Executing the loop's commands (design §6 `runCommand`): open or resend a model call, start a
+summary, send a tool call to the client, end the turn (the final checkpoint, the helpers'
+totals) or the run. The loop chose the command; this module carries it out, idempotently: a
+call already streaming or a tool already on the client is left as it is."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from typing import assert_never
+
+from ...llm.stream import PreparedRequest
+from ...loop import (
+    CallClient,
+    CallClients,
+    CallLLM,
+    Canceled,
+    ContinueLLM,
+    Failed,
+    Final,
+    ResendLLM,
+    Summarize,
+    Transition,
+    WaitInput,
+)
+from ..connect.channel import RunChannel
+from ..cursor import Ending, canceled_end, summary_started, text_delta, turn_ended
+from .checkpoints import PendingBlob
+from .ending import failure_ending
+from .publish import Publisher
+from .routing import ClientMessages, Work
+from .run_helpers import RunHelpers
+from .run_parts import RunParts
+from .summary import RunSummary
+from .tools import ToolCalls
+
+log = logging.getLogger("cursor_byok.runtime")
+
+
+class Commands:
+    """The command executor of one run, made once its run request named the model."""
+
+    def __init__(
+        self,
+        *,
+        channel: RunChannel,
+        publisher: Publisher,
+        tools: ToolCalls,
+        route: ClientMessages,
+        inbox: asyncio.Queue[Work],
+        helpers: RunHelpers,
+        summary: RunSummary,
+        end: Callable[[Ending | None, str], None],
+    ) -> None:
+        self.channel = channel
+        self.parts: RunParts | None = None  # once the run request named the model
+        self.publisher = publisher
+        self.tools = tools
+        self.route = route
+        self.inbox = inbox
+        self.helpers = helpers
+        self.summary = summary
+        self.end = end
+        # The final checkpoint's blob, sent before the commit that ends the turn.
+        self._pending_blob: PendingBlob | None = None
+
+    async def execute(self, t: Transition, prepared: PreparedRequest | None = None) -> None:
+        command = t.command
+        if isinstance(command, ContinueLLM | WaitInput):
+            return
+        parts = self.parts
+        assert parts is not None
+        match command:
+            case CallLLM(call_id=call_id):
+                self.publisher.encoder(call_id)
+                parts.calls.open(call_id, prepared or parts.calls.prepare(command))
+            case ResendLLM(call_id=call_id):
+                self.publisher.encoder(call_id)
+                await parts.calls.resend(command)
+            case Summarize():
+                self.channel.send(summary_started())
+                await parts.summaries.start(command, prepared)
+            case CallClient():
+                self._call_client(parts, command)
+            case CallClients(calls=calls):  # every call of the response at once
+                for call in calls:
+                    self._call_client(parts, call)
+            case Final(message=message, replay=replay):
+                if replay:
+                    # An answer committed before, which the client may not have seen.
+                    if message.text:
+                        self.channel.send(text_delta(message.text))
+                    self.channel.send(turn_ended(message.usage))
+                else:
+                    # The protocol's order: turn_ended (the client stops showing
+                    # "generating"), then the final checkpoint, then the end of the stream.
+                    helpers = await self.helpers.totals()
+                    if helpers is not None:  # the helpers' tokens join the turn's totals
+                        self.summary.helper_usage, self.summary.helper_cost_usd = helpers
+                    self.channel.send(turn_ended(self.summary.usage + self.summary.helper_usage))
+                    await self._publish_checkpoint(parts)
+                self.end(None, "ok")
+            case Failed(message=message, kind=kind, limit=limit):
+                self.stop_everything()
+                text = message.error_message or "the model call failed"
+                if limit is not None:
+                    self.summary.refused_by = limit.value
+                    log.info(
+                        "run %s: %s limit refused a model call: %s",
+                        self.channel.request_id,
+                        limit.value,
+                        text,
+                    )
+                self.end(failure_ending(kind, text, limit), "failed")
+            case Canceled(reason=reason):
+                self.stop_everything()
+                self.end(canceled_end(reason), "canceled")
+            case _:
+                assert_never(command)
+
+    def _call_client(self, parts: RunParts, command: CallClient) -> None:
+        """Send a tool call to the client (unless it is there already)."""
+        op = command.operation_id
+        if self.tools.running(op):
+            return
+        state = parts.conv.state
+        started = self.tools.start(command, state.committed)
+        for frame in started.frames:
+            self.channel.send(frame)
+        early = started.early
+        if early is not None:  # unusable arguments: the answer is known at once
+            self.channel.send(early.card)
+            if command.tool_call.name == "UpdateCurrentStep":
+                self.helpers.progress_to_parent(early.card)
+            self.inbox.put_nowait(self.route.tool_result(op, early.result))
+        elif started.wake_after_ms is not None:  # it opens by waiting
+            self.route.wake_later(op, started.wake_after_ms)
+        elif command.tool_call.name == "Task":  # its child run is expected next
+            self.helpers.expect(command, state)
+
+    async def send_final_blob(self, t: Transition) -> None:
+        """Before the commit that ends a turn: its checkpoint blob goes to the client."""
+        if isinstance(t.command, Final) and not t.command.replay and self.parts is not None:
+            self._pending_blob = self.parts.checkpoints.send_blob(t.state.committed)
+
+    async def _publish_checkpoint(self, parts: RunParts) -> None:
+        conv, checkpoints = parts.conv, parts.checkpoints
+        pending, self._pending_blob = self._pending_blob, None
+        if pending is None:
+            pending = checkpoints.send_blob(conv.state.committed)
+        await checkpoints.publish(pending, conv.state.committed, conv.version)
+
+    def drop_pending_blob(self) -> None:
+        pending, self._pending_blob = self._pending_blob, None
+        if pending is not None and self.parts is not None:
+            self.parts.checkpoints.drop(pending)
+
+    def stop_everything(self) -> None:
+        """Abort the run's tool calls (their cards go out) and its model and summary calls."""
+        for frame in self.tools.abort_all():
+            self.channel.send(frame)
+        if self.parts is not None:
+            self.parts.calls.close()
+            self.parts.summaries.close()

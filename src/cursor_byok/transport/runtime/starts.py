@@ -1,0 +1,139 @@
+"""The loop input a turn starts with: the `Start` of a run request (its history for a new
+conversation, its context parts, its turn context placed among the subagents) and the context
+a follow-up brings mid-turn. Both carry the run's model budget and fallbacks, configuration the
+loop reads to decide compaction and a fallback."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+
+from ...llm.types import UserMessage
+from ...loop import ContextWindow, Start, TurnContext
+from ..cursor import (
+    BackgroundCompletions,
+    ClientContext,
+    ContextPart,
+    McpDefinition,
+    RunRequest,
+    merge_context,
+    recognise_child,
+)
+from .context import client_history, context_parts, turn_context, with_kept
+from .requests import ClientRequests
+from .runner import Runner
+from .services import RunnerServices
+from .subagents import Expected, carried, link_of, place, with_reports
+
+
+def with_budget(
+    context: TurnContext, window: ContextWindow | None, fallbacks: tuple[str, ...]
+) -> TurnContext:
+    """The turn's context with the run's model budget and the model's fallbacks."""
+    if context.fallbacks != fallbacks:
+        context = msgspec.structs.replace(context, fallbacks=fallbacks)
+    if window is None or context.window == window:
+        return context
+    return msgspec.structs.replace(context, window=window)
+
+
+@dataclass(frozen=True, slots=True)
+class TurnStart:
+    """A run request's Start, the context parts it read (a follow-up merges with them) and
+    the parent's Task call when the run is a helper the parent's call was waiting for."""
+
+    start: Start
+    parts: tuple[ContextPart, ...]
+    mcp_tools: tuple[McpDefinition, ...]
+    parent_call: Expected | None
+
+
+async def start_of(
+    runner: Runner,
+    request: RunRequest,
+    *,
+    requests: ClientRequests,
+    stored: TurnContext | None,
+    new_conversation: bool,
+    headers: Mapping[str, str],
+    request_id: str,
+    window: ContextWindow,
+    fallbacks: tuple[str, ...],
+) -> TurnStart:
+    """The Start of `request`; a helper's run is linked to its parent's Task call here."""
+    services = runner.services
+    if isinstance(request.payload, BackgroundCompletions):
+        request = await with_reports(
+            request, request.payload, services.store, runner.committed_states
+        )
+    history: tuple[Any, ...] = ()
+    if new_conversation:
+        history = await client_history(request, requests, runner.client_blobs)
+    kept = stored.kept_parts if stored is not None else ()
+    parts = await context_parts(request, requests, runner.client_blobs, kept)
+    context = await turn_context(
+        request,
+        parts,
+        requests,
+        services.disabled_tools,
+        services.enabled_tools,
+        services.web_search_configured,
+        services.image_generation,
+    )
+    if context.window != window:
+        context = msgspec.structs.replace(context, window=window)
+    child = recognise_child(request.child, headers, request_id)
+    context, parent_call = place(
+        context,
+        request,
+        child,
+        stored,
+        runner.children,
+        services.model_names,
+        services.subagent_max_depth,
+    )
+    if parent_call is not None and child is not None:
+        link = link_of(parent_call, request.conversation_id, child.subagent_type, services.now_ms())
+        await services.store.save_subagent_link(link)
+    context = with_kept(context, parts, kept)  # the blobs later turns may need
+    start = Start(
+        # A Build has no user message: the loop opens its turn with the plan.
+        user_message=request.user_message or UserMessage(content=()),
+        context=with_budget(context, window, fallbacks),
+        history=history,
+        todos=request.history.todos if new_conversation else (),  # our own list wins
+        build=request.build,
+    )
+    return TurnStart(start, parts, request.mcp_tools, parent_call)
+
+
+def follow_up_context(
+    services: RunnerServices,
+    client: ClientContext,
+    stored: TurnContext | None,
+    started: TurnStart | None,
+    window: ContextWindow | None,
+    fallbacks: tuple[str, ...],
+) -> TurnContext:
+    """The context a follow-up brought, merged with the parts and MCP tools of the run request
+    that `started` the turn; the stored turn's mode, instructions and subagent place carry on."""
+    parts = started.parts if started is not None else ()
+    merged = merge_context(
+        client,
+        parts,
+        started.mcp_tools if started is not None else (),
+        mode=stored.mode if stored is not None else "agent",
+        custom_instructions=stored.custom_instructions if stored is not None else None,
+        suppress_subagent_progress_update_tool=(
+            stored.switches.suppress_subagent_progress_update_tool if stored is not None else None
+        ),
+        disabled_tools=services.disabled_tools,
+        enabled_tools=services.enabled_tools,
+        web_search_configured=services.web_search_configured,
+        image_generation=services.image_generation,
+    )
+    kept = with_kept(merged, parts, stored.kept_parts if stored is not None else ())
+    return with_budget(carried(kept, stored), window, fallbacks)

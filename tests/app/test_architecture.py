@@ -1,0 +1,53 @@
+"""The shape rules of docs/architecture.md that a reader relies on, checked on the tree: no
+hand-written source file is longer than one sitting's read, and `Run` stays small."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+from tests.paths import REPO
+
+SRC = REPO / "src"
+MAX_LINES = 600  # a hand-written file under src/
+MAX_RUN_LINES = 400  # class Run (transport/runtime/run.py)
+
+
+def _generated(path: Path) -> bool:
+    """protoc's output (`*_pb2.py`, `*_pb2.pyi`): its length is not ours to choose."""
+    return path.name.endswith(("_pb2.py", "_pb2.pyi", "_pb2_grpc.py"))
+
+
+def _hand_written() -> list[Path]:
+    return sorted(p for p in SRC.rglob("*") if p.suffix in (".py", ".pyi") and not _generated(p))
+
+
+def _too_long(paths: list[Path], root: Path = REPO) -> dict[str, int]:
+    lines = {p: len(p.read_text(encoding="utf-8").splitlines()) for p in paths}
+    return {p.relative_to(root).as_posix(): n for p, n in lines.items() if n > MAX_LINES}
+
+
+def _class_lines(path: Path, name: str) -> int:
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    (node,) = [n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == name]
+    assert node.end_lineno is not None
+    return node.end_lineno - node.lineno + 1
+
+
+def test_no_hand_written_source_file_is_over_600_lines() -> None:
+    assert len(_hand_written()) > 100  # the walk found the tree
+    assert _too_long(_hand_written()) == {}
+
+
+def test_the_generated_protobuf_is_the_only_exception(tmp_path: Path) -> None:
+    long = "\n".join(["x = 1"] * (MAX_LINES + 1))
+    (tmp_path / "big.py").write_text(long)
+    (tmp_path / "agent_pb2.py").write_text(long)
+    (tmp_path / "small.py").write_text("x = 1\n")
+    found = [p for p in sorted(tmp_path.iterdir()) if not _generated(p)]
+    assert _too_long(found, tmp_path) == {"big.py": MAX_LINES + 1}
+
+
+def test_run_is_at_most_400_lines() -> None:
+    run = SRC / "cursor_byok" / "transport" / "runtime" / "run.py"
+    assert _class_lines(run, "Run") <= MAX_RUN_LINES
