@@ -1,0 +1,110 @@
+"""Parallel tool calls against the REAL server process, over HTTP/2 `Run` and the HTTP/1.1 shim:
+every call of one response is sent to the client at once, the answers are taken in any order,
+each committed once and fed to the model in call order; a cancel mid-batch keeps the answers
+received (a kill -9 mid-batch: test_parallel_tools_crash.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import uuid
+
+import pytest
+
+from cursor_byok.transport.cursor.proto import agent_pb2
+from tests.e2e.test_modes_actions import TRANSPORTS, open_run
+from tests.e2e.test_shim import Reader, cancel, chat_requests, read_ok, run_request
+from tests.support.live import ServerProcess
+from tests.support.upstream import FakeUpstream
+
+TOOL_S = 1.0  # how long each of the client's tools takes
+
+
+def read_execs(reader: Reader) -> list[agent_pb2.ExecServerMessage]:
+    return [
+        m.exec_server_message
+        for m in reader.messages
+        if m.HasField("exec_server_message") and m.exec_server_message.HasField("read_args")
+    ]
+
+
+async def all_sent(reader: Reader, count: int, within: float) -> list[agent_pb2.ExecServerMessage]:
+    """The `count` read execs of the response, all of them there within `within` seconds of
+    the first, before any answer went back."""
+    await reader.wait_for(lambda m: bool(read_execs(reader)))
+    deadline = time.monotonic() + within
+    while len(read_execs(reader)) < count and time.monotonic() < deadline:
+        await asyncio.sleep(0.01)
+    execs = read_execs(reader)
+    assert len(execs) == count, f"{len(execs)} of {count} execs sent before any answer"
+    return execs
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_four_calls_run_together_and_reach_the_model_in_call_order(
+    server: ServerProcess, upstream: FakeUpstream, transport: str
+) -> None:
+    conversation = str(uuid.uuid4())
+    prompt = f'[parallel 4 Read {{"path": "/w/a.txt"}}] {conversation}'
+    async with open_run(server, transport) as (send, reader):
+        await send(run_request(prompt, conversation))
+        execs = await all_sent(reader, 4, within=0.5)
+        began = time.monotonic()
+        assert [e.read_args.tool_call_id for e in execs] == [f"call_q{i}" for i in range(1, 5)]
+
+        async def answer(e: agent_pb2.ExecServerMessage, after: float) -> None:
+            await asyncio.sleep(after)  # the tool runs on the client for TOOL_S
+            await send(read_ok(e.id, e.read_args.path, f"text of {e.read_args.tool_call_id}\n"))
+
+        # The client's tools run concurrently and finish in reverse order.
+        await asyncio.gather(*(answer(e, TOOL_S + 0.05 * (3 - k)) for k, e in enumerate(execs)))
+        assert await reader.wait_end() == {}, reader.kinds
+        took = time.monotonic() - began
+    # About one tool's time, not four.
+    assert took < 2 * TOOL_S, took
+    first, second = chat_requests(upstream, prompt)
+    tools = [m for m in second["messages"] if m["role"] == "tool"]
+    # In the call order, whatever the order of the answers; each once.
+    assert [m["tool_call_id"] for m in tools] == [f"call_q{i}" for i in range(1, 5)]
+    assert ["text of call_q" in json.dumps(m["content"]) for m in tools] == [True] * 4
+    assert second["messages"][: len(first["messages"])] == first["messages"]
+    assert "".join(reader.texts).startswith(
+        "All 4 answered, in order call_q1 call_q2 call_q3 call_q4"
+    )
+    # Each card completed once.
+    completed = [k for k in reader.kinds if k == "interaction_update.tool_call_completed"]
+    assert len(completed) == 4
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_a_cancel_mid_batch_keeps_the_answers_received(
+    server: ServerProcess, upstream: FakeUpstream, transport: str
+) -> None:
+    conversation = str(uuid.uuid4())
+    prompt = f'[parallel 3 Read {{"path": "/w/b.txt"}}] {conversation}'
+    async with open_run(server, transport) as (send, reader):
+        await send(run_request(prompt, conversation))
+        q1, _, q3 = await all_sent(reader, 3, within=0.5)
+        for e in (q3, q1):  # two of the three answer, the later one first
+            await send(read_ok(e.id, e.read_args.path, f"kept {e.read_args.tool_call_id}\n"))
+        await reader.wait_for(
+            lambda m: (
+                sum(1 for k in reader.kinds if k == "interaction_update.tool_call_completed") >= 2
+            )
+        )
+        await send(cancel())
+        end = await reader.wait_end()
+    assert end.get("error", {}).get("code") == "canceled", end
+    # The next turn's model reads both answers and the canceled one, in call order.
+    later = f"what came back? {conversation}"
+    async with open_run(server, transport) as (send, reader):
+        await send(run_request(later, conversation))
+        assert await reader.wait_end() == {}
+    (body,) = chat_requests(upstream, later)
+    tools = {
+        m["tool_call_id"]: json.dumps(m["content"]) for m in body["messages"] if m["role"] == "tool"
+    }
+    assert list(tools) == ["call_q1", "call_q2", "call_q3"]
+    assert "kept call_q1" in tools["call_q1"] and "kept call_q3" in tools["call_q3"]
+    assert "cancel" in tools["call_q2"].lower()
