@@ -29,6 +29,7 @@ from .llm.model_names import ModelNames, NameClash, Resolved, Unknown, UnknownDe
 from .llm.models import Model, Prices
 from .llm.settings import Api, ModelSettings, ProviderSettings, ReasoningEffort
 from .loop.catalogue import TOOLS, TOOLS_BY_NAME, Gate
+from .model_defaults import CatalogueError, is_loopback, model_defaults
 from .web.search.settings import WebSearchSettings
 
 __all__ = [
@@ -116,6 +117,9 @@ class ServerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     title_timeout_s: float = 10.0
     # How long an access token handed to a signed-in client lives (docs/clients.md).
     access_token_ttl_s: int = 3600
+    # Server processes on the one port, each with its own event loop (workers.py); > 1 needs
+    # PostgreSQL (docs/deploy.md, "Workers").
+    workers: int = 1
     # CIDRs of the reverse proxies in front: from them, a request's client (for the per-client
     # limits) is the rightmost X-Forwarded-For hop outside these (transport/connect/clients.py).
     trusted_proxies: list[str] = []
@@ -131,6 +135,8 @@ class ProviderConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     api_key: str | None = None
     api_key_env: str | None = None
     headers: dict[str, str] = {}
+    catalogue: str | None = None  # the model catalogue's provider id ("": none); model_defaults
+    local: bool | None = None  # bills nothing (prices $0); default: its base_url is loopback
     connect_timeout_s: float = 30.0
     read_timeout_s: float = 300.0
     first_output_timeout_s: float = 300.0
@@ -144,7 +150,7 @@ class ModelConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     provider: str
     model: str | None = None  # upstream name; defaults to the model id
     name: str | None = None  # display name shown by clients
-    context_window: int = 128_000
+    context_window: int | None = None  # the catalogue's, else 128,000 (model_defaults.py)
     max_output_tokens: int | None = None
     reasoning: bool = False
     reasoning_effort: str | None = None
@@ -152,7 +158,8 @@ class ModelConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     temperature: float | None = None
     extra_body: dict[str, Any] = {}
     extra_headers: dict[str, str] = {}
-    prices: Prices | None = None
+    prices: Prices | None = None  # the catalogue's, else zero on loopback, else none
+    catalogue: str | None = None  # the catalogue's name of the model ("": none); exact
     aliases: list[str] = []  # other names clients may ask for; unique across all models
     vision: bool = (
         False  # reads images: AvailableModels says supports_images, so the IDE sends them
@@ -206,16 +213,6 @@ class Config(msgspec.Struct, frozen=True):
         return ModelNames(self.models.values(), self.server.default_model)
 
 
-def is_loopback(host: str) -> bool:
-    """Whether `host` names this machine's loopback interface only."""
-    if host in ("localhost", "localhost.localdomain"):
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
-
-
 def _validation_message(exc: msgspec.ValidationError) -> str:
     # msgspec says e.g. "Object contains unknown field `x` - at `$.providers.openai`".
     return str(exc).replace("$.", "").replace("`$`", "the top level")
@@ -235,6 +232,8 @@ def _run_limit_errors(server: ServerConfig) -> list[str]:
         errors.append("server.unstarted_runs_per_client must be 1-100000")
     if not 0 < server.reconnect_grace_s <= 86_400:
         errors.append("server.reconnect_grace_s must be between 0 and 86400")
+    if not 1 <= server.workers <= 64:
+        errors.append("server.workers must be 1-64")
     return errors
 
 
@@ -436,6 +435,20 @@ def _models(
             )
         if len(errors) > found or m.provider not in providers:
             continue
+        try:
+            defaults = model_defaults(
+                base_url=providers[m.provider].base_url,
+                upstream=m.model or model_id,
+                provider_catalogue=raw.providers[m.provider].catalogue,
+                local=raw.providers[m.provider].local,
+                catalogue=m.catalogue,
+                prices=m.prices,
+                context_window=m.context_window,
+            )
+        except CatalogueError as exc:
+            errors.append(f"{key}.catalogue: {exc}")
+            continue
+        entry = defaults.entry
         settings = ModelSettings(
             model=m.model or model_id,
             max_output_tokens=m.max_output_tokens,
@@ -451,8 +464,12 @@ def _models(
             display_name=m.name or model_id,
             provider=providers[m.provider],
             settings=settings,
-            context_window=m.context_window,
-            prices=m.prices,
+            context_window=defaults.context_window,
+            prices=defaults.prices,
+            prices_source=defaults.prices_source,
+            context_source=defaults.context_source,
+            catalogue=f"{entry.key} ({entry.source})" if entry is not None else "",
+            catalogue_note=entry.note if entry is not None else "",
             aliases=tuple(m.aliases),
             vision=m.vision,
             compaction_threshold=threshold,
