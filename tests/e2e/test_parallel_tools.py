@@ -14,6 +14,7 @@ import pytest
 
 from cursor_byok.transport.cursor.proto import agent_pb2
 from tests.e2e.test_modes_actions import TRANSPORTS, open_run
+from tests.e2e.test_queries import query_of, respond
 from tests.e2e.test_shim import Reader, cancel, chat_requests, read_ok, run_request
 from tests.support.live import ServerProcess
 from tests.support.upstream import FakeUpstream
@@ -108,3 +109,43 @@ async def test_a_cancel_mid_batch_keeps_the_answers_received(
     assert list(tools) == ["call_q1", "call_q2", "call_q3"]
     assert "kept call_q1" in tools["call_q1"] and "kept call_q3" in tools["call_q3"]
     assert "cancel" in tools["call_q2"].lower()
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_a_query_goes_out_with_the_other_calls_and_answers_in_any_order(
+    server: ServerProcess, upstream: FakeUpstream, transport: str
+) -> None:
+    """SwitchMode (an interaction query the user answers) and Read in one response: both are
+    sent at once; the Read answers first, the approval later; the model reads both, in call
+    order, and its next call has the approved mode's tools."""
+    conversation = str(uuid.uuid4())
+    args = {"target_mode_id": "plan", "explanation": "A larger change."}
+    prompt = (
+        f"[tools SwitchMode {json.dumps(args)} Read {json.dumps({'path': '/w/c.txt'})}] "
+        f"{conversation}"
+    )
+    async with open_run(server, transport) as (send, reader):
+        await send(run_request(prompt, conversation))
+        asked = await reader.wait_for(query_of("switch_mode_request_query"))
+        (read,) = await all_sent(reader, 1, within=0.5)  # sent without waiting for the user
+        await send(read_ok(read.id, read.read_args.path, "the c file\n"))
+        await reader.wait_for(
+            lambda m: (
+                m.HasField("interaction_update")
+                and m.interaction_update.HasField("tool_call_completed")
+                and m.interaction_update.tool_call_completed.tool_call.HasField("read_tool_call")
+            )
+        )
+        approved = agent_pb2.SwitchModeRequestResponse(
+            approved=agent_pb2.SwitchModeRequestResponse.Approved()
+        )
+        await send(respond(asked.interaction_query.id, switch_mode_request_response=approved))
+        assert await reader.wait_end() == {}, reader.kinds
+    _, second = chat_requests(upstream, prompt)
+    tools = [m for m in second["messages"] if m["role"] == "tool"]
+    assert [m["tool_call_id"] for m in tools] == ["call_p1", "call_p2"]
+    assert "approved" in json.dumps(tools[0]["content"]) and "the c file" in json.dumps(
+        tools[1]["content"]
+    )
+    names = [t["function"]["name"] for t in second["tools"]]
+    assert "Write" not in names and "CreatePlan" in names  # plan mode's tools from this call
