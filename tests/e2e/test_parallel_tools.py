@@ -15,7 +15,21 @@ import pytest
 from cursor_byok.transport.cursor.proto import agent_pb2
 from tests.e2e.test_modes_actions import TRANSPORTS, open_run
 from tests.e2e.test_queries import query_of, respond
-from tests.e2e.test_shim import Reader, cancel, chat_requests, read_ok, run_request
+from tests.e2e.test_shim import (
+    Reader,
+    cancel,
+    chat_requests,
+    exec_of,
+    exec_reply,
+    read_ok,
+    run_request,
+)
+from tests.e2e.test_subagents import (  # noqa: F401 (sserver: the fixture)
+    parent_request,
+    request_id_of,
+    serve_child,
+    sserver,
+)
 from tests.support.live import ServerProcess
 from tests.support.upstream import FakeUpstream
 
@@ -149,3 +163,47 @@ async def test_a_query_goes_out_with_the_other_calls_and_answers_in_any_order(
     )
     names = [t["function"]["name"] for t in second["tools"]]
     assert "Write" not in names and "CreatePlan" in names  # plan mode's tools from this call
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_two_task_children_run_at_once(
+    sserver: ServerProcess,  # noqa: F811
+    upstream: FakeUpstream,
+    transport: str,
+) -> None:
+    """Two Task calls in one response: both helpers' execs go out together, the IDE runs both
+    children at the same time, and the parent's model reads each report at its own call."""
+    tag = uuid.uuid4().hex[:8]
+    first, second = (
+        {
+            "description": f"Scan {n}",
+            "prompt": f"[helper {n}] scan {n} #{tag}",
+            "subagent_type": "explore",
+        }
+        for n in ("one", "two")
+    )
+    prompt = f"[tools Task {json.dumps(first)} Task {json.dumps(second)}] {tag}"
+    request = parent_request(prompt)
+    async with open_run(sserver, transport) as (send, reader):
+        await send(request)
+        await reader.wait_for(exec_of("subagent_args"))
+        deadline = time.monotonic() + 0.5
+        while time.monotonic() < deadline:
+            execs = [m.exec_server_message for m in reader.messages if exec_of("subagent_args")(m)]
+            if len(execs) == 2:
+                break
+            await asyncio.sleep(0.01)
+        assert len(execs) == 2, "both helpers go out before either reports"
+        children = await asyncio.gather(
+            *(serve_child(sserver, transport, e.subagent_args, request_id_of(send)) for e in execs)
+        )
+        for e, (child_id, child) in reversed(list(zip(execs, children, strict=True))):
+            final = "".join(child.texts)
+            success = agent_pb2.SubagentSuccess(agent_id=child_id, final_message=final)
+            await send(exec_reply(e.id, subagent_result=agent_pb2.SubagentResult(success=success)))
+        assert await reader.wait_end(30) == {}, reader.kinds
+    _, after = chat_requests(upstream, prompt)
+    tools = [m for m in after["messages"] if m["role"] == "tool"]
+    assert [m["tool_call_id"] for m in tools] == ["call_p1", "call_p2"]
+    assert "one done" in json.dumps(tools[0]["content"])
+    assert "two done" in json.dumps(tools[1]["content"])

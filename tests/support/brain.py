@@ -239,7 +239,7 @@ def _answer(prompt: str, results: list[dict[str, Any]]) -> Reply:
                 return tool_reply([("call_r1", "Read", {"path": path})])
             return tool_reply([("call_s1", "Shell", {"command": f"cat {path}"})])
         return text_reply(f"Done. The file says: {_text_of(results[-1]['content'])[:200]}")
-    if (m := _HELPER.search(prompt)) and "[tool " not in prompt:
+    if (m := _HELPER.search(prompt)) and "[tool " not in prompt and "[tools " not in prompt:
         if not results:
             return tool_reply([("call_h1", "UpdateCurrentStep", {"current_step": m.group(1)})])
         return text_reply(f"Helper report: {m.group(1)} done, 3 files found.")
