@@ -219,7 +219,7 @@ def checkpoint(
     `pending_tool_calls` (4): the tool calls of the turn still unanswered, by the ids the
     IDE's cards carry (a checkpoint sent while tools run).
 
-    `conversation_checkpoint_update` listing one blob per completed turn, the todo list
+    `conversation_checkpoint_update` listing one blob per turn (the loop's marks), the todo list
     (`todos` (3): each TodoItem serialized inline, as GoL writes it; reference §3.4 [S]), the
     mode the conversation is in (`mode` 10, reference §3.3: after an approved SwitchMode it
     is the new one), its plan (`plan` 7: a serialized ConversationPlan), every plan document it
