@@ -121,9 +121,12 @@ class Checkpoints:
 
     # -- the end of a turn ----------------------------------------------------------------------
 
-    def send_blob(self, state: ConversationState) -> PendingBlob:
+    async def send_blob(self, state: ConversationState, version: int) -> PendingBlob:
         """Send this turn's checkpoint blob; its acknowledgement is awaited by `publish`. Sent
-        before the turn's last commit, so the client's round trip overlaps the commit."""
+        before the turn's last commit, so the client's round trip overlaps the commit. The
+        marks the store holds are read first (once per run), so the turn's own are written at
+        once when it is published."""
+        await self._saved_marks(version)
         ids, blob = self.published(state)
         if not blob:
             return PendingBlob(ids, (), 0, None)

@@ -142,13 +142,16 @@ class Commands:
     async def send_final_blob(self, t: Transition) -> None:
         """Before the commit that ends a turn: its checkpoint blob goes to the client."""
         if isinstance(t.command, Final) and not t.command.replay and self.parts is not None:
-            self._pending_blob = self.parts.checkpoints.send_blob(t.state.committed)
+            conv = self.parts.conv
+            self._pending_blob = await self.parts.checkpoints.send_blob(
+                t.state.committed, conv.version
+            )
 
     async def _publish_checkpoint(self, parts: RunParts) -> None:
         conv, checkpoints = parts.conv, parts.checkpoints
         pending, self._pending_blob = self._pending_blob, None
         if pending is None:
-            pending = checkpoints.send_blob(conv.state.committed)
+            pending = await checkpoints.send_blob(conv.state.committed, conv.version)
         await checkpoints.publish(pending, conv.state.committed, conv.version)
 
     def drop_pending_blob(self) -> None:
