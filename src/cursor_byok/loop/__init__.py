@@ -104,6 +104,7 @@ from .transition import (
     LocalResult,
     LoopError,
     Transition,
+    WindowReport,
     admit,
     transition,
 )
@@ -190,6 +191,7 @@ __all__ = [
     "UserMessageInput",
     "WaitInput",
     "Waiting",
+    "WindowReport",
     "admit",
     "build_prompt",
     "build_tools",

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 import msgspec
 
+from cursor_byok.llm.prefix_memo import HISTORY_MEMO_MAX, PrefixMemo, fold_history
 from cursor_byok.llm.types import (
     AssistantMessage,
     ImageContent,
@@ -38,6 +39,7 @@ from . import derived
 from .apportion import largest_remainder
 from .categories import LABELS, Category, PromptChars
 from .context import DEFAULT_CONTEXT, TurnContext
+from .memo import ByIdentity
 from .prompt import mcp_section, render_prompt, render_tools, rules_section, skills_section
 from .state import ConversationState, MeterBasis
 from .tools import NATIVE_BY_NAME
@@ -97,6 +99,26 @@ def _tool_chars(tool: ToolDefinition) -> int:
     return len(tool.name) + len(tool.description) + len(schema)
 
 
+def _tools_categories(tools: tuple[ToolDefinition, ...]) -> tuple[int, int, int]:
+    """(native, MCP, subagents) characters: the MCP meta-tools count with the MCP tools they
+    reach, Task's definition (the subagent types) as the subagent definitions."""
+    native = mcp = subagents = 0
+    for tool in tools:
+        if tool.name == TASK.name:
+            subagents += _tool_chars(tool)
+        elif tool.name in NATIVE_BY_NAME and tool.name not in MCP_META_TOOLS:
+            native += _tool_chars(tool)
+        else:
+            mcp += _tool_chars(tool)
+    return native, mcp, subagents
+
+
+# The tools of a request are `render_tools`' tuple, one object per run: measured once.
+_tools_chars: ByIdentity[tuple[ToolDefinition, ...], tuple[int, int, int]] = ByIdentity(
+    _tools_categories
+)
+
+
 @dataclass(slots=True)
 class _Count:
     chars: int = 0
@@ -123,6 +145,34 @@ class _Count:
                         case ToolCall(name=name, arguments=args, raw_arguments=raw):
                             body = len(raw) if raw is not None else _json_chars(args)
                             self.chars += len(name) + body
+
+
+class _CountFold:
+    """The characters of a history so far (prefix_memo.py's fold): a model call's history
+    extends the previous call's, so each call counts only what was appended instead of every
+    message again (issue 28: three full passes a turn, +1 M instructions per 100 messages)."""
+
+    __slots__ = ("fed", "rest", "split", "summary")
+
+    def __init__(self, split: int) -> None:
+        self.split = split  # the first `split` messages are the summarized conversation
+        self.fed = 0
+        self.summary = _Count()
+        self.rest = _Count()
+
+    def feed(self, message: Message) -> None:
+        (self.summary if self.fed < self.split else self.rest).message(message)
+        self.fed += 1
+
+    def copy(self) -> _CountFold:
+        twin = _CountFold(self.split)
+        twin.fed = self.fed
+        twin.summary = _Count(self.summary.chars, self.summary.images)
+        twin.rest = _Count(self.rest.chars, self.rest.images)
+        return twin
+
+
+_counts: PrefixMemo[_CountFold] = PrefixMemo(HISTORY_MEMO_MAX)
 
 
 def _json_chars(value: object) -> int:
@@ -157,18 +207,12 @@ def prompt_chars(
     rules = _section_chars(rules_section(context), prompt)
     skills = _section_chars(skills_section(context), prompt)
     servers = _section_chars(mcp_section(context), prompt)
-    native = subagents = 0
-    mcp = servers
-    for tool in request.tools:
-        if tool.name == TASK.name:
-            subagents += _tool_chars(tool)
-        elif tool.name in NATIVE_BY_NAME and tool.name not in MCP_META_TOOLS:
-            native += _tool_chars(tool)
-        else:
-            mcp += _tool_chars(tool)
-    summary, rest = _Count(), _Count()
-    for i, message in enumerate(request.messages):
-        (summary if i < summary_messages else rest).message(message)
+    native, mcp, subagents = _tools_chars(request.tools)
+    mcp += servers
+    counted = fold_history(
+        request.messages, summary_messages, lambda: _CountFold(summary_messages), _counts
+    )
+    summary, rest = counted.summary, counted.rest
     return PromptChars(
         system_prompt=len(prompt) - rules - skills - servers,
         tools=native,

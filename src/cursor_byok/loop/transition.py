@@ -54,6 +54,7 @@ from .step import (
     LocalResult,
     LoopError,
     Transition,
+    WindowReport,
 )
 from .streaming import on_llm_event
 from .summaries import on_compact, on_summary_done, on_summary_failed
@@ -148,6 +149,7 @@ __all__ = [
     "LocalResult",
     "LoopError",
     "Transition",
+    "WindowReport",
     "admit",
     "opening_message",
     "transition",
