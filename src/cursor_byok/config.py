@@ -27,7 +27,7 @@ from .config_web import (
     web_search_settings,
 )
 from .llm.model_names import ModelNames, NameClash, Resolved, Unknown, UnknownDefault, Via
-from .llm.models import Model, Prices
+from .llm.models import Model, Prices, picker_efforts
 from .llm.settings import Api, ModelSettings, ProviderSettings, ReasoningEffort
 from .loop.catalogue import TOOLS, TOOLS_BY_NAME, Gate
 from .model_defaults import CatalogueError, is_loopback, model_defaults
@@ -467,16 +467,6 @@ def _models(
             compaction_model=m.compaction_model,
         )
     return models
-
-
-# What the thinking picker offers a reasoning model whose table names no `efforts`.
-DEFAULT_EFFORTS = ("low", "medium", "high")
-
-
-def picker_efforts(reasoning: bool, efforts: list[str] | None) -> tuple[str, ...]:
-    if efforts is not None:
-        return tuple(dict.fromkeys(efforts))
-    return DEFAULT_EFFORTS if reasoning else ()
 
 
 def _resolve_names(

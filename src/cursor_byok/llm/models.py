@@ -76,6 +76,18 @@ def usd(amount: float) -> str:
     return f"-${text[1:]}" if text.startswith("-") else f"${text}"
 
 
+# What the thinking picker offers a reasoning model whose table names no `efforts`.
+DEFAULT_EFFORTS = ("low", "medium", "high")
+
+
+def picker_efforts(reasoning: bool, efforts: list[str] | None) -> tuple[str, ...]:
+    """A model's `efforts` (config order, repeats dropped), else the default for a reasoning
+    model; none for another."""
+    if efforts is not None:
+        return tuple(dict.fromkeys(efforts))
+    return DEFAULT_EFFORTS if reasoning else ()
+
+
 class Model(msgspec.Struct, frozen=True):
     """One model as clients see it, resolved against its provider."""
 
