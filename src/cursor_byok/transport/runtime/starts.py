@@ -27,6 +27,7 @@ from .context import context_parts, turn_context, with_kept
 from .forks import history_of_new, take_pre_fetched
 from .mcp_definitions import Read, read_definitions, with_definitions
 from .requests import ClientRequests
+from .run_parts import RunParts
 from .runner import Runner
 from .services import RunnerServices
 from .subagents import Expected, carried, link_of, place, with_reports
@@ -92,13 +93,13 @@ async def start_of(
     new_conversation: bool,
     headers: Mapping[str, str],
     request_id: str,
-    window: ContextWindow,
-    fallbacks: tuple[str, ...],
-    person: str | None = None,
+    equipped: RunParts,
     traits: ModelTraits | None = None,
 ) -> TurnStart:
     """The Start of `request`; a helper's run is linked to its parent's Task call here."""
     services = runner.services
+    window, fallbacks = equipped.budget(), equipped.model.fallbacks
+    person = equipped.conv.viewer  # the run's person: their own blobs and forks only
     if isinstance(request.payload, BackgroundCompletions):
         request = await with_reports(
             request, request.payload, services.store, runner.committed_states
