@@ -117,6 +117,7 @@ class TokenDirectory:
         self._revoked: dict[str, tuple[str, int]] = {}  # hash -> (token id, revoked at ms)
         self._revoked_at: dict[str, int] = {}  # token id -> revoked at ms
         self._names: dict[str, str] = {}  # token id -> name (revoked ones too)
+        self._persons: dict[str, str] = {}  # token id -> its person (revoked ones too)
         self.reloads = Reloads(self.load, refresh_s, "tokens")
         self.access: Access | None = None  # None until the first load
 
@@ -124,6 +125,7 @@ class TokenDirectory:
         tokens = await self._store.list_access_tokens(include_revoked=True)
         setting = await self._store.get_server_setting(ACCESS_SETTING)
         self._names = {t.token_id: t.name for t in tokens}
+        self._persons = {t.token_id: t.person for t in tokens}
         self._by_hash = {t.secret_hash: t.token_id for t in tokens if t.revoked_at_ms is None}
         self._revoked = {
             t.secret_hash: (t.token_id, t.revoked_at_ms)
@@ -153,6 +155,11 @@ class TokenDirectory:
     def principal(self, credentials: str) -> str | None:
         return self._by_hash.get(secret_hash(credentials))
 
+    def person(self, principal: str) -> str:
+        """The person a token id belongs to (the first token of its chain of rotations): the
+        owner of the runs and conversations it starts. A token not loaded yet: itself."""
+        return self._persons.get(principal, principal)
+
     def lingering(self, credentials: str) -> str | None:
         """The id of the token these credentials were, when it was revoked no longer than
         `linger_s` ago: the transport still takes its appends to runs it started that are
@@ -173,6 +180,7 @@ class TokenDirectory:
     def remember(self, record: AccessTokenRecord) -> None:
         """Take a token in at once (tests, or a token added through this process)."""
         self._names[record.token_id] = record.name
+        self._persons[record.token_id] = record.person
         if record.revoked_at_ms is None:
             self._by_hash[record.secret_hash] = record.token_id
 

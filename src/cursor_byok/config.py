@@ -27,7 +27,7 @@ from .config_web import (
     web_search_settings,
 )
 from .llm.model_names import ModelNames, NameClash, Resolved, Unknown, UnknownDefault, Via
-from .llm.models import Model, Prices
+from .llm.models import Model, Prices, picker_efforts
 from .llm.settings import Api, ModelSettings, ProviderSettings, ReasoningEffort
 from .loop.catalogue import TOOLS, TOOLS_BY_NAME, Gate
 from .model_defaults import CatalogueError, is_loopback, model_defaults
@@ -121,6 +121,9 @@ class ServerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     # Server processes on the one port, each with its own event loop (workers.py); > 1 needs
     # PostgreSQL (docs/deploy.md, "Workers").
     workers: int = 1
+    # The database's size cap (0: none): past it new runs are refused, `unavailable` "storage
+    # full" (SQLite: max_page_count; PostgreSQL: its size polled, store/postgres/size.py).
+    database_max_mib: int = 0
     # CIDRs of the reverse proxies in front: from them, a request's client (for the per-client
     # limits) is the rightmost X-Forwarded-For hop outside these (transport/connect/clients.py).
     trusted_proxies: list[str] = []
@@ -156,6 +159,9 @@ class ModelConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     reasoning: bool = False
     reasoning_effort: str | None = None
     reasoning_budget: int | None = None
+    # The efforts the IDE's thinking picker offers (None: low, medium, high for a reasoning
+    # model, none otherwise); each one of EFFORTS.
+    efforts: list[str] | None = None
     temperature: float | None = None
     extra_body: dict[str, Any] = {}
     extra_headers: dict[str, str] = {}
@@ -399,6 +405,8 @@ def _models(
             errors.append(f"{key}.provider: {unknown_provider(m.provider, raw.providers)}")
         if m.reasoning_effort is not None and m.reasoning_effort not in EFFORTS:
             errors.append(f"{key}.reasoning_effort must be one of {list(EFFORTS)}")
+        if m.efforts is not None and any(e not in EFFORTS for e in m.efforts):
+            errors.append(f"{key}.efforts: each must be one of {list(EFFORTS)}")
         if m.max_output_tokens is not None and m.max_output_tokens <= 0:
             errors.append(f"{key}.max_output_tokens must be positive")
         if any(not a.strip() for a in m.aliases):
@@ -454,6 +462,7 @@ def _models(
             catalogue_note=entry.note if entry is not None else "",
             aliases=tuple(m.aliases),
             vision=m.vision,
+            efforts=picker_efforts(m.reasoning, m.efforts),
             compaction_threshold=threshold,
             compaction_model=m.compaction_model,
         )

@@ -23,6 +23,8 @@ def run_limit_errors(server: ServerConfig) -> list[str]:
         errors.append("server.unstarted_runs_per_client must be 1-100000")
     if not 0 < server.reconnect_grace_s <= 86_400:
         errors.append("server.reconnect_grace_s must be between 0 and 86400")
+    if not 0 <= server.database_max_mib <= 1 << 30:
+        errors.append("server.database_max_mib must be 0-1073741824 (MiB; 0: no cap)")
     if not 1 <= server.workers <= 64:
         errors.append("server.workers must be 1-64")
     return errors

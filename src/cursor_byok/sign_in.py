@@ -259,6 +259,9 @@ class Credentials:
     def principal(self, credentials: str) -> str | None:
         return self._tokens.principal(credentials) or self._sessions.principal(credentials)
 
+    def person(self, principal: str) -> str:
+        return self._tokens.person(principal)
+
     def refresh(self) -> Awaitable[object] | None:
         """What a request waits for before its credentials are checked: the reloads of a list
         older than its refresh time (none on most requests)."""

@@ -36,6 +36,9 @@ class People:
     def principal(self, credentials: str) -> str | None:
         return self.tokens.get(credentials)
 
+    def person(self, principal: str) -> str:
+        return principal
+
     def refresh(self) -> None:
         return None
 

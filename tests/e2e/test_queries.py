@@ -196,6 +196,14 @@ async def test_create_plan_saves_the_plan_ends_the_turn_and_build_carries_it_out
     assert "plan mode" not in system_text(body)
     # The plan turn's history is there: the CreatePlan call and its result.
     assert any("The plan was saved as " + uri in t for t in tool_messages(body))
+    # Issue 24 §5: from the Build on, the plan's steps are the todo list (its checkpoint).
+    (state,) = [
+        m.conversation_checkpoint_update
+        for m in reader.messages
+        if m.HasField("conversation_checkpoint_update")
+    ][-1:]
+    listed = [a.TodoItem.FromString(t) for t in state.todos]
+    assert [(t.id, t.content) for t in listed] == [("t1", "Measure"), ("t2", "Add the LRU")]
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)

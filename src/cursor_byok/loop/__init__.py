@@ -99,6 +99,7 @@ from .transition import (
     LocalResult,
     LoopError,
     Transition,
+    WindowReport,
     admit,
     transition,
 )
@@ -181,6 +182,7 @@ __all__ = [
     "UserMessageInput",
     "WaitInput",
     "Waiting",
+    "WindowReport",
     "admit",
     "build_prompt",
     "build_tools",

@@ -40,6 +40,9 @@ class CallLLM(_Command, frozen=True, tag="call_llm"):
     prompt: PromptChars = PromptChars()
     model: str = ""
     fallback_of: str = ""
+    # The reasoning effort the IDE's picker chose for this call ("": the model's own setting);
+    # only for the run's own model (loop/effort.py).
+    effort: str = ""
 
 
 class ResendLLM(_Command, frozen=True, tag="resend_llm"):

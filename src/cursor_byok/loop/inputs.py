@@ -60,6 +60,7 @@ class PlanCreated(msgspec.Struct, frozen=True, tag="plan_created", omit_defaults
     uri: str = ""
     name: str = ""
     overview: str = ""
+    todos: tuple[TodoItem, ...] = ()  # the plan's steps (a Build makes them the todo list)
 
 
 class ModeSwitched(msgspec.Struct, frozen=True, tag="mode_switched"):

@@ -124,6 +124,15 @@ class PlanRecord(_Value, frozen=True):
     uri: str = ""
     name: str = ""
     overview: str = ""
+    todos: tuple[TodoItem, ...] = ()  # its steps: the todo list once it is built
+
+
+class TodoReset(_Value, frozen=True):
+    """A Build made its plan's steps the todo list: from its opening message (log position
+    `at`) on, a view's list starts from `todos` (derived.todos_in_view)."""
+
+    at: int
+    todos: tuple[TodoItem, ...]
 
 
 class PlanMark(_Value, frozen=True):
@@ -178,6 +187,7 @@ class ConversationState(_Value, frozen=True):
     # every plan saved, by log position: a rewind takes the view's last (derived.plan_in_view).
     plan: PlanRecord | None = None
     plans: tuple[PlanMark, ...] = ()
+    todo_resets: tuple[TodoReset, ...] = ()  # each Build that set the list to its plan's steps
     # Every compaction, in log order (compaction.py), and the position in `messages` from which
     # the history was sent after the view's last compaction: the provider's usage of an answer
     # before it measured a request that no longer exists.

@@ -137,9 +137,9 @@ def _apply_effect(c: ConversationState, effect: ToolEffect) -> ConversationState
     waiting = c.waiting
     assert isinstance(waiting, AwaitClient)
     match effect:
-        case PlanCreated(plan=plan, uri=uri, name=name, overview=overview):
+        case PlanCreated(plan=plan, uri=uri, name=name, overview=overview, todos=todos):
             keep = c.plan.name if c.plan is not None and not name else name
-            record = PlanRecord(text=plan, uri=uri, name=keep, overview=overview)
+            record = PlanRecord(text=plan, uri=uri, name=keep, overview=overview, todos=todos)
             mark = PlanMark(at=len(c.log) - 1, plan=record)  # the result is the log's last
             return _replace(
                 c,

@@ -11,6 +11,7 @@ from cursor_byok.llm.types import UserMessage as LLMUserMessage
 from . import derived, ids
 from .commands import WAIT_INPUT, Final
 from .context import TurnContext
+from .images import withhold_images
 from .inputs import Note, Start, UserMessage
 from .model_calls import call_llm
 from .results import (
@@ -20,7 +21,15 @@ from .results import (
     error_result,
     loop_answer,
 )
-from .state import AwaitClient, AwaitLLM, AwaitSummary, ConversationState, RuntimeState, Status
+from .state import (
+    AwaitClient,
+    AwaitLLM,
+    AwaitSummary,
+    ConversationState,
+    RuntimeState,
+    Status,
+    TodoReset,
+)
 from .step import (
     CallEnd,
     CallOutcome,
@@ -111,9 +120,18 @@ def on_start(state: RuntimeState, input: Start) -> Transition:
         c = _replace(c, todos=input.todos, todo_seed=input.todos)
     message = input.user_message
     if input.build is not None:
-        message = build_message(derived.plan_to_build(c, input.build))
+        plan = derived.plan_to_build(c, input.build)
+        message = build_message(plan)
+        if plan.todos:  # the plan's steps are the todo list from the Build on
+            reset = TodoReset(at=len(c.log), todos=plan.todos)
+            c = _replace(c, todos=plan.todos, todo_resets=(*c.todo_resets, reset))
+    message, notices = withhold_images(input.context, message)
     t = begin_turn(c, input.context, opening_message(input.context, message))
-    return prepend((), t, call_end)
+    return _told(prepend((), t, call_end), notices)
+
+
+def _told(t: Transition, notices: tuple[str, ...]) -> Transition:
+    return _replace(t, notices=t.notices + notices) if notices else t
 
 
 def on_note(state: RuntimeState, input: Note) -> Transition:
@@ -151,12 +169,13 @@ def on_user_message(state: RuntimeState, input: UserMessage) -> Transition:
     c = state.committed
     asked = _follow_up_context(c, input)
     context = asked if asked is not None else context_of(c)
-    message = opening_message(context, input.message)
+    said, notices = withhold_images(context, input.message)
+    message = opening_message(context, said)
     if c.busy:  # steering: joins the history before the turn's next model call
         c2 = commit(
             c,
             queued=(*c.queued, message),
             queued_context=(without_supplements(asked) if asked is not None else c.queued_context),
         )
-        return Transition(RuntimeState(c2, state.pending_response), (), WAIT_INPUT)
-    return begin_turn(c, context, message)
+        return Transition(RuntimeState(c2, state.pending_response), (), WAIT_INPUT, notices=notices)
+    return _told(begin_turn(c, context, message), notices)

@@ -19,7 +19,7 @@ import msgspec
 
 from .price_spans import PriceSpan
 
-CommitStatus = Literal["committed", "conflict", "duplicate"]
+CommitStatus = Literal["committed", "conflict", "duplicate", "refused"]
 CallStatus = Literal["planned", "streaming", "committed", "failed", "canceled"]
 OperationStatus = Literal["planned", "sent", "completed", "canceled", "unknown"]
 SaveOutcome = Literal["inserted", "updated", "unchanged", "ignored"]
@@ -44,6 +44,9 @@ class ConversationRecord(msgspec.Struct, frozen=True, kw_only=True):
     messages: tuple[bytes, ...]
     created_at_ms: int
     updated_at_ms: int
+    # The person whose token started it (AccessTokenRecord.person); None: the operator's
+    # (made with the server's own auth_token, while it was open, or stored before 0015).
+    owner_id: str | None = None
 
 
 class ConversationSummary(msgspec.Struct, frozen=True, kw_only=True):
@@ -52,6 +55,7 @@ class ConversationSummary(msgspec.Struct, frozen=True, kw_only=True):
     message_count: int
     created_at_ms: int
     updated_at_ms: int
+    owner_id: str | None = None  # as ConversationRecord.owner_id
 
 
 class InputCommit(msgspec.Struct, frozen=True, kw_only=True):
@@ -69,6 +73,8 @@ class CommitResult(msgspec.Struct, frozen=True, kw_only=True):
 
     committed: `version` is the new version.
     conflict:  nothing changed; `version` is the current version (0 = no such conversation).
+    refused:   nothing changed; the commit's `Reservation` did not fit (`reservation` says by
+               how much).
     duplicate: nothing changed; `previous` is the earlier commit of this input id and `version`
                the conversation's current version.
     `ignored` lists ids of call/operation records whose update was ignored (for example a second
@@ -79,6 +85,40 @@ class CommitResult(msgspec.Struct, frozen=True, kw_only=True):
     version: int
     previous: InputCommit | None = None
     ignored: tuple[str, ...] = ()
+    reservation: ReservationTotals | None = None  # for a commit that carried a Reservation
+
+
+class Reservation(msgspec.Struct, frozen=True, kw_only=True):
+    """What a commit that plans a model call under a person token asks of that person's
+    limits, checked and taken in the commit's own transaction (one atomic step across
+    processes and replicas): the call record it plans carries `reserved_usd = amount_usd`,
+    and the commit goes through only if
+
+        spent + reserved + amount_usd <= budget_usd   (over [since_ms, until_ms)), and
+        calls planned since rate_since_ms < rpm
+
+    where spent sums the costs of the person's finished calls (every token of its chain of
+    rotations) and reserved the `reserved_usd` of its calls still planned or streaming. The
+    runtime says what the numbers are; the store only adds them up and compares."""
+
+    token_id: str
+    amount_usd: float = 0.0
+    budget_usd: float | None = None  # None: no budget
+    since_ms: int = 0
+    until_ms: int = 0
+    rpm: int | None = None  # None: no rate
+    rate_since_ms: int = 0
+
+
+class ReservationTotals(msgspec.Struct, frozen=True, kw_only=True):
+    """The person's totals a Reservation was checked against (before it was taken), and which
+    limit refused it (None: it was taken)."""
+
+    spent_usd: float
+    reserved_usd: float
+    recent_calls: int
+    oldest_recent_ms: int | None = None  # when the oldest of the recent calls was planned
+    refused_by: Literal["budget", "rate"] | None = None
 
 
 class LLMCallRecord(msgspec.Struct, frozen=True, kw_only=True):
@@ -134,6 +174,10 @@ class LLMCallRecord(msgspec.Struct, frozen=True, kw_only=True):
     # The prices in force when the call was made (JSON, llm/models.py encode_prices), its
     # cost_usd's once its usage is known. None: unpriced (and stays so), or before 0013.
     prices: str | None = None
+    # The upper bound of the call's cost reserved against its token's monthly budget when it
+    # was planned (Reservation): it counts in place of the cost while the call is in flight.
+    # None: nothing reserved (no budget), or before 0015.
+    reserved_usd: float | None = None
 
 
 class ClientOperationRecord(msgspec.Struct, frozen=True, kw_only=True):
@@ -213,6 +257,7 @@ class ConversationOverview(msgspec.Struct, frozen=True, kw_only=True):
     created_at_ms: int | None = None
     version: int = 0
     message_count: int = 0
+    owner_id: str | None = None  # ConversationRecord.owner_id (None too when it never began)
     title: str = ""  # the title of its first run outcome that has one
     model: str = ""  # the model of its latest run outcome
     provider: str = ""  # the provider of its latest run outcome, else of its latest call
@@ -373,10 +418,14 @@ class Store(Protocol):
         llm_calls: Sequence[LLMCallRecord] = (),
         client_operations: Sequence[ClientOperationRecord] = (),
         durable: bool = True,
+        owner: str | None = None,
+        reserve: Reservation | None = None,
     ) -> CommitResult:
         """One transaction: dedupe on (conversation_id, input_id), CAS on version (a missing
-        conversation is created when expected_version == 0), append messages at
-        seq = expected_message_count.., record the input and upsert the call records.
+        conversation is created when expected_version == 0, with `owner` as its owner_id),
+        append messages at seq = expected_message_count.., record the input and upsert the
+        call records. With `reserve`, the commit happens only when the reservation fits
+        (status "refused" otherwise, with the totals); see Reservation.
 
         Raises StoreIntegrityError (nothing changed) if the version matches but the stored
         message count differs from expected_message_count, or a record breaks a constraint.
@@ -389,6 +438,14 @@ class Store(Protocol):
         ...
 
     async def save_llm_call(self, record: LLMCallRecord) -> SaveResult: ...
+
+    async def reserve_llm_call(
+        self, record: LLMCallRecord, reserve: Reservation
+    ) -> ReservationTotals:
+        """Save `record` (a charge in flight, its `reserved_usd` set) in one transaction with
+        the check of `reserve` (see Reservation), only when it fits: the totals say whether
+        (`refused_by` None) and what they were."""
+        ...
 
     async def get_llm_call(self, call_id: str) -> LLMCallRecord | None: ...
 

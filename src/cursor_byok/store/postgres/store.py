@@ -34,6 +34,8 @@ from ..api import (
     InputCommit,
     LLMCallRecord,
     ProcessLease,
+    Reservation,
+    ReservationTotals,
     RunOutcomeRecord,
     RunRecord,
     SaveResult,
@@ -51,6 +53,7 @@ from .errors import display_url
 from .pool import Pool
 from .replicas import Holds, Watcher
 from .signals import ReplicaSignals
+from .size import SizeCap
 
 T = TypeVar("T")
 
@@ -84,6 +87,7 @@ class PostgresStore(ReplicaSignals):
         # locks belong to the connection that took them).
         self._holds = Holds(self._pool)
         self._holds_executor = ThreadPoolExecutor(1, thread_name_prefix="store-pg-holds")
+        self.size_cap = SizeCap(self.path)  # server.database_max_mib (size.py)
 
     # ------------------------------------------------------------------ life cycle
 
@@ -117,6 +121,7 @@ class PostgresStore(ReplicaSignals):
         if self._closed:
             return
         self._closed = True
+        await self.size_cap.stop()
         for watcher in self._watchers:
             await asyncio.to_thread(watcher.stop)
         await asyncio.get_running_loop().run_in_executor(None, self._holds_executor.shutdown, True)
@@ -189,9 +194,27 @@ class PostgresStore(ReplicaSignals):
         write: bool,
         durable: bool = True,
         snapshot: bool = False,
+        capped: bool = False,
     ) -> T:
         self._check_open()
+        if capped:  # what grows a conversation: refused while at the size cap (size.py)
+            self.size_cap.check(what)
         return await self._pool.run(fn, what, write=write, durable=durable, snapshot=snapshot)
+
+    async def set_size_limit(self, max_bytes: int | None) -> int:
+        """Cap the database's size (size.py: polled; past it, writes that could grow it fail
+        with StoreFullError); None lifts the cap. Returns the cap in bytes (0: none)."""
+        await self.size_cap.start(max_bytes, self.database_size)
+        return max_bytes or 0
+
+    async def database_size(self) -> int:
+        """The database's size on disk (pg_database_size), in bytes."""
+
+        def measure(conn: Conn) -> int:
+            row = conn.execute("SELECT pg_database_size(current_database())").fetchone()
+            return int(row[0])
+
+        return await self._run(measure, "reading the database's size", write=False)
 
     # ------------------------------------------------------------------ reads
 
@@ -382,6 +405,8 @@ class PostgresStore(ReplicaSignals):
         llm_calls: Sequence[LLMCallRecord] = (),
         client_operations: Sequence[ClientOperationRecord] = (),
         durable: bool = True,
+        owner: str | None = None,
+        reserve: Reservation | None = None,
     ) -> CommitResult:
         if expected_version < 0 or expected_message_count < 0:
             raise ValueError("expected_version and expected_message_count must be >= 0")
@@ -408,6 +433,8 @@ class PostgresStore(ReplicaSignals):
                 result=bytes(result),
                 calls=calls,
                 operations=operations,
+                owner=owner,
+                reserve=reserve,
             )
 
         return await self._run(
@@ -415,6 +442,7 @@ class PostgresStore(ReplicaSignals):
             f"committing input {input_id!r} to {conversation_id!r}",
             write=True,
             durable=durable,
+            capped=True,
         )
 
     async def save_subagent_link(self, link: SubagentLink) -> SaveResult:
@@ -451,6 +479,7 @@ class PostgresStore(ReplicaSignals):
             lambda conn: jobs.save_run(conn, record),
             f"saving run {record.request_id!r}",
             write=True,
+            capped=True,
             durable=False,
         )
 
@@ -481,6 +510,17 @@ class PostgresStore(ReplicaSignals):
             lambda conn: jobs.upsert_call(conn, path, record),
             f"saving llm call {record.call_id!r}",
             write=True,
+            capped=True,
+        )
+
+    async def reserve_llm_call(
+        self, record: LLMCallRecord, reserve: Reservation
+    ) -> ReservationTotals:
+        path = self.path
+        return await self._run(
+            lambda conn: jobs.reserve_call(conn, path, record, reserve),
+            f"reserving for call {record.call_id!r}",
+            write=True,
         )
 
     async def save_client_operation(self, record: ClientOperationRecord) -> SaveResult:
@@ -490,6 +530,7 @@ class PostgresStore(ReplicaSignals):
             lambda conn: jobs.upsert_operation(conn, path, record, clock()),
             f"saving client operation {record.operation_id!r}",
             write=True,
+            capped=True,
         )
 
     # ------------------------------------------------------------------ process leases
@@ -534,6 +575,7 @@ class PostgresStore(ReplicaSignals):
             lambda conn: jobs.append_stream_diagnostics(conn, call_id, prepared),
             f"saving diagnostics of {call_id!r}",
             write=True,
+            capped=True,
         )
 
 

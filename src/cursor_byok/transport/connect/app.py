@@ -88,7 +88,13 @@ class ExtraRoutes(Protocol):
 
     def is_public(self, path: str) -> bool: ...
 
-    async def get(self, path: str, query: str = "") -> HttpReply | None: ...
+    def is_personal(self, path: str) -> bool:
+        """A page a person's token may read too: its own part of it (`viewer`)."""
+        ...
+
+    async def get(self, path: str, query: str = "", viewer: str | None = None) -> HttpReply | None:
+        """The page; `viewer` the person whose own part it shows (None: the operator's)."""
+        ...
 
     def observe_rpc(self, path: str, outcome: str) -> None:
         """Once per RPC request (unary, Run, RunSSE, BidiAppend): "ok", the Connect code it
@@ -132,6 +138,11 @@ class Authenticator(Protocol):
         """Who these credentials are (a stable id, never the secret), or None."""
         ...
 
+    def person(self, principal: str) -> str:
+        """The person a principal belongs to (the same across a token's rotations): runs of
+        one person may join each other's streams, no one else's (sessions.SessionRegistry)."""
+        ...
+
     def lingering(self, credentials: str) -> str | None:
         """Who these credentials were, when they were revoked recently enough that a run they
         started may still be going; None otherwise. Only such a run's appends take them."""
@@ -173,6 +184,7 @@ class ConnectApp:
             self.limits,
             error_details_type=service.error_details_type,
             parse=service.parse_client,
+            person_of=self._person_of,
         )
         # Replicas: appends go through the database (relay.py); None: straight to the session.
         self.relayed = RelayedAppends(relay, self.registry, service.parse_client) if relay else None
@@ -265,11 +277,15 @@ class ConnectApp:
 
     async def _extra(self, path: str, scope: Scope, send: Send, headers: dict[str, str]) -> None:
         assert self.routes is not None
-        if not (self.routes.is_public(path) or self.operator(headers)):
+        viewer = None
+        principal = headers.get(PRINCIPAL_HEADER, "")
+        if self.routes.is_personal(path) and principal and self.authorized(headers):
+            viewer = self._person_of(principal)  # a person's token: their own part of it
+        elif not (self.routes.is_public(path) or self.operator(headers)):
             await plain(send, 401, auth_error_text(headers).encode() + b"\n")
             return
         query = scope.get("query_string", b"").decode("latin-1")
-        reply = await self.routes.get(path, query)
+        reply = await self.routes.get(path, query, viewer)
         if reply is None:
             await plain(send, 404, b"not found\n")
             return
@@ -347,6 +363,12 @@ class ConnectApp:
         if self._token is None:
             return self.authorized(headers)
         return self.authorized(headers) and self._principal(headers) is None
+
+    def _person_of(self, principal: str) -> str:
+        """The person of a principal ("": the operator's, or no token at all)."""
+        if not principal or self.authenticator is None:
+            return principal
+        return self.authenticator.person(principal)
 
     def _principal(self, headers: Mapping[str, str]) -> str | None:
         """The principal of a person token among the headers, if they carry one."""
@@ -436,7 +458,9 @@ class ConnectApp:
             await self._check_lingering(request_id, lingering)
         if self.relayed is not None:
             # Stored first, then acknowledged; the replica holding the RunSSE delivers it.
-            await self.relayed.publish(request_id, append.seqno, append.payload, append.message)
+            await self.relayed.publish(
+                request_id, append.seqno, append.payload, append.message, client
+            )
             return
         session, _ = self.registry.get_or_create(
             request_id, "runsse", headers, client, first_message=append.seqno == 0

@@ -392,13 +392,18 @@ class SessionRegistry:
         clock: Callable[[], float] = time.monotonic,
         error_details_type: str = "",
         parse: Callable[[bytes], object] | None = None,
+        person_of: Callable[[str], str] | None = None,
     ) -> None:
-        """`parse`: the service's parser of client messages (see `Session`)."""
+        """`parse`: the service's parser of client messages (see `Session`). `person_of`: the
+        person of a principal (PRINCIPAL_HEADER), for who may join a session."""
         self._handler = handler
+        self._person_of = person_of or (lambda principal: principal)
         self._parse = parse
         self._details_type = error_details_type
         self.limits = limits or TransportLimits()
         self._clock = clock
+        # Told of every run's end (relay.py forgets a run's stored appends then).
+        self.on_run_end: Callable[[Session], None] | None = None
         self._sessions: dict[str, Session] = {}
         self._finished: dict[str, Session] = {}  # in the order they finished
         lim = self.limits
@@ -456,6 +461,20 @@ class SessionRegistry:
         session = self._sessions.get(request_id)
         return session if session is not None and session.transport == "runsse" else None
 
+    def _may_join(self, session: Session, headers: Mapping[str, str] | None) -> None:
+        """A stream reopened or an append to a run belongs to the person who started the run,
+        or to the operator (no principal: the server's own token, or an open server), who may
+        join any; another person's token is refused (ownership, issue 25)."""
+        info = session.info
+        joiner = (headers or {}).get(PRINCIPAL_HEADER, "")
+        if info is None or not joiner or joiner == info.principal:
+            return
+        if self._person_of(joiner) != self._person_of(info.principal):
+            raise ConnectError(
+                "permission_denied",
+                f"request_id {session.request_id!r} belongs to a run someone else started",
+            )
+
     def get_or_create(
         self,
         request_id: str,
@@ -470,6 +489,7 @@ class SessionRegistry:
         first message; `first_message`: the caller delivers that message right away."""
         session = self._sessions.get(request_id)
         if session is not None:
+            self._may_join(session, headers)
             if session.transport != transport:
                 raise ConnectError(
                     "failed_precondition",
@@ -531,9 +551,18 @@ class SessionRegistry:
                 log.error("run %s: handler returned without finish()", session.request_id)
                 session.finish(EndError("internal", "run ended without a result"))
 
+    def live(self) -> list[Session]:
+        """The runs that have not finished."""
+        return [s for s in self._sessions.values() if not s.finished]
+
     def _finished_now(self, session: Session) -> None:
         if self._sessions.get(session.request_id) is session:
             self._finished[session.request_id] = session
+        if self.on_run_end is not None:
+            try:
+                self.on_run_end(session)
+            except Exception:  # the transport goes on
+                log.exception("run %s: its end's listener failed", session.request_id)
 
     def _remove(self, request_id: str) -> None:
         session = self._sessions.pop(request_id)

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 import msgspec
 
-__all__ = ["rewound_to", "turn_blob"]
+__all__ = ["read_turn_blob", "rewound_to", "turn_blob"]
 
 
 def turn_blob(conversation_id: str, turn: int, message_count: int, messages_hash: str) -> bytes:
@@ -36,3 +36,23 @@ def rewound_to(client_turns: Sequence[bytes], published: Sequence[bytes]) -> int
     if k == 0 or k >= len(published):
         return None
     return k if list(client_turns) == list(published[:k]) else None
+
+
+class _TurnBlob(msgspec.Struct, frozen=True):
+    cursor_byok_turn: int
+    conversation_id: str
+
+
+_turn_blob_decoder = msgspec.json.Decoder(_TurnBlob)
+
+
+def read_turn_blob(data: bytes) -> tuple[str, int] | None:
+    """(conversation id, turn) of a turn blob this server wrote; None for any other bytes
+    (a blob of Cursor's own backend, or garbage)."""
+    try:
+        blob = _turn_blob_decoder.decode(data)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return None
+    if not blob.conversation_id or blob.cursor_byok_turn < 1:
+        return None
+    return blob.conversation_id, blob.cursor_byok_turn

@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import enum
 import json
-from collections.abc import Sequence
+import re
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,7 +27,7 @@ from google.protobuf import json_format  # type: ignore[import-untyped,unused-ig
 
 from ...llm.canonical import sorted_value
 from ...loop.catalogue import Switches
-from ...loop.context import Environment, TurnContext
+from ...loop.context import CustomAgent, DebugSession, Environment, Subagents, TurnContext
 from .mcp import (
     McpDefinition,
     McpIndex,
@@ -67,12 +68,14 @@ class ClientContext:
     environment: Environment | None = None
     git: str | None = None
     supplements: tuple[str, ...] = ()  # file contents the model should read with the message
-    custom_subagents: int = 0  # how many custom subagents it named (none are offered here)
+    custom_subagents: int = 0  # how many custom subagents it named
+    custom_agents: tuple[CustomAgent, ...] = ()  # those, as Task types (loop/custom_agents.py)
     # Tool gates (loop/catalogue.py Gate); None: the client did not say.
     web_search_enabled: bool | None = None  # RequestContext.web_search_enabled (17)
     web_fetch_enabled: bool | None = None  # RequestContext.web_fetch_enabled (24)
     read_lints_enabled: bool | None = None  # RequestContext.read_lints_enabled (35)
     mcp_meta: McpMeta | None = None  # RequestContext.mcp_meta_tool_options (34)
+    debug: DebugSession | None = None  # RequestContext.debug_mode_config (15)
 
 
 class PartKind(enum.StrEnum):
@@ -100,7 +103,8 @@ class ContextPart:
     rules: tuple[str, ...] = ()  # rules, skills and MCP instructions, as text
     mcp_tools: tuple[McpDefinition, ...] = ()
     mcp_meta: McpMeta | None = None  # RequestContextMcpsPart.mcp_meta_tool_options (4)
-    custom_subagents: int = 0  # how many the subagents part named (none are offered here)
+    custom_subagents: int = 0  # how many the subagents part named
+    custom_agents: tuple[CustomAgent, ...] = ()
     warnings: tuple[str, ...] = ()
     layout: PartLayout = PartLayout.EMPTY
     # The blob this part was read from, kept with the turn's context (KeptPart) so a later
@@ -281,13 +285,67 @@ def decode_request_context(rc: agent_pb2.RequestContext) -> ClientContext:
             for path in sorted(rc.file_contents)
         ),
         custom_subagents=len(rc.custom_subagents),
+        custom_agents=custom_agents_of(rc.custom_subagents),
         web_search_enabled=rc.web_search_enabled if rc.HasField("web_search_enabled") else None,
         web_fetch_enabled=rc.web_fetch_enabled if rc.HasField("web_fetch_enabled") else None,
         read_lints_enabled=rc.read_lints_enabled if rc.HasField("read_lints_enabled") else None,
         mcp_meta=mcp_meta_of(rc.mcp_meta_tool_options)
         if rc.HasField("mcp_meta_tool_options")
         else None,
+        debug=debug_session(rc.debug_mode_config) if rc.HasField("debug_mode_config") else None,
     )
+
+
+# Bounds on the custom subagents a context may name, and on what each carries.
+MAX_CUSTOM_AGENTS = 50
+MAX_AGENT_NAME = 64
+MAX_AGENT_DESCRIPTION = 1000
+MAX_AGENT_PROMPT = 20_000
+MAX_AGENT_TOOLS = 64
+# Our own Task types: a custom agent of the same name is left out.
+BUILT_IN_TYPES = frozenset({"generalpurpose", "explore", "shell", "inherit"})
+_AGENT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+
+
+def custom_agents_of(defined: Iterable[agent_pb2.CustomSubagent]) -> tuple[CustomAgent, ...]:
+    """The custom subagents a context names, bounded; a name that is not a plain identifier,
+    repeats an earlier one or is one of our own types is left out."""
+    out: dict[str, CustomAgent] = {}
+    for cs in defined:
+        name = cs.name.strip()
+        if len(out) >= MAX_CUSTOM_AGENTS:
+            break
+        if (
+            not name
+            or len(name) > MAX_AGENT_NAME
+            or not _AGENT_NAME.fullmatch(name)
+            or name.casefold() in BUILT_IN_TYPES
+            or name in out
+        ):
+            continue
+        out[name] = CustomAgent(
+            name=name,
+            description=cs.description.strip()[:MAX_AGENT_DESCRIPTION],
+            prompt=cs.prompt[:MAX_AGENT_PROMPT],
+            model=cs.model.strip()[: MAX_AGENT_NAME * 2],
+            tools=tuple(t.strip() for t in cs.tools[:MAX_AGENT_TOOLS] if t.strip()),
+        )
+    return tuple(out.values())
+
+
+# Bound on each debug-mode field the prompt quotes (a path, a URL, an id).
+MAX_DEBUG_FIELD = 1000
+
+
+def debug_session(config: agent_pb2.DebugModeConfig) -> DebugSession | None:
+    """The debug-mode session the IDE opened; None when it names neither a log nor an
+    endpoint."""
+    session = DebugSession(
+        log_path=config.log_path[:MAX_DEBUG_FIELD],
+        server_endpoint=config.server_endpoint[:MAX_DEBUG_FIELD],
+        session_id=config.session_id[:MAX_DEBUG_FIELD],
+    )
+    return session if session.log_path or session.server_endpoint else None
 
 
 def mcp_meta_of(options: agent_pb2.McpMetaToolOptions) -> McpMeta:
@@ -319,6 +377,19 @@ def mcp_meta_of(options: agent_pb2.McpMetaToolOptions) -> McpMeta:
 
 
 # -- merging ----------------------------------------------------------------------------------
+
+
+def _custom_agents(
+    parts: Sequence[ContextPart], inline: ClientContext | None
+) -> tuple[CustomAgent, ...]:
+    """The parts' custom agents, then the inline context's; the first of a name wins."""
+    found: dict[str, CustomAgent] = {}
+    for agent in (
+        *(a for p in parts for a in p.custom_agents),
+        *(inline.custom_agents if inline is not None else ()),
+    ):
+        found.setdefault(agent.name, agent)
+    return tuple(found.values())[:MAX_CUSTOM_AGENTS]
 
 
 def merge_context(
@@ -373,6 +444,8 @@ def merge_context(
         supplements=supplements,
         custom_instructions=custom_instructions or None,
         mode=mode,
+        debug=inline.debug if inline is not None else None,
+        subagents=Subagents(custom=_custom_agents(parts, inline)),
         switches=Switches(
             web_search_enabled=inline.web_search_enabled if inline is not None else None,
             web_fetch_enabled=inline.web_fetch_enabled if inline is not None else None,

@@ -25,6 +25,7 @@ from .context import (
     PartKind,
     PartLayout,
     cloud_rule_text,
+    custom_agents_of,
     instructions_text,
     mcp_definition,
     mcp_meta_of,
@@ -83,7 +84,11 @@ def _skills(msg: agent_pb2.RequestContextSkillsPart, warnings: list[str]) -> Con
 
 
 def _subagents(msg: agent_pb2.RequestContextSubagentsPart) -> ContextPart:
-    return ContextPart(kind=PartKind.SUBAGENTS, custom_subagents=len(msg.custom_subagents))
+    return ContextPart(
+        kind=PartKind.SUBAGENTS,
+        custom_subagents=len(msg.custom_subagents),
+        custom_agents=custom_agents_of(msg.custom_subagents),
+    )
 
 
 def _mcps(msg: agent_pb2.RequestContextMcpsPart, warnings: list[str]) -> ContextPart:
@@ -151,6 +156,7 @@ def decode_request_context_part(kind: PartKind, data: bytes, blob_id: bytes = b"
         mcp_tools=part.mcp_tools,
         mcp_meta=part.mcp_meta,
         custom_subagents=part.custom_subagents,
+        custom_agents=part.custom_agents,
         warnings=tuple(warnings),
         layout=PartLayout.SCHEMA,
         blob_id=blob_id if keep else b"",

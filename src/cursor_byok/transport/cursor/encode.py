@@ -74,6 +74,12 @@ def text_delta(text: str) -> bytes:
     return _update(agent_pb2.InteractionUpdate(text_delta=agent_pb2.TextDeltaUpdate(text=text)))
 
 
+def server_notice(text: str) -> bytes:
+    """A line for the user that is not model output (TextDeltaUpdate.is_server_notice)."""
+    delta = agent_pb2.TextDeltaUpdate(text=text, is_server_notice=True)
+    return _update(agent_pb2.InteractionUpdate(text_delta=delta))
+
+
 def turn_ended(usage: Usage) -> bytes:
     """turn_ended with the run's usage totals (input excludes cache reads and writes)."""
     return _update(

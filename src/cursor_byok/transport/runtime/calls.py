@@ -28,7 +28,7 @@ import msgspec
 from ...llm import canonical
 from ...llm.events import DoneEvent, ErrorEvent, ResponseEvent, StartEvent
 from ...llm.models import Model
-from ...llm.settings import ModelSettings
+from ...llm.settings import ModelSettings, with_effort
 from ...llm.stream import LLM, PreparedRequest, ResponseStream, StreamProgress
 from ...llm.types import Usage
 from ...loop import CallEnd, CallLLM, CallOutcome, ResendLLM
@@ -135,13 +135,21 @@ class ModelCalls:
         settings = target.settings
         if 0 < max_output_tokens < (settings.max_output_tokens or max_output_tokens + 1):
             settings = msgspec.structs.replace(settings, max_output_tokens=max_output_tokens)
+        if command.effort:  # the picker's effort (the loop checked the model offers it)
+            settings = with_effort(settings, command.effort)
         return target.llm.prepare(command.request, settings)
 
     def planned(
-        self, command: CallLLM, prepared: PreparedRequest, turn_id: str, now_ms: int
+        self,
+        command: CallLLM,
+        prepared: PreparedRequest,
+        turn_id: str,
+        now_ms: int,
+        reserved_usd: float | None = None,
     ) -> tuple[LLMCallRecord, Callable[[], None]]:
         """The call's record for the commit that decides it, and what to do once that commit
-        is in (keep its body as the base of the next call's stored delta)."""
+        is in (keep its body as the base of the next call's stored delta). `reserved_usd`:
+        the bound of its cost its commit reserves of its token's budget (reservations.py)."""
         stored, base = encode_request(
             prepared, self.bases.get(self.conversation_id), command.call_id
         )
@@ -156,7 +164,9 @@ class ModelCalls:
             process_id=self.owner,
         )
         if self.token_id is not None:
-            record = msgspec.structs.replace(record, token_id=self.token_id)
+            record = msgspec.structs.replace(
+                record, token_id=self.token_id, reserved_usd=reserved_usd
+            )
         self._records[command.call_id] = record
 
         def committed() -> None:

@@ -19,7 +19,9 @@ from typing import Any, assert_never
 
 from ...llm.events import DoneEvent, ErrorEvent, ResponseEvent
 from ...loop import (
+    Admission,
     CallLLM,
+    CallRefused,
     Cancel,
     Compact,
     Input,
@@ -56,7 +58,9 @@ from ..cursor import (
     internal_end,
     turn_ended,
 )
-from .actions import ROUTES, Route, shell_command_note
+from .access import person_of
+from .actions import ROUTES, Route, log_empty_turn, shell_command_note
+from .charges import JobCharges
 from .commands import Commands
 from .conversation import Conversation
 from .ending import Reports, RunFailed, end_error, ending_of
@@ -74,7 +78,7 @@ from .run_helpers import RunHelpers
 from .run_parts import RunParts, equip
 from .runner import Runner
 from .services import RunnerServices
-from .starts import TurnStart, follow_up_context, start_of
+from .starts import ModelTraits, TurnStart, follow_up_context, start_of
 from .summary import RunSummary
 from .tools import ToolCalls
 
@@ -98,6 +102,9 @@ class Run:
         # is created with its parent's `token_id`, so its calls count toward that token's
         # budget and rate and keep to its models (access.py).
         self.token_id = token_id
+        # The person of that token (AccessTokenRecord.person, read at the run request): the
+        # owner of the conversations the run starts; None (the operator) sees every one.
+        self.person: str | None = None
         # The run's forwarded headers (a child's parent ids), read at its run request.
         self.headers: Mapping[str, str] = headers if headers is not None else {}
         self.services = runner.services
@@ -123,8 +130,11 @@ class Run:
             now_ms=now_ms,
             on_timeout=self._tool_timed_out,
         )
-        self.publisher = Publisher(channel, self.link, now_ms, self.services.on_compaction)
+        self.publisher = Publisher(
+            channel, self.link, now_ms, self.services.on_compaction, self.services.provider_windows
+        )
         self.parts: RunParts | None = None  # once the run request named the model
+        self._effort = ""  # the effort the run's requested_model asks for
         self.conversation_id = ""
         self.conv = Conversation("", self.store, runner.committed_states)
         self.turn_id: str | None = None  # the turn this run drives, once it began or resumed
@@ -135,6 +145,17 @@ class Run:
         self._run_saved: asyncio.Future[Any] | None = None
         self._started: TurnStart | None = None  # the turn's Start, for follow-ups
         self.helpers = RunHelpers(runner, channel.request_id)
+        job_runner = self.services.run_job
+        self._charges = (
+            JobCharges(
+                self.services,
+                job_runner,
+                token_id=token_id,
+                where=lambda: (self.conversation_id, self.state.committed.turn_id or ""),
+            )
+            if job_runner is not None
+            else None
+        )
         self._route = ClientMessages(
             channel=channel,
             link=self.link,
@@ -144,7 +165,7 @@ class Run:
             now_ms=now_ms,
             follow_up_context=self._follow_up_context,
             unknown_event=runner.unknown_event,
-            run_job=self.services.run_job,
+            run_job=self._charges.run if self._charges is not None else None,
             job_timeout_s=self.services.tool_timeout_s,
         )
         self.commands = Commands(
@@ -173,6 +194,7 @@ class Run:
             self.channel.watch_gone(self._route.gone)
             request = run_request_of(self.link, first)
             conversation_id = cid = request.conversation_id
+            self.person = await person_of(self.store, self.token_id)
             self._adopt(request)
             if self.resumable:  # only a RunSSE can be reopened by request_id after a restart
                 now = self.services.now_ms()
@@ -222,7 +244,7 @@ class Run:
     def _cancel_child(self, request: RunRequest) -> None:
         """cancel_subagent_action: that helper's run ends canceled; this run is empty."""
         if isinstance(request.payload, CancelSubagent):
-            found = self.runner.cancel_child(request.payload.subagent_id)
+            found = self.runner.cancel_child(request.payload.subagent_id, self.person)
             log.info(
                 "run %s: cancel of helper %s (%s)",
                 self.channel.request_id,
@@ -252,10 +274,12 @@ class Run:
         self.summary.requested_model = request.model_id or ""
         if request.user_text.strip():
             self.summary.title = agent_title(request.user_text)
+        self._effort = request.effort  # the picker's choice; the loop checks it (loop/effort.py)
         self.parts = parts = equip(
             self.runner,
             request,
             token_id=self.token_id,
+            person=self.person,
             channel=self.channel,
             requests=self.requests,
             tools=self.tools,
@@ -308,9 +332,7 @@ class Run:
         route = ROUTES[request.action]
         match route.route:
             case Route.EMPTY_TURN:
-                log.info(
-                    "run %s: %s ends as an empty turn", self.channel.request_id, request.action
-                )
+                log_empty_turn(request, self.channel.request_id)
                 self.channel.send(turn_ended(self.summary.usage))
                 self._end(None, "ok")
                 return
@@ -351,8 +373,9 @@ class Run:
             new_conversation=not stored,
             headers=self.headers,
             request_id=self.channel.request_id,
-            window=self.parts.window,
+            window=self.parts.budget(),
             fallbacks=self.parts.model.fallbacks,
+            traits=ModelTraits.of(self.parts.model, self._effort),
         )
         self._started, self.helpers.parent = started, started.parent_call
         await self._apply(started.start, input_id)
@@ -390,8 +413,11 @@ class Run:
     def _follow_up_context(self, client: ClientContext) -> TurnContext:
         """The context a follow-up brought, merged with the run's parts and MCP tools."""
         parts, stored = self.parts, self.state.committed.context
-        window, fallbacks = (parts.window, parts.model.fallbacks) if parts else (None, ())
-        return follow_up_context(self.services, client, stored, self._started, window, fallbacks)
+        window, fallbacks = (parts.budget(), parts.model.fallbacks) if parts else (None, ())
+        traits = ModelTraits.of(parts.model, self._effort) if parts else None
+        return follow_up_context(
+            self.services, client, stored, self._started, window, fallbacks, traits
+        )
 
     async def _consume(self) -> None:
         while not self._done:
@@ -430,6 +456,7 @@ class Run:
             if self._done:
                 return
             reloaded = False
+            refused: CallRefused | None = None  # a reservation the store refused
             for _ in range(MAX_CAS_RETRIES):
                 t = transition(self.state, input)
                 if t.ignored is not None and reloaded:
@@ -438,7 +465,14 @@ class Run:
                     input, reloaded = await self._resume(self.turn_id), False
                     continue
                 parts = self.parts
-                if parts is not None and parts.admissions.asks(t.command):
+                if (
+                    parts is not None
+                    and refused is not None
+                    and isinstance(t.command, CallLLM | Summarize)
+                    and t.command.call_id == refused.call_id
+                ):
+                    t = await self._admit(parts, t, refused)
+                elif parts is not None and parts.admissions.asks(t.command):
                     t = await self._admit(parts, t)
                 if t.state is self.state:
                     if t.call_end is not None and parts is not None:
@@ -459,6 +493,10 @@ class Run:
                 prepared = parts.commits.prepare(t)
                 await self.commands.send_final_blob(t)
                 status = await parts.commits.commit(input, input_id, t, prepared, completes)
+                if isinstance(status, CallRefused):  # the loop decides what that means
+                    self.commands.drop_pending_blob()
+                    refused = status
+                    continue
                 if status == "committed":
                     self.publisher.publish(t, input)
                     await self.commands.execute(t, prepared)
@@ -470,11 +508,16 @@ class Run:
                 reloaded = True  # a conflict: the same input again, on the stored state
             raise RunFailed(internal_end("the conversation kept changing under this run"))
 
-    async def _admit(self, parts: RunParts, t: Transition) -> Transition:
-        """The admission answer for the model call `t` plans, before its commit: the loop
-        decides what a refusal means (`loop.admit`)."""
+    async def _admit(
+        self, parts: RunParts, t: Transition, answer: Admission | None = None
+    ) -> Transition:
+        """The admission answer for the model call `t` plans, before its commit (or the
+        refusal of its reservation, `answer`): the loop decides what a refusal means
+        (`loop.admit`)."""
         assert isinstance(t.command, CallLLM | ResendLLM | Summarize)
-        admitted = admit(self.state, t, await parts.admissions.answer(t.command))
+        if answer is None:
+            answer = await parts.admissions.answer(t.command)
+        admitted = admit(self.state, t, answer)
         end = admitted.call_end
         if end is not None and end.call_id == t.command.call_id:
             # A refused call resumed from the store: its record is finished with the refusal.

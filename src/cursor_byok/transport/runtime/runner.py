@@ -25,6 +25,7 @@ from ..connect.run_info import RunStartInfo
 from .access import TokenLimits
 from .client_blobs import ClientBlobs
 from .committed_states import CommittedStates
+from .forks import Clones
 from .leases import ProcessLeases
 from .request_bases import RequestBases
 from .services import RunnerServices
@@ -40,6 +41,8 @@ class ActiveRun(Protocol):
     def channel(self) -> RunChannel: ...
     @property
     def ended(self) -> asyncio.Event: ...
+    @property
+    def person(self) -> str | None: ...
     async def serve(self) -> None: ...
     def close(self) -> None: ...
     def supersede(self) -> None: ...
@@ -80,6 +83,7 @@ class Runner:
         self._releases: dict[str, asyncio.Task[None]] = {}  # holds being let go
         self.committed_states = CommittedStates()
         self.client_blobs = ClientBlobs()
+        self.clones = Clones()  # NotifyConversationClone's notices (forks.py)
         self.request_bases = RequestBases()
         self.token_limits = TokenLimits(services.store, services.model_names, services.now_ms)
         self._run_tokens: dict[str, str] = {}  # request id -> person token id, while it runs
@@ -193,10 +197,11 @@ class Runner:
     def active_run(self, conversation_id: str) -> ActiveRun | None:
         return self._active.get(conversation_id)
 
-    def cancel_child(self, conversation_id: str) -> bool:
-        """Cancel the run of a helper's conversation, when one is going here."""
+    def cancel_child(self, conversation_id: str, person: str | None = None) -> bool:
+        """Cancel the run of a helper's conversation, when one is going here and its run is
+        made for `person` (None: the operator, who may cancel any)."""
         run = self._active.get(conversation_id)
-        if run is None:
+        if run is None or (person is not None and run.person != person):
             return False
         run.cancel_as_child()
         return True

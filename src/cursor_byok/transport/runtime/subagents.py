@@ -162,7 +162,9 @@ def place(
                 request.conversation_id,
             )
             where = Subagents(depth=max(1, where.depth), subagent_type=child.subagent_type)
-    subagents = msgspec.structs.replace(where, models=models, overrides=overrides)
+    subagents = msgspec.structs.replace(
+        where, models=models, overrides=overrides, custom=context.subagents.custom
+    )
     switches = msgspec.structs.replace(
         context.switches, subagent_depth_reached=True if subagents.depth >= max_depth else None
     )
@@ -171,13 +173,15 @@ def place(
 
 
 def carried(context: TurnContext, stored: TurnContext | None) -> TurnContext:
-    """A follow-up's context keeps the stored Subagents and depth gate."""
+    """A follow-up's context keeps the stored Subagents and depth gate (the custom agents its
+    own context names)."""
     if stored is None:
         return context
     switches = msgspec.structs.replace(
         context.switches, subagent_depth_reached=stored.switches.subagent_depth_reached
     )
-    return msgspec.structs.replace(context, subagents=stored.subagents, switches=switches)
+    subagents = msgspec.structs.replace(stored.subagents, custom=context.subagents.custom)
+    return msgspec.structs.replace(context, subagents=subagents, switches=switches)
 
 
 def _final_text(messages: tuple[Any, ...]) -> str:
