@@ -51,3 +51,32 @@ def test_the_generated_protobuf_is_the_only_exception(tmp_path: Path) -> None:
 def test_run_is_at_most_400_lines() -> None:
     run = SRC / "cursor_byok" / "transport" / "runtime" / "run.py"
     assert _class_lines(run, "Run") <= MAX_RUN_LINES
+
+
+def _tool_name_literals(tree: ast.AST) -> list[tuple[int, str]]:
+    from cursor_byok.loop import NATIVE_TOOL_NAMES
+
+    return [
+        (node.lineno, node.value)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Constant)
+        and isinstance(node.value, str)
+        and node.value in NATIVE_TOOL_NAMES
+    ]
+
+
+def test_the_runtime_never_names_a_native_tool() -> None:
+    """The runtime executes what the loop decided; a tool's name in it is a decision made in
+    the wrong place (CallClient's `spawns` / `to_parent` and catalogue.keeps_stdin say it)."""
+    runtime = SRC / "cursor_byok" / "transport" / "runtime"
+    found = {
+        path.name: names
+        for path in sorted(runtime.glob("*.py"))
+        if (names := _tool_name_literals(ast.parse(path.read_text(encoding="utf-8"))))
+    }
+    assert found == {}
+
+
+def test_a_tool_name_literal_is_found() -> None:
+    tree = ast.parse('if call.name == "Task":\n    x = f"{y} Task"\n')
+    assert _tool_name_literals(tree) == [(1, "Task")]

@@ -7,10 +7,11 @@ Public API (see docs/loop.md):
     inputs     Start, LLMEvent, ToolResult, UserMessage (alias UserMessageInput), Cancel,
                Supersede, ClientGone, Suspend (SuspendCause), Resume (ToolOperation), ToolLost
                (LostCause), Rewind, Input; ToolEffect (PlanCreated, ModeSwitched) on a
-               ToolResult; PlanBuild on a Start; CallRefused (Limit), the admission answer
-               with Admitted (Admission)
+               ToolResult; PlanBuild, Helper (ParentCall) and HelperReport on a Start;
+               CallRefused (Limit), the admission answer with Admitted (Admission)
     context    TurnContext, Environment, McpRoute, McpServerInfo, McpToolInfo, ContextWindow
-    commands   ContinueLLM, CallLLM, ResendLLM, Summarize, CallClient, WaitInput, Final, Failed
+    commands   ContinueLLM, CallLLM, ResendLLM, Summarize, CallClient, FindHelper (answered by a
+               HelperFound input), WaitInput, Final, Failed
                (FailureKind), Canceled, Command
     transition Transition (appended, local_results: LocalResult, call_end: CallEnd with
                CallOutcome, ignored: Ignored), transition, admit, LoopError
@@ -26,6 +27,7 @@ from .commands import (
     Failed,
     FailureKind,
     Final,
+    FindHelper,
     ResendLLM,
     Summarize,
     WaitInput,
@@ -49,11 +51,15 @@ from .inputs import (
     Cancel,
     ClientGone,
     Compact,
+    Helper,
+    HelperFound,
+    HelperReport,
     Input,
     LLMEvent,
     LostCause,
     ModeSwitched,
     Note,
+    ParentCall,
     PlanBuild,
     PlanCreated,
     Resume,
@@ -71,6 +77,7 @@ from .inputs import (
     UserMessage,
     UserMessageInput,
 )
+from .inputs import DEFAULT_MAX_DEPTH as DEFAULT_MAX_DEPTH
 from .limits import Limit
 from .prompt import build_prompt, build_tools, render_prompt, render_tools
 from .state import (
@@ -140,6 +147,10 @@ __all__ = [
     "Failed",
     "FailureKind",
     "Final",
+    "FindHelper",
+    "Helper",
+    "HelperFound",
+    "HelperReport",
     "Ignored",
     "Input",
     "LLMEvent",
@@ -152,6 +163,7 @@ __all__ = [
     "McpToolInfo",
     "ModeSwitched",
     "Note",
+    "ParentCall",
     "PendingResponse",
     "PlanBuild",
     "PlanCreated",

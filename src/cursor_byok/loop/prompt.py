@@ -15,6 +15,7 @@ from .catalogue import Mode, mode_of, offered
 from .context import DEFAULT_CONTEXT, Environment, McpServerInfo, TurnContext
 from .inputs import Input, Start
 from .state import ConversationState
+from .subagents import start_context
 from .tools import NATIVE_BY_NAME, TASK, task_parameters
 
 BASE_INSTRUCTIONS = """\
@@ -129,7 +130,7 @@ def _mcp_section(context: TurnContext) -> str | None:
 def turn_context(input: Input | None, state: ConversationState) -> TurnContext:
     """The context a request of this turn is built from: a Start's own, else the stored one."""
     if isinstance(input, Start):
-        return input.context
+        return start_context(input, state)
     return state.context if state.context is not None else DEFAULT_CONTEXT
 
 

@@ -11,8 +11,17 @@ import msgspec
 from cursor_byok.llm.types import AssistantMessage
 
 from . import derived, view
-from .commands import WAIT_INPUT, Canceled, Command, Failed, FailureKind, Final, ResendLLM
-from .inputs import LostCause, Resume, Rewind, SuspendCause, ToolLost, ToolResult
+from .commands import (
+    WAIT_INPUT,
+    Canceled,
+    Command,
+    Failed,
+    FailureKind,
+    Final,
+    FindHelper,
+    ResendLLM,
+)
+from .inputs import HelperFound, LostCause, Resume, Rewind, SuspendCause, ToolLost, ToolResult
 from .model_calls import model_of, summarize_command
 from .results import CALL_MOVED, CALL_SHUTDOWN, loop_failure
 from .state import AwaitClient, AwaitLLM, AwaitSummary, RuntimeState, Status
@@ -27,6 +36,7 @@ from .step import (
     settle,
 )
 from .tool_phase import call_client, on_tool_lost, on_tool_result
+from .tools_agent import TASK
 from .turns import close_turn
 
 _replace = msgspec.structs.replace
@@ -117,9 +127,27 @@ def _resume_tool(state: RuntimeState, waiting: AwaitClient, input: Resume) -> Tr
     if op.result is not None:  # answered, but the answer's commit was lost
         return on_tool_result(state, ToolResult(message=op.result))
     if op.sent:
+        call = waiting.calls[waiting.next]
+        if call.name == TASK.name:  # its helper may have ended: the store may hold its report
+            return Transition(state, (), FindHelper(operation_id=op.operation_id, tool_call=call))
         lost = ToolLost(operation_id=op.operation_id, cause=LostCause.ANSWER_LOST)
         return on_tool_lost(state, lost)
     return Transition(state, (), call_client(state.committed, waiting))
+
+
+def on_helper_found(state: RuntimeState, input: HelperFound) -> Transition:
+    """The end of a Task call's helper, looked for after a restart: its report answers the
+    call; none found keeps the exactly-once rule (the outcome is unknown)."""
+    c = state.committed
+    waiting = c.waiting
+    if c.status != Status.WAITING_CLIENT or not isinstance(waiting, AwaitClient):
+        return ignore(state, Ignored.NOT_AWAITED)
+    if waiting.operation_id != input.operation_id:
+        return ignore(state, Ignored.OTHER_OPERATION)
+    if input.result is not None:
+        return on_tool_result(state, ToolResult(message=input.result))
+    lost = ToolLost(operation_id=input.operation_id, cause=LostCause.ANSWER_LOST)
+    return on_tool_lost(state, lost)
 
 
 def on_rewind(state: RuntimeState, input: Rewind) -> Transition:

@@ -7,7 +7,7 @@ from typing import assert_never
 
 import msgspec
 
-from cursor_byok.llm.types import AssistantMessage, Message
+from cursor_byok.llm.types import AssistantMessage, Message, ToolCall
 
 from . import catalogue, ids, todos
 from .commands import WAIT_INPUT, CallClient, Final
@@ -31,6 +31,7 @@ from .step import (
 )
 from .todos import TodoUpdate
 from .tools import LOCAL_TOOL_NAMES, side_effects
+from .tools_agent import TASK, UPDATE_CURRENT_STEP
 
 _replace = msgspec.structs.replace
 
@@ -72,12 +73,7 @@ def advance(c: ConversationState, local: tuple[LocalResult, ...] = ()) -> Transi
                 status=Status.WAITING_CLIENT,
                 waiting=_replace(waiting, next=i, operation_id=op, early=tuple(early)),
             )
-            command = CallClient(
-                operation_id=op,
-                tool_call=call,
-                llm_call_id=waiting.call_id,
-                content_index=content_index(c.messages, call.id),
-            )
+            command = client_call(op, call, waiting.call_id, content_index(c.messages, call.id))
             return settle(c2, (), command, local=tuple(answered))
         added.append(result)
         i += 1
@@ -180,9 +176,20 @@ def on_tool_lost(state: RuntimeState, input: ToolLost) -> Transition:
 
 def call_client(c: ConversationState, waiting: AwaitClient) -> CallClient:
     call = waiting.calls[waiting.next]
+    index = content_index(c.messages, call.id)
+    return client_call(waiting.operation_id, call, waiting.call_id, index)
+
+
+def client_call(
+    operation_id: str, call: ToolCall, llm_call_id: str, content_index: int
+) -> CallClient:
+    """The command that runs `call` on the client, saying what the runtime does around it: a
+    Task call's child run is expected next; a progress card also goes to the parent's card."""
     return CallClient(
-        operation_id=waiting.operation_id,
+        operation_id=operation_id,
         tool_call=call,
-        llm_call_id=waiting.call_id,
-        content_index=content_index(c.messages, call.id),
+        llm_call_id=llm_call_id,
+        content_index=content_index,
+        spawns=call.name == TASK.name,  # the IDE answers it by opening a child run
+        to_parent=call.name == UPDATE_CURRENT_STEP.name,
     )

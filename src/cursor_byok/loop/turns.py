@@ -34,6 +34,7 @@ from .step import (
     take_early,
     with_messages,
 )
+from .subagents import kept_place, start_context, with_reports
 
 _replace = msgspec.structs.replace
 
@@ -109,10 +110,11 @@ def on_start(state: RuntimeState, input: Start) -> Transition:
         c = _replace(c, todos=input.todos, todo_seed=input.todos, todo_from=len(c.log))
     elif c.commit == 0 and input.todos:
         c = _replace(c, todos=input.todos, todo_seed=input.todos)
-    message = input.user_message
+    message = with_reports(input.user_message, input.reports)
     if input.build is not None:
         message = build_message(derived.plan_to_build(c, input.build))
-    t = begin_turn(c, input.context, opening_message(input.context, message))
+    context = start_context(input, state.committed)
+    t = begin_turn(c, context, opening_message(context, message))
     return prepend((), t, call_end)
 
 
@@ -142,6 +144,8 @@ def _follow_up_context(c: ConversationState, input: UserMessage) -> TurnContext 
     base = input.context
     if base is None:
         base = c.queued_context if c.queued_context is not None else context_of(c)
+    elif c.context is not None:
+        base = kept_place(base, c.context)
     if input.mode is not None and input.mode != base.mode:
         base = _replace(base, mode=input.mode)
     return base

@@ -24,6 +24,7 @@ from ...loop import (
     ConversationState,
     Failed,
     Final,
+    FindHelper,
     ResendLLM,
     Span,
     Summarize,
@@ -107,7 +108,15 @@ def command_record(command: Command) -> bytes:
             return msgspec.json.encode(
                 {"command": "summarize", "call_id": call_id, "messages_hash": messages_hash}
             )
-        case ResendLLM() | CallClient() | WaitInput() | Final() | Failed() | Canceled():
+        case (
+            ResendLLM()
+            | CallClient()
+            | FindHelper()
+            | WaitInput()
+            | Final()
+            | Failed()
+            | Canceled()
+        ):
             return msgspec.json.encode(command)
         case _:
             assert_never(command)

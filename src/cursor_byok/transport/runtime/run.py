@@ -214,6 +214,7 @@ class Run:
             self._run_saved.add_done_callback(consume_exception)
         self._route.close()
         self.tools.abort_all()
+        self.helpers.close()
         self.commands.drop_pending_blob()
         if self.parts is not None:
             self.parts.calls.close()
@@ -383,7 +384,7 @@ class Run:
         resume, record = await self.conv.resume(turn_id)
         if record is not None:
             self.tools.remember(record)
-        return await self.helpers.recover(resume, self.state)
+        return resume
 
     # -- inputs -----------------------------------------------------------------------------
 

@@ -12,7 +12,7 @@ from typing import Any
 import msgspec
 
 from ...llm.types import UserMessage
-from ...loop import ContextWindow, Start, TurnContext
+from ...loop import ContextWindow, HelperReport, Start, TurnContext
 from ..cursor import (
     BackgroundCompletions,
     ClientContext,
@@ -26,7 +26,7 @@ from .context import client_history, context_parts, turn_context, with_kept
 from .requests import ClientRequests
 from .runner import Runner
 from .services import RunnerServices
-from .subagents import Expected, carried, link_of, place, with_reports
+from .subagents import Expected, helper_of, helper_reports, link_of, with_choices
 
 
 def with_budget(
@@ -65,10 +65,9 @@ async def start_of(
 ) -> TurnStart:
     """The Start of `request`; a helper's run is linked to its parent's Task call here."""
     services = runner.services
+    reports: tuple[HelperReport, ...] = ()
     if isinstance(request.payload, BackgroundCompletions):
-        request = await with_reports(
-            request, request.payload, services.store, runner.committed_states
-        )
+        reports = await helper_reports(request.payload, services.store, runner.committed_states)
     history: tuple[Any, ...] = ()
     if new_conversation:
         history = await client_history(request, requests, runner.client_blobs)
@@ -83,18 +82,9 @@ async def start_of(
         services.web_search_configured,
         services.image_generation,
     )
-    if context.window != window:
-        context = msgspec.structs.replace(context, window=window)
+    context = with_choices(context, request, services.model_names)
     child = recognise_child(request.child, headers, request_id)
-    context, parent_call = place(
-        context,
-        request,
-        child,
-        stored,
-        runner.children,
-        services.model_names,
-        services.subagent_max_depth,
-    )
+    helper, parent_call = helper_of(request, child, runner.children, services.subagent_max_depth)
     if parent_call is not None and child is not None:
         link = link_of(parent_call, request.conversation_id, child.subagent_type, services.now_ms())
         await services.store.save_subagent_link(link)
@@ -106,6 +96,8 @@ async def start_of(
         history=history,
         todos=request.history.todos if new_conversation else (),  # our own list wins
         build=request.build,
+        helper=helper,
+        reports=reports,
     )
     return TurnStart(start, parts, request.mcp_tools, parent_call)
 
@@ -136,4 +128,4 @@ def follow_up_context(
         image_generation=services.image_generation,
     )
     kept = with_kept(merged, parts, stored.kept_parts if stored is not None else ())
-    return with_budget(carried(kept, stored), window, fallbacks)
+    return with_budget(kept, window, fallbacks)
