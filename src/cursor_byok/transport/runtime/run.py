@@ -223,19 +223,17 @@ class Run:
     def _cancel_child(self, request: RunRequest) -> None:
         """cancel_subagent_action: that helper's run ends canceled; this run is empty."""
         if isinstance(request.payload, CancelSubagent):
-            found = self.runner.cancel_child(request.payload.subagent_id)
-            log.info(
-                "run %s: cancel of helper %s (%s)",
-                self.channel.request_id,
-                request.payload.subagent_id,
-                "its run was canceled" if found else "no run of it is going here",
-            )
+            self.helpers.cancel(request.payload.subagent_id)
         self.channel.send(turn_ended(self.summary.usage))
         self._end(None, "ok")
 
     def cancel_as_child(self) -> None:
         """The parent's user canceled this helper (cancel_subagent_action)."""
         self._inbox.put_nowait(Work(Cancel(reason="the helper was canceled"), None))
+
+    def show_helper_progress(self, frame: bytes) -> None:
+        """A helper of this run made progress (Runner.helper_progress): its Task card shows it."""
+        self.channel.send(frame)
 
     def supersede(self) -> None:
         """A newer run wants this conversation: the loop decides what that means for this one."""
@@ -299,10 +297,6 @@ class Run:
     def state(self) -> RuntimeState:
         return self.conv.state
 
-    @property
-    def version(self) -> int:
-        return self.conv.version
-
     async def _begin(self, input_id: str, request: RunRequest) -> None:
         assert self.parts is not None
         checkpoints = self.parts.checkpoints
@@ -364,14 +358,14 @@ class Run:
         last turn the client lists."""
         assert self.parts is not None
         checkpoints = self.parts.checkpoints
-        target = await checkpoints.rewind_target(request.history.turn_blob_ids, self.version)
+        target = await checkpoints.rewind_target(request.history.turn_blob_ids, self.conv.version)
         if target is None:
             return
         turns, view = target
-        before = self.version
+        before = self.conv.version
         await self._apply(Rewind(view=view), f"{input_id}:rewind")
-        if self.version != before:
-            checkpoints.rewound(turns, self.version)
+        if self.conv.version != before:
+            checkpoints.rewound(turns, self.conv.version)
             log.info(
                 "conversation %s rewound by the client to turn %d (%d messages)",
                 self.conversation_id,

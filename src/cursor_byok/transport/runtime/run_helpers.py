@@ -41,15 +41,25 @@ class RunHelpers:
         self.calls.append(expected.tool_call_id)
         self.runner.children.expect(expected)
 
+    def cancel(self, subagent_id: str) -> None:
+        """The user canceled helper `subagent_id` (cancel_subagent_action): its run, when it
+        is going in this process, ends canceled (the runner tells it)."""
+        found = self.runner.cancel_child(subagent_id)
+        log.info(
+            "run %s: cancel of helper %s (%s)",
+            self.request_id,
+            subagent_id,
+            "its run was canceled" if found else "no run of it is going here",
+        )
+
     def progress_to_parent(self, card: bytes) -> None:
         """A helper's progress card, shown in its parent's Task card too (when the parent's
         run is going in this process)."""
         call = self.parent
         if call is None or not call.card_call_id:
             return
-        parent = self.runner.active_run(call.parent_conversation_id)
-        if parent is not None:
-            parent.channel.send(task_progress_frame(call.card_call_id, call.model_call_id, card))
+        frame = task_progress_frame(call.card_call_id, call.model_call_id, card)
+        self.runner.helper_progress(call.parent_conversation_id, frame)
 
     async def totals(self) -> tuple[Usage, float] | None:
         """The tokens and cost of the helpers this run's Task calls started (None: none)."""

@@ -45,6 +45,7 @@ class ActiveRun(Protocol):
     def supersede(self) -> None: ...
     def suspend(self, cause: SuspendCause) -> None: ...
     def cancel_as_child(self) -> None: ...
+    def show_helper_progress(self, frame: bytes) -> None: ...
 
 
 class RunFactory(Protocol):
@@ -191,8 +192,12 @@ class Runner:
             except Exception:
                 log.exception("metrics: could not count a %s", kind)
 
-    def active_run(self, conversation_id: str) -> ActiveRun | None:
-        return self._active.get(conversation_id)
+    def helper_progress(self, parent_conversation_id: str, frame: bytes) -> None:
+        """A helper's progress, for its parent's Task card: handed to the parent's run when it
+        is going in this process (it sends it on its own stream)."""
+        parent = self._active.get(parent_conversation_id)
+        if parent is not None:
+            parent.show_helper_progress(frame)
 
     def cancel_child(self, conversation_id: str) -> bool:
         """Cancel the run of a helper's conversation, when one is going here."""
