@@ -6,13 +6,23 @@ from __future__ import annotations
 import asyncio
 import base64
 import logging
+import os
 import secrets
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from .access_tokens import TokenDirectory
 from .config import Config
-from .launch import ListenError, check_bind, serve_async, url_of
+from .launch import (
+    ListenError,
+    bind_address,
+    check_bind,
+    free_port,
+    refuse_if_taken,
+    serve_async,
+    url_of,
+)
 from .llm.registry import LLMRegistry
 from .observability.logs import install_redaction, secrets_of, setup_logging
 from .observability.routes import Observability
@@ -31,6 +41,7 @@ from .web.images import ImageMaker
 from .web.jobs import job_runner
 from .web.search import WebSearch
 from .web.types import JobRunner
+from .workers import NEEDS_POSTGRES, Supervisor, WorkerSpec
 
 log = logging.getLogger("cursor_byok")
 
@@ -164,7 +175,18 @@ def server_jobs(config: Config, registry: LLMRegistry, converter: PageConverter)
     return job_runner(fetcher=fetcher, images=images, search=search, converter=converter)
 
 
-async def _serve(config: Config, host: str, port: int, database: str | None) -> int:
+async def _serve(
+    config: Config,
+    host: str,
+    port: int,
+    database: str | None,
+    *,
+    port_checked: bool = False,
+    on_ready: Callable[[], None] | None = None,
+    worker: tuple[int, int] | None = None,
+) -> int:
+    """One server process; a worker of several (workers.py) names itself `worker` (index,
+    count), skips the port check its supervisor made and says `on_ready` once it listens."""
     if database is None and (moved := moved_database(config)) is not None:
         log.error("%s", moved)
         return 2
@@ -179,6 +201,8 @@ async def _serve(config: Config, host: str, port: int, database: str | None) -> 
     except StoreError as exc:
         log.error("cannot open the database: %s", exc)
         return 2
+    if worker is not None:
+        app.observability.metrics.bind_worker(*worker, os.getpid())
     scheme = "https" if config.server.certificate else "http"
     loop = asyncio.get_running_loop()
     checks: list[asyncio.Task[None]] = []
@@ -186,7 +210,12 @@ async def _serve(config: Config, host: str, port: int, database: str | None) -> 
 
     def listening() -> None:
         log.info("serving %d models on %s", len(config.models), url_of(scheme, host, port))
-        loop.call_soon_threadsafe(lambda: checks.append(loop.create_task(warn_at_start(config))))
+        if on_ready is not None:
+            on_ready()
+        if worker is None or worker[0] == 1:  # the start warnings once, not once a worker
+            loop.call_soon_threadsafe(
+                lambda: checks.append(loop.create_task(warn_at_start(config)))
+            )
 
     try:
         await serve_async(
@@ -202,6 +231,7 @@ async def _serve(config: Config, host: str, port: int, database: str | None) -> 
             on_server_created=install_redaction,
             on_listening=listening,
             relay=app.store.replicas,
+            check_port=not port_checked,
         )
     except ListenError as exc:
         log.error("%s", exc)
@@ -243,10 +273,32 @@ def serve(
     except ValueError as exc:
         log.error("%s", exc)
         return 2
+    workers = config.server.workers
+    if workers > 1:
+        return _serve_workers(config, host, port, database, level, workers)
     try:
         return asyncio.run(_serve(config, host, port, database))
     except KeyboardInterrupt:
         return 0
+
+
+def _serve_workers(
+    config: Config, host: str, port: int, database: str | None, level: str, workers: int
+) -> int:
+    """server.workers > 1: N processes on one port (workers.py); PostgreSQL only."""
+    if not is_postgres_url(database or config.server.database):
+        log.error("%s", NEEDS_POSTGRES.format(n=workers))
+        return 2
+    try:
+        refuse_if_taken(host, port)
+    except ListenError as exc:
+        log.error("%s", exc)
+        return 2
+    if port == 0:  # every worker must listen on the same port: pick it here
+        port = free_port(bind_address(host, 0))
+    log.info("starting %d workers on port %d", workers, port)
+    spec = WorkerSpec(config, host, port, database, level, workers)
+    return Supervisor(spec).run()
 
 
 __all__ = ["App", "serve"]

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from . import __version__
 from .config import LOG_LEVELS, Config, ConfigError, load_config, port_number
+from .llm.models import Model
 
 CONFIG_HELP = (
     "TOML configuration file (default: $CURSOR_BYOK_CONFIG, else ./cursor-byok.toml, else "
@@ -106,8 +107,42 @@ def cmd_init(path: str | None, force: bool) -> int:
     return 0
 
 
+def prices_text(model: Model) -> str:
+    """A model's prices as `models` shows them, with where they came from."""
+    p = model.prices
+    if model.prices_source == "local":
+        return "local ($0)"
+    if p is None:
+        return "none (unpriced)"
+    text = f"${p.input:g} / ${p.output:g}"
+    if p.long_context is not None:
+        above = p.long_context
+        text += f", over {p.long_context_tokens:,}: ${above.input:g} / ${above.output:g}"
+    return f"{text} ({model.prices_source})"
+
+
+def _window_note(config: Config) -> str:
+    kinds = {m.context_source for m in config.models.values()} - {"config"}
+    if kinds == {"catalogue"}:
+        return "the catalogue's"
+    if kinds == {"default"}:
+        return "the default, 128,000: set context_window to what the server serves"
+    return "the catalogue's where it has one, else 128,000"
+
+
 def models_table(config: Config) -> str:
-    headers = ("ID", "NAME", "PROVIDER", "API", "UPSTREAM MODEL", "CONTEXT", "REASONING", "ALIASES")
+    headers = (
+        "ID",
+        "NAME",
+        "PROVIDER",
+        "API",
+        "UPSTREAM MODEL",
+        "CONTEXT",
+        "PRICES (USD/Mtok in/out)",
+        "CATALOGUE",
+        "REASONING",
+        "ALIASES",
+    )
     rows: list[tuple[str, ...]] = [headers]
     for m in config.models.values():
         s = m.settings
@@ -126,7 +161,9 @@ def models_table(config: Config) -> str:
                 m.provider.name,
                 m.provider.api,
                 s.model,
-                f"{m.context_window:,}",
+                f"{m.context_window:,}" + ("" if m.context_source == "config" else "*"),
+                prices_text(m),
+                m.catalogue or "not in catalogue",
                 reasoning,
                 ", ".join(m.aliases),
             )
@@ -140,6 +177,11 @@ def models_table(config: Config) -> str:
             for i in range(len(headers))
         ]
         lines.append("  ".join(cells).rstrip())
+    if any(m.context_source != "config" for m in config.models.values()):
+        lines.append("* the window is not in the configuration: " + _window_note(config))
+    for m in config.models.values():
+        if m.catalogue_note:
+            lines.append(f"{m.id}: {m.catalogue_note}")
     if config.server.default_model:
         lines.append(f"default model (for names not served): {config.server.default_model}")
     return "\n".join(lines)

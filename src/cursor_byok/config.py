@@ -6,7 +6,6 @@ provider settings only, and never printed: `repr` of every config object leaves 
 
 from __future__ import annotations
 
-import argparse
 import ipaddress
 import os
 import tomllib
@@ -16,6 +15,12 @@ from typing import Any, get_args
 
 import msgspec
 
+from .config_files import CONFIG_ENV as CONFIG_ENV
+from .config_files import LOCAL_CONFIG as LOCAL_CONFIG
+from .config_files import beside_config as beside_config
+from .config_files import find_config as find_config
+from .config_files import port_number as port_number
+from .config_files import user_config_path as user_config_path
 from .config_shape import Shape, check_shape, key_path, number_errors
 from .config_web import (
     ImageGenerationConfig,
@@ -29,6 +34,7 @@ from .llm.model_names import ModelNames, NameClash, Resolved, Unknown, UnknownDe
 from .llm.models import Model, Prices
 from .llm.settings import Api, ModelSettings, ProviderSettings, ReasoningEffort
 from .loop.catalogue import TOOLS, TOOLS_BY_NAME, Gate
+from .model_defaults import CatalogueError, is_loopback, model_defaults
 from .web.search.settings import WebSearchSettings
 
 __all__ = [
@@ -46,7 +52,6 @@ __all__ = [
     "port_number",
 ]
 
-CONFIG_ENV = "CURSOR_BYOK_CONFIG"
 LOG_LEVELS = ("debug", "info", "warning", "error")
 APIS: tuple[str, ...] = tuple(a for a in get_args(Api) if a != "faux")
 EFFORTS: tuple[str, ...] = get_args(ReasoningEffort)
@@ -116,6 +121,9 @@ class ServerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     title_timeout_s: float = 10.0
     # How long an access token handed to a signed-in client lives (docs/clients.md).
     access_token_ttl_s: int = 3600
+    # Server processes on the one port, each with its own event loop (workers.py); > 1 needs
+    # PostgreSQL (docs/deploy.md, "Workers").
+    workers: int = 1
     # CIDRs of the reverse proxies in front: from them, a request's client (for the per-client
     # limits) is the rightmost X-Forwarded-For hop outside these (transport/connect/clients.py).
     trusted_proxies: list[str] = []
@@ -131,6 +139,8 @@ class ProviderConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     api_key: str | None = None
     api_key_env: str | None = None
     headers: dict[str, str] = {}
+    catalogue: str | None = None  # the model catalogue's provider id ("": none); model_defaults
+    local: bool | None = None  # bills nothing (prices $0); default: its base_url is loopback
     connect_timeout_s: float = 30.0
     read_timeout_s: float = 300.0
     first_output_timeout_s: float = 300.0
@@ -144,7 +154,7 @@ class ModelConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     provider: str
     model: str | None = None  # upstream name; defaults to the model id
     name: str | None = None  # display name shown by clients
-    context_window: int = 128_000
+    context_window: int | None = None  # the catalogue's, else 128,000 (model_defaults.py)
     max_output_tokens: int | None = None
     reasoning: bool = False
     reasoning_effort: str | None = None
@@ -152,7 +162,8 @@ class ModelConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     temperature: float | None = None
     extra_body: dict[str, Any] = {}
     extra_headers: dict[str, str] = {}
-    prices: Prices | None = None
+    prices: Prices | None = None  # the catalogue's, else zero on loopback, else none
+    catalogue: str | None = None  # the catalogue's name of the model ("": none); exact
     aliases: list[str] = []  # other names clients may ask for; unique across all models
     vision: bool = (
         False  # reads images: AvailableModels says supports_images, so the IDE sends them
@@ -206,16 +217,6 @@ class Config(msgspec.Struct, frozen=True):
         return ModelNames(self.models.values(), self.server.default_model)
 
 
-def is_loopback(host: str) -> bool:
-    """Whether `host` names this machine's loopback interface only."""
-    if host in ("localhost", "localhost.localdomain"):
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
-
-
 def _validation_message(exc: msgspec.ValidationError) -> str:
     # msgspec says e.g. "Object contains unknown field `x` - at `$.providers.openai`".
     return str(exc).replace("$.", "").replace("`$`", "the top level")
@@ -235,6 +236,8 @@ def _run_limit_errors(server: ServerConfig) -> list[str]:
         errors.append("server.unstarted_runs_per_client must be 1-100000")
     if not 0 < server.reconnect_grace_s <= 86_400:
         errors.append("server.reconnect_grace_s must be between 0 and 86400")
+    if not 1 <= server.workers <= 64:
+        errors.append("server.workers must be 1-64")
     return errors
 
 
@@ -436,6 +439,20 @@ def _models(
             )
         if len(errors) > found or m.provider not in providers:
             continue
+        try:
+            defaults = model_defaults(
+                base_url=providers[m.provider].base_url,
+                upstream=m.model or model_id,
+                provider_catalogue=raw.providers[m.provider].catalogue,
+                local=raw.providers[m.provider].local,
+                catalogue=m.catalogue,
+                prices=m.prices,
+                context_window=m.context_window,
+            )
+        except CatalogueError as exc:
+            errors.append(f"{key}.catalogue: {exc}")
+            continue
+        entry = defaults.entry
         settings = ModelSettings(
             model=m.model or model_id,
             max_output_tokens=m.max_output_tokens,
@@ -451,8 +468,12 @@ def _models(
             display_name=m.name or model_id,
             provider=providers[m.provider],
             settings=settings,
-            context_window=m.context_window,
-            prices=m.prices,
+            context_window=defaults.context_window,
+            prices=defaults.prices,
+            prices_source=defaults.prices_source,
+            context_source=defaults.context_source,
+            catalogue=f"{entry.key} ({entry.source})" if entry is not None else "",
+            catalogue_note=entry.note if entry is not None else "",
             aliases=tuple(m.aliases),
             vision=m.vision,
             compaction_threshold=threshold,
@@ -493,20 +514,6 @@ def _resolve_names(
     return server, models
 
 
-def beside_config(database: str, config_path: str | None) -> str:
-    """A relative SQLite path of the file resolved against the file's folder (the same for
-    `serve` and every other command, wherever they run); a URL, an absolute path, or a
-    configuration not read from a file, as it is."""
-    from .store.backends import is_postgres_url
-
-    if config_path is None or not database or is_postgres_url(database):
-        return database
-    path = Path(database).expanduser()
-    if path.is_absolute():
-        return str(path)
-    return str(Path(config_path).absolute().parent / path)
-
-
 def _with_fallbacks(
     raw: RawConfig, models: dict[str, Model], names: ModelNames, path: str | None
 ) -> dict[str, Model]:
@@ -536,30 +543,6 @@ def _with_fallbacks(
     return out
 
 
-LOCAL_CONFIG = "cursor-byok.toml"  # what `cursor-byok init` and scripts/serve write
-
-
-def user_config_path(env: Mapping[str, str]) -> Path:
-    """The per-user configuration: $XDG_CONFIG_HOME/cursor-byok/config.toml, by default
-    ~/.config/cursor-byok/config.toml."""
-    base = env.get("XDG_CONFIG_HOME") or str(Path(env.get("HOME") or Path.home()) / ".config")
-    return Path(base) / "cursor-byok" / "config.toml"
-
-
-def find_config(
-    path: str | Path | None, env: Mapping[str, str], cwd: Path | None = None
-) -> Path | None:
-    """The configuration to use: `path` (--config), else $CURSOR_BYOK_CONFIG, else
-    ./cursor-byok.toml, else the per-user file; None when none of them is given or exists."""
-    chosen = path or env.get(CONFIG_ENV)
-    if chosen:
-        return Path(chosen)
-    for candidate in ((cwd or Path.cwd()) / LOCAL_CONFIG, user_config_path(env)):
-        if candidate.is_file():
-            return candidate
-    return None
-
-
 def load_config(
     path: str | Path | None = None, *, env: dict[str, str] | None = None, cwd: Path | None = None
 ) -> Config:
@@ -575,14 +558,3 @@ def load_config(
     except OSError as exc:
         raise ConfigError(f"cannot read configuration {p}: {exc.strerror}") from None
     return parse_config(text, env=env, path=str(p))
-
-
-def port_number(text: str) -> int:
-    """argparse type for a TCP port: a clear error instead of a traceback from the socket."""
-    try:
-        port = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a port number: {text!r}") from None
-    if not 0 < port < 65536:
-        raise argparse.ArgumentTypeError(f"a port is 1-65535, got {port}")
-    return port

@@ -289,13 +289,16 @@ async def serve_async(
     plain_routes: PlainRoutes | None = None,
     rpc_backend: RpcBackend | None = None,
     path_encryption_key: str | None = None,
+    check_port: bool = True,
 ) -> None:
     """Serve until SIGINT/SIGTERM (or until `stop` is set), in the running event loop.
-    `on_listening` runs once the socket is open. Raises ListenError when it cannot be."""
+    `on_listening` runs once the socket is open. Raises ListenError when it cannot be.
+    `check_port=False`: a worker of several on one port, whose supervisor checked it."""
     host = host or config.server.host
     port = config.server.port if port is None else port
     check_bind(config, host)
-    refuse_if_taken(host, port)
+    if check_port:
+        refuse_if_taken(host, port)
     app = connect_app(
         config,
         handler,

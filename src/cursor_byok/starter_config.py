@@ -9,6 +9,11 @@ from __future__ import annotations
 
 import re
 
+import msgspec
+
+from .llm import model_catalogue
+from .llm.models import Prices
+
 DEFAULT_PATH = "cursor-byok.toml"
 # Where the starter's active provider points: llama.cpp's llama-server on its default port.
 STARTER_LOCAL_URL = "http://127.0.0.1:8080/v1"
@@ -50,10 +55,13 @@ log_level = "info"            # debug, info, warning or error (cursor-byok serve
 # select. `model` is the upstream model name (defaults to <id>), `name` the display name,
 # `aliases` other names clients may ask for (matched ignoring case; unique across models).
 # Optional per model: max_output_tokens, reasoning, reasoning_effort (none, minimal, low,
-# medium, high, xhigh), reasoning_budget, temperature, extra_body, extra_headers and
-# prices = { input = ..., output = ..., cache_read = ..., cache_write = ... } in USD per
-# million tokens, used for the cost in logs, metrics and the dashboard. Prices below are
-# placeholders: copy the current ones from your provider's price list.
+# medium, high, xhigh), reasoning_budget, temperature, extra_body, extra_headers,
+# context_window and prices = { input = ..., output = ..., cache_read = ..., cache_write = ... }
+# in USD per million tokens (the cost in logs, metrics, the dashboard and budgets).
+# context_window and prices default from the model catalogue (the genai-prices package
+# installed with cursor-byok; `cursor-byok models` shows what each model matched): its entry
+# for the provider and the exact upstream name, or `catalogue = "<its name there>"`. Set them
+# here to override; a server on this machine (loopback) costs $0 ("local").
 # ---------------------------------------------------------------------------------------------
 
 # A local OpenAI-compatible server. Default ports:
@@ -69,7 +77,8 @@ base_url = "http://127.0.0.1:8080/v1"
 provider = "local"
 model = "local-model"         # the name your server serves (Ollama: e.g. "qwen2.5-coder:7b")
 name = "Local model"
-context_window = 32768
+context_window = 8192         # what your server serves (llama-server -c / --ctx-size, Ollama's
+                              # num_ctx): larger, and long chats fail instead of compacting
 
 # OpenAI (key from https://platform.openai.com/api-keys, exported as OPENAI_API_KEY).
 #[providers.openai]
@@ -80,10 +89,9 @@ context_window = 32768
 #provider = "openai"
 #model = "gpt-5"
 #name = "GPT-5"
-#context_window = 400000
 #reasoning = true
 #reasoning_effort = "medium"
-#prices = { input = 1.25, output = 10.0, cache_read = 0.125 }
+{catalogue openai gpt-5}
 
 # Anthropic (key exported as ANTHROPIC_API_KEY).
 #[providers.anthropic]
@@ -95,11 +103,10 @@ context_window = 32768
 #model = "claude-sonnet-4-5"
 #name = "Claude Sonnet"
 #aliases = ["claude-4-sonnet", "claude-sonnet-4-5"]
-#context_window = 200000
 #max_output_tokens = 16000
 #reasoning = true
 #reasoning_budget = 4000
-#prices = { input = 3.0, output = 15.0, cache_read = 0.3, cache_write = 3.75 }
+{catalogue anthropic claude-sonnet-4-5}
 #web_search = ["tavily", "searx"]   # this model's own web search order (see below)
 
 # Google Gemini (key from AI Studio, exported as GEMINI_API_KEY).
@@ -111,8 +118,7 @@ context_window = 32768
 #provider = "gemini"
 #model = "gemini-2.5-flash"
 #name = "Gemini Flash"
-#context_window = 1000000
-#prices = { input = 0.3, output = 2.5, cache_read = 0.075 }
+{catalogue google gemini-2.5-flash}
 
 # ---------------------------------------------------------------------------------------------
 # Web tools (docs/operations.md, "Web tools").
@@ -177,8 +183,43 @@ EXAMPLE_ENV = (
 _COMMENTED_TOML = re.compile(r"^#(?=[\[A-Za-z])", re.MULTILINE)
 
 
+_CATALOGUE_LINE = re.compile(r"^\{catalogue (\S+) (\S+)\}$", re.MULTILINE)
+
+
 def starter_config() -> str:
-    return STARTER_CONFIG
+    """The starter file, with what the catalogue says of each example model written beside
+    it (as comments: the catalogue stays the source until a value is set here)."""
+    return _CATALOGUE_LINE.sub(lambda m: _catalogue_comment(m[1], m[2]), STARTER_CONFIG)
+
+
+def _catalogue_comment(provider: str, model: str) -> str:
+    entry = model_catalogue.lookup(provider, model)
+    if entry is None:
+        return f"# Not in the catalogue ({model_catalogue.source()}): set prices, context_window."
+    lines = [f"# Catalogue defaults ({entry.source}, {entry.key}); set one here to override:"]
+    if entry.context_window:
+        lines.append(f"#   context_window = {entry.context_window}")
+    prices = entry.prices
+    if prices is not None:
+        flat = msgspec.structs.replace(prices, long_context=None, long_context_tokens=0)
+        lines.append(f"#   prices = {prices_toml(flat)}")
+        if prices.long_context is not None:
+            lines.append(
+                f"#     over {prices.long_context_tokens} prompt tokens, in the same table: "
+                f"long_context_tokens = {prices.long_context_tokens},"
+            )
+            lines.append(f"#     long_context = {prices_toml(prices.long_context)}")
+    return "\n".join(lines)
+
+
+def prices_toml(prices: Prices) -> str:
+    """`prices` as a TOML inline table, as the configuration reads it."""
+    fields = msgspec.structs.asdict(prices)
+    tier = fields.pop("long_context")
+    parts = [f"{k} = {v:g}" for k, v in fields.items() if v]
+    if tier is not None:
+        parts.append(f"long_context = {prices_toml(tier)}")
+    return "{ " + ", ".join(parts) + " }"
 
 
 def uncomment_examples(text: str) -> str:

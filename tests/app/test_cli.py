@@ -8,6 +8,7 @@ import pytest
 
 from cursor_byok import cli
 from cursor_byok.config import Config, parse_config
+from cursor_byok.llm.model_catalogue import source
 from cursor_byok.starter_config import EXAMPLE_ENV, starter_config, uncomment_examples
 
 MODELS_TOML = """
@@ -120,9 +121,15 @@ def test_models_table(
         "UPSTREAM",
         "MODEL",
         "CONTEXT",
+        "PRICES",
+        "(USD/Mtok",
+        "in/out)",
+        "CATALOGUE",
         "REASONING",
         "ALIASES",
     ]
+    # gpt-5: its window from the TOML, its prices from the catalogue entry it matches exactly.
+    package, version = source().split()
     assert lines[1].split() == [
         "gpt-5",
         "GPT-5",
@@ -130,20 +137,34 @@ def test_models_table(
         "openai-responses",
         "gpt-5",
         "400,000",
+        "$1.25",
+        "/",
+        "$10",
+        "(catalogue)",
+        "openai/gpt-5",
+        f"({package}",
+        f"{version})",
         "yes",
         "(high)",
     ]
+    # A server on loopback: zero prices, "local"; no window anywhere: the default, marked.
     assert lines[2].split() == [
         "qwen",
         "qwen",
         "local",
         "openai-chat",
         "qwen2.5-coder:7b",
-        "128,000",
+        "128,000*",
+        "local",
+        "($0)",
+        "not",
+        "in",
+        "catalogue",
         "no",
     ]
+    assert lines[3].startswith("* the window is not in the configuration: the default, 128,000")
     assert SECRET not in out
-    assert len(lines) == 3  # no default model line when none is set
+    assert len(lines) == 4  # no default model line when none is set
 
 
 def test_models_table_lists_aliases_and_the_default(
@@ -161,7 +182,7 @@ def test_models_table_lists_aliases_and_the_default(
     aliases_at = lines[0].index("ALIASES")
     assert lines[1][aliases_at:] == "gpt5, openai-best"
     assert lines[2].split()[0] == "qwen" and len(lines[2]) <= aliases_at  # none: an empty cell
-    assert lines[3] == "default model (for names not served): gpt-5"
+    assert lines[4] == "default model (for names not served): gpt-5"
 
 
 def test_models_with_config_error_and_no_models(

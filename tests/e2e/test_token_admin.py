@@ -58,6 +58,7 @@ database = "{database}"
 [providers.brain]
 api = "openai-chat"
 base_url = "{upstream.base_url}/v1"
+local = false  # on loopback, but standing in for a provider that bills: no $0 default
 
 [models."brain-1"]
 provider = "brain"

@@ -323,7 +323,9 @@ async def test_dashboard_renders_tables_chart_and_errors(tmp_path: Path) -> None
                 assert len(set(right)) == len(right), (model, right)
             by_model = {m: (left, right) for m, left, right in ticks}
             assert by_model["gemini/gemini-test"] == (["0", "1"], [])
-            assert by_model["anthropic/claude-test"][1] == []  # no prices: no cost axis
+            # Costs as stored: gemini-test's calls have none (no cost axis); one of
+            # claude-test's has, so its chart draws cost and says how many calls had none.
+            assert by_model["anthropic/claude-test"][1][0] == "$0"
             assert by_model["openai/gpt-test"][1][0] == "$0"
             assert await page.evaluate(OVERFLOWS_JS) == []
             hints = await page.eval_on_selector_all(
@@ -335,8 +337,10 @@ async def test_dashboard_renders_tables_chart_and_errors(tmp_path: Path) -> None
                 ["gemini/gemini-test", True],
                 ["openai/gpt-test", False],
             ]
-            hint = await page.inner_text(".chart-box[data-model='anthropic/claude-test'] h3")
+            hint = await page.inner_text(".chart-box[data-model='gemini/gemini-test'] h3")
             assert "no prices" in hint and "$0" not in hint
+            partly = await page.inner_text(".chart-box[data-model='anthropic/claude-test'] h3")
+            assert "2 calls made without prices, not counted" in partly
             unpriced = await page.eval_on_selector(
                 "#calls tr[data-call-id='call-3'] td.no-prices",
                 "td => [td.textContent, td.title]",

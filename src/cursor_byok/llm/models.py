@@ -11,15 +11,26 @@ from .settings import ModelSettings, ProviderSettings
 from .types import Usage
 
 
-class Prices(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
-    """USD per million tokens."""
+def prompt_tokens(usage: Usage) -> int:
+    return usage.input + usage.cache_read + usage.cache_write
+
+
+class Prices(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defaults=True):
+    """USD per million tokens. A call whose prompt (input, cache reads and cache writes) is
+    over `long_context_tokens` pays `long_context`'s prices for all of its tokens instead
+    (Anthropic's and Gemini's tier above 200k), when there is one."""
 
     input: float = 0.0
     output: float = 0.0
     cache_read: float = 0.0
     cache_write: float = 0.0
+    long_context_tokens: int = 0
+    long_context: Prices | None = None
 
     def cost(self, usage: Usage) -> float:
+        tier = self.long_context
+        if tier is not None and prompt_tokens(usage) > self.long_context_tokens:
+            return tier.cost(usage)
         return (
             usage.input * self.input
             + usage.output * self.output
@@ -82,3 +93,10 @@ class Model(msgspec.Struct, frozen=True):
     fallbacks: tuple[str, ...] = ()
     compaction_threshold: float = 0.9  # share of the window that starts a compaction
     compaction_model: str | None = None  # the model id that writes summaries; None: this one
+    # Where `prices` and `context_window` came from ("config", "catalogue", "local": zero on
+    # loopback, "default", "": none) and the catalogue entry matched ("provider/model (source)",
+    # "" for none), for `cursor-byok models` (model_defaults.py).
+    prices_source: str = "config"
+    context_source: str = "config"
+    catalogue: str = ""
+    catalogue_note: str = ""

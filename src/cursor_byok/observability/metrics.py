@@ -245,6 +245,17 @@ class Metrics:
         """Read the active-runs gauge from a callback from now on (e.g. the runner's count)."""
         self.active_runs.set_function(active_runs)
 
+    def bind_worker(self, index: int, count: int, pid: int) -> None:
+        """Name the worker process answering (server.workers > 1): each scrape through the
+        shared port reaches one worker and shows that worker's figures."""
+        info = Gauge(
+            f"{PREFIX}_worker",
+            "The worker process answering this scrape (server.workers)",
+            ["index", "count", "pid"],
+            registry=self.registry,
+        )
+        info.labels(str(index), str(count), str(pid)).set(1)
+
     def bind_caches(self, stats: Callable[[], Iterable[CacheStats]]) -> None:
         """Export the runner's caches (`runner.cache_stats`), read at scrape time."""
         self.registry.register(_ServerCacheCollector(stats))

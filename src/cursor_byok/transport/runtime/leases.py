@@ -11,9 +11,9 @@ owner is provably gone: at its start and at every renewal. Gone means that the o
 ended (it stopped), expired (nobody renewed it for `LEASE_S`), or, on this host and PID
 namespace, that its pid is no longer the process that took the lease (its start time in /proc
 differs: a reused pid does not pass).
-A live sibling's calls are never taken, however many processes share the database (replicas
-on PostgreSQL today, several workers on one SQLite file or PostgreSQL later): each keeps its
-own lease, and the store moves a dead owner's calls to one taker only.
+A live sibling's calls are never taken, however many processes share the database (replicas,
+the workers of `server.workers`): each keeps its own lease, and the store moves a dead
+owner's calls to one taker only.
 
 Calls planned before migration 0011 name no owner; they are taken as a dead process's. An
 older server still running against the same database during an upgrade would lose its calls
