@@ -7,10 +7,12 @@ salted hash could not be looked up by value. SHA-256 of the secret is the lookup
 database leak gives hashes that open nothing.
 
 The directory keeps the hashes of the active tokens in memory (the transport checks
-credentials synchronously, before it reads a body) and reloads them from the store every
-`refresh_s` seconds, so a token added or revoked by `cursor-byok token` (another process,
-another replica) is seen within that time. The runtime reads the token again before each model
-call (transport/runtime/access.py): a revoked token's next call is refused at once.
+credentials synchronously, before it reads a body) and reloads them from the store when a
+request comes and the list is older than `refresh_s` seconds (reloads.py: never while the
+server is idle), so a token added or revoked by `cursor-byok token` (another process,
+another replica, another worker) is seen within that time. The runtime reads the token again
+before each model call (transport/runtime/access.py): a revoked token's next call is refused
+at once.
 
 Who must authenticate is the stored access mode (`server_settings.access`, written by
 `cursor-byok token open|close`), read on the same refresh: `closed`, every request needs a
@@ -26,7 +28,6 @@ call instead of waiting out the tool timeout; new runs and reopened streams are 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import enum
 import hashlib
 import logging
@@ -35,6 +36,7 @@ import secrets
 import time
 from collections.abc import Callable
 
+from .reloads import Reloads
 from .store.api import AccessTokenRecord, Store
 
 log = logging.getLogger("cursor_byok.tokens")
@@ -115,13 +117,15 @@ class TokenDirectory:
         self._revoked: dict[str, tuple[str, int]] = {}  # hash -> (token id, revoked at ms)
         self._revoked_at: dict[str, int] = {}  # token id -> revoked at ms
         self._names: dict[str, str] = {}  # token id -> name (revoked ones too)
-        self._task: asyncio.Task[None] | None = None
+        self._persons: dict[str, str] = {}  # token id -> its person (revoked ones too)
+        self.reloads = Reloads(self.load, refresh_s, "tokens")
         self.access: Access | None = None  # None until the first load
 
     async def load(self) -> None:
         tokens = await self._store.list_access_tokens(include_revoked=True)
         setting = await self._store.get_server_setting(ACCESS_SETTING)
         self._names = {t.token_id: t.name for t in tokens}
+        self._persons = {t.token_id: t.person for t in tokens}
         self._by_hash = {t.secret_hash: t.token_id for t in tokens if t.revoked_at_ms is None}
         self._revoked = {
             t.secret_hash: (t.token_id, t.revoked_at_ms)
@@ -134,26 +138,14 @@ class TokenDirectory:
         if access is not self.access and (self.access is not None or setting or tokens):
             log.info("access %s (%s)", access.value, _access_reason(access, setting, tokens))
         self.access = access
+        self.reloads.loaded()
 
-    def start(self) -> None:
-        """Reload every `refresh_s` seconds until `close`."""
-        if self._task is None:
-            self._task = asyncio.get_running_loop().create_task(self._keep_loading())
-
-    async def _keep_loading(self) -> None:
-        while True:
-            await asyncio.sleep(self._refresh_s)
-            try:
-                await self.load()
-            except Exception as exc:  # keep the last list; the next round tries again
-                log.warning("could not reload the tokens: %s", exc)
+    def refresh(self) -> asyncio.Task[None] | None:
+        """The reload a request must wait for first, if any (reloads.py)."""
+        return self.reloads.refresh()
 
     async def close(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await self.reloads.close()
 
     # -- transport.connect.Authenticator ------------------------------------------------------
 
@@ -162,6 +154,11 @@ class TokenDirectory:
 
     def principal(self, credentials: str) -> str | None:
         return self._by_hash.get(secret_hash(credentials))
+
+    def person(self, principal: str) -> str:
+        """The person a token id belongs to (the first token of its chain of rotations): the
+        owner of the runs and conversations it starts. A token not loaded yet: itself."""
+        return self._persons.get(principal, principal)
 
     def lingering(self, credentials: str) -> str | None:
         """The id of the token these credentials were, when it was revoked no longer than
@@ -183,6 +180,7 @@ class TokenDirectory:
     def remember(self, record: AccessTokenRecord) -> None:
         """Take a token in at once (tests, or a token added through this process)."""
         self._names[record.token_id] = record.name
+        self._persons[record.token_id] = record.person
         if record.revoked_at_ms is None:
             self._by_hash[record.secret_hash] = record.token_id
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from .access_tokens import TokenDirectory
 from .config import Config
+from .database_size import database_size_of
 from .launch import (
     ListenError,
     bind_address,
@@ -39,6 +40,7 @@ from .web.convert import ConvertLimits, PageConverter
 from .web.fetch import FetchLimits, PageFetcher
 from .web.images import ImageMaker
 from .web.jobs import job_runner
+from .web.prices import JobPrices
 from .web.search import WebSearch
 from .web.types import JobRunner
 from .workers import NEEDS_POSTGRES, Supervisor, WorkerSpec
@@ -64,6 +66,8 @@ class App:
     @classmethod
     async def open(cls, config: Config, database: str | None = None) -> App:
         store = await open_store(database or config.server.database)
+        if config.server.database_max_mib:
+            await store.set_size_limit(config.server.database_max_mib << 20)
         registry = LLMRegistry()
         converter = page_converter(config)
         obs = Observability(config, store)
@@ -81,6 +85,7 @@ class App:
             image_generation=config.image_generation is not None,
             subagent_max_depth=config.server.subagent_max_depth,
             run_job=server_jobs(config, registry, converter),
+            job_prices=job_prices(config),
             page_text_chars=config.web_fetch.max_text_chars,
             on_llm_call=obs.on_llm_call,
             on_run_end=obs.on_run_end,
@@ -95,13 +100,12 @@ class App:
             await store.replicas.watch_claims(runner.on_claim)
         obs.metrics.bind_active_runs(lambda: runner.active_runs)
         obs.metrics.bind_caches(runner.cache_stats)
+        obs.metrics.bind_database_size(database_size_of(store), config.server.database_max_mib)
         tokens = TokenDirectory(store, linger_s=linger_s(config))
         await tokens.load()
-        tokens.start()
         obs.bind_token_names(tokens.name_of)
         sessions = SessionDirectory(store, ttl_s=config.server.access_token_ttl_s)
         await sessions.load()
-        sessions.start()
         # The key the CLI derives repository path names from (GetServerConfig): random, made
         # once per database, so every replica and restart hands out the same one.
         fresh = base64.urlsafe_b64encode(secrets.token_bytes(32)).rstrip(b"=").decode()
@@ -116,7 +120,14 @@ class App:
             sessions,
             Credentials(tokens, sessions),
             SignInRoutes(SignInFlow(store, tokens, sessions)),
-            RpcAnswers(config, store, registry, tokens, on_llm_call=obs.on_llm_call),
+            RpcAnswers(
+                config,
+                store,
+                registry,
+                tokens,
+                on_llm_call=obs.on_llm_call,
+                limits=runner.token_limits,
+            ),
             path_key,
             converter,
         )
@@ -148,6 +159,18 @@ def page_converter(config: Config) -> PageConverter:
             workers=web.convert_workers,
             memory_mb=web.convert_memory_mb,
         )
+    )
+
+
+def job_prices(config: Config) -> JobPrices:
+    """What the server's jobs cost: [image_generation] price_per_image, each search backend's
+    price_per_search (web/prices.py)."""
+    image = config.image_generation
+    return JobPrices(
+        image_provider=image.provider if image is not None else "",
+        image_model=image.model if image is not None else "",
+        price_per_image=image.price_per_image if image is not None else None,
+        search=config.web_search,
     )
 
 

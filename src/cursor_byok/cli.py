@@ -41,6 +41,11 @@ def _parser() -> argparse.ArgumentParser:
     init = sub.add_parser("init", help="write a commented starter configuration")
     init.add_argument("path", nargs="?", default=None, help="where to write (cursor-byok.toml)")
     init.add_argument("--force", action="store_true", help="overwrite an existing file")
+    init.add_argument(
+        "--no-probe",
+        action="store_true",
+        help="do not ask a local llama-server (:8080) or Ollama (:11434) for its window",
+    )
 
     models = sub.add_parser("models", help="list the models as clients will see them")
     models.add_argument("--config", help=CONFIG_HELP)
@@ -78,8 +83,12 @@ def report_config_error(exc: ConfigError) -> None:
         print(f"cursor-byok: configuration error: {line}", file=sys.stderr)
 
 
-def cmd_init(path: str | None, force: bool) -> int:
-    from .starter_config import DEFAULT_PATH, starter_config
+def cmd_init(
+    path: str | None, force: bool, probe: Sequence[str] | None = None, *, probing: bool = True
+) -> int:
+    """Write the starter. `probing`: first ask the local servers at `probe` (default: the
+    starter's llama-server, then Ollama) what window they serve, and write that."""
+    from .starter_config import DEFAULT_PATH, PROBED_URLS, probe_local_servers, starter_config
 
     target = Path(path or DEFAULT_PATH)
     if target.is_dir():
@@ -90,16 +99,24 @@ def cmd_init(path: str | None, force: bool) -> int:
             file=sys.stderr,
         )
         return 1
+    local = probe_local_servers(probe or PROBED_URLS) if probing else None
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
         # Not world-readable: users may paste an api_key into it.
         fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(starter_config())
+            f.write(starter_config(local))
     except OSError as exc:
         print(f"cursor-byok: cannot write {target}: {exc.strerror}", file=sys.stderr)
         return 1
     print(f"wrote {target}", file=sys.stderr)
+    if local is not None:
+        served = local.served
+        print(
+            f"  {served.server} answers at {local.base_url}: context_window = {local.window} "
+            f"({served.source})",
+            file=sys.stderr,
+        )
     print("next steps:", file=sys.stderr)
     print(f"  1. edit {target}: enable the providers you use, export their keys", file=sys.stderr)
     print(f"  2. cursor-byok doctor --config {target}", file=sys.stderr)
@@ -206,7 +223,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help(sys.stderr)
         return 2
     if args.command == "init":
-        return cmd_init(args.path, args.force)
+        return cmd_init(args.path, args.force, probing=not args.no_probe)
     if args.command == "doctor":
         from .doctor import doctor
 

@@ -21,6 +21,7 @@ from .config_files import beside_config as beside_config
 from .config_files import find_config as find_config
 from .config_files import port_number as port_number
 from .config_files import user_config_path as user_config_path
+from .config_limits import run_limit_errors
 from .config_shape import Shape, check_shape, key_path, number_errors
 from .config_web import (
     ImageGenerationConfig,
@@ -124,6 +125,9 @@ class ServerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     # Server processes on the one port, each with its own event loop (workers.py); > 1 needs
     # PostgreSQL (docs/deploy.md, "Workers").
     workers: int = 1
+    # The database's size cap (0: none): past it new runs are refused, `unavailable` "storage
+    # full" (SQLite: max_page_count; PostgreSQL: its size polled, store/postgres/size.py).
+    database_max_mib: int = 0
     # CIDRs of the reverse proxies in front: from them, a request's client (for the per-client
     # limits) is the rightmost X-Forwarded-For hop outside these (transport/connect/clients.py).
     trusted_proxies: list[str] = []
@@ -220,25 +224,6 @@ class Config(msgspec.Struct, frozen=True):
 def _validation_message(exc: msgspec.ValidationError) -> str:
     # msgspec says e.g. "Object contains unknown field `x` - at `$.providers.openai`".
     return str(exc).replace("$.", "").replace("`$`", "the top level")
-
-
-def _run_limit_errors(server: ServerConfig) -> list[str]:
-    errors = [
-        f"server.{key} must be 1-1048576 (MiB)"
-        for key in ("run_held_appends_mib", "run_output_mib", "runs_memory_mib")
-        if not 1 <= getattr(server, key) <= 1_048_576
-    ]
-    if not 1 <= server.unstarted_mib_per_client <= 1_048_576:
-        errors.append("server.unstarted_mib_per_client must be 1-1048576 (MiB)")
-    if not 0 < server.unstarted_run_timeout_s <= 3600:
-        errors.append("server.unstarted_run_timeout_s must be between 0 and 3600")
-    if not 1 <= server.unstarted_runs_per_client <= 100_000:
-        errors.append("server.unstarted_runs_per_client must be 1-100000")
-    if not 0 < server.reconnect_grace_s <= 86_400:
-        errors.append("server.reconnect_grace_s must be between 0 and 86400")
-    if not 1 <= server.workers <= 64:
-        errors.append("server.workers must be 1-64")
-    return errors
 
 
 def parse_config(
@@ -341,7 +326,7 @@ def _server_errors(server: ServerConfig) -> list[str]:
         errors.append("server.log_format must be 'text' or 'json'")
     if server.log_level.lower() not in LOG_LEVELS:
         errors.append(f"server.log_level must be one of {', '.join(LOG_LEVELS)}")
-    errors += _run_limit_errors(server)
+    errors += run_limit_errors(server)
     opt_in = [t.name for t in TOOLS if Gate.CONFIG_ENABLED_TOOLS in t.gates]
     if wrong := [n for n in server.enabled_tools if n not in opt_in]:
         errors.append(

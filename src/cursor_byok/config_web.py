@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import difflib
 import ipaddress
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -36,6 +37,9 @@ class SearchBackendConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=Tru
     api_key_env: str | None = None  # brave, tavily: the variable holding the key
     provider: str | None = None  # provider: a [providers.NAME]
     model: str | None = None  # provider: the upstream model of the search-only call
+    # USD per search this backend answers, charged to the person token of the run (and shown
+    # with the model calls); None: free (a SearXNG of your own, or a plan paid per month).
+    price_per_search: float | None = None
 
 
 class WebSearchConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -71,6 +75,8 @@ class ImageGenerationConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=T
     model: str
     timeout_s: float = 120.0
     extra_body: dict[str, Any] = {}  # merged into the request (quality, response_format...)
+    # USD per image made, charged to the person token of the run; None: not counted.
+    price_per_image: float | None = None
 
 
 def _search_backend(
@@ -153,7 +159,12 @@ def web_search_settings(
     if not 1 <= ws.max_results <= 20:
         errors.append("web_search.max_results must be 1-20")
     specs: dict[str, BackendSpec] = {}
+    prices: dict[str, float] = {}
     for name, b in ws.backend.items():
+        if b.price_per_search is not None:
+            where = f"{key_path('web_search.backend', name)}.price_per_search"
+            if _price_error(where, b.price_per_search, errors):
+                prices[name] = b.price_per_search
         spec = _search_backend(name, b, env, errors, providers, raw_providers, broken)
         if spec is not None:
             specs[name] = spec
@@ -172,7 +183,16 @@ def web_search_settings(
         per_model=per_model,
         timeout_s=ws.timeout_s,
         max_results=ws.max_results,
+        prices=prices,
     )
+
+
+def _price_error(where: str, price: float, errors: list[str]) -> bool:
+    """Whether `price` (USD) is a usable one; its mistake goes to `errors` when not."""
+    if not (math.isfinite(price) and 0 <= price <= 1000):
+        errors.append(f"{where} must be a number of dollars from 0 to 1000")
+        return False
+    return True
 
 
 def _convert_errors(fetch: WebFetchConfig) -> list[str]:
@@ -231,6 +251,8 @@ def web_errors(
         errors.append("image_generation.model must not be empty")
     if not 0 < image.timeout_s <= 3600:
         errors.append("image_generation.timeout_s must be between 0 and 3600 seconds")
+    if image.price_per_image is not None:
+        _price_error("image_generation.price_per_image", image.price_per_image, errors)
     return errors
 
 

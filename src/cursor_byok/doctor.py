@@ -1,5 +1,5 @@
-"""`cursor-byok doctor`: check the configuration, the database, every provider and every
-web search backend.
+"""`cursor-byok doctor`: check the configuration, the database, every provider, the window of
+every model on a local server (doctor_windows.py) and every web search backend.
 
 Every check prints one row (check, status, detail, next step); every failure names the next
 step. Provider checks send one tiny real request per provider (its first model) under a
@@ -26,6 +26,8 @@ from typing import Literal, TextIO
 import msgspec
 
 from .config import CONFIG_ENV, Config, ConfigError, Model, RawConfig, load_config
+from .database_size import measured_size, size_row
+from .doctor_windows import local_window_rows
 from .llm.events import DoneEvent, ErrorEvent
 from .llm.registry import ADAPTERS, LLMRegistry
 from .llm.types import RequestMessages, UserMessage
@@ -516,6 +518,8 @@ async def run_checks(
     else:
         rows.append(await check_database(path))
         if rows[-1].status != "FAIL":
+            size = size_row(await measured_size(path), config.server.database_max_mib)
+            rows.append(Check("database size", *size))
             rows.extend(await check_tokens(config, path))
     key_envs = _api_key_envs(config)
     firsts = _first_model_per_provider(config)
@@ -536,6 +540,7 @@ async def run_checks(
         )
     )
     rows.extend(results)
+    rows.extend(Check(*row) for row in await local_window_rows(config, min(timeout_s, 5.0)))
     rows.extend(await check_web_search(config))
     for row in rows:
         row.detail = redact_text(row.detail, secrets)

@@ -311,7 +311,7 @@ async def serve_async(
         path_encryption_key=path_encryption_key,
     )
     if relay is not None and app.relayed is not None:
-        await relay.watch_appends(app.relayed.heard)
+        await relay.watch_appends(app.relayed.heard, app.relayed.resync)
     threads_before = native_threads_not_started_by_python()
     server = _granian_server(app, config.server, host, port, quiet=quiet, on_listening=on_listening)
     if on_server_created is not None:

@@ -5,7 +5,8 @@
   latest model call (`llm_calls.prompt_breakdown`, docs/loop.md "Context meter").
 - `chat_name`: NameAgent asks `[server] title_model` for a few words, within
   `title_timeout_s`; the call is recorded and priced like any other model call, under the
-  caller's token (so it counts against that token's budget), in the conversation
+  caller's token (so it counts against that token's budget, and a token whose budget is
+  spent, or which is over its rate, gets the text rule instead), in the conversation
   `TITLE_CONVERSATION` (a request to name a chat names no conversation of ours).
 """
 
@@ -31,6 +32,7 @@ from .loop import ConversationState
 from .loop.meter import Meter, PromptChars, measure
 from .store.api import LLMCallRecord, Store
 from .transport.cursor.rpc_base import MeterRefused, Person
+from .transport.runtime.access import TokenLimits
 from .transport.runtime.records import (
     decode_call_meter,
     encode_call_meter,
@@ -59,9 +61,11 @@ class RpcAnswers:
         tokens: TokenDirectory,
         *,
         on_llm_call: Callable[[LLMCallRecord], None] | None = None,
+        limits: TokenLimits | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self._store = store
+        self._limits = limits
         self._registry = registry
         self._tokens = tokens
         self._on_llm_call = on_llm_call
@@ -80,13 +84,16 @@ class RpcAnswers:
     # -- GetPromptContextUsage ---------------------------------------------------------------
 
     async def context_meter(self, conversation_id: str, principal: str | None) -> Meter | None:
+        if principal is not None:
+            # Only its owner reads a conversation's meter (the operator: any).
+            head = await self._store.head(conversation_id)
+            if head is not None and head.owner_id != self._tokens.person(principal):
+                raise MeterRefused(conversation_id)
         calls = await self._store.list_conversation_llm_calls(conversation_id, limit=50)
         measured = [c for c in calls if c.prompt_breakdown is not None]
         if not measured:
             return None
         latest = next((c for c in measured if c.status == "committed"), measured[0])
-        if principal is not None and latest.token_id not in (None, principal):
-            raise MeterRefused(conversation_id)
         assert latest.prompt_breakdown is not None
         return decode_call_meter(latest.prompt_breakdown).meter
 
@@ -96,6 +103,13 @@ class RpcAnswers:
         model = self._title_model
         if model is None:
             return None
+        if principal is not None and self._limits is not None and self._tokens.name_of(principal):
+            # The operator's model, like a compaction model: outside the token's models
+            # limit; its budget, rate and revocation apply as to any call.
+            refusal = await self._limits.admit(principal, model, scoped=False)
+            if refusal is not None:
+                log.info("title model %s not asked: %s", model.id, refusal.message)
+                return None
         try:
             return await asyncio.wait_for(
                 self._ask(model, user_words[:4000], principal), self._title_timeout_s

@@ -23,18 +23,18 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import contextlib
 import hashlib
 import hmac
 import logging
 import secrets
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 import msgspec
 
 from .access_tokens import REFRESH_S, TokenDirectory, secret_hash
+from .reloads import Reloads
 from .store.api import SessionTokenRecord, SignInRecord, Store
 
 log = logging.getLogger("cursor_byok.sign_in")
@@ -104,7 +104,7 @@ class SessionDirectory:
         # Access tokens no longer live (revoked person token, expiry), kept a day: a run a
         # revoked token started still takes their appends (access_tokens.py, `linger_s`).
         self._dropped: dict[str, tuple[str, int]] = {}  # hash -> (person token id, at ms)
-        self._task: asyncio.Task[None] | None = None
+        self.reloads = Reloads(self.load, refresh_s, "signed-in sessions")
 
     def _now_ms(self) -> int:
         return int(self._clock() * 1000)
@@ -118,6 +118,7 @@ class SessionDirectory:
         before, now = self._live, self._now_ms()
         self._live = {t.token_hash: (t.token_id, t.expires_at_ms or 0) for t in live}
         self._remember_dropped(before, now)
+        self.reloads.loaded()
 
     def _remember_dropped(self, before: dict[str, tuple[str, int]], now: int) -> None:
         for token_hash, (token_id, _) in before.items():
@@ -132,24 +133,12 @@ class SessionDirectory:
         found = self._dropped.get(secret_hash(credentials))
         return found[0] if found is not None else None
 
-    def start(self) -> None:
-        if self._task is None:
-            self._task = asyncio.get_running_loop().create_task(self._keep_loading())
-
-    async def _keep_loading(self) -> None:
-        while True:
-            await asyncio.sleep(self._refresh_s)
-            try:
-                await self.load()
-            except Exception as exc:  # keep the last list; the next round tries again
-                log.warning("could not reload the signed-in sessions: %s", exc)
+    def refresh(self) -> asyncio.Task[None] | None:
+        """The reload a request must wait for first, if any (reloads.py)."""
+        return self.reloads.refresh()
 
     async def close(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await self.reloads.close()
 
     def principal(self, credentials: str) -> str | None:
         """The person token an access token stands for, while it is live."""
@@ -269,6 +258,17 @@ class Credentials:
 
     def principal(self, credentials: str) -> str | None:
         return self._tokens.principal(credentials) or self._sessions.principal(credentials)
+
+    def person(self, principal: str) -> str:
+        return self._tokens.person(principal)
+
+    def refresh(self) -> Awaitable[object] | None:
+        """What a request waits for before its credentials are checked: the reloads of a list
+        older than its refresh time (none on most requests)."""
+        tokens, sessions = self._tokens.refresh(), self._sessions.refresh()
+        if tokens is None or sessions is None:
+            return tokens or sessions
+        return asyncio.gather(tokens, sessions)
 
     def lingering(self, credentials: str) -> str | None:
         """A revoked person token, or an access token of one, while runs it started may still

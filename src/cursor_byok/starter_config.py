@@ -7,16 +7,27 @@ from the lines of one block enables it. Explanations use `# ` (hash, space).
 
 from __future__ import annotations
 
+import asyncio
+import json
 import re
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 import msgspec
 
 from .llm import model_catalogue
+from .llm.local_servers import ServedContext, served_context
 from .llm.models import Prices
 
 DEFAULT_PATH = "cursor-byok.toml"
 # Where the starter's active provider points: llama.cpp's llama-server on its default port.
 STARTER_LOCAL_URL = "http://127.0.0.1:8080/v1"
+# The local servers `init` asks for the window they serve, in order: llama-server, Ollama.
+PROBED_URLS = (STARTER_LOCAL_URL, "http://127.0.0.1:11434/v1")
+PROBE_TIMEOUT_S = 1.5
+# What Ollama serves when neither num_ctx nor OLLAMA_CONTEXT_LENGTH raise it (below 24 GiB of
+# VRAM, its documentation says), written when only the model's maximum is known.
+OLLAMA_DEFAULT_WINDOW = 4096
 
 STARTER_CONFIG = """\
 # cursor-byok configuration, written by `cursor-byok init`.
@@ -78,7 +89,8 @@ provider = "local"
 model = "local-model"         # the name your server serves (Ollama: e.g. "qwen2.5-coder:7b")
 name = "Local model"
 context_window = 8192         # what your server serves (llama-server -c / --ctx-size, Ollama's
-                              # num_ctx): larger, and long chats fail instead of compacting
+                              # num_ctx; doctor compares them): larger, and long chats
+                              # are refused before the server learns the real one
 
 # OpenAI (key from https://platform.openai.com/api-keys, exported as OPENAI_API_KEY).
 #[providers.openai]
@@ -181,12 +193,68 @@ EXAMPLE_ENV = (
 )
 
 _COMMENTED_TOML = re.compile(r"^#(?=[\[A-Za-z])", re.MULTILINE)
+# The local model's window line and the comment lines under it (the first active one).
+_LOCAL_WINDOW = re.compile(r"^context_window = \d+(.*\n)((?:[ ]+#.*\n)*)", re.MULTILINE)
+
+
+@dataclass(frozen=True, slots=True)
+class LocalServer:
+    """A local server that answered `init`'s probe, and the window it serves."""
+
+    base_url: str
+    served: ServedContext
+
+    @property
+    def window(self) -> int:
+        served = self.served
+        return served.tokens if served.exact else min(served.tokens, OLLAMA_DEFAULT_WINDOW)
+
+
+async def _probe(urls: Sequence[str], timeout_s: float) -> LocalServer | None:
+    for url in urls:
+        served = await served_context(url, "", timeout_s)
+        if served is not None:
+            return LocalServer(url, served)
+    return None
+
+
+def probe_local_servers(
+    urls: Sequence[str] = PROBED_URLS, timeout_s: float = PROBE_TIMEOUT_S
+) -> LocalServer | None:
+    """The first of `urls` whose server says what window it serves (None: none answered)."""
+    return asyncio.run(_probe(urls, timeout_s))
+
+
+def starter_config(local: LocalServer | None = None) -> str:
+    """The starter (with the catalogue's defaults beside each example model); with `local`,
+    its active provider points at that server, with the model it names and the window it
+    serves."""
+    text = _catalogued()
+    if local is None:
+        return text
+    served = local.served
+    text = text.replace(f'base_url = "{STARTER_LOCAL_URL}"', f'base_url = "{local.base_url}"', 1)
+    if served.model:
+        text = text.replace('model = "local-model"  ', f"model = {_quoted(served.model)}  ", 1)
+    how = f"{served.server} at {local.base_url} serves {served.tokens} ({served.source})"
+    if not served.exact:
+        how += f"; Ollama's default {OLLAMA_DEFAULT_WINDOW} unless num_ctx raises it"
+    return _LOCAL_WINDOW.sub(
+        lambda m: f"context_window = {local.window}{m[1]}{m[2]}# (init read it: {how})\n",
+        text,
+        count=1,
+    )
+
+
+def _quoted(value: str) -> str:
+    """A TOML basic string (JSON's escapes are TOML's for the names servers give)."""
+    return json.dumps(value, ensure_ascii=False)
 
 
 _CATALOGUE_LINE = re.compile(r"^\{catalogue (\S+) (\S+)\}$", re.MULTILINE)
 
 
-def starter_config() -> str:
+def _catalogued() -> str:
     """The starter file, with what the catalogue says of each example model written beside
     it (as comments: the catalogue stays the source until a value is set here)."""
     return _CATALOGUE_LINE.sub(lambda m: _catalogue_comment(m[1], m[2]), STARTER_CONFIG)

@@ -156,7 +156,10 @@ async def test_doctor_providers_against_a_fake_upstream(tmp_path: Path) -> None:
 
     good = rows["provider good"]
     assert good.status == "OK" and "good-1" in good.detail and "9 in / 1 out" in good.detail
-    assert paths == ["/v1/chat/completions"] * 4  # one request per checked provider
+    pings = [p for p in paths if p.startswith("/v1/")]
+    assert pings == ["/v1/chat/completions"] * 4  # one request per checked provider
+    # The rest: each local model's window probes (llama.cpp, then Ollama), nothing else.
+    assert set(paths) - set(pings) <= {"/props", "/api/ps", "/api/show"}
 
     bad = rows["provider bad"]
     assert bad.status == "FAIL" and "401" in bad.detail

@@ -33,17 +33,25 @@ def _members(tp: Any) -> tuple[Any, ...]:
     return (tp,)
 
 
-def number_fields(cls: type[msgspec.Struct], path: tuple[str, ...] = ()) -> Iterator[Any]:
-    """(key path, int or float) of every number field reachable from `cls`."""
+def number_fields(
+    cls: type[msgspec.Struct], path: tuple[str, ...] = (), within: tuple[type, ...] = ()
+) -> Iterator[Any]:
+    """(key path, int or float) of every number field reachable from `cls`.
+
+    A type that holds itself (a model's `long_context` prices are `Prices`) is followed one
+    level deep: its numbers are the same fields again, one table further in."""
+    if within.count(cls) > 1:
+        return
+    within = (*within, cls)
     for f in msgspec.structs.fields(cls):
         here = (*path, f.encode_name)
         for member in _members(f.type):
             if isinstance(member, type) and issubclass(member, msgspec.Struct):
-                yield from number_fields(member, here)
+                yield from number_fields(member, here, within)
             elif get_origin(member) is dict:
                 value = get_args(member)[1]
                 if isinstance(value, type) and issubclass(value, msgspec.Struct):
-                    yield from number_fields(value, (*here, ENTRY[f.encode_name]))
+                    yield from number_fields(value, (*here, ENTRY[f.encode_name]), within)
             elif member in (int, float):
                 yield here, member
 

@@ -25,7 +25,7 @@ from cursor_byok.llm.models import Prices
 from cursor_byok.loop import ToolResult, transition
 from cursor_byok.loop.context import TurnContext
 from cursor_byok.loop.window import Refusal
-from cursor_byok.store.api import AccessTokenRecord
+from cursor_byok.store.api import AccessTokenRecord, Reservation, ReservationTotals
 from cursor_byok.store.errors import (
     BackendMissingError,
     StoreFullError,
@@ -36,8 +36,10 @@ from cursor_byok.store.postgres.missing import missing_store
 from cursor_byok.store.sqlite import SQLiteStore
 from cursor_byok.transport.connect.http import REPEATED_AUTHORIZATION, auth_error_text
 from cursor_byok.transport.runtime.access import TokenLimits
+from cursor_byok.transport.runtime.conversation import Conversation, NotYours
 from cursor_byok.transport.runtime.ending import storage_ending
 from cursor_byok.transport.runtime.requests import ClientTimeout
+from cursor_byok.transport.runtime.reservations import refusal_words
 from tests.llm.test_upstream_http import HEAD_200_LENGTH, error_of, once
 from tests.loop.loop_helpers import result, tool_call
 from tests.loop.test_loop_transition import at_tools
@@ -92,6 +94,30 @@ async def token_refusals(db: Path) -> list[str]:
         await store.close()
     assert said[4] is None  # the first call of the minute passes
     return [refusal.message for refusal in said if refusal is not None]
+
+
+def reservation_refusals() -> list[str]:
+    """The budget and rate refusals of a reservation the store refused (reservations.py)."""
+    record = AccessTokenRecord(
+        token_id="tok_a", name="ann", secret_hash="h" * 8, created_at_ms=0, budget_usd=1.0, rpm=2
+    )
+    reserve = Reservation(token_id="tok_a", amount_usd=0.5, budget_usd=1.0, rpm=2)
+    now = 1_700_000_000_000
+    said = []
+    for totals in (
+        ReservationTotals(spent_usd=0.7, reserved_usd=0.0, recent_calls=0, refused_by="budget"),
+        ReservationTotals(spent_usd=0.2, reserved_usd=0.4, recent_calls=0, refused_by="budget"),
+        ReservationTotals(spent_usd=1.0, reserved_usd=0.0, recent_calls=0, refused_by="budget"),
+        ReservationTotals(
+            spent_usd=0.0,
+            reserved_usd=0.0,
+            recent_calls=2,
+            oldest_recent_ms=now - 30_000,
+            refused_by="rate",
+        ),
+    ):
+        said.append(refusal_words(record, reserve, totals, now)[1])
+    return said
 
 
 async def provider_errors() -> list[str]:
@@ -155,6 +181,14 @@ async def produced(tmp_path: Path) -> list[str]:
         str(ClientTimeout("the context request", 30)),
     ]
     said += await token_refusals(tmp_path / "tokens.db")
+    said += reservation_refusals()
+    conversation = Conversation("c1", None, None, viewer="tok_a")  # type: ignore[arg-type]
+    with pytest.raises(NotYours) as not_yours:
+        conversation._check_owner("tok_b")
+    said.append(str(not_yours.value))
+    said.append(
+        "request_id 'r1' belongs to a run someone else started"  # session_registry.SessionRegistry
+    )
     said += await provider_errors()
     said += loop_failures()
     for error in (StoreFullError("db", "full"), StoreLockedError("db", "locked")):

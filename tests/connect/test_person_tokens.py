@@ -36,6 +36,12 @@ class People:
     def principal(self, credentials: str) -> str | None:
         return self.tokens.get(credentials)
 
+    def person(self, principal: str) -> str:
+        return principal
+
+    def refresh(self) -> None:
+        return None
+
     def lingering(self, credentials: str) -> str | None:
         return None
 

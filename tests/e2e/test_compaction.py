@@ -32,9 +32,9 @@ from tests.e2e.test_shim import (
     read_ok,
     run_request,
 )
-from tests.support.brain import LLAMA_SERVER_OVERFLOW, answer, summary_of
+from tests.support.brain import answer, overflow, summary_of
 from tests.support.live import ServerProcess, brain_config, server_process
-from tests.support.upstream import FakeUpstream, Received, Reply
+from tests.support.upstream import FakeUpstream, Received
 
 SMALL = "brain-small"
 # The fixed part of a request (system prompt and agent tools) is about 3,300 tokens; the window
@@ -309,8 +309,7 @@ async def test_a_second_refusal_after_compacting_fails_the_turn_and_never_loops(
     conversation = str(uuid.uuid4())
     await shim_turn(server, run_request(f"hello {conversation}", conversation, model=SMALL))
     since = len(upstream.requests)
-    refusal = Reply.json(400, LLAMA_SERVER_OVERFLOW)
-    upstream.push(refusal, answer, refusal)  # refused, the summary, refused again
+    upstream.push(overflow, answer, overflow)  # refused, the summary, refused again
     async with http(server) as client:
         run = ShimRun(client)
         async with run.subscribe() as reader:

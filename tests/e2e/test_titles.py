@@ -18,10 +18,23 @@ from cursor_byok.transport.cursor.proto import agent_pb2
 from cursor_byok.transport.cursor.titles import agent_title, short_title
 from tests.e2e.test_crash_recovery import db_reader
 from tests.e2e.test_shim import ShimRun, run_request
-from tests.e2e.test_tokens import CALL_COST, INPUT_PRICE, add_token, config_text
+from tests.e2e.test_tokens import OUTPUT_CAP, OUTPUT_PRICE, add_token
+from tests.e2e.test_tokens import config_text as tokens_config
 from tests.support import connect_client as cc
 from tests.support.live import ServerProcess, server_process
 from tests.support.upstream import FakeUpstream
+
+# The brain's answer is 100 prompt tokens, 40 of them cached: 60 input tokens, $0.60 a call.
+INPUT_PRICE = 10_000.0
+CALL_COST = 0.60
+
+
+def config_text(upstream: FakeUpstream, db: Path, *, auth_token: str | None) -> str:
+    """tests/e2e/test_tokens.py's server, its models priced by their input instead."""
+    text = tokens_config(upstream, db, auth_token=auth_token)
+    text = text.replace(f"max_output_tokens = {OUTPUT_CAP}\n", "")
+    return text.replace(f"output = {OUTPUT_PRICE}", f"input = {INPUT_PRICE}")
+
 
 NAME_AGENT = "/agent.v1.AgentService/NameAgent"
 REMINDER = "<system-reminder>\nYou are in oh-my-pi.\n</system-reminder>\n"
@@ -105,6 +118,23 @@ async def test_the_title_model_names_the_chat_and_is_charged(
             "SELECT SUM(cost_usd) FROM llm_calls WHERE token_id = ?", (erin,)
         ).fetchone()[0]
     assert spent == pytest.approx(CALL_COST + canceled[2])
+
+
+async def test_a_spent_budget_names_the_chat_by_the_text_rule(
+    titled: tuple[ServerProcess, Path], tmp_path: Path
+) -> None:
+    """The title call is charged like any call, and limited like one: once the token's budget
+    is spent, NameAgent answers by the text rule and asks no model."""
+    server, config = titled
+    secret = await asyncio.to_thread(add_token, config, "finn", "--budget-usd", "0.5")
+    await asyncio.sleep(2.5)  # the server sees the token
+    first = await name(server, "Fix the login bug", token=secret)
+    assert first == short_title("You said: Fix the login bug")  # $0 spent of $0.50: asked
+    assert await name(server, "Write the release notes", token=secret) == agent_title(
+        "Write the release notes"
+    )  # $0.60 spent: not asked
+    assert [c[0] for c in title_calls(tmp_path / "byok.db")] == ["committed"]
+    assert "title model composer-test not asked: token 'finn' has spent" in server.log()
 
 
 async def test_without_a_title_model_the_text_rule_names_the_chat(

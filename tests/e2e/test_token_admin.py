@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import json
 import os
 import re
@@ -21,6 +22,8 @@ import httpx
 import pytest
 
 from cursor_byok.access_tokens import REFRESH_S
+from cursor_byok.store.api import LLMCallRecord
+from cursor_byok.store.sqlite import SQLiteStore
 from tests.e2e.test_shim import (
     Reader,
     ShimRun,
@@ -41,15 +44,17 @@ from tests.support.upstream import FakeUpstream
 # refresh, plus the time a loaded 2-core machine takes to run the command and the probes.
 BOUND_S = REFRESH_S + 4.0
 PROBE = "/aiserver.v1.ServerConfigService/GetServerConfig"  # a unary call that changes nothing
-# The brain's turn: 60 input tokens (100 prompt tokens, 40 cached). At $2.05 per million
-# input tokens a turn costs $0.000123.
-CHEAP_INPUT_PRICE = 2.05
+# Output priced, input free: "You said: bob on the server" is 6 completion tokens (27
+# characters / 4): at $20.50 per million output tokens, $0.000123. Each call reserves its
+# output cap, 12 tokens ($0.000246), of a budget until it settles (reservations.py).
+CHEAP_OUTPUT_PRICE = 20.5
+OUTPUT_CAP = 12
 
 
 def config_text(
     upstream: FakeUpstream, database: str, *, prices: bool = True, extra: str = ""
 ) -> str:
-    priced = f'\n[models."brain-1".prices]\ninput = {CHEAP_INPUT_PRICE}\n' if prices else ""
+    priced = f'\n[models."brain-1".prices]\noutput = {CHEAP_OUTPUT_PRICE}\n' if prices else ""
     return f"""
 [server]
 database = "{database}"
@@ -63,6 +68,7 @@ local = false  # on loopback, but standing in for a provider that bills: no $0 d
 [models."brain-1"]
 provider = "brain"
 model = "brain-1"
+max_output_tokens = {OUTPUT_CAP}
 {priced}
 [models."composer-test"]
 provider = "brain"
@@ -397,40 +403,42 @@ def test_a_budget_needs_a_priced_model(upstream: FakeUpstream, tmp_path: Path) -
 
 
 def test_cheap_spend_rotation_and_doctor(upstream: FakeUpstream, tmp_path: Path) -> None:
-    """A turn of $0.000123 against a $0.0002 budget reads as such in `token list`, its JSON,
+    """A turn of $0.000123 against a $0.0004 budget reads as such in `token list`, its JSON,
     doctor and the refusal; `token rotate` keeps the person (the spend goes on, the old secret
     is refused at its first model call, before the server refreshes); doctor names the
     tokens that can call nothing."""
     config = tmp_path / "cursor-byok.toml"
     text = config_text(upstream, "byok.db")
     config.write_text(text)
-    gina = added(token(config, "add", "gina", "--models", "brain-1", "--budget-usd", "0.0002"))
+    gina = added(token(config, "add", "gina", "--models", "brain-1", "--budget-usd", "0.0004"))
     added(token(config, "add", "hal", "--models", "composer"))
     with server_process(text, tmp_path) as server:
         end, _ = asyncio.run(shim_turn(server, gina, "gina's first turn"))
         assert end == {}
         listing = token(config, "list")
         (row,) = [line for line in listing.stdout.splitlines() if line.startswith("gina")]
-        assert row.split()[2:5] == ["$0.0002", "$0.000123", "1"], row
+        assert row.split()[2:5] == ["$0.0004", "$0.000123", "1"], row
         rotated = token(config, "rotate", "gina")
         new = added(rotated)
-        assert "rotated: a new secret, the same person (brain-1; $0.0002/month" in rotated.stderr
+        assert "rotated: a new secret, the same person (brain-1; $0.0004/month" in rotated.stderr
         # At once: by the runtime before the server's refresh, by the transport after it.
         prompt = unique("with the old secret")
         assert code_of(asyncio.run(h2_turn(server, gina, prompt))) == "unauthenticated"
         assert chat_requests(upstream, prompt) == []
         until([server], 200, new)  # the new secret, like a new token, within the refresh
-        end, _ = asyncio.run(shim_turn(server, new, "gina's second turn"))
-        assert end == {}  # $0.000123 of $0.0002: admitted, then $0.000246
+        end, _ = asyncio.run(shim_turn(server, new, "gina's other turn"))
+        assert end == {}  # $0.000123 spent + its $0.000246 bound fit $0.0004: then $0.000246
         end, _ = asyncio.run(shim_turn(server, new, "gina's third turn"))
         message, _ = refused(end, "resource_exhausted")
         assert message.startswith(
-            "token 'gina' has spent its monthly budget: $0.000246 of $0.0002 in "
+            "token 'gina' has too little of its monthly budget left for this model call: "
+            "$0.000246 spent and $0.00 held by calls in flight of $0.0004 in "
         ), message
+        assert "the call may cost up to $0.000246;" in message
     doc = json.loads(token(config, "list", "--json").stdout)
     (g,) = [t for t in doc["tokens"] if t["name"] == "gina"]
     assert g["llm_calls"] == 2 and g["cost_usd"] == pytest.approx(0.000246)
-    assert g["budget_usd"] == 0.0002
+    assert g["budget_usd"] == 0.0004
     # The configuration changes under the tokens: composer goes, brain-1 loses its prices.
     changed = tmp_path / "changed.toml"
     changed.write_text(
@@ -438,13 +446,59 @@ def test_cheap_spend_rotation_and_doctor(upstream: FakeUpstream, tmp_path: Path)
     )
     doctor = cli("doctor", "--config", str(changed), "--timeout", "10", cwd=tmp_path)
     out = " ".join(doctor.stdout.split())
-    assert "tokens OK 2 active, this month" in out and "gina $0.000246 of $0.0002" in out
+    assert "tokens OK 2 active, this month" in out and "gina $0.000246 of $0.0004" in out
     assert "token hal WARN none of its models is served by this configuration (composer)" in out
     assert (
         "token gina WARN it has a budget and none of the models it may use has prices (brain-1)"
         in out
     )
-    assert "token gina WARN it has spent its monthly budget: $0.000246 of $0.0002" in out
+    # Reservations keep the server's spend within the budget; calls stored otherwise (before
+    # reservations, or a provider that ignored the output cap) can pass it: doctor says so.
+    asyncio.run(seed_call(tmp_path / "byok.db", g_id(tmp_path / "byok.db"), 0.0002))
+    doctor = cli("doctor", "--config", str(changed), "--timeout", "10", cwd=tmp_path)
+    out = " ".join(doctor.stdout.split())
+    assert "token gina WARN it has spent its monthly budget: $0.000446 of $0.0004" in out
+
+
+def g_id(db: Path) -> str:
+    async def find() -> str:
+        store = await SQLiteStore.open(db)
+        try:
+            return next(t.token_id for t in await store.list_access_tokens() if t.name == "gina")
+        finally:
+            await store.close()
+
+    return asyncio.run(find())
+
+
+async def seed_call(db: Path, token_id: str, cost: float) -> None:
+    """A finished call of `token_id` this month costing `cost`, written to the database."""
+    store = await SQLiteStore.open(db)
+    call = LLMCallRecord(
+        call_id="seeded-call",
+        conversation_id="seeded-conversation",
+        turn_id="t0",
+        request=b"{}",
+        request_hash=hashlib.sha256(b"{}").hexdigest(),
+        messages_hash="m" * 64,
+        status="committed",
+        created_at_ms=int(time.time() * 1000),
+        cost_usd=cost,
+        token_id=token_id,
+    )
+    try:
+        await store.commit_input(
+            "seeded-conversation",
+            input_id="i0",
+            expected_version=0,
+            state=b"s",
+            append_messages=(),
+            expected_message_count=0,
+            result=b"r",
+            llm_calls=(call,),
+        )
+    finally:
+        await store.close()
 
 
 async def h2_turn(server: ServerProcess, secret: str, prompt: str) -> dict[str, Any]:

@@ -40,12 +40,16 @@ from tests.support.live import ServerProcess, server_process
 from tests.support.upstream import FakeUpstream
 
 OPERATOR = "PLANTED-operator-token-77aa"
-# The brain's answer is 100 prompt tokens, 40 of them cached: 60 input tokens, $0.60 each call.
-INPUT_PRICE = 10_000.0
-CALL_COST = 0.60
+# Output is priced, input free: the brain's answer "You said: alice turn 1" is 5 completion
+# tokens (its characters / 4), $0.50; each call reserves its output cap, 12 tokens ($1.20), of a
+# budget until it finishes (transport/runtime/reservations.py).
+OUTPUT_PRICE = 100_000.0
+OUTPUT_CAP = 12
+CALL_COST = 0.50
+CALL_BOUND = 1.20
 
 
-def config_text(upstream: FakeUpstream, db: Path, *, auth_token: str | None) -> str:
+def config_text(upstream: FakeUpstream, db: Path | str, *, auth_token: str | None) -> str:
     auth = f'auth_token = "{auth_token}"' if auth_token else ""
     return f"""
 [server]
@@ -59,17 +63,19 @@ base_url = "{upstream.base_url}/v1"
 [models."brain-1"]
 provider = "brain"
 model = "brain-1"
+max_output_tokens = {OUTPUT_CAP}
 
 [models."brain-1".prices]
-input = {INPUT_PRICE}
+output = {OUTPUT_PRICE}
 
 [models."composer-test"]
 provider = "brain"
 model = "brain-1"
 aliases = ["composer"]
+max_output_tokens = {OUTPUT_CAP}
 
 [models."composer-test".prices]
-input = {INPUT_PRICE}
+output = {OUTPUT_PRICE}
 """
 
 
@@ -148,13 +154,13 @@ def team(upstream: FakeUpstream, tmp_path_factory: pytest.TempPathFactory) -> It
     config = work / "cursor-byok.toml"
     config.write_text(text)
     secrets = {
-        "alice": add_token(config, "alice", "--budget-usd", "1.00"),
+        "alice": add_token(config, "alice", "--budget-usd", "2.00"),
         "bob": add_token(config, "bob", "--rpm", "2"),
         "carol": add_token(config, "carol", "--models", "composer"),
         "dave": add_token(config, "dave"),
     }
     listing = token_cli(config, "list")
-    assert listing.returncode == 0 and "alice" in listing.stdout and "$1.00" in listing.stdout
+    assert listing.returncode == 0 and "alice" in listing.stdout and "$2.00" in listing.stdout
 
     async def alice_id() -> str:
         store = await SQLiteStore.open(db)
@@ -210,8 +216,9 @@ async def test_the_models_limit_on_http2_and_the_shim(team: Team, upstream: Fake
 
 async def test_the_budget_crossed_mid_month(team: Team, upstream: FakeUpstream) -> None:
     alice = team.secrets["alice"]
-    # Last month's $50 does not count: $0 of $1 spent, then $0.60, then $1.20 (the second call
-    # was admitted under the budget and finished), then the third is refused.
+    # Last month's $50 does not count. Each call holds its bound ($1.20) of the $2.00 until it
+    # settles to its cost ($0.50): $0 + $1.20 fits, $0.50 + $1.20 fits, $1.00 + $1.20 does
+    # not, so the third call is refused before it goes out and the budget is never passed.
     for n in (1, 2):
         end, text = await shim_turn(team.server, alice, f"alice turn {n}")
         assert end == {} and text == f"You said: alice turn {n}"
@@ -221,14 +228,15 @@ async def test_the_budget_crossed_mid_month(team: Team, upstream: FakeUpstream) 
     _, end_ms, month = month_window(int(time.time() * 1000))
     renews = time.strftime("%Y-%m-%d", time.gmtime(end_ms / 1000))
     assert message == (
-        f"token 'alice' has spent its monthly budget: $1.20 of $1.00 in {month} (UTC); "
-        f"it renews on {renews}"
+        "token 'alice' has too little of its monthly budget left for this model call: $1.00 "
+        f"spent and $0.00 held by calls in flight of $2.00 in {month} (UTC), and the call may "
+        f"cost up to $1.20; it renews on {renews}"
     )
     assert details.error == aiserver_pb2.ErrorDetails.ERROR_RESOURCE_EXHAUSTED
     assert chat_requests(upstream, prompt) == []
     listing = await asyncio.to_thread(token_cli, team.config, "list")
     (row,) = [line for line in listing.stdout.splitlines() if line.startswith("alice")]
-    assert "$1.20" in row and "  2  " in row  # this month's spend and calls
+    assert "$1.00" in row and "  2  " in row  # this month's spend and calls
 
 
 async def test_the_rate_limit(team: Team, upstream: FakeUpstream) -> None:
@@ -293,7 +301,7 @@ async def test_the_operator_token_and_the_operator_pages(team: Team) -> None:
         metrics = (await client.get("/metrics", headers=operator)).text
         summary = (await client.get("/dashboard/api/summary", headers=operator)).json()
     assert 'cursor_byok_token_llm_calls_total{outcome="ok",token="alice"} 2.0' in metrics
-    assert 'cursor_byok_token_cost_usd_total{token="alice"} 1.2' in metrics
+    assert 'cursor_byok_token_cost_usd_total{token="alice"} 1.0' in metrics
     for name, limit in (
         ("carol", "models"),
         ("alice", "budget"),
@@ -306,7 +314,7 @@ async def test_the_operator_token_and_the_operator_pages(team: Team) -> None:
     assert "token=alice error=" not in team.server.log()  # a run it was allowed has no refusal
     rows = {row["name"]: row for row in summary["tokens"]["tokens"]}
     assert rows["alice"]["cost_usd"] == pytest.approx(2 * CALL_COST)
-    assert rows["alice"]["budget_usd"] == 1.0 and rows["bob"]["rpm"] == 2
+    assert rows["alice"]["budget_usd"] == 2.0 and rows["bob"]["rpm"] == 2
     assert "dave" not in rows  # revoked
     everything = metrics + str(summary) + team.server.log()
     for path in team.db.parent.glob("byok.db*"):  # the database, its WAL and shared memory
@@ -350,15 +358,18 @@ async def test_a_budget_holds_across_two_servers_on_one_database(
     (tmp_path / "b").mkdir()
     config = tmp_path / "a" / "cursor-byok.toml"
     config.write_text(text)
-    secret = await asyncio.to_thread(add_token, config, "frank", "--budget-usd", "1.00")
+    secret = await asyncio.to_thread(add_token, config, "frank", "--budget-usd", "2.00")
     with (
         server_process(text, tmp_path / "a") as first,
         server_process(text, tmp_path / "b") as second,
     ):
         end, _ = await shim_turn(first, secret, "frank on the first")
-        assert end == {}  # $0.60
+        assert end == {}  # "You said: frank on the first": 7 tokens, $0.70
         end, _ = await shim_turn(second, secret, "frank on the second")
-        assert end == {}  # admitted at $0.60, then $1.20
+        assert end == {}  # $0.70 + its $1.20 bound fit: then $1.40
         end, _ = await shim_turn(first, secret, "frank on the first again")
         message, _ = refused(end, "resource_exhausted")
-        assert message.startswith("token 'frank' has spent its monthly budget: $1.20 of $1.00")
+        assert message.startswith(
+            "token 'frank' has too little of its monthly budget left for this model call: "
+            "$1.40 spent and $0.00 held by calls in flight of $2.00"
+        ), message

@@ -20,13 +20,14 @@ from __future__ import annotations
 import pytest
 
 from cursor_byok.llm.anthropic import AnthropicAdapter
-from cursor_byok.llm.events import DoneEvent, ErrorEvent, ErrorKind, ResponseEvent
+from cursor_byok.llm.events import ContextLimit, DoneEvent, ErrorEvent, ErrorKind, ResponseEvent
 from cursor_byok.llm.gemini import GeminiAdapter
 from cursor_byok.llm.http import HttpAdapter
 from cursor_byok.llm.openai_chat import OpenAIChatAdapter
 from cursor_byok.llm.openai_responses import OpenAIResponsesAdapter
 from cursor_byok.llm.settings import ModelSettings, ProviderSettings
 from cursor_byok.llm.types import RequestMessages, UserMessage
+from tests.paths import PROVIDER_FIXTURES
 from tests.support.upstream import Reply, fake_upstream
 
 REQUEST = RequestMessages(system_prompt="Be brief.", messages=(UserMessage.of_text("hi"),))
@@ -128,3 +129,60 @@ async def test_a_responses_stream_that_fails_for_context_length_says_so() -> Non
         event = await terminal(adapter)
         await adapter.aclose()
     assert isinstance(event, ErrorEvent) and event.kind == ErrorKind.CONTEXT_LENGTH
+
+
+# The real body of llama-server (the build tests/realupstream uses, `-c 1024`) for a request of
+# 3,033 tokens, recorded into tests/fixtures/providers/llama-server/.
+LLAMA_REAL = (PROVIDER_FIXTURES / "llama-server" / "exceed-context-size.json").read_text()
+# vLLM's wording (vllm/entrypoints/openai/serving_engine.py) of an input plus max_tokens over
+# the window, and Anthropic's for the same (its context-windows page).
+VLLM = (
+    '{"object":"error","message":"This model\'s maximum context length is 4096 tokens. However, '
+    "you requested 5000 tokens (4000 in the messages, 1000 in the completion). Please reduce "
+    'the length of the messages or completion.","type":"BadRequestError","param":null,"code":400}'
+)
+ANTHROPIC_SUM = (
+    '{"type":"error","error":{"type":"invalid_request_error","message":"input length and '
+    "`max_tokens` exceed context limit: 197888 + 8192 > 200000, decrease input length or "
+    '`max_tokens` and try again"}}'
+)
+
+
+@pytest.mark.parametrize(
+    ("api", "body", "limit"),
+    [
+        ("openai-chat", LLAMA_REAL, ContextLimit(window=1024, prompt=3033)),
+        ("openai-chat", LLAMA_SERVER, ContextLimit(window=8192, prompt=9412)),
+        ("openai-chat", OPENAI, ContextLimit(window=128000, prompt=131072)),
+        ("openai-chat", VLLM, ContextLimit(window=4096, prompt=4000)),
+        ("openai-responses", RESPONSES, None),  # no numbers given
+        ("anthropic", ANTHROPIC, ContextLimit(window=200000, prompt=208310)),
+        ("anthropic", ANTHROPIC_SUM, ContextLimit(window=200000, prompt=197888)),
+        ("gemini", GEMINI, ContextLimit(window=1048576, prompt=1300000)),
+    ],
+)
+async def test_a_too_long_answer_gives_the_providers_window_and_count(
+    api: str, body: str, limit: ContextLimit | None
+) -> None:
+    async with fake_upstream() as up:
+        up.push(Reply.json(400, body))
+        adapter = make(api, up.base_url)
+        event = await terminal(adapter)
+        await adapter.aclose()
+    assert isinstance(event, ErrorEvent) and event.kind == ErrorKind.CONTEXT_LENGTH
+    assert event.context_limit == limit
+
+
+async def test_a_responses_stream_failing_for_context_length_gives_the_numbers_it_says() -> None:
+    failed = (
+        '{"type":"response.failed","response":{"id":"resp_1","status":"failed","error":'
+        '{"code":"context_length_exceeded","message":"This model\'s maximum context length is '
+        '16384 tokens. However, your messages resulted in 17000 tokens."}}}'
+    )
+    async with fake_upstream() as up:
+        up.push(Reply.events([failed]))
+        adapter = make("openai-responses", up.base_url)
+        event = await terminal(adapter)
+        await adapter.aclose()
+    assert isinstance(event, ErrorEvent) and event.kind == ErrorKind.CONTEXT_LENGTH
+    assert event.context_limit == ContextLimit(window=16384, prompt=17000)

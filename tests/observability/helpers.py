@@ -68,6 +68,7 @@ def call_record(
     duration_ms: int | None = 1200,
     cost_usd: float | None = 0.001,
     error: str | None = None,
+    prices: str | None = None,
 ) -> LLMCallRecord:
     final = status in ("committed", "failed", "canceled")
     return LLMCallRecord(
@@ -92,6 +93,7 @@ def call_record(
         cost_usd=cost_usd if final else None,
         error=error,
         finished_at_ms=created_at_ms + (duration_ms or 0) if final else None,
+        prices=prices,
     )
 
 
@@ -132,6 +134,8 @@ async def seed_store(store: object, now_ms: int) -> list[LLMCallRecord]:
             cache_read=1500,
             cache_write=100,
             cost_usd=0.0051,
+            # The one call stored with its prices (the others: made before 0013).
+            prices='{"input":2.0,"output":8.0,"cache_read":0.5}',
         ),
         call_record(
             "call-3",

@@ -328,6 +328,15 @@ async def test_dashboard_renders_tables_chart_and_errors(tmp_path: Path) -> None
             assert by_model["anthropic/claude-test"][1][0] == "$0"
             assert by_model["openai/gpt-test"][1][0] == "$0"
             assert await page.evaluate(OVERFLOWS_JS) == []
+            # When the prices changed: under the chart, each set of prices with its first call.
+            spans = await page.eval_on_selector_all(
+                ".prices[data-model='openai/gpt-test'] .price-span",
+                "ss => ss.map(s => s.textContent)",
+            )
+            assert len(spans) == 2, spans
+            assert spans[0].startswith("since ") and "no prices recorded (4 calls)" in spans[0]
+            assert spans[1].startswith("from ")
+            assert "input $2, output $8, cache read $0.5 per Mtok (1 call)" in spans[1]
             hints = await page.eval_on_selector_all(
                 ".chart-box",
                 "bs => bs.map(b => [b.dataset.model, !!b.querySelector('.no-prices')])",

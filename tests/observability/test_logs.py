@@ -214,6 +214,16 @@ def test_log_run_says_fallbacks_only_when_there_were_some(restore_logging: None)
     assert " llm_calls=2 fallbacks=2 " in fell_back
 
 
+def test_log_run_says_unpriced_calls_only_when_there_were_some(restore_logging: None) -> None:
+    stream = io.StringIO()
+    setup_logging("text", "INFO", stream=stream)
+    log_run(summary())
+    log_run(summary(unpriced_calls=1))
+    plain, unpriced = stream.getvalue().splitlines()
+    assert "unpriced_calls=" not in plain
+    assert " cost_usd=0.012346 unpriced_calls=1" in unpriced  # not in its cost, it says so
+
+
 def test_log_run_failure_is_a_warning_and_scrubbed(restore_logging: None) -> None:
     stream = io.StringIO()
     setup_logging("json", "INFO", secrets=[OPENAI_KEY], stream=stream)

@@ -93,6 +93,8 @@ def test_llm_call_counters_tokens_cost_histograms() -> None:
     assert value(m, "cursor_byok_llm_tokens_total", kind="cache_write", **lab) == 0
     assert value(m, "cursor_byok_llm_tokens_total", kind="reasoning", **lab) == 5
     assert value(m, "cursor_byok_llm_cost_usd_total", **lab) == 0.25
+    # "b" was stored without a cost (its model had no prices): unpriced, not $0.
+    assert value(m, "cursor_byok_llm_unpriced_calls_total", **lab) == 1
     assert value(m, "cursor_byok_llm_ttft_seconds_count", **lab) == 1
     assert value(m, "cursor_byok_llm_ttft_seconds_sum", **lab) == 0.25
     assert value(m, "cursor_byok_llm_ttft_seconds_bucket", le="0.25", **lab) == 1

@@ -138,6 +138,11 @@ async def test_a_window_of_the_fixed_part_plus_2_8k_serves_every_turn(tmp_path: 
         assert prompt + output <= window, (name, prompt, output, window)
     summaries = [p for p in provider.prompts if p[3]]
     assert summaries, "the small window compacted"
+    most = max(p + o for _, p, o, s in provider.prompts if not s)
+    print(
+        f"\nwindow {window} (fixed {fixed}): {len(summaries)} compactions in 12 turns, "
+        f"largest request + answer {most}"
+    )
 
 
 @pytest.mark.parametrize("turns", [20])
@@ -153,6 +158,12 @@ async def test_an_8280_window_with_a_128k_compaction_model_ends_every_turn(
     assert summary_calls, "the compaction model wrote summaries"
     for name, prompt, output, _ in main:
         assert prompt + output <= 8_280, (name, prompt, output)
+    most = max(p + o for _, p, o, _ in main)
+    bounds = sorted({c.settings.max_output_tokens for c in summary_calls})
+    print(
+        f"\n8,280 + 128k: {len(summary_calls)} summaries in {turns} turns, largest request + "
+        f"answer {most}, summary bounds {bounds}"
+    )
     # The summary's answer bound is what the main window holds, not the big model's 4,096.
     for call in summary_calls:
         bound = call.settings.max_output_tokens

@@ -34,15 +34,19 @@ from tests.runtime.harness import MODEL, Client, read_ok, run_request, shell_ok
 
 SHELL_HI = "Exit code: 0\nstdout:\nhi"
 
-# $1 per input token: each scripted answer below costs what its `input` says.
-PRICED = msgspec.structs.replace(MODEL, prices=Prices(input=1_000_000.0))
+# $1 per output token, at most 4 of them: each scripted answer below costs what its `output`
+# says, and each call reserves $4 of a budget until it finishes (reservations.py; the input is
+# free, so the request's size adds nothing to that bound).
+CAP = 4
+CAPPED = msgspec.structs.replace(MODEL.settings, max_output_tokens=CAP)
+PRICED = msgspec.structs.replace(MODEL, prices=Prices(output=1_000_000.0), settings=CAPPED)
 OTHER = Model(
     id="other",
     display_name="Other",
     provider=MODEL.provider,
-    settings=MODEL.settings,
+    settings=CAPPED,
     context_window=100_000,
-    prices=Prices(input=1_000_000.0),
+    prices=Prices(output=1_000_000.0),
     aliases=("fast",),
 )
 
@@ -52,7 +56,7 @@ def ms(text: str) -> int:
 
 
 def costing(dollars: int, text: str = "ok") -> FauxResponse:
-    return FauxResponse.text(text, usage=Usage(input=dollars))
+    return FauxResponse.text(text, usage=Usage(output=dollars))
 
 
 class Clock:
@@ -120,22 +124,26 @@ async def test_budget_crossed_mid_month_refuses_the_next_call_and_renews_next_mo
 ) -> None:
     clock = Clock("2026-01-31T23:58:00")
     read = dataclasses.replace(
-        FauxResponse.tool_calls([("Read", {"path": "a.py"})]), usage=Usage(input=3)
+        FauxResponse.tool_calls([("Read", {"path": "a.py"})]), usage=Usage(output=3)
     )
     runner, store = await open_runner(
         tmp_path / "db", [costing(1), read, costing(1, "renewed")], clock
     )
-    await add_token(store, budget_usd=2.5)
+    await add_token(store, budget_usd=6.0)
     _, end = await turn(runner, "r1", "c1")
-    assert end is None  # $1 of $2.50
-    # The second turn's first call is admitted ($1 spent) and costs $3: it finishes, its tool
-    # runs; the call after the tool result would spend more, so it is refused.
+    assert end is None  # $4 reserved of $6, settled to its $1
+    (first,) = await store.list_recent_llm_calls()
+    assert (first.reserved_usd, first.cost_usd, first.status) == (4.0, 1.0, "committed")
+    # The second turn's first call fits ($1 spent + $4 reserved) and costs $3: it finishes,
+    # its tool runs; the call after the tool result could cost $4 more than the $4 spent, so
+    # it is refused before it goes out: the budget is never overspent.
     client, end = await turn(runner, "r2", "c2", client=Client("r2", answers=[read_ok("x\n")]))
     assert "exec read_args" in client.kinds()
     assert end is not None and end.code == "resource_exhausted"
     assert end.message == (
-        "token 'alice' has spent its monthly budget: $4.00 of $2.50 in 2026-01 (UTC); "
-        "it renews on 2026-02-01"
+        "token 'alice' has too little of its monthly budget left for this model call: $4.00 "
+        "spent and $0.00 held by calls in flight of $6.00 in 2026-01 (UTC), and the call may "
+        "cost up to $4.00; it renews on 2026-02-01"
     )
     clock.now = ms("2026-01-31T23:59:59")
     _, end = await turn(runner, "r3", "c3")
@@ -268,7 +276,8 @@ async def test_a_fallback_outside_the_models_limit_serves_and_counts(tmp_path: P
             now_ms=clock,
         )
     )
-    await add_token(store, models=(PRICED.id,), budget_usd=2.0)
+    # The failed call's $4 reservation settles to $0 in the commit planning the fallback.
+    await add_token(store, models=(PRICED.id,), budget_usd=5.0)
     client, end = await turn(runner, "r1", "c1")
     assert end is None and client.text() == "from the fallback"
     calls = {c.call_id: c for c in await store.list_recent_llm_calls()}
@@ -276,7 +285,7 @@ async def test_a_fallback_outside_the_models_limit_serves_and_counts(tmp_path: P
     assert calls["c1:1:llm1:fb1"].cost_usd == 3.0
     assert await store.token_spend("tok_alice", *month_window(clock.now)[:2]) == 3.0
     _, end = await turn(runner, "r2", "c2")
-    assert end is not None and end.code == "resource_exhausted"  # $3.00 of $2.00
+    assert end is not None and end.code == "resource_exhausted"  # $3 + up to $4 > $5
     await store.close()
 
 
@@ -320,7 +329,7 @@ async def test_a_refused_call_keeps_the_tool_answer_before_it(tmp_path: Path) ->
     clock = Clock("2026-01-15T12:00:00")
     shell = dataclasses.replace(
         FauxResponse.tool_calls([ToolCall(id="sh1", name="Shell", arguments={"command": "x"})]),
-        usage=Usage(input=3),
+        usage=Usage(output=3),
     )
     store = await SQLiteStore.open(tmp_path / "db")
     llm = FauxLLM([shell, costing(0, "it printed hi")], chunk_size=50)
@@ -329,13 +338,14 @@ async def test_a_refused_call_keeps_the_tool_answer_before_it(tmp_path: Path) ->
             models={PRICED.id: PRICED}, store=store, llm_for=lambda _m: llm, now_ms=clock
         )
     )
-    await add_token(store, budget_usd=2.5)
+    await add_token(store, budget_usd=5.0)
     client, end = await turn(runner, "r1", "c1", client=Client("r1", answers=[shell_ok("hi")]))
     assert "exec shell_stream_args" in client.kinds()
     assert end is not None and end.code == "resource_exhausted"
     assert end.message == (
-        "token 'alice' has spent its monthly budget: $3.00 of $2.50 in 2026-01 (UTC); "
-        "it renews on 2026-02-01"
+        "token 'alice' has too little of its monthly budget left for this model call: $3.00 "
+        "spent and $0.00 held by calls in flight of $5.00 in 2026-01 (UTC), and the call may "
+        "cost up to $4.00; it renews on 2026-02-01"
     )
     record = await store.load("c1")
     assert record is not None
@@ -346,7 +356,7 @@ async def test_a_refused_call_keeps_the_tool_answer_before_it(tmp_path: Path) ->
         api="faux",
         provider="faux",
         model="faux-model",
-        usage=Usage(input=3),
+        usage=Usage(output=3),
         stop_reason="toolUse",
     )
     assert answer == ToolResultMessage(

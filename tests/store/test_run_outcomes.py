@@ -135,3 +135,32 @@ async def test_the_latest_error_wins_between_calls_and_runs(tmp_path: Path) -> N
         second = await store.conversation_overview("c1")
     assert first is not None and first.last_error == "call broke"
     assert second is not None and second.last_error == "newer"
+
+
+async def test_price_spans_and_unpriced_runs_on_both_backends(store: AnyStore) -> None:
+    """The prices stored with each call, grouped per model in order of first use (what the
+    dashboard lists as price changes), and a run's unpriced count, kept as written."""
+    await commit(store, "c1")
+    first, second = '{"input":1.0}', '{"input":2.0}'
+    for call_id, at, prices in (
+        ("a", 10, None),
+        ("b", 20, first),
+        ("c", 30, first),
+        ("d", 40, second),
+    ):
+        cost = None if prices is None else 0.5
+        await store.save_llm_call(call(call_id, "c1", at, prices=prices, cost_usd=cost))
+    await store.save_llm_call(call("e", "c1", 50, model="other", prices=second))
+    spans = [
+        (s.model, s.prices, s.first_ms, s.last_ms, s.calls) for s in await store.list_price_spans()
+    ]
+    assert spans == [
+        ("gpt-test", None, T0 + 10, T0 + 10, 1),
+        ("gpt-test", first, T0 + 20, T0 + 30, 2),
+        ("gpt-test", second, T0 + 40, T0 + 40, 1),
+        ("other", second, T0 + 50, T0 + 50, 1),
+    ]
+    assert (await store.get_llm_call("b")) == call("b", "c1", 20, prices=first, cost_usd=0.5)
+    await store.save_run_outcome(outcome("r1", "c1", 60, llm_calls=4, unpriced_calls=1))
+    (run,) = await store.list_recent_run_outcomes(5)
+    assert run.unpriced_calls == 1

@@ -166,6 +166,17 @@ def _with_usage(reply: Reply, prompt_tokens: int, cached: int) -> Reply:
 _READS = re.compile(r"\[reads (\d+) (\S+)\]")
 
 
+def _counted(body: str, prompt_tokens: int) -> str:
+    """A recorded refusal with the request's own count (as a real server gives it) in place of
+    the 9,412 tokens of the recording."""
+    return body.replace("9412", str(prompt_tokens))
+
+
+def overflow(received: Received) -> Reply:
+    """llama-server's refusal of `received`, counting it as brain-small's usage does."""
+    return Reply.json(400, _counted(LLAMA_SERVER_OVERFLOW, len(received.body) // 4))
+
+
 def answer(received: Received) -> Reply:
     reply = _respond(received)
     body = json.loads(received.body)
@@ -199,9 +210,9 @@ def _respond(received: Received) -> Reply:
         m["role"] == "user" and _text_of(m["content"]).startswith(COMPACTED) for m in messages
     )
     if "[overflow]" in prompt and not compacted:
-        return Reply.json(400, LLAMA_SERVER_OVERFLOW)
+        return overflow(received)
     if "[overflow-openai]" in prompt and not compacted:
-        return Reply.json(400, OPENAI_OVERFLOW)
+        return Reply.json(400, _counted(OPENAI_OVERFLOW, len(received.body) // 4))
     if body.get("model") == "brain-small":
         return _sized(_answer(prompt, results), len(received.body) // 4)
     return _answer(prompt, results)

@@ -85,13 +85,20 @@ class Cluster:
             f"-c unix_socket_directories={self._root} -c fsync={'on' if fsync else 'off'} "
             "-c max_connections=200 -c shared_buffers=32MB"
         )
+        self._options = options
+        self.start_server()
+        self.startup_s = time.monotonic() - started
+        self._created: set[str] = set()
+
+    def start_server(self) -> None:
+        """Start the cluster's server (again, after `stop_server`), on the same port."""
         self._run(
             [
-                pg_ctl,
+                self._pg_ctl,
                 "-D",
                 str(self.data),
                 "-o",
-                options,
+                self._options,
                 "-l",
                 str(self._root / "log"),
                 "-w",
@@ -100,8 +107,11 @@ class Cluster:
                 "start",
             ]
         )
-        self.startup_s = time.monotonic() - started
-        self._created: set[str] = set()
+
+    def stop_server(self, mode: str = "fast") -> None:
+        """Stop the server, keeping the cluster (`fast`: its connections are closed, as on a
+        restart; `immediate`: as on a crash)."""
+        self._run([self._pg_ctl, "-D", str(self.data), "-m", mode, "-w", "stop"])
 
     def _run(self, argv: list[str]) -> None:
         if self._as_owner:

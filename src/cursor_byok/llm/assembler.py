@@ -15,6 +15,7 @@ import msgspec
 
 from .canonical import sorted_value
 from .events import (
+    ContextLimit,
     DoneEvent,
     ErrorEvent,
     ErrorKind,
@@ -320,6 +321,7 @@ class MessageAssembler:
         retry_after_ms: int | None = None,
         transient: bool = False,
         kind: ErrorKind | None = None,
+        context_limit: ContextLimit | None = None,
     ) -> ErrorEvent:
         self._terminate()
         return ErrorEvent(
@@ -329,6 +331,7 @@ class MessageAssembler:
             retry_after_ms=retry_after_ms,
             transient=transient,
             kind=kind,
+            context_limit=context_limit,
         )
 
     # -- internals -------------------------------------------------------------------------

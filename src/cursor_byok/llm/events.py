@@ -100,6 +100,14 @@ class ErrorKind(enum.StrEnum):
     CONTEXT_LENGTH = "context_length"  # the request is over the model's context window
 
 
+class ContextLimit(msgspec.Struct, frozen=True, omit_defaults=True):
+    """What a provider said about its window when it refused a request as too long, where its
+    answer gives the numbers (each adapter reads its own provider's shape). 0: not given."""
+
+    window: int = 0  # the provider's context window, in its tokens
+    prompt: int = 0  # its count of the refused request
+
+
 class ErrorEvent(_Event, frozen=True, tag="error"):
     """Terminal failure. `message` carries what was received (stop_reason error/aborted and
     `error_message`); it is never appended to history."""
@@ -111,6 +119,7 @@ class ErrorEvent(_Event, frozen=True, tag="error"):
     retry_after_ms: int | None = None
     transient: bool = False
     kind: ErrorKind | None = None
+    context_limit: ContextLimit | None = None  # with kind CONTEXT_LENGTH, when given
 
     @property
     def error_message(self) -> str:

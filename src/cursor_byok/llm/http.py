@@ -31,6 +31,7 @@ import msgspec
 from .assembler import MessageAssembler
 from .deadlines import Deadline, OutputWatch, missed
 from .events import (
+    ContextLimit,
     DoneEvent,
     ErrorEvent,
     ErrorKind,
@@ -175,6 +176,10 @@ class HttpAdapter(ABC):
 
     def error_kind(self, status: int, body: bytes) -> ErrorKind | None:
         """What an error answer means where the loop acts on it (context_errors.py)."""
+        return None
+
+    def context_limit(self, body: bytes) -> ContextLimit | None:
+        """The window and prompt size a "too long" answer gives, where it gives them."""
         return None
 
     # -- LLM protocol ----------------------------------------------------------------------
@@ -404,10 +409,13 @@ class HttpResponseStream:
         try:
             if not 200 <= response.status < 300:
                 kind: ErrorKind | None = None
+                limit: ContextLimit | None = None
                 if response.status >= 400:
                     body = await watch.wait(_read_bounded(response))
                     detail = adapter.error_message(response.status, body)
                     kind = adapter.error_kind(response.status, body)
+                    if kind == ErrorKind.CONTEXT_LENGTH:
+                        limit = adapter.context_limit(body)
                 else:
                     detail = not_followed(response.status, response.fields)
                 await self._emit(
@@ -416,6 +424,7 @@ class HttpResponseStream:
                         http_status=response.status,
                         retry_after_ms=parse_retry_after(response.fields),
                         kind=kind,
+                        context_limit=limit,
                     )
                 )
                 return

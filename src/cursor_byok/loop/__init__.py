@@ -106,6 +106,7 @@ from .transition import (
     LocalResult,
     LoopError,
     Transition,
+    WindowReport,
     admit,
     transition,
 )
@@ -193,6 +194,7 @@ __all__ = [
     "UserMessageInput",
     "WaitInput",
     "Waiting",
+    "WindowReport",
     "admit",
     "build_prompt",
     "build_tools",

@@ -14,6 +14,8 @@ and tool calls, and the results of those calls always stay on the same side.
 
 from __future__ import annotations
 
+import math
+
 import msgspec
 
 from cursor_byok.llm.types import (
@@ -30,6 +32,7 @@ from cursor_byok.llm.types import (
 )
 
 from .context import ContextWindow
+from .memo import ByIdentity
 from .window import rooms
 
 # The character estimate: about four characters per token for English text and code (the
@@ -89,10 +92,18 @@ def tokens_of_chars(chars: int) -> int:
 
 def fixed_tokens(system_prompt: str, tools: tuple[ToolDefinition, ...]) -> int:
     """The estimate of what every request of the turn carries besides the history."""
-    chars = len(system_prompt)
-    for tool in tools:
-        chars += len(tool.name) + len(tool.description) + len(msgspec.json.encode(tool.parameters))
-    return tokens_of_chars(chars)
+    return tokens_of_chars(len(system_prompt) + _tools_chars(tools))
+
+
+def _chars_of_tools(tools: tuple[ToolDefinition, ...]) -> int:
+    return sum(
+        len(tool.name) + len(tool.description) + len(msgspec.json.encode(tool.parameters))
+        for tool in tools
+    )
+
+
+# `render_tools`' tuple is one object per run: its schemas are encoded once (memo.py).
+_tools_chars: ByIdentity[tuple[ToolDefinition, ...], int] = ByIdentity(_chars_of_tools)
 
 
 def estimated_tokens(messages: tuple[Message, ...], fresh_from: int, fixed: int) -> int:
@@ -139,6 +150,7 @@ def plan_cut(
     fixed: int,
     window: ContextWindow,
     first: int,
+    scale: float = 1.0,
 ) -> Cut | None:
     """Where the kept tail starts and how long the summary may be (window.rooms: below the
     threshold first, else within the window). `first`: how many messages at the start are not
@@ -148,8 +160,10 @@ def plan_cut(
     In each room the cut keeps the last user message and everything after it when that fits;
     else it goes inside the turn, at the earliest tool-result boundary whose tail takes at
     most half the room (so the next compaction is not at once), else the earliest that fits
-    at all. None: no cut fits (nothing to summarize, or the tail is too big)."""
-    sizes = [tokens_of_chars(chars_of(m)) for m in messages]
+    at all. None: no cut fits (nothing to summarize, or the tail is too big). `scale`: the
+    provider's tokens per estimated token (window.scale), applied to every message's size;
+    `fixed` is given in the provider's tokens too."""
+    sizes = [math.ceil(tokens_of_chars(chars_of(m)) * scale) for m in messages]
     tail = [0] * (len(messages) + 1)
     for i in range(len(messages) - 1, -1, -1):
         tail[i] = tail[i + 1] + sizes[i]

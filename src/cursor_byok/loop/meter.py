@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 import msgspec
 
+from cursor_byok.llm.prefix_memo import HISTORY_MEMO_MAX, PrefixMemo, fold_history
 from cursor_byok.llm.types import (
     AssistantMessage,
     ImageContent,
@@ -38,6 +39,7 @@ from cursor_byok.llm.types import (
 from . import derived
 from .apportion import largest_remainder
 from .context import DEFAULT_CONTEXT, TurnContext
+from .memo import ByIdentity
 from .prompt import render_prompt, render_tools, rules_section
 from .state import ConversationState
 from .tools import NATIVE_BY_NAME
@@ -144,6 +146,22 @@ def _tool_chars(tool: ToolDefinition) -> int:
     return len(tool.name) + len(tool.description) + len(schema)
 
 
+def _native_and_mcp_chars(tools: tuple[ToolDefinition, ...]) -> tuple[int, int]:
+    native = mcp = 0
+    for tool in tools:
+        if tool.name in NATIVE_BY_NAME:
+            native += _tool_chars(tool)
+        else:
+            mcp += _tool_chars(tool)
+    return native, mcp
+
+
+# The tools of a request are `render_tools`' tuple, one object per run: measured once.
+_tools_chars: ByIdentity[tuple[ToolDefinition, ...], tuple[int, int]] = ByIdentity(
+    _native_and_mcp_chars
+)
+
+
 @dataclass(slots=True)
 class _Count:
     chars: int = 0
@@ -172,6 +190,34 @@ class _Count:
                             self.chars += len(name) + body
 
 
+class _CountFold:
+    """The characters of a history so far (prefix_memo.py's fold): a model call's history
+    extends the previous call's, so each call counts only what was appended instead of every
+    message again (issue 28: three full passes a turn, +1 M instructions per 100 messages)."""
+
+    __slots__ = ("fed", "rest", "split", "summary")
+
+    def __init__(self, split: int) -> None:
+        self.split = split  # the first `split` messages are the summarized conversation
+        self.fed = 0
+        self.summary = _Count()
+        self.rest = _Count()
+
+    def feed(self, message: Message) -> None:
+        (self.summary if self.fed < self.split else self.rest).message(message)
+        self.fed += 1
+
+    def copy(self) -> _CountFold:
+        twin = _CountFold(self.split)
+        twin.fed = self.fed
+        twin.summary = _Count(self.summary.chars, self.summary.images)
+        twin.rest = _Count(self.rest.chars, self.rest.images)
+        return twin
+
+
+_counts: PrefixMemo[_CountFold] = PrefixMemo(HISTORY_MEMO_MAX)
+
+
 def _json_chars(value: object) -> int:
     """The length of `value` as compact JSON, escapes not counted, without encoding it: a
     history's tool arguments hold whole files, and encoding them on every call doubled the
@@ -196,15 +242,11 @@ def prompt_chars(
     `summary_messages` messages are the summarized conversation (what a compaction put first)."""
     rules = rules_section(context)
     rule_chars = len(rules) if rules and rules in request.system_prompt else 0
-    native = mcp = 0
-    for tool in request.tools:
-        if tool.name in NATIVE_BY_NAME:
-            native += _tool_chars(tool)
-        else:
-            mcp += _tool_chars(tool)
-    summary, rest = _Count(), _Count()
-    for i, message in enumerate(request.messages):
-        (summary if i < summary_messages else rest).message(message)
+    native, mcp = _tools_chars(request.tools)
+    counted = fold_history(
+        request.messages, summary_messages, lambda: _CountFold(summary_messages), _counts
+    )
+    summary, rest = counted.summary, counted.rest
     return PromptChars(
         system_prompt=len(request.system_prompt) - rule_chars,
         tools=native,

@@ -4,6 +4,8 @@ compaction's summary call."""
 
 from __future__ import annotations
 
+import math
+
 import msgspec
 
 from cursor_byok.llm.canonical import messages_hash
@@ -141,12 +143,16 @@ def compact(
     window: ContextWindow,
     fixed: int,
     estimate: int,
+    scale: float = 1.0,
 ) -> Transition:
     """Start a compaction: plan the cut and make the summary call. When no cut fits, a request
     over the threshold that still fits the window goes out as it is (a threshold compaction);
-    else the turn fails with what fills the window."""
+    else the turn fails with what fills the window. `scale`: the provider's tokens per
+    estimated token (an overflow whose refusal gave its count, window.scale)."""
+    fixed = math.ceil(fixed * scale)
+    estimate = max(estimate, math.ceil(estimate * scale))
     planned = compaction.plan_cut(
-        c.messages, fixed=fixed, window=window, first=first_summarizable(c)
+        c.messages, fixed=fixed, window=window, first=first_summarizable(c), scale=scale
     )
     if planned is None:
         if reason == CompactionReason.THRESHOLD and window_rule.fits(window, estimate):

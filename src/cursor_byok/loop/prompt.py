@@ -14,6 +14,7 @@ from cursor_byok.llm.types import ToolDefinition
 from .catalogue import Mode, mode_of, offered
 from .context import DEFAULT_CONTEXT, Environment, McpServerInfo, TurnContext
 from .inputs import Input, Start
+from .memo import ByIdentity
 from .state import ConversationState
 from .subagents import start_context
 from .tools import NATIVE_BY_NAME, TASK, task_parameters
@@ -159,7 +160,12 @@ def rules_section(context: TurnContext) -> str:
 
 
 def render_prompt(context: TurnContext) -> str:
-    """The system prompt for `context`; the same context always gives the same text."""
+    """The system prompt for `context`; the same context always gives the same text (rendered
+    once per context object: memo.py)."""
+    return _prompts(context)
+
+
+def _render_prompt(context: TurnContext) -> str:
     sections = [BASE_INSTRUCTIONS]
     subagent = _subagent_section(context)
     if subagent:
@@ -196,6 +202,11 @@ def _definition(name: str, context: TurnContext) -> ToolDefinition:
 
 
 def render_tools(context: TurnContext) -> tuple[ToolDefinition, ...]:
+    """`_render_tools`, once per context object (memo.py): the same tuple every time."""
+    return _tools(context)
+
+
+def _render_tools(context: TurnContext) -> tuple[ToolDefinition, ...]:
     """The mode's native tools in catalogue order (catalogue.offered), then the MCP tools sorted
     by name, in every mode (the real Cursor does not withhold them in ask or plan). With the
     MCP meta-tools on (`context.mcp_meta`) the flat MCP tools are left out: the meta-tools
@@ -215,6 +226,10 @@ def render_tools(context: TurnContext) -> tuple[ToolDefinition, ...]:
         taken.add(tool.name)
         out.append(tool)
     return tuple(out)
+
+
+_prompts: ByIdentity[TurnContext, str] = ByIdentity(_render_prompt)
+_tools: ByIdentity[TurnContext, tuple[ToolDefinition, ...]] = ByIdentity(_render_tools)
 
 
 def build_prompt(input: Input | None, state: ConversationState) -> str:

@@ -71,6 +71,18 @@ class Compacted(msgspec.Struct, frozen=True, omit_defaults=True):
     kept: int = 0  # messages kept after it
 
 
+class WindowReport(msgspec.Struct, frozen=True, omit_defaults=True):
+    """The provider's own word on the run's model's window (window.py): it refused a request
+    as too long and gave its window (`tokens`), or it answered a request whose usage (`used`)
+    is over the window the loop decided by (a silent overflow). The runtime keeps `tokens`
+    per model for the process and warns once per model, quoting `said`."""
+
+    said: str
+    tokens: int = 0
+    used: int = 0
+    window: int = 0  # the window the loop had decided by
+
+
 class Ignored(enum.StrEnum):
     """Why an input did not apply to the state (h11: an ignored event says why). The state is
     returned unchanged, nothing is emitted and the command is `WaitInput`; the runtime reads
@@ -95,6 +107,7 @@ class Transition(msgspec.Struct, frozen=True):
     call_end: CallEnd | None = None
     compacted: Compacted | None = None
     ignored: Ignored | None = None  # set when the input did not apply, saying why
+    window_report: WindowReport | None = None
 
 
 def ignore(state: RuntimeState, why: Ignored) -> Transition:

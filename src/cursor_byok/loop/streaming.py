@@ -23,8 +23,10 @@ from cursor_byok.llm.events import (
     ToolCallEnd,
     ToolCallStart,
 )
+from cursor_byok.llm.types import AssistantMessage
 
 from . import compaction
+from . import window as window_rule
 from .commands import CONTINUE_LLM, Canceled, Final
 from .inputs import LLMEvent
 from .model_calls import call_llm, compact, fall_back, fallback_window
@@ -47,6 +49,7 @@ from .step import (
     CallOutcome,
     Ignored,
     Transition,
+    WindowReport,
     commit,
     context_of,
     fail,
@@ -127,6 +130,21 @@ def _on_done(
         )
         end = CallEnd(waiting.call_id, CallOutcome.FAILED, failed.error_message)
         return fail(c, failed, (ErrorEvent(reason="error", message=failed),), end)
+    t = _answered(c, waiting, message, event)
+    window = context_of(c).window
+    used = message.usage.total
+    if window is None or waiting.fallback or not window_rule.silently_over(window, used):
+        return t
+    said = (
+        f"the provider answered a request whose usage is {used:,} tokens, more than the "
+        f"window of {window.size:,}"
+    )
+    return _replace(t, window_report=WindowReport(said=said, used=used, window=window.size))
+
+
+def _answered(
+    c: ConversationState, waiting: AwaitLLM, message: AssistantMessage, event: DoneEvent
+) -> Transition:
     emit: tuple[ResponseEvent, ...] = (event,)
     done = CallEnd(waiting.call_id, CallOutcome.COMMITTED)
     calls = message.tool_calls
@@ -159,14 +177,30 @@ def _on_error(
         return settle(c2, (event,), Canceled(reason=event.error_message), call_end=end)
     end = CallEnd(waiting.call_id, CallOutcome.FAILED, event.error_message)
     if event.kind == ErrorKind.CONTEXT_LENGTH and not waiting.compacted:
-        # Over the window by the provider's count: compact once, then a new call (new id,
-        # new request) over the compacted view. A second refusal fails the turn.
+        # Over the window by the provider's count: compact once, to fit the window it gave
+        # when it gave one, then a new call (new id, new request) over the compacted view.
+        # A second refusal fails the turn.
         context = context_of(c)
         window = context.window or fallback_window()
         fixed = compaction.fixed_tokens(render_prompt(context), render_tools(context))
         estimate = compaction.estimated_tokens(c.messages, c.fresh_from, fixed)
-        t = compact(c, CompactionReason.OVERFLOW, AfterSummary.CALL_LLM, window, fixed, estimate)
-        return prepend((), t, end)
+        limit = event.context_limit
+        report: WindowReport | None = None
+        if waiting.fallback == 0:  # a fallback model's window is not the run's model's
+            learned = window_rule.with_provider_window(window, limit)
+            if learned is not window:
+                report = WindowReport(
+                    said=event.error_message,
+                    tokens=learned.provider_tokens,
+                    window=window.size,
+                )
+                window = learned
+                c = _replace(c, context=_replace(context, window=learned))
+        scale = window_rule.scale(limit, estimate)
+        t = compact(
+            c, CompactionReason.OVERFLOW, AfterSummary.CALL_LLM, window, fixed, estimate, scale
+        )
+        return _replace(prepend((), t, end), window_report=report)
     # Before its first output (a lone error): the next fallback model, if one is left.
     if pending is None or pending.call_id != waiting.call_id:
         fallback = fall_back(c, waiting, end)

@@ -114,9 +114,10 @@ def ended_quietly(c: ConversationState) -> Transition:
 
 
 def on_summary_failed(state: RuntimeState, input: SummaryFailed) -> Transition:
-    """The summary call failed. Before a threshold compaction the request still fits the window,
-    so the turn goes on without one (that call then fails rather than compacts if the provider
-    refuses it); an overflow or a /summarize fails the turn, saying why."""
+    """The summary call failed. Before a threshold compaction the turn goes on without one when
+    the request fits the window (window.fits; that call then fails rather than compacts if the
+    provider refuses it), else fails with the window error; an overflow or a /summarize fails
+    the turn, saying why."""
     waiting = _awaited_summary(state, input.call_id)
     if isinstance(waiting, Ignored):
         return ignore(state, waiting)
@@ -125,7 +126,7 @@ def on_summary_failed(state: RuntimeState, input: SummaryFailed) -> Transition:
     end = CallEnd(waiting.call_id, CallOutcome.FAILED, why)
     match waiting.reason:
         case CompactionReason.THRESHOLD:
-            t = call_llm(c, compacted=True, measure=False)
+            t = call_llm(c, compacted=True)  # out when it fits the window, else refused
         case CompactionReason.OVERFLOW:
             t = fail(
                 c,

@@ -53,7 +53,16 @@ from .recovery import (
 )
 from .results import CALL_STREAM_CLOSED, CALL_SUPERSEDED, canceled_call, not_reopened
 from .state import RuntimeState
-from .step import CallEnd, CallOutcome, Compacted, Ignored, LocalResult, LoopError, Transition
+from .step import (
+    CallEnd,
+    CallOutcome,
+    Compacted,
+    Ignored,
+    LocalResult,
+    LoopError,
+    Transition,
+    WindowReport,
+)
 from .streaming import on_llm_event
 from .summaries import on_compact, on_summary_done, on_summary_failed
 from .tool_phase import on_tool_lost, on_tool_result
@@ -148,6 +157,7 @@ __all__ = [
     "LocalResult",
     "LoopError",
     "Transition",
+    "WindowReport",
     "admit",
     "opening_message",
     "transition",

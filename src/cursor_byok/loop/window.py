@@ -17,17 +17,32 @@ else what still fits (W - M - F - H); the summary gets at most half of that room
 the summarizing model's own answer bound, `summary_output`), the tail the rest. A compaction
 model with another window and output limit changes only `summary_output` and the summary
 request's own trim (its window less its answer bound): the room above is the main model's.
+
+The provider's window: when the provider refuses a request as too long and gives its window
+(`ContextLimit`, read by each adapter), W becomes the smaller of that and the configured one
+(`provider_tokens`; the runtime keeps it per model for the process) and the compaction plans
+for it. When it also gives its count of the refused request and that is above the estimate,
+the plan counts every estimated token as count / estimate tokens (`scale`), so the compacted
+request fits the provider's own count. A success whose usage is over W (a silent overflow:
+the provider truncated, or the window is misjudged) changes nothing here: its usage is the
+next estimate, so the next call compacts first; both are reported (`WindowReport`).
 """
 
 from __future__ import annotations
 
 import msgspec
+import msgspec.structs
+
+from cursor_byok.llm.events import ContextLimit
 
 from .context import MIN_OUTPUT_RESERVE, ContextWindow
 
 # A summary shorter than this (or than the summarizing model's own bound) is not worth a
 # compaction call.
 MIN_SUMMARY_TOKENS = 256
+# The most provider tokens per estimated token a refusal's count is trusted for: about one
+# token per character (CJK text) against the estimate's four characters.
+MAX_SCALE = 4.0
 # The summary message's framing (compaction.SUMMARY_HEADER and the message's own), in tokens.
 SUMMARY_FRAMING_TOKENS = 64
 
@@ -100,6 +115,28 @@ def summary_room(window: ContextWindow, fixed: int, tail: int) -> int:
     )
 
 
+def with_provider_window(window: ContextWindow, limit: ContextLimit | None) -> ContextWindow:
+    """`window` with the window a provider reported, when that is smaller than the one the
+    loop decided by (else `window` itself)."""
+    if limit is None or limit.window <= 0 or limit.window >= window.size:
+        return window
+    return msgspec.structs.replace(window, provider_tokens=limit.window)
+
+
+def scale(limit: ContextLimit | None, estimate: int) -> float:
+    """Provider tokens per estimated token, from a refused request's count: at least 1, at
+    most MAX_SCALE (past it the count is not this request's, or the estimate is broken)."""
+    if limit is None or limit.prompt <= estimate or estimate <= 0:
+        return 1.0
+    return min(limit.prompt / estimate, MAX_SCALE)
+
+
+def silently_over(window: ContextWindow, used: int) -> bool:
+    """A success whose usage is over the window (the provider truncated or the window is
+    misjudged)."""
+    return used > window.size
+
+
 __all__ = [
     "MIN_OUTPUT_RESERVE",
     "MIN_SUMMARY_TOKENS",
@@ -110,5 +147,8 @@ __all__ = [
     "over_threshold",
     "refusal",
     "rooms",
+    "scale",
+    "silently_over",
     "summary_room",
+    "with_provider_window",
 ]

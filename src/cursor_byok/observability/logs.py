@@ -275,6 +275,7 @@ def run_fields(summary: RunSummary, token: str | None = None) -> dict[str, Any]:
         "reasoning_tokens": usage.reasoning,
         "cache_hit_ratio": None if ratio is None else round(ratio, 4),
         "cost_usd": round(summary.cost_usd, 6),
+        "unpriced_calls": summary.unpriced_calls,  # made without prices: not in cost_usd
         **person,
         "error": summary.error,
     }
@@ -291,7 +292,7 @@ def log_run(
     for key, value in fields.items():
         if value is None and key in ("error", "ttft_ms", "cache_hit_ratio"):
             continue
-        if key == "fallbacks" and not value:  # the usual run: no word about it
+        if key in ("fallbacks", "unpriced_calls") and not value:  # the usual run: no word
             continue
         parts.append(f"{key}={_kv(value)}")
     level = logging.INFO if summary.outcome in ("ok", "canceled") else logging.WARNING

@@ -173,7 +173,14 @@ class Metrics:
         )
         self.llm_cost = Counter(
             f"{PREFIX}_llm_cost_usd",
-            "Cost in USD of upstream LLM calls, from the configured prices",
+            "Cost in USD of upstream LLM calls: the costs stored with them, each priced once at "
+            "the prices in force when it was made",
+            ["provider", "model"],
+            registry=r,
+        )
+        self.llm_unpriced = Counter(
+            f"{PREFIX}_llm_unpriced_calls",
+            "Finished LLM calls made while their model had no prices: not in llm_cost_usd",
             ["provider", "model"],
             registry=r,
         )
@@ -260,6 +267,24 @@ class Metrics:
         """Export the runner's caches (`runner.cache_stats`), read at scrape time."""
         self.registry.register(_ServerCacheCollector(stats))
 
+    def bind_database_size(self, size: Callable[[], float], max_mib: int) -> None:
+        """The database's size (read at scrape time: PostgreSQL's last poll, SQLite's file)
+        and its cap (`server.database_max_mib`; 0: none)."""
+        used = Gauge(
+            f"{PREFIX}_database_bytes",
+            "Size of the database (PostgreSQL: its last poll of pg_database_size; SQLite: the "
+            "file and its WAL)",
+            registry=self.registry,
+        )
+        used.set_function(size)
+        cap = Gauge(
+            f"{PREFIX}_database_limit_bytes",
+            "The database's size cap (server.database_max_mib); 0: none. At the cap new runs "
+            "are refused, unavailable: storage full",
+            registry=self.registry,
+        )
+        cap.set(max_mib << 20)
+
     # -- feeding -------------------------------------------------------------------------
 
     def observe_unknown_event(self, kind: str) -> None:
@@ -323,6 +348,8 @@ class Metrics:
         self.llm_cost.labels(provider=provider, model=model).inc(
             cost if cost is not None and cost > 0 else 0.0
         )
+        unpriced = self.llm_unpriced.labels(provider=provider, model=model)
+        unpriced.inc(1 if cost is None else 0)  # touched: the series exists from the first call
         if record.token_id is not None:
             token = self.token_name(record.token_id) or "unknown"
             self.token_llm_calls.labels(token=token, outcome=outcome).inc()

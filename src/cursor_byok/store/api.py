@@ -12,7 +12,7 @@ other state change; the store only appends.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Literal, Protocol
 
 import msgspec
@@ -22,8 +22,10 @@ from .access_records import SessionTokenRecord as SessionTokenRecord
 from .access_records import SignInRecord as SignInRecord
 from .access_records import TokenUsage as TokenUsage
 from .price_spans import PriceSpan
+from .replica_api import ConversationClaims as ConversationClaims
+from .replica_api import Replicas as Replicas
 
-CommitStatus = Literal["committed", "conflict", "duplicate"]
+CommitStatus = Literal["committed", "conflict", "duplicate", "refused"]
 CallStatus = Literal["planned", "streaming", "committed", "failed", "canceled"]
 OperationStatus = Literal["planned", "sent", "completed", "canceled", "unknown"]
 SaveOutcome = Literal["inserted", "updated", "unchanged", "ignored"]
@@ -48,6 +50,9 @@ class ConversationRecord(msgspec.Struct, frozen=True, kw_only=True):
     messages: tuple[bytes, ...]
     created_at_ms: int
     updated_at_ms: int
+    # The person whose token started it (AccessTokenRecord.person); None: the operator's
+    # (made with the server's own auth_token, while it was open, or stored before 0015).
+    owner_id: str | None = None
 
 
 class ConversationSummary(msgspec.Struct, frozen=True, kw_only=True):
@@ -56,6 +61,7 @@ class ConversationSummary(msgspec.Struct, frozen=True, kw_only=True):
     message_count: int
     created_at_ms: int
     updated_at_ms: int
+    owner_id: str | None = None  # as ConversationRecord.owner_id
 
 
 class InputCommit(msgspec.Struct, frozen=True, kw_only=True):
@@ -73,6 +79,8 @@ class CommitResult(msgspec.Struct, frozen=True, kw_only=True):
 
     committed: `version` is the new version.
     conflict:  nothing changed; `version` is the current version (0 = no such conversation).
+    refused:   nothing changed; the commit's `Reservation` did not fit (`reservation` says by
+               how much).
     duplicate: nothing changed; `previous` is the earlier commit of this input id and `version`
                the conversation's current version.
     `ignored` lists ids of call/operation records whose update was ignored (for example a second
@@ -83,6 +91,40 @@ class CommitResult(msgspec.Struct, frozen=True, kw_only=True):
     version: int
     previous: InputCommit | None = None
     ignored: tuple[str, ...] = ()
+    reservation: ReservationTotals | None = None  # for a commit that carried a Reservation
+
+
+class Reservation(msgspec.Struct, frozen=True, kw_only=True):
+    """What a commit that plans a model call under a person token asks of that person's
+    limits, checked and taken in the commit's own transaction (one atomic step across
+    processes and replicas): the call record it plans carries `reserved_usd = amount_usd`,
+    and the commit goes through only if
+
+        spent + reserved + amount_usd <= budget_usd   (over [since_ms, until_ms)), and
+        calls planned since rate_since_ms < rpm
+
+    where spent sums the costs of the person's finished calls (every token of its chain of
+    rotations) and reserved the `reserved_usd` of its calls still planned or streaming. The
+    runtime says what the numbers are; the store only adds them up and compares."""
+
+    token_id: str
+    amount_usd: float = 0.0
+    budget_usd: float | None = None  # None: no budget
+    since_ms: int = 0
+    until_ms: int = 0
+    rpm: int | None = None  # None: no rate
+    rate_since_ms: int = 0
+
+
+class ReservationTotals(msgspec.Struct, frozen=True, kw_only=True):
+    """The person's totals a Reservation was checked against (before it was taken), and which
+    limit refused it (None: it was taken)."""
+
+    spent_usd: float
+    reserved_usd: float
+    recent_calls: int
+    oldest_recent_ms: int | None = None  # when the oldest of the recent calls was planned
+    refused_by: Literal["budget", "rate"] | None = None
 
 
 class LLMCallRecord(msgspec.Struct, frozen=True, kw_only=True):
@@ -138,6 +180,10 @@ class LLMCallRecord(msgspec.Struct, frozen=True, kw_only=True):
     # The prices in force when the call was made (JSON, llm/models.py encode_prices), its
     # cost_usd's once its usage is known. None: unpriced (and stays so), or before 0013.
     prices: str | None = None
+    # The upper bound of the call's cost reserved against its token's monthly budget when it
+    # was planned (Reservation): it counts in place of the cost while the call is in flight.
+    # None: nothing reserved (no budget), or before 0015.
+    reserved_usd: float | None = None
 
 
 class ClientOperationRecord(msgspec.Struct, frozen=True, kw_only=True):
@@ -323,10 +369,14 @@ class Store(Protocol):
         llm_calls: Sequence[LLMCallRecord] = (),
         client_operations: Sequence[ClientOperationRecord] = (),
         durable: bool = True,
+        owner: str | None = None,
+        reserve: Reservation | None = None,
     ) -> CommitResult:
         """One transaction: dedupe on (conversation_id, input_id), CAS on version (a missing
-        conversation is created when expected_version == 0), append messages at
-        seq = expected_message_count.., record the input and upsert the call records.
+        conversation is created when expected_version == 0, with `owner` as its owner_id),
+        append messages at seq = expected_message_count.., record the input and upsert the
+        call records. With `reserve`, the commit happens only when the reservation fits
+        (status "refused" otherwise, with the totals); see Reservation.
 
         Raises StoreIntegrityError (nothing changed) if the version matches but the stored
         message count differs from expected_message_count, or a record breaks a constraint.
@@ -339,6 +389,14 @@ class Store(Protocol):
         ...
 
     async def save_llm_call(self, record: LLMCallRecord) -> SaveResult: ...
+
+    async def reserve_llm_call(
+        self, record: LLMCallRecord, reserve: Reservation
+    ) -> ReservationTotals:
+        """Save `record` (a charge in flight, its `reserved_usd` set) in one transaction with
+        the check of `reserve` (see Reservation), only when it fits: the totals say whether
+        (`refused_by` None) and what they were."""
+        ...
 
     async def get_llm_call(self, call_id: str) -> LLMCallRecord | None: ...
 
@@ -522,50 +580,3 @@ class Store(Protocol):
         ...
 
     async def close(self) -> None: ...
-
-
-class ConversationClaims(Protocol):
-    """Relays "a run took this conversation" between server processes that share a database
-    server (PostgreSQL: NOTIFY on one connection, LISTEN on another). It only carries the
-    message; what a holder does on hearing it is the runtime's to decide. SQLite has none:
-    there the version compare-and-set alone decides between processes."""
-
-    async def announce_claim(self, conversation_id: str, claimant: str) -> None:
-        """Tell every listening process (this one included) that `claimant` took it."""
-        ...
-
-    async def watch_claims(self, on_claim: Callable[[str, str], None]) -> None:
-        """Start calling `on_claim(conversation_id, claimant)` on the caller's event loop for
-        each claim announced from now on, until the store is closed."""
-        ...
-
-    async def hold_conversation(self, conversation_id: str) -> bool:
-        """Try once to take this process's hold on the conversation (PostgreSQL: a
-        session-level advisory lock on a connection of its own, so a process that dies lets
-        go with its connection). False: another process holds it."""
-        ...
-
-    async def release_conversation(self, conversation_id: str) -> None:
-        """Let go of the hold taken by `hold_conversation` (nothing when not held)."""
-        ...
-
-
-class Replicas(ConversationClaims, Protocol):
-    """A store's replica support (`Store.replicas`): the claims above, and the shim's client
-    messages relayed to the replica that serves their run (transport/connect/relay.py)."""
-
-    async def publish_append(self, request_id: str, seqno: int, payload: bytes) -> bool:
-        """Store one client message of a run and tell every replica. False: stored before."""
-        ...
-
-    async def fetch_appends(
-        self, request_id: str, from_seqno: int
-    ) -> tuple[tuple[int, bytes], ...]:
-        """The run's stored client messages from `from_seqno` on, in order."""
-        ...
-
-    async def watch_appends(self, on_append: Callable[[str], None]) -> None:
-        """Call `on_append(request_id)` for each append stored by any replica from now on."""
-        ...
-
-    async def find_run(self, request_id: str) -> RunRecord | None: ...

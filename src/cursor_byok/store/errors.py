@@ -37,6 +37,11 @@ class StoreIOError(StoreError):
     """The operating system refused a read or write (permissions, vanished file, I/O error)."""
 
 
+class StoreUnreachableError(StoreIOError):
+    """The database server cannot be reached now (it restarts, the network is down): nothing
+    of the call was committed, and the next call connects again."""
+
+
 class StoreSchemaError(StoreError):
     """The schema cannot be used: made by a newer version, or a migration failed."""
 

@@ -13,7 +13,7 @@ import msgspec
 
 from .. import context_errors
 from ..assembler import MessageAssembler
-from ..events import ErrorKind
+from ..events import ContextLimit, ErrorKind
 from ..http import HttpAdapter, error_text_from_body
 from ..prefix_memo import PrefixMemo, fold_history
 from ..settings import ModelSettings, ProviderSettings
@@ -86,6 +86,9 @@ class AnthropicAdapter(HttpAdapter):
 
     def error_kind(self, status: int, body: bytes) -> ErrorKind | None:
         return context_errors.anthropic(status, body)
+
+    def context_limit(self, body: bytes) -> ContextLimit | None:
+        return context_errors.anthropic_limit(body)
 
     def error_message(self, status: int, body: bytes) -> str:
         """`{"type":"error","error":{"type","message"},"request_id"}` -> "type: message (request

@@ -11,7 +11,7 @@ import msgspec
 
 from .. import context_errors
 from ..assembler import MessageAssembler
-from ..events import ErrorKind
+from ..events import ContextLimit, ErrorKind
 from ..http import HttpAdapter, error_text_from_body
 from ..prefix_memo import PrefixMemo
 from ..settings import ModelSettings, ProviderSettings
@@ -68,6 +68,9 @@ class GeminiAdapter(HttpAdapter):
 
     def error_kind(self, status: int, body: bytes) -> ErrorKind | None:
         return context_errors.gemini(status, body)
+
+    def context_limit(self, body: bytes) -> ContextLimit | None:
+        return context_errors.gemini_limit(body)
 
     def error_message(self, status: int, body: bytes) -> str:
         try:

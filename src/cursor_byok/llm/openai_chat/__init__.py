@@ -11,7 +11,7 @@ import msgspec
 
 from .. import context_errors
 from ..assembler import MessageAssembler
-from ..events import ErrorKind
+from ..events import ContextLimit, ErrorKind
 from ..http import HttpAdapter, error_text_from_body
 from ..prefix_memo import PrefixMemo
 from ..settings import ModelSettings, ProviderSettings
@@ -25,6 +25,7 @@ from .request import (
     chat_url,
     convert_messages,
     detect_compat,
+    encode_body,
     normalize_tool_call_id,
 )
 from .stream import ChatDecoder, _dict
@@ -63,12 +64,12 @@ class OpenAIChatAdapter(HttpAdapter):
         self.histories: PrefixMemo[ChatHistory] = PrefixMemo()
 
     def prepare(self, request: RequestMessages, settings: ModelSettings) -> PreparedRequest:
-        body = build_body(request, settings, self.provider.name, self.compat, self.histories)
+        body = encode_body(request, settings, self.provider.name, self.compat, self.histories)
         headers = [("content-type", "application/json"), ("accept", "text/event-stream")]
         headers += [(k, settings.extra_headers[k]) for k in sorted(settings.extra_headers)]
         return PreparedRequest(
             url=chat_url(self.provider.base_url),
-            body=_encode(body),
+            body=body,
             model=settings.model,
             headers=tuple(headers),
         )
@@ -90,6 +91,9 @@ class OpenAIChatAdapter(HttpAdapter):
 
     def error_kind(self, status: int, body: bytes) -> ErrorKind | None:
         return context_errors.openai(status, body)
+
+    def context_limit(self, body: bytes) -> ContextLimit | None:
+        return context_errors.openai_limit(body)
 
     def error_message(self, status: int, body: bytes) -> str:
         """OpenAI's `{"error": {...}}` body, plus OpenRouter's `error.metadata.raw`."""

@@ -64,6 +64,7 @@ TOOL_IMAGES_PREFIX = "Attached image(s) from tool result:"
 Flavor = Literal["openai", "azure", "deepseek", "openrouter", "generic"]
 
 _sorted_encoder = msgspec.json.Encoder(order="deterministic")
+_encode = msgspec.json.encode
 _decode = msgspec.json.decode
 
 
@@ -290,12 +291,14 @@ class ChatHistory:
     converts only the messages appended since the last one. The dicts it built are shared
     by later requests and never changed."""
 
-    __slots__ = ("compat", "images", "messages", "tool_history", "transform")
+    __slots__ = ("compat", "encoded", "images", "messages", "tool_history", "transform")
 
     def __init__(self, target: Target, compat: ChatCompat) -> None:
         self.transform = HistoryTransform(target, normalize_tool_call_id)
         self.compat = compat
         self.messages: list[dict[str, Any]] = []
+        # messages[i] as JSON, encoded once when it was built (encode_body joins them)
+        self.encoded: list[bytes] = []
         self.images: list[ImageContent] = []
         self.tool_history = False  # a tool call or result was sent (`tools: []` needs it)
 
@@ -304,6 +307,7 @@ class ChatHistory:
         other.transform = self.transform.copy()
         other.compat = self.compat
         other.messages = list(self.messages)
+        other.encoded = list(self.encoded)
         other.images = list(self.images)
         other.tool_history = self.tool_history
         return other
@@ -312,6 +316,7 @@ class ChatHistory:
         for m in self.transform.feed(message):
             self._note(m)
             _append_chat(m, self.messages, self.images, self.compat)
+        self.encoded.extend(_encode(d) for d in self.messages[len(self.encoded) :])
 
     def finish(self) -> list[dict[str, Any]]:
         """What the end of the history adds: results for calls left unanswered, images
@@ -362,21 +367,57 @@ def build_body(
 ) -> dict[str, Any]:
     """The request body as a dict in a fixed key order (insertion order is the wire order).
     With `memo`, the history's conversion continues from the conversation's previous call."""
+    history = _history(request, settings, provider_name, compat, memo)
+    body: dict[str, Any] = {"model": settings.model, "messages": []}
+    if request.system_prompt:
+        body["messages"].append(_system(request, settings, compat))
+    body["messages"].extend(history.converted())
+    body.update(_options(request, settings, compat, history))
+    return body
+
+
+def encode_body(
+    request: RequestMessages,
+    settings: ModelSettings,
+    provider_name: str,
+    compat: ChatCompat,
+    memo: PrefixMemo[ChatHistory] | None = None,
+) -> bytes:
+    """`build_body` as JSON, byte for byte, without encoding the history again: each
+    converted message was encoded once when the fold built it, and the body is joined from
+    those bytes (issue 28: the whole history was encoded on every call)."""
+    history = _history(request, settings, provider_name, compat, memo)
+    parts = [_encode(_system(request, settings, compat))] if request.system_prompt else []
+    parts += history.encoded
+    parts += [_encode(m) for m in history.finish()]
+    options = _encode(_options(request, settings, compat, history))  # b'{"stream":true,...}'
+    head = b'{"model":' + _encode(settings.model) + b',"messages":['
+    return b"".join((head, b",".join(parts), b"],", options[1:]))
+
+
+def _history(
+    request: RequestMessages,
+    settings: ModelSettings,
+    provider_name: str,
+    compat: ChatCompat,
+    memo: PrefixMemo[ChatHistory] | None,
+) -> ChatHistory:
     target = Target(api=API, provider=provider_name, model=settings.model)
-    history = fold_history(
+    return fold_history(
         request.messages, (target, compat), lambda: ChatHistory(target, compat), memo
     )
-    messages: list[dict[str, Any]] = []
-    if request.system_prompt:
-        role = "developer" if compat.developer_role and settings.reasoning else "system"
-        messages.append(system_message(request.system_prompt, role))
-    messages.extend(history.converted())
-    body: dict[str, Any] = {
-        "model": settings.model,
-        "messages": messages,
-        "stream": True,
-        "stream_options": {"include_usage": True},
-    }
+
+
+def _system(request: RequestMessages, settings: ModelSettings, compat: ChatCompat) -> Any:
+    role = "developer" if compat.developer_role and settings.reasoning else "system"
+    return system_message(request.system_prompt, role)
+
+
+def _options(
+    request: RequestMessages, settings: ModelSettings, compat: ChatCompat, history: ChatHistory
+) -> dict[str, Any]:
+    """Every key of the body after `messages`, in wire order (never empty: `stream`)."""
+    body: dict[str, Any] = {"stream": True, "stream_options": {"include_usage": True}}
     if settings.max_output_tokens is not None:
         body[compat.max_tokens_field] = settings.max_output_tokens
     if settings.temperature is not None:

@@ -37,7 +37,7 @@ import msgspec
 
 from .. import context_errors
 from ..assembler import MessageAssembler
-from ..events import ErrorKind
+from ..events import ContextLimit, ErrorKind
 from ..http import HttpAdapter
 from ..prefix_memo import PrefixMemo
 from ..settings import ModelSettings, ProviderSettings
@@ -100,6 +100,9 @@ class OpenAIResponsesAdapter(HttpAdapter):
 
     def error_kind(self, status: int, body: bytes) -> ErrorKind | None:
         return context_errors.openai(status, body)
+
+    def context_limit(self, body: bytes) -> ContextLimit | None:
+        return context_errors.openai_limit(body)
 
     def new_decoder(self, assembler: MessageAssembler) -> ResponsesDecoder:
         return ResponsesDecoder(assembler, redact=self.redact)

@@ -17,7 +17,7 @@ import msgspec
 
 from .. import context_errors
 from ..assembler import MessageAssembler
-from ..events import ErrorKind, ResponseEvent
+from ..events import ContextLimit, ErrorKind, ResponseEvent
 from ..sse import SSEEvent
 from ..types import Usage
 
@@ -150,8 +150,13 @@ class ResponsesDecoder:
 
     # -- helpers -----------------------------------------------------------------------------
 
-    def _fail(self, message: str, kind: ErrorKind | None = None) -> ResponseEvent:
-        return self._asm.fail(self._redact(message), kind=kind)
+    def _fail(
+        self,
+        message: str,
+        kind: ErrorKind | None = None,
+        context_limit: ContextLimit | None = None,
+    ) -> ResponseEvent:
+        return self._asm.fail(self._redact(message), kind=kind, context_limit=context_limit)
 
     def _find(self, p: dict[str, Any]) -> _Item | None:
         oi = p.get("output_index")
@@ -409,7 +414,9 @@ class ResponsesDecoder:
             text = f"incomplete: {reason}"
         else:
             text = f"response {_str(response.get('status')) or 'failed'}"
-        return [self._fail(text, kind=context_errors.openai_code(code))]
+        kind = context_errors.openai_code(code)
+        limit = context_errors.openai_limit_text(message) if kind is not None else None
+        return [self._fail(text, kind=kind, context_limit=limit)]
 
     def _on_error(self, p: dict[str, Any], data: str) -> list[ResponseEvent]:
         # The documented shape has code/message at the top; some servers nest them in `error`.

@@ -11,6 +11,7 @@ from ..errors import (
     StoreIntegrityError,
     StoreIOError,
     StoreLockedError,
+    StoreUnreachableError,
 )
 from .url import display_url
 
@@ -36,4 +37,6 @@ def map_error(exc: BaseException, database: str, what: str) -> BaseException:
         return StoreFullError(database, "database server is full", f"{what}: {text}")
     if isinstance(exc, pg.LockNotAvailable | pg.QueryCanceled | pg.DeadlockDetected):
         return StoreLockedError(database, "database is locked", f"{what}: {text}")
+    if isinstance(exc, psycopg.OperationalError):  # the connection failed, or was dropped
+        return StoreUnreachableError(database, "database server unreachable", f"{what}: {text}")
     return StoreIOError(database, f"{what} failed", text)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
@@ -17,7 +18,7 @@ from typing import Any, TypeVar
 import psycopg
 from psycopg import errors as pg
 
-from ..errors import StoreClosedError, StoreIOError
+from ..errors import StoreClosedError, StoreUnreachableError
 from ..migrate import load_migrations
 from ..sql import Conn
 from .conn import PgConn
@@ -26,6 +27,7 @@ from .schema import migrate
 from .url import redact_url
 
 T = TypeVar("T")
+log = logging.getLogger("cursor_byok.store")
 # A retry of the whole transaction, once: two writers inserting the same new key (two saves
 # of one new call record) make the second fail on the key; run again, it finds the row.
 _RETRY = (pg.UniqueViolation, pg.SerializationFailure, pg.DeadlockDetected)
@@ -58,7 +60,7 @@ class Pool:
                 self.url, autocommit=True, connect_timeout=max(1, int(self._connect_timeout_s))
             )
         except psycopg.Error as exc:
-            raise StoreIOError(
+            raise StoreUnreachableError(
                 self.path,
                 "cannot connect to the database server",
                 redact_url(_first_line(exc), self.url),  # libpq may quote a malformed URL
@@ -102,7 +104,8 @@ class Pool:
         durable: bool,
         snapshot: bool,
     ) -> T:
-        for attempt in (1, 2):
+        conflicts = drops = 0
+        while True:
             if slot.conn is None or slot.conn.closed or slot.conn.broken:
                 if slot.conn is not None:
                     with contextlib.suppress(Exception):
@@ -110,19 +113,34 @@ class Pool:
                 slot.conn = None
                 slot.conn = self.connect()
             conn = slot.conn
+            body_done = False
             try:
                 with conn.transaction():
                     if snapshot:
                         conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
                     if write and not durable:
                         conn.execute("SET LOCAL synchronous_commit = off")
-                    return fn(PgConn(conn))
+                    result = fn(PgConn(conn))
+                    body_done = True
+                return result
             except _RETRY as exc:
-                if attempt == 2:
+                conflicts += 1
+                if conflicts == 2:
                     raise map_error(exc, self.path, what) from exc
+            except psycopg.OperationalError as exc:
+                # The server dropped the connection before this transaction's COMMIT was sent
+                # (it restarted: every pooled connection is stale, and is only found so when
+                # used): the server rolled it back, so it runs again on a new connection. A
+                # connection lost during COMMIT may have committed: that is not run again.
+                if conn.broken and not body_done and drops < 2:
+                    drops += 1
+                    log.info(
+                        "%s: connection lost (%s); %s again", self.path, _first_line(exc), what
+                    )
+                    continue
+                raise map_error(exc, self.path, what) from exc
             except psycopg.Error as exc:
                 raise map_error(exc, self.path, what) from exc
-        raise AssertionError("unreachable")  # pragma: no cover
 
     async def run(
         self,

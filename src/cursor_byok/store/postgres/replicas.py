@@ -21,16 +21,24 @@ log = logging.getLogger("cursor_byok.store")
 
 CLAIMS_CHANNEL = "cursor_byok_claims"
 APPENDS_CHANNEL = "cursor_byok_appends"
+RECONNECT_S = 0.5  # a listener that lost its connection tries again this often
 
 
 class Watcher:
     """A connection of its own that LISTENs on one channel, on a thread of its own (psycopg's
     `notifies` blocks), handing each payload to the caller's event loop."""
 
-    def __init__(self, url: str, channel: str, on_payload: Callable[[str], None]) -> None:
+    def __init__(
+        self,
+        url: str,
+        channel: str,
+        on_payload: Callable[[str], None],
+        on_reconnect: Callable[[], None] | None = None,
+    ) -> None:
         self._url = url
         self._channel = channel
         self._on_payload = on_payload
+        self._on_reconnect = on_reconnect
         self._loop = asyncio.get_running_loop()
         self._stop = threading.Event()
         self._listening = threading.Event()
@@ -41,11 +49,18 @@ class Watcher:
         await asyncio.to_thread(self._listening.wait, 10)
 
     def _main(self) -> None:
+        lost = False
         while not self._stop.is_set():
             try:
-                with psycopg.connect(self._url, autocommit=True) as conn:
+                with psycopg.connect(self._url, autocommit=True, connect_timeout=5) as conn:
                     conn.execute(f"LISTEN {self._channel}")
                     self._listening.set()
+                    if lost and self._on_reconnect is not None:
+                        # What was announced while the connection was down was missed: the
+                        # caller looks again at what it waits for (relay.py: every run here).
+                        with contextlib.suppress(RuntimeError):
+                            self._loop.call_soon_threadsafe(self._reconnected)
+                    lost = False
                     while not self._stop.is_set():
                         for note in conn.notifies(timeout=0.5):
                             with contextlib.suppress(RuntimeError):  # the loop is closed
@@ -53,9 +68,17 @@ class Watcher:
             except psycopg.Error:
                 # The server went away: listen again once it is back. What was announced in
                 # between is missed: the version compare-and-set still decides between runs,
-                # and a stored append is read again when its RunSSE is (re)opened.
+                # and `on_reconnect` tells the appends' listener to read what it missed.
+                lost = True
                 self._listening.set()
-                self._stop.wait(1.0)
+                self._stop.wait(RECONNECT_S)
+
+    def _reconnected(self) -> None:
+        assert self._on_reconnect is not None
+        try:
+            self._on_reconnect()
+        except Exception:  # pragma: no cover - the handlers must not raise
+            log.exception("handling a reconnect on %s", self._channel)
 
     def _deliver(self, payload: str) -> None:
         try:
@@ -92,7 +115,17 @@ class Holds:
         if key in self._held:
             return True
         try:
-            row = self._connection().execute("SELECT pg_try_advisory_lock(%s)", (key,)).fetchone()
+            try:
+                conn = self._connection()
+                row = conn.execute("SELECT pg_try_advisory_lock(%s)", (key,)).fetchone()
+            except psycopg.OperationalError:
+                if not conn.broken:
+                    raise
+                # Dropped while idle (the server restarted; its locks went with it): again, on
+                # a new connection.
+                row = (
+                    self._connection().execute("SELECT pg_try_advisory_lock(%s)", (key,)).fetchone()
+                )
         except psycopg.Error as exc:
             raise map_error(exc, self._pool.path, "taking a conversation's hold") from exc
         if row is not None and row[0]:

@@ -11,8 +11,11 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
+from ..appends import AppendLimits, AppendOutcome
 from ..sql import Conn
+from . import appends
 from .replicas import APPENDS_CHANNEL, CLAIMS_CHANNEL, Holds, Watcher, lock_key
+from .size import SizeCap
 
 T = TypeVar("T")
 
@@ -26,6 +29,7 @@ class ReplicaSignals:
     _watchers: list[Watcher]
     _holds: Holds
     _holds_executor: ThreadPoolExecutor
+    size_cap: SizeCap
 
     def _check_open(self) -> None:
         raise NotImplementedError
@@ -77,46 +81,68 @@ class ReplicaSignals:
 
         await self._watch(CLAIMS_CHANNEL, split)
 
-    async def _watch(self, channel: str, on_payload: Callable[[str], None]) -> None:
+    async def _watch(
+        self,
+        channel: str,
+        on_payload: Callable[[str], None],
+        on_reconnect: Callable[[], None] | None = None,
+    ) -> None:
         self._check_open()
-        watcher = Watcher(self.url, channel, on_payload)
+        watcher = Watcher(self.url, channel, on_payload, on_reconnect)
         self._watchers.append(watcher)
         await watcher.start()
 
     # ------------------------------------------------------------------ appends (replicas)
 
-    async def publish_append(self, request_id: str, seqno: int, payload: bytes) -> bool:
-        """Store one client message of a shim run, then NOTIFY every replica (in the same
-        transaction: the notification goes out once the row is committed). False: that
-        (request_id, seqno) was stored before (the client sent it again)."""
+    async def publish_append(
+        self,
+        request_id: str,
+        seqno: int,
+        payload: bytes,
+        client: str = "",
+        limits: AppendLimits | None = None,
+    ) -> AppendOutcome:
+        """Store one client message of a shim run within `limits`, then NOTIFY every replica
+        (in the same transaction: the notification goes out once the row is committed)."""
         now = self._clock()
-
-        def job(conn: Conn) -> bool:
-            cur = conn.execute(
-                "INSERT INTO run_appends (request_id, seqno, payload, created_at_ms) "
-                "VALUES (?, ?, ?, ?) ON CONFLICT (request_id, seqno) DO NOTHING",
-                (request_id, seqno, payload, now),
-            )
-            conn.execute("SELECT pg_notify(?, ?)", (APPENDS_CHANNEL, request_id))
-            return cur.rowcount == 1
-
-        return await self._run(job, f"storing append {seqno} of run {request_id!r}", write=True)
+        full = self.size_cap.full
+        return await self._run(
+            lambda conn: appends.publish(
+                conn, request_id, seqno, payload, client, limits, now, full=full
+            ),
+            f"storing append {seqno} of run {request_id!r}",
+            write=True,
+        )
 
     async def fetch_appends(
         self, request_id: str, from_seqno: int
     ) -> tuple[tuple[int, bytes], ...]:
         """The run's stored client messages from `from_seqno` on, in order."""
+        return await self._run(
+            lambda conn: appends.fetch(conn, request_id, from_seqno),
+            f"reading the appends of run {request_id!r}",
+            write=False,
+        )
 
-        def read(conn: Conn) -> tuple[tuple[int, bytes], ...]:
-            rows = conn.execute(
-                "SELECT seqno, payload FROM run_appends WHERE request_id = ? AND seqno >= ? "
-                "ORDER BY seqno",
-                (request_id, from_seqno),
-            ).fetchall()
-            return tuple((int(r[0]), bytes(r[1])) for r in rows)
+    async def forget_appends(self, request_id: str) -> int:
+        """Delete the run's stored client messages (its run ended: nobody will read them)."""
+        return await self._run(
+            lambda conn: appends.forget(conn, request_id),
+            f"deleting the appends of run {request_id!r}",
+            write=True,
+        )
 
-        return await self._run(read, f"reading the appends of run {request_id!r}", write=False)
+    async def sweep_appends(self) -> int:
+        """Delete the stored client messages nobody will read (postgres/appends.py)."""
+        now = self._clock()
+        return await self._run(
+            lambda conn: appends.sweep(conn, now), "sweeping run appends", write=True
+        )
 
-    async def watch_appends(self, on_append: Callable[[str], None]) -> None:
-        """Call `on_append(request_id)` for each append stored by any replica from now on."""
-        await self._watch(APPENDS_CHANNEL, on_append)
+    async def watch_appends(
+        self, on_append: Callable[[str], None], on_reconnect: Callable[[], None] | None = None
+    ) -> None:
+        """Call `on_append(request_id)` for each append stored by any replica from now on, and
+        `on_reconnect()` when listening again after a lost connection (what was stored in
+        between was not announced here)."""
+        await self._watch(APPENDS_CHANNEL, on_append, on_reconnect)

@@ -35,6 +35,8 @@ from ..api import (
     LLMCallRecord,
     ProcessLease,
     Replicas,
+    Reservation,
+    ReservationTotals,
     RunOutcomeRecord,
     RunRecord,
     SaveResult,
@@ -52,6 +54,7 @@ from .errors import display_url
 from .pool import Pool
 from .replicas import Holds, Watcher
 from .signals import ReplicaSignals
+from .size import SizeCap
 
 T = TypeVar("T")
 
@@ -85,6 +88,7 @@ class PostgresStore(ReplicaSignals):
         # locks belong to the connection that took them).
         self._holds = Holds(self._pool)
         self._holds_executor = ThreadPoolExecutor(1, thread_name_prefix="store-pg-holds")
+        self.size_cap = SizeCap(self.path)  # server.database_max_mib (size.py)
 
     # ------------------------------------------------------------------ life cycle
 
@@ -118,6 +122,7 @@ class PostgresStore(ReplicaSignals):
         if self._closed:
             return
         self._closed = True
+        await self.size_cap.stop()
         for watcher in self._watchers:
             await asyncio.to_thread(watcher.stop)
         await asyncio.get_running_loop().run_in_executor(None, self._holds_executor.shutdown, True)
@@ -190,9 +195,27 @@ class PostgresStore(ReplicaSignals):
         write: bool,
         durable: bool = True,
         snapshot: bool = False,
+        capped: bool = False,
     ) -> T:
         self._check_open()
+        if capped:  # what grows a conversation: refused while at the size cap (size.py)
+            self.size_cap.check(what)
         return await self._pool.run(fn, what, write=write, durable=durable, snapshot=snapshot)
+
+    async def set_size_limit(self, max_bytes: int | None) -> int:
+        """Cap the database's size (size.py: polled; past it, writes that could grow it fail
+        with StoreFullError); None lifts the cap. Returns the cap in bytes (0: none)."""
+        await self.size_cap.start(max_bytes, self.database_size)
+        return max_bytes or 0
+
+    async def database_size(self) -> int:
+        """The database's size on disk (pg_database_size), in bytes."""
+
+        def measure(conn: Conn) -> int:
+            row = conn.execute("SELECT pg_database_size(current_database())").fetchone()
+            return int(row[0])
+
+        return await self._run(measure, "reading the database's size", write=False)
 
     # ------------------------------------------------------------------ reads
 
@@ -388,6 +411,8 @@ class PostgresStore(ReplicaSignals):
         llm_calls: Sequence[LLMCallRecord] = (),
         client_operations: Sequence[ClientOperationRecord] = (),
         durable: bool = True,
+        owner: str | None = None,
+        reserve: Reservation | None = None,
     ) -> CommitResult:
         if expected_version < 0 or expected_message_count < 0:
             raise ValueError("expected_version and expected_message_count must be >= 0")
@@ -414,6 +439,8 @@ class PostgresStore(ReplicaSignals):
                 result=bytes(result),
                 calls=calls,
                 operations=operations,
+                owner=owner,
+                reserve=reserve,
             )
 
         return await self._run(
@@ -421,6 +448,7 @@ class PostgresStore(ReplicaSignals):
             f"committing input {input_id!r} to {conversation_id!r}",
             write=True,
             durable=durable,
+            capped=True,
         )
 
     async def save_subagent_link(self, link: SubagentLink) -> SaveResult:
@@ -457,6 +485,7 @@ class PostgresStore(ReplicaSignals):
             lambda conn: jobs.save_run(conn, record),
             f"saving run {record.request_id!r}",
             write=True,
+            capped=True,
             durable=False,
         )
 
@@ -487,6 +516,17 @@ class PostgresStore(ReplicaSignals):
             lambda conn: jobs.upsert_call(conn, path, record),
             f"saving llm call {record.call_id!r}",
             write=True,
+            capped=True,
+        )
+
+    async def reserve_llm_call(
+        self, record: LLMCallRecord, reserve: Reservation
+    ) -> ReservationTotals:
+        path = self.path
+        return await self._run(
+            lambda conn: jobs.reserve_call(conn, path, record, reserve),
+            f"reserving for call {record.call_id!r}",
+            write=True,
         )
 
     async def save_client_operation(self, record: ClientOperationRecord) -> SaveResult:
@@ -496,6 +536,7 @@ class PostgresStore(ReplicaSignals):
             lambda conn: jobs.upsert_operation(conn, path, record, clock()),
             f"saving client operation {record.operation_id!r}",
             write=True,
+            capped=True,
         )
 
     # ------------------------------------------------------------------ process leases
@@ -540,6 +581,7 @@ class PostgresStore(ReplicaSignals):
             lambda conn: jobs.append_stream_diagnostics(conn, call_id, prepared),
             f"saving diagnostics of {call_id!r}",
             write=True,
+            capped=True,
         )
 
 

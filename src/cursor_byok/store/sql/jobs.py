@@ -15,6 +15,8 @@ from ..api import (
     ClientOperationRecord,
     CommitResult,
     LLMCallRecord,
+    Reservation,
+    ReservationTotals,
     RunRecord,
     SaveResult,
     TurnMark,
@@ -22,6 +24,7 @@ from ..api import (
 from ..errors import RecordMismatchError, StoreIntegrityError
 from .conn import Conn
 from .rows import CALL_FIELDS, OP_FIELDS, current_version, find_input, get_call, get_operation
+from .tokens import reservation_totals
 
 _CALL_IMMUTABLE = ("conversation_id", "turn_id", "request", "request_hash", "messages_hash")
 _CALL_MUTABLE = tuple(
@@ -63,14 +66,27 @@ def commit_input(
     result: bytes,
     calls: Sequence[LLMCallRecord],
     operations: Sequence[ClientOperationRecord],
+    owner: str | None = None,
+    reserve: Reservation | None = None,
 ) -> CommitResult:
-    """Dedupe on the input id, compare-and-set on the version (and the message count), append
-    the messages, record the input, upsert the records (Store.commit_input)."""
+    """Dedupe on the input id, check the reservation, compare-and-set on the version (and the
+    message count), append the messages, record the input, upsert the records
+    (Store.commit_input)."""
     previous = find_input(conn, conversation_id, input_id)
     if previous is not None:
         return CommitResult(
             status="duplicate", version=current_version(conn, conversation_id), previous=previous
         )
+    totals = None
+    if reserve is not None:
+        # Before anything is written, so a refusal changes nothing.
+        totals = reservation_totals(conn, reserve, calls)
+        if totals.refused_by is not None:
+            return CommitResult(
+                status="refused",
+                version=current_version(conn, conversation_id),
+                reservation=totals,
+            )
     if expected_version == 0:
         if expected_message_count != 0:
             raise StoreIntegrityError(
@@ -80,9 +96,9 @@ def commit_input(
             )
         cur = conn.execute(
             "INSERT INTO conversations (conversation_id, version, state, message_count, "
-            "created_at_ms, updated_at_ms) VALUES (?, 1, ?, ?, ?, ?) "
+            "created_at_ms, updated_at_ms, owner_id) VALUES (?, 1, ?, ?, ?, ?, ?) "
             "ON CONFLICT (conversation_id) DO NOTHING",
-            (conversation_id, state, len(messages), now, now),
+            (conversation_id, state, len(messages), now, now, owner),
         )
     else:
         cur = conn.execute(
@@ -132,7 +148,19 @@ def commit_input(
     for op in operations:
         if upsert_operation(conn, path, op, now).outcome == "ignored":
             ignored.append(op.operation_id)
-    return CommitResult(status="committed", version=version, ignored=tuple(ignored))
+    return CommitResult(
+        status="committed", version=version, ignored=tuple(ignored), reservation=totals
+    )
+
+
+def reserve_call(
+    conn: Conn, path: str, record: LLMCallRecord, reserve: Reservation
+) -> ReservationTotals:
+    """Store.reserve_llm_call: the record saved only when `reserve` fits."""
+    totals = reservation_totals(conn, reserve, ())
+    if totals.refused_by is None:
+        upsert_call(conn, path, record)
+    return totals
 
 
 def upsert_call(conn: Conn, path: str, record: LLMCallRecord) -> SaveResult:

@@ -28,7 +28,7 @@ CALL_FIELDS: tuple[str, ...] = tuple(f.name for f in msgspec.structs.fields(LLMC
 CALL_SELECT = f"SELECT {', '.join(CALL_FIELDS)} FROM llm_calls"
 OP_FIELDS: tuple[str, ...] = tuple(f.name for f in msgspec.structs.fields(ClientOperationRecord))
 OP_SELECT = f"SELECT {', '.join(OP_FIELDS)} FROM client_operations"
-_SUMMARY_COLUMNS = "conversation_id, version, message_count, created_at_ms, updated_at_ms"
+_SUMMARY_COLUMNS = "conversation_id, version, message_count, created_at_ms, updated_at_ms, owner_id"
 
 
 class TooLarge(Exception):
@@ -43,7 +43,7 @@ def load_conversation(
     holds more than `max_messages`, StoreCorruptError when rows are missing. Run it inside one
     read transaction: the conversation row and its messages must come from one snapshot."""
     row = conn.execute(
-        "SELECT version, state, message_count, created_at_ms, updated_at_ms "
+        "SELECT version, state, message_count, created_at_ms, updated_at_ms, owner_id "
         "FROM conversations WHERE conversation_id = ?",
         (conversation_id,),
     ).fetchone()
@@ -68,6 +68,7 @@ def load_conversation(
         messages=tuple(b[0] for b in bodies),
         created_at_ms=row[3],
         updated_at_ms=row[4],
+        owner_id=row[5],
     )
 
 
@@ -181,6 +182,7 @@ def _summary_from_row(row: Sequence[Any]) -> ConversationSummary:
         message_count=row[2],
         created_at_ms=row[3],
         updated_at_ms=row[4],
+        owner_id=row[5],
     )
 
 

@@ -8,11 +8,19 @@ runtime's to say (transport/runtime/access.py).
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, Literal
 
 import msgspec
 
-from ..api import AccessTokenRecord, SaveResult, TokenUsage
+from ..api import (
+    AccessTokenRecord,
+    LLMCallRecord,
+    Reservation,
+    ReservationTotals,
+    SaveResult,
+    TokenUsage,
+)
 from .conn import Conn
 
 _FIELDS = (
@@ -144,6 +152,74 @@ WHERE token_id IN (
 def spend(conn: Conn, token_id: str, since_ms: int, until_ms: int) -> float:
     args = (token_id, token_id, since_ms, until_ms)
     return float(conn.execute(_SPEND, args).fetchone()[0])
+
+
+# The person's tokens, its root token's row taken as a lock first: on PostgreSQL the no-op
+# UPDATE holds that row until the transaction ends, so two reservations of one person, from
+# any process or replica, are checked one after the other, and the second one's sum (a new
+# snapshot under read committed) sees the first one's call. SQLite's writers are serialized
+# by its write lock (BEGIN IMMEDIATE) already; there the UPDATE changes nothing.
+_LOCK = f"UPDATE access_tokens SET person_id = person_id WHERE token_id = {_PERSON_OF}"
+_IN_FLIGHT = "('planned', 'streaming')"
+_TOTALS = f"""
+WITH p(id) AS (SELECT {_PERSON_OF})
+SELECT
+    COALESCE(SUM(CASE WHEN status IN {_IN_FLIGHT} OR created_at_ms < ? THEN 0.0
+                      ELSE COALESCE(cost_usd, 0.0) END), 0.0),
+    COALESCE(SUM(CASE WHEN status IN {_IN_FLIGHT} AND created_at_ms >= ?
+                      THEN COALESCE(reserved_usd, 0.0) ELSE 0.0 END), 0.0),
+    COALESCE(SUM(CASE WHEN created_at_ms >= ? THEN 1 ELSE 0 END), 0),
+    MIN(CASE WHEN created_at_ms >= ? THEN created_at_ms END)
+FROM llm_calls
+WHERE token_id IN (
+    SELECT token_id FROM access_tokens, p WHERE person_id = p.id OR token_id = p.id
+    UNION SELECT id FROM p
+) AND created_at_ms >= ? AND created_at_ms < ?
+"""
+_FINAL_STATUSES = ("committed", "failed", "canceled")
+
+
+def reservation_totals(
+    conn: Conn, reserve: Reservation, calls: Sequence[LLMCallRecord] = ()
+) -> ReservationTotals:
+    """The person's spent, reserved and recent calls, and whether `reserve` fits them (see
+    store.api.Reservation). Runs inside the commit's transaction, before its writes: the
+    commit's own call records count as the commit leaves them (a call it finishes settles to
+    its cost in the same step), not as their rows stand."""
+    conn.execute(_LOCK, (reserve.token_id, reserve.token_id))
+    since = reserve.since_ms if reserve.budget_usd is not None else reserve.until_ms
+    rate_since = reserve.rate_since_ms if reserve.rpm is not None else reserve.until_ms
+    low = min(since, rate_since)
+    ids = tuple(c.call_id for c in calls)
+    sql = _TOTALS + (f" AND call_id NOT IN ({', '.join('?' for _ in ids)})" if ids else "")
+    args = (reserve.token_id, reserve.token_id, since, since, rate_since, rate_since, low)
+    row = conn.execute(sql, (*args, reserve.until_ms, *ids)).fetchone()
+    spent, reserved, recent = float(row[0]), float(row[1]), int(row[2])
+    oldest = None if row[3] is None else int(row[3])
+    for call in calls:
+        at = call.created_at_ms
+        if call.token_id != reserve.token_id or call.status not in _FINAL_STATUSES:
+            continue  # another person's, or the call this reservation is for
+        if since <= at < reserve.until_ms:
+            spent += call.cost_usd or 0.0
+        if rate_since <= at < reserve.until_ms:
+            recent += 1
+            oldest = at if oldest is None else min(oldest, at)
+    refused_by: Literal["budget", "rate"] | None = None
+    if (
+        reserve.budget_usd is not None
+        and spent + reserved + reserve.amount_usd > reserve.budget_usd
+    ):
+        refused_by = "budget"
+    elif reserve.rpm is not None and recent >= reserve.rpm:
+        refused_by = "rate"
+    return ReservationTotals(
+        spent_usd=spent,
+        reserved_usd=reserved,
+        recent_calls=recent,
+        oldest_recent_ms=oldest,
+        refused_by=refused_by,
+    )
 
 
 def usage(conn: Conn, since_ms: int, until_ms: int, token_id: str | None) -> tuple[TokenUsage, ...]:

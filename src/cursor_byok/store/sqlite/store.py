@@ -23,6 +23,8 @@ from ..api import (
     InputCommit,
     LLMCallRecord,
     ProcessLease,
+    Reservation,
+    ReservationTotals,
     RunOutcomeRecord,
     RunRecord,
     SaveResult,
@@ -347,6 +349,8 @@ class SQLiteStore:
         llm_calls: Sequence[LLMCallRecord] = (),
         client_operations: Sequence[ClientOperationRecord] = (),
         durable: bool = True,
+        owner: str | None = None,
+        reserve: Reservation | None = None,
     ) -> CommitResult:
         if expected_version < 0 or expected_message_count < 0:
             raise ValueError("expected_version and expected_message_count must be >= 0")
@@ -373,6 +377,8 @@ class SQLiteStore:
                 result=result,
                 calls=calls,
                 operations=operations,
+                owner=owner,
+                reserve=reserve,
             )
 
         return await self._write(
@@ -409,6 +415,15 @@ class SQLiteStore:
         path = self.path
         return await self._write(
             lambda conn: jobs.upsert_call(conn, path, record), f"saving llm call {record.call_id!r}"
+        )
+
+    async def reserve_llm_call(
+        self, record: LLMCallRecord, reserve: Reservation
+    ) -> ReservationTotals:
+        path = self.path
+        return await self._write(
+            lambda conn: jobs.reserve_call(conn, path, record, reserve),
+            f"reserving for call {record.call_id!r}",
         )
 
     async def save_client_operation(self, record: ClientOperationRecord) -> SaveResult:

@@ -21,7 +21,7 @@ import asyncio
 import hmac
 import inspect
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -48,7 +48,8 @@ from .http import (
 from .relay import AppendRelay, RelayedAppends
 from .rsgi import WRITE_NOWAIT
 from .service import Codec, Service
-from .sessions import PRINCIPAL_HEADER, RunHandler, SessionRegistry, TransportLimits
+from .session_registry import SessionRegistry
+from .sessions import PRINCIPAL_HEADER, RunHandler, TransportLimits
 from .streams import CANCELED, UNSUPPORTED_MEDIA, Streams
 
 log = logging.getLogger(__name__)
@@ -132,9 +133,21 @@ class Authenticator(Protocol):
         """Who these credentials are (a stable id, never the secret), or None."""
         ...
 
+    def person(self, principal: str) -> str:
+        """The person a principal belongs to (the same across a token's rotations): runs of
+        one person may join each other's streams, no one else's
+        (session_registry.SessionRegistry)."""
+        ...
+
     def lingering(self, credentials: str) -> str | None:
         """Who these credentials were, when they were revoked recently enough that a run they
         started may still be going; None otherwise. Only such a run's appends take them."""
+        ...
+
+    def refresh(self) -> Awaitable[object] | None:
+        """What to wait for before the credentials of a request are checked (its lists
+        reloaded when too old); None, the usual answer, when nothing: no coroutine per
+        request."""
         ...
 
 
@@ -167,6 +180,7 @@ class ConnectApp:
             self.limits,
             error_details_type=service.error_details_type,
             parse=service.parse_client,
+            person_of=self._person_of,
         )
         # Replicas: appends go through the database (relay.py); None: straight to the session.
         self.relayed = RelayedAppends(relay, self.registry, service.parse_client) if relay else None
@@ -193,6 +207,8 @@ class ConnectApp:
         method: str = scope["method"]
         headers = headers_of(scope)
         headers.pop(PRINCIPAL_HEADER, None)  # only this app says who a request is
+        if self.authenticator is not None and (reload := self.authenticator.refresh()):
+            await reload
         principal = self._principal(headers)
         if principal:
             headers[PRINCIPAL_HEADER] = principal
@@ -340,6 +356,12 @@ class ConnectApp:
             return self.authorized(headers)
         return self.authorized(headers) and self._principal(headers) is None
 
+    def _person_of(self, principal: str) -> str:
+        """The person of a principal ("": the operator's, or no token at all)."""
+        if not principal or self.authenticator is None:
+            return principal
+        return self.authenticator.person(principal)
+
     def _principal(self, headers: Mapping[str, str]) -> str | None:
         """The principal of a person token among the headers, if they carry one."""
         if self.authenticator is None or headers.get("authorization") == REPEATED_AUTHORIZATION:
@@ -428,7 +450,9 @@ class ConnectApp:
             await self._check_lingering(request_id, lingering)
         if self.relayed is not None:
             # Stored first, then acknowledged; the replica holding the RunSSE delivers it.
-            await self.relayed.publish(request_id, append.seqno, append.payload, append.message)
+            await self.relayed.publish(
+                request_id, append.seqno, append.payload, append.message, client
+            )
             return
         session, _ = self.registry.get_or_create(
             request_id, "runsse", headers, client, first_message=append.seqno == 0

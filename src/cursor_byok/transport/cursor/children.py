@@ -25,7 +25,12 @@ _CARRIED_SCALARS = ("communicate_update_final_summary", "communicate_update_comp
 
 
 def subagent_state(state: agent_pb2.ConversationStateStructure) -> bytes:
-    """The client's helper fields of its checkpoint, serialized (b"" when it has none)."""
+    """The client's helper fields of its checkpoint, serialized (b"" when it has none). Runs
+    without helpers (nearly all) build nothing: a length test per field, no message."""
+    if not any(len(getattr(state, name)) for name in _CARRIED_MAPS) and not any(
+        state.HasField(name) for name in _CARRIED_SCALARS
+    ):
+        return b""
     out = agent_pb2.ConversationStateStructure()
     for name in _CARRIED_MAPS:
         getattr(out, name).MergeFrom(getattr(state, name))

@@ -190,6 +190,22 @@ def model_not_allowed_end(message: str) -> Ending:
     )
 
 
+def not_yours_end(message: str) -> Ending:
+    """A person's token asked for a conversation or run another person's token started:
+    Connect `permission_denied`."""
+    return Ending(
+        "permission_denied",
+        message,
+        _details(
+            aiserver_pb2.ErrorDetails.ERROR_NOT_HIGH_ENOUGH_PERMISSIONS,
+            "Not your conversation",
+            message,
+            retryable=False,
+            expected=True,
+        ),
+    )
+
+
 def token_revoked_end(message: str) -> Ending:
     """The person token of a run was revoked (or removed) while it ran: `unauthenticated`."""
     return Ending(

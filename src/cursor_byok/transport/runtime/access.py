@@ -1,29 +1,28 @@
 """The limits of a person token, checked before each model call of a run made under it.
 
 A run authenticated with a person token (`cursor-byok token add`) carries the token's id;
-before each model call is sent (a new call and a resumed one alike) the runtime asks
-`TokenLimits.admit`, which reads the token again from the store (a revocation, from any
-process or replica, takes effect at the next call) and checks, in this order:
+before each model call is sent (a new call and a resumed one alike) the runtime asks its
+`Admissions`, which reads the token again from the store (a revocation, from any process or
+replica, takes effect at the next call) and checks, in this order:
 
 1. revoked or gone: `unauthenticated`;
 2. the model a run asks for: the token's model names resolve as a client's do
    (llm/model_names.py); a model outside them is `permission_denied`. A fallback model or the
    compaction model the operator configured may serve the run (its calls count below);
-3. the monthly budget: the cost stored with the token's calls created in this UTC calendar
-   month (the store's sum, so it holds across processes and replicas), against `budget_usd`;
-   spent is `resource_exhausted`. A model without prices cannot be counted: a token with a
-   budget may not call it;
-4. the rate: model calls in the last 60 s against `rpm`, counted in this process (per replica)
-   and only for calls admitted; over it is `resource_exhausted`.
+3. a model without prices cannot be counted: a token with a budget may not call it;
+4. the monthly budget and the rate: a call the loop plans with a commit (a new call, a
+   fallback, a summary call) reserves an upper bound of its cost in that commit, and counts
+   toward the rate there (reservations.py: one atomic step in the store, across processes and
+   replicas; spent is `resource_exhausted`). A call resumed from the store (ResendLLM), which
+   commits nothing, is checked against the spend read from the store instead.
 
 A call already sent finishes: nothing here stops a stream. A run without a token (the
 server's own `auth_token`, or a loopback server without tokens) has no limits.
 
 What a refusal means for the conversation is the loop's decision: `Admissions` answers each
 model call a run's loop plans with an admission input (`loop.CallRefused`, or admitted), and
-`loop.admit` decides (docs/loop.md, "Limits"). The check reads the store before the call's
-commit; issue 25 makes the budget an atomic reservation riding that commit instead (the seam:
-`Admissions.answer`, described in docs/loop.md).
+`loop.admit` decides (docs/loop.md, "Limits"); a reservation the store refuses becomes the
+same input (`Admissions.refused`).
 """
 
 from __future__ import annotations
@@ -35,24 +34,16 @@ from datetime import UTC, datetime
 
 from ...llm.model_names import ModelNames, Resolved, Via
 from ...llm.models import Model, usd
+from ...llm.stream import PreparedRequest
 from ...loop import ADMITTED, Admission, CallLLM, CallRefused, Command, Limit, ResendLLM, Summarize
-from ...store.api import AccessTokenRecord, Store
-
-RATE_WINDOW_MS = 60_000
+from ...store.api import AccessTokenRecord, Reservation, ReservationTotals, Store
+from .reservations import RATE_WINDOW_MS, month_window, refusal_words, reservation
 
 
 @dataclass(frozen=True, slots=True)
 class Refusal:
     limit: Limit
     message: str
-
-
-def month_window(now_ms: int) -> tuple[int, int, str]:
-    """The UTC calendar month holding `now_ms`: [start, end) in ms and its name (2026-12)."""
-    now = datetime.fromtimestamp(now_ms / 1000, tz=UTC)
-    start = datetime(now.year, now.month, 1, tzinfo=UTC)
-    end = datetime(now.year + now.month // 12, now.month % 12 + 1, 1, tzinfo=UTC)
-    return int(start.timestamp() * 1000), int(end.timestamp() * 1000), f"{now:%Y-%m}"
 
 
 def allowed_ids(record: AccessTokenRecord, names: ModelNames) -> frozenset[str] | None:
@@ -77,21 +68,38 @@ class TokenLimits:
         self._now_ms = now_ms
         self._recent: dict[str, deque[int]] = {}  # token id -> times of admitted calls
 
-    async def admit(self, token_id: str, model: Model, *, scoped: bool = True) -> Refusal | None:
-        """None when the call may go; else which limit refuses it, in words naming it.
-        `scoped=False`: a model the operator chose for the run (a fallback, the compaction
-        model), outside the models limit; the budget and the rate still apply."""
+    def now_ms(self) -> int:
+        return self._now_ms()
+
+    async def screen(
+        self, token_id: str, model: Model, *, scoped: bool = True
+    ) -> tuple[Refusal | None, AccessTokenRecord | None]:
+        """The checks that need no sums (revoked, models, a budget on an unpriced model), and
+        the token as read: the budget and the rate are then the reservation's, in the call's
+        commit (reservations.py). `scoped=False`: a model the operator chose for the run (a
+        fallback, the compaction model), outside the models limit."""
         record = await self._store.get_access_token(token_id)
         if record is None or record.revoked_at_ms is not None:
             who = f"token {record.name!r}" if record is not None else "this run's token"
-            return Refusal(Limit.REVOKED, f"{who} was revoked; ask for a new one")
+            return Refusal(Limit.REVOKED, f"{who} was revoked; ask for a new one"), record
         allowed = allowed_ids(record, self._names)
         if scoped and allowed is not None and model.id not in allowed:
             return Refusal(
                 Limit.MODELS,
                 f"token {record.name!r} may not use model {model.id!r} "
                 f"(its models limit: {', '.join(record.models)})",
-            )
+            ), record
+        if record.budget_usd is not None and model.prices is None:
+            return _unpriced(record, model), record
+        return None, record
+
+    async def admit(self, token_id: str, model: Model, *, scoped: bool = True) -> Refusal | None:
+        """None when a call that commits nothing (one resumed from the store) may go; else
+        which limit refuses it. The checks of `screen`, then the spend read from the store
+        against the budget and this process's count of the last minute's calls."""
+        refusal, record = await self.screen(token_id, model, scoped=scoped)
+        if refusal is not None or record is None:
+            return refusal
         now = self._now_ms()
         if record.budget_usd is not None:
             refusal = await self._budget(record, record.budget_usd, model, now)
@@ -114,12 +122,6 @@ class TokenLimits:
     async def _budget(
         self, record: AccessTokenRecord, budget: float, model: Model, now: int
     ) -> Refusal | None:
-        if model.prices is None:
-            return Refusal(
-                Limit.BUDGET,
-                f"token {record.name!r} has a monthly budget, and model {model.id!r} has no "
-                "prices configured to count it against",
-            )
         start, end, month = month_window(now)
         spent = await self._store.token_spend(record.token_id, start, end)
         if spent < budget:
@@ -130,6 +132,23 @@ class TokenLimits:
             f"token {record.name!r} has spent its monthly budget: {usd(spent)} of "
             f"{usd(budget)} in {month} (UTC); it renews on {renews:%Y-%m-%d}",
         )
+
+
+async def person_of(store: Store, token_id: str | None) -> str | None:
+    """The person a run's token belongs to (the first token of its chain of rotations): the
+    owner of what the run starts. None for a run without a token: the operator's."""
+    if token_id is None:
+        return None
+    record = await store.get_access_token(token_id)
+    return record.person if record is not None else token_id
+
+
+def _unpriced(record: AccessTokenRecord, model: Model) -> Refusal:
+    return Refusal(
+        Limit.BUDGET,
+        f"token {record.name!r} has a monthly budget, and model {model.id!r} has no prices "
+        "configured to count it against",
+    )
 
 
 class Admissions:
@@ -153,6 +172,7 @@ class Admissions:
         self._summarizer = summarizer
         self._models = models
         self._admitted: set[str] = set()  # call ids the token's limits let through
+        self._record: AccessTokenRecord | None = None  # the token as last read
 
     def asks(self, command: Command) -> bool:
         """Whether `command` is a model call that needs an answer (never for a run without a
@@ -165,18 +185,41 @@ class Admissions:
         """Admitted, or which of the token's limits refuses the call, in words naming it."""
         if self.token_id is None:
             return ADMITTED
-        if isinstance(command, Summarize):
-            model = self._summarizer
+        model = self._model_of(command)
+        scoped = model.id == self._model.id
+        if isinstance(command, ResendLLM):
+            refusal = await self._limits.admit(self.token_id, model, scoped=scoped)
         else:
-            named = self._models.get(command.model) if command.model else None
-            model = named or self._model
-        refusal = await self._limits.admit(self.token_id, model, scoped=model.id == self._model.id)
+            refusal, self._record = await self._limits.screen(self.token_id, model, scoped=scoped)
         if refusal is not None:
             return CallRefused(
                 call_id=command.call_id, limit=refusal.limit, message=refusal.message
             )
         self._admitted.add(command.call_id)
         return ADMITTED
+
+    def _model_of(self, command: CallLLM | ResendLLM | Summarize) -> Model:
+        if isinstance(command, Summarize):
+            return self._summarizer
+        named = self._models.get(command.model) if command.model else None
+        return named or self._model
+
+    def reservation(self, command: Command, prepared: PreparedRequest | None) -> Reservation | None:
+        """What the commit planning `command` (a model or summary call) reserves of the
+        token's budget and rate; None for a run without a token, or a token without either."""
+        if self._record is None or prepared is None or not isinstance(command, CallLLM | Summarize):
+            return None
+        model = self._model_of(command)
+        return reservation(self._record, model, prepared, self._limits.now_ms())
+
+    def refused(
+        self, command: CallLLM | Summarize, reserve: Reservation, totals: ReservationTotals
+    ) -> CallRefused:
+        """The admission input for a call whose reservation the store refused."""
+        assert self._record is not None
+        self._admitted.discard(command.call_id)
+        limit, message = refusal_words(self._record, reserve, totals, self._limits.now_ms())
+        return CallRefused(call_id=command.call_id, limit=limit, message=message)
 
 
 __all__ = [
@@ -187,4 +230,5 @@ __all__ = [
     "TokenLimits",
     "allowed_ids",
     "month_window",
+    "person_of",
 ]

@@ -138,10 +138,16 @@ class ModelCalls:
         return target.llm.prepare(command.request, settings)
 
     def planned(
-        self, command: CallLLM, prepared: PreparedRequest, turn_id: str, now_ms: int
+        self,
+        command: CallLLM,
+        prepared: PreparedRequest,
+        turn_id: str,
+        now_ms: int,
+        reserved_usd: float | None = None,
     ) -> tuple[LLMCallRecord, Callable[[], None]]:
         """The call's record for the commit that decides it, and what to do once that commit
-        is in (keep its body as the base of the next call's stored delta)."""
+        is in (keep its body as the base of the next call's stored delta). `reserved_usd`:
+        the bound of its cost its commit reserves of its token's budget (reservations.py)."""
         stored, base = encode_request(
             prepared, self.bases.get(self.conversation_id), command.call_id
         )
@@ -156,7 +162,9 @@ class ModelCalls:
             process_id=self.owner,
         )
         if self.token_id is not None:
-            record = msgspec.structs.replace(record, token_id=self.token_id)
+            record = msgspec.structs.replace(
+                record, token_id=self.token_id, reserved_usd=reserved_usd
+            )
         self._records[command.call_id] = record
 
         def committed() -> None:

@@ -110,11 +110,7 @@ class Checkpoints:
         """Send this turn's checkpoint blob; its acknowledgement is awaited by `publish`. Sent
         before the turn's last commit, so the client's round trip overlaps the commit."""
         current = views.closed(state.view, len(state.log))
-        marks = [
-            m
-            for m in await self.marks(version)
-            if views.is_prefix(records.decode_view(m.view, m.message_count), current)
-        ]
+        marks = kept_marks(await self.marks(version), current)
         blob = turn_blob(
             self.conversation_id,
             len(marks) + 1,
@@ -168,3 +164,22 @@ class Checkpoints:
             self.store.save_turn_marks(self.conversation_id, marks, unchanged=len(marks) - 1),
             "turn marks",
         )
+
+
+def kept_marks(marks: list[TurnMark], current: tuple[Span, ...]) -> list[TurnMark]:
+    """The turn marks whose turn is on the branch of the history `current` (a closed view)
+    selects: those whose view is a prefix of it.
+
+    Each list of marks is a chain: `publish` appends a turn's mark to the marks this filter
+    kept (each a prefix of that turn's view), and a rewind keeps a head of the list, so every
+    mark's view is a prefix of the last one's. When the last is a prefix of `current`, so are
+    all (O(1) instead of decoding every turn's view each turn, issue 28); otherwise (a rewind
+    or a compaction moved the branch) each is checked."""
+    if not marks:
+        return []
+    last = marks[-1]
+    if views.is_prefix(records.decode_view(last.view, last.message_count), current):
+        return list(marks)
+    return [
+        m for m in marks if views.is_prefix(records.decode_view(m.view, m.message_count), current)
+    ]

@@ -12,9 +12,20 @@ import asyncio
 import logging
 
 from ...llm.stream import PreparedRequest
-from ...loop import CallClient, CallLLM, Final, Input, LLMEvent, Summarize, Transition, ids
+from ...loop import (
+    CallClient,
+    CallLLM,
+    CallRefused,
+    Final,
+    Input,
+    LLMEvent,
+    Summarize,
+    Transition,
+    ids,
+)
 from ...store.api import ClientOperationRecord, CommitStatus, LLMCallRecord
 from . import records
+from .access import Admissions
 from .calls import ModelCalls
 from .conversation import Conversation
 from .ending import Reports
@@ -38,7 +49,9 @@ class Commits:
         summaries: SummaryCalls,
         tools: ToolCalls,
         reports: Reports,
+        admissions: Admissions,
     ) -> None:
+        self.admissions = admissions
         self.request_id = request_id
         self.services = services
         self.conv = conv
@@ -62,9 +75,16 @@ class Commits:
         t: Transition,
         prepared: PreparedRequest | None,
         completes: ClientOperationRecord | None,
-    ) -> CommitStatus:
+    ) -> CommitStatus | CallRefused:
+        """Commit `t`; a call it plans under a person token reserves its bound of the token's
+        budget and rate in this same commit (reservations.py), and a refusal comes back as
+        the loop's admission input, nothing committed."""
         after = t.state.committed
         now = self.services.now_ms()
+        reserve = self.admissions.reservation(t.command, prepared)
+        held = (
+            reserve.amount_usd if reserve is not None and reserve.budget_usd is not None else None
+        )
         calls: list[LLMCallRecord] = []
         operations: list[ClientOperationRecord] = []
         finished = self.ended_call(input, t, now)
@@ -73,11 +93,11 @@ class Commits:
         on_commit = None
         if isinstance(t.command, CallLLM):
             assert prepared is not None
-            planned, on_commit = self.calls.planned(t.command, prepared, after.turn_id, now)
+            planned, on_commit = self.calls.planned(t.command, prepared, after.turn_id, now, held)
             calls.append(planned)
         elif isinstance(t.command, Summarize):
             assert prepared is not None
-            calls.append(self.summaries.planned(t.command, prepared, after.turn_id, now))
+            calls.append(self.summaries.planned(t.command, prepared, after.turn_id, now, held))
         if completes is not None:
             operations.append(completes)
         for local in t.local_results:
@@ -88,7 +108,7 @@ class Commits:
                 operations.append(records.completed_operation(known, local.result, now))
         if isinstance(t.command, CallClient):
             operations.append(self.tools.planned(t.command, after))
-        status = await self.conv.commit(
+        outcome = await self.conv.commit(
             t,
             input_id,
             calls=calls,
@@ -96,7 +116,13 @@ class Commits:
             # Losing a commit whose command is a model call costs at most that call again (same
             # bytes); every commit that sends a tool or ends a turn is fsynced, with all before.
             durable=self.services.fsync_model_calls or not isinstance(t.command, CallLLM),
+            reserve=reserve,
         )
+        status = outcome.status
+        if status == "refused":
+            assert reserve is not None and outcome.reservation is not None
+            assert isinstance(t.command, CallLLM | Summarize)
+            return self.admissions.refused(t.command, reserve, outcome.reservation)
         if status == "committed":
             if on_commit is not None:
                 on_commit()

@@ -4,6 +4,11 @@ messages of its log the store has, and the commits that move it.
 Every commit is a compare-and-set on the version (the store decides, across processes too); a
 commit that loses is reloaded from the store. The state of the last commit is kept in memory for
 the conversation's next turn (committed_states.py); the store stays the source of truth.
+
+A conversation belongs to the person whose token started it (the store's `owner_id`; None: the
+operator's). A run made under another person's token never takes its state: every load and
+reload checks the owner (`NotYours`), and the first commit of a new conversation stores the
+run's person as its owner. The operator (`viewer` None) sees every conversation.
 """
 
 from __future__ import annotations
@@ -14,7 +19,13 @@ from collections.abc import Sequence
 from ...llm import canonical
 from ...loop import AwaitClient, ConversationState, Resume, RuntimeState, ToolOperation
 from ...loop import Transition as LoopTransition
-from ...store.api import ClientOperationRecord, CommitStatus, LLMCallRecord, Store
+from ...store.api import (
+    ClientOperationRecord,
+    CommitResult,
+    LLMCallRecord,
+    Reservation,
+    Store,
+)
 from . import records
 from .committed_states import CommittedStates
 
@@ -25,11 +36,22 @@ class ConversationGone(Exception):
     """The store no longer holds a conversation this run committed to."""
 
 
+class NotYours(Exception):
+    """The conversation belongs to another person than the one the run is made under."""
+
+
 class Conversation:
-    def __init__(self, conversation_id: str, store: Store, states: CommittedStates) -> None:
+    def __init__(
+        self,
+        conversation_id: str,
+        store: Store,
+        states: CommittedStates,
+        viewer: str | None = None,
+    ) -> None:
         self.conversation_id = conversation_id
         self.store = store
         self.states = states
+        self.viewer = viewer  # the run's person (None: the operator, who sees every one)
         self.state = RuntimeState.new(conversation_id)
         self.version = 0  # 0: not in the store yet
         self.stored_count = 0  # messages of the log the store holds
@@ -45,6 +67,7 @@ class Conversation:
             # What the first commit adds is counted by `advance`.
             self.states.remember(cid, 0, self.state.committed, 0)
             return False
+        self._check_owner(head.owner_id)
         kept = self.states.get(cid, head)
         if kept is not None:
             state, self.version = kept
@@ -56,12 +79,20 @@ class Conversation:
         record = await self.store.load(self.conversation_id)
         if record is None:
             return False
+        self._check_owner(record.owner_id)
         state = records.decode_state(record.state, record.messages)
         size = len(record.state) + sum(len(m) for m in record.messages)
         self.states.remember(record.conversation_id, record.version, state, size)
         self.version = record.version
         self._take(state)
         return True
+
+    def _check_owner(self, owner: str | None) -> None:
+        if self.viewer is not None and owner != self.viewer:
+            raise NotYours(
+                f"conversation {self.conversation_id!r} belongs to someone else; "
+                "this token may not continue, rewind or read it"
+            )
 
     def _take(self, state: ConversationState) -> None:
         self.state = RuntimeState.of(state)
@@ -75,10 +106,11 @@ class Conversation:
         calls: Sequence[LLMCallRecord],
         operations: Sequence[ClientOperationRecord],
         durable: bool,
-    ) -> CommitStatus:
+        reserve: Reservation | None = None,
+    ) -> CommitResult:
         """Store what `t` committed (its state, the messages it appended, the records); on
         success it is this conversation's state. A conflict or a duplicate reloads the state
-        the store holds."""
+        the store holds; a refused reservation changes nothing (the caller hears the totals)."""
         after = t.state.committed
         appended = [canonical.encode_message(m) for m in t.appended]
         outcome = await self.store.commit_input(
@@ -92,7 +124,11 @@ class Conversation:
             llm_calls=calls,
             client_operations=operations,
             durable=durable,
+            owner=self.viewer if self.version == 0 else None,
+            reserve=reserve,
         )
+        if outcome.status == "refused":
+            return outcome
         if outcome.status == "committed":
             self.states.advance(
                 self.conversation_id,
@@ -104,7 +140,7 @@ class Conversation:
             self.version = outcome.version
             self.stored_count += len(appended)
             self.state = t.state
-            return "committed"
+            return outcome
         # Another writer moved the conversation (or this input was already applied): reload.
         old = self.version
         if not await self.reload():
@@ -116,7 +152,7 @@ class Conversation:
             old,
             self.version,
         )
-        return outcome.status
+        return outcome
 
     async def resume(self, turn_id: str | None) -> tuple[Resume, ClientOperationRecord | None]:
         """A Resume with what the store knows of the operation the turn waits on, and that

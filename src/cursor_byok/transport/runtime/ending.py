@@ -11,7 +11,7 @@ from typing import assert_never
 
 from ...loop import FailureKind, Limit
 from ...store.api import LLMCallRecord
-from ...store.errors import StoreError, StoreFullError, StoreLockedError
+from ...store.errors import StoreError, StoreFullError, StoreLockedError, StoreUnreachableError
 from ..connect.channel import EndError
 from ..cursor import (
     DialectError,
@@ -19,6 +19,7 @@ from ..cursor import (
     bad_request_end,
     internal_end,
     model_not_allowed_end,
+    not_yours_end,
     over_budget_end,
     provider_error_end,
     rate_limited_end,
@@ -26,7 +27,7 @@ from ..cursor import (
     unavailable_end,
 )
 from .calls import CallNotResendable
-from .conversation import ConversationGone
+from .conversation import ConversationGone, NotYours
 from .records import record_usage
 from .requests import ClientTimeout
 from .summary import RunSummary
@@ -80,6 +81,8 @@ def ending_of(exc: Exception, request_id: str) -> tuple[Ending, str]:
     match exc:
         case RunFailed():
             return exc.ending, "failed"
+        case NotYours():
+            return not_yours_end(str(exc)), "failed"
         case StoreError():
             log.error("store error in run %s: %s", request_id, exc)
             return storage_ending(exc), "error"
@@ -100,6 +103,11 @@ def storage_ending(exc: StoreError) -> Ending:
             return unavailable_end(
                 "the server's storage is full; try again once its operator has freed space",
                 "Server storage full",
+            )
+        case StoreUnreachableError():
+            return unavailable_end(
+                "the server cannot reach its storage right now; try again in a moment",
+                "Server storage unavailable",
             )
         case StoreLockedError():
             return unavailable_end(

@@ -1,5 +1,6 @@
 """What a run sends for each transition: the frames of the events it emitted, the cards of
-the calls the loop answered itself, and the news of a compaction (with its log line and count).
+the calls the loop answered itself, the news of a compaction (with its log line and count), and
+a window the provider reported (kept for the process, warned about once per model).
 
 The run hands the transition over after its commit (or with no commit, for pending-only
 changes); nothing here decides: it encodes what the loop already chose to show.
@@ -20,6 +21,7 @@ from ..cursor import (
     summary_started,
     summary_text,
 )
+from .provider_windows import ProviderWindows
 from .summaries import HOOK_MESSAGE, NOTHING_TO_COMPACT
 from .summary import CompactionSummary
 
@@ -35,11 +37,15 @@ class Publisher:
         link: ClientLink,
         now_ms: Callable[[], int],
         on_compaction: Callable[[CompactionSummary], None] | None,
+        windows: ProviderWindows | None = None,
     ) -> None:
+        """`windows`: the process's memory of provider-reported windows, which keeps what
+        the loop reports (`Transition.window_report`) and warns once per model."""
         self.channel = channel
         self.link = link
         self.now_ms = now_ms
         self.on_compaction = on_compaction
+        self.windows = windows
         self.model: Model | None = None  # the run's model, once its run request named it
         self._encoders: dict[str, StreamEncoder] = {}
 
@@ -55,6 +61,9 @@ class Publisher:
                         send(frame)
         if t.compacted is not None:
             self.compacted(t.compacted)
+        report = t.window_report
+        if report is not None and self.windows is not None and self.model is not None:
+            self.windows.report(self.model.id, self.model.context_window, report)
         if t.local_results:
             context = t.state.committed.context
             routes = {r.name: r for r in context.mcp_routes} if context is not None else {}

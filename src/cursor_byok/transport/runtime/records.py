@@ -32,6 +32,7 @@ from ...loop import (
     side_effects,
 )
 from ...loop import view as views
+from ...loop.memo import ByIdentity
 from ...loop.meter import (
     CHARS_PER_TOKEN,
     Meter,
@@ -41,6 +42,7 @@ from ...loop.meter import (
     prompt_tokens,
 )
 from ...store.api import CallStatus, ClientOperationRecord, LLMCallRecord
+from .request_hashes import RequestHashes
 
 _state_encoder = msgspec.json.Encoder(order="deterministic")
 _state_decoder = msgspec.json.Decoder(ConversationState)
@@ -65,6 +67,11 @@ def encode_call_meter(chars: PromptChars, meter: Meter) -> bytes:
 
 def decode_call_meter(data: bytes) -> CallMeter:
     return _call_meter_decoder.decode(data)
+
+
+# The planned record's meter, by the identity of its bytes: its call's end scales it to the
+# provider's usage without decoding what was just encoded (issue 28).
+_planned_meters: ByIdentity[bytes, CallMeter] = ByIdentity(decode_call_meter, max_entries=4096)
 
 
 def encode_state(state: ConversationState) -> bytes:
@@ -122,8 +129,15 @@ def command_record(command: Command) -> bytes:
             assert_never(command)
 
 
-def request_hash(prepared: PreparedRequest) -> str:
-    return hashlib.sha256(prepared.body).hexdigest()
+_request_hashes = RequestHashes()
+
+
+def request_hash(prepared: PreparedRequest, conversation_id: str | None = None) -> str:
+    """SHA-256 of the body; with `conversation_id`, continued over what the body shares with
+    that conversation's previous request (request_hashes.py)."""
+    if conversation_id is None:
+        return hashlib.sha256(prepared.body).hexdigest()
+    return _request_hashes.hexdigest(prepared.body, conversation_id)
 
 
 def planned_call(
@@ -144,7 +158,7 @@ def planned_call(
         conversation_id=conversation_id,
         turn_id=turn_id,
         request=stored,
-        request_hash=request_hash(prepared),
+        request_hash=request_hash(prepared, conversation_id),
         messages_hash=command.messages_hash,
         status="planned",
         created_at_ms=now_ms,
@@ -152,12 +166,17 @@ def planned_call(
         model=prepared.model,
         api=model.provider.api,
         catalogue_version=command.catalogue_version or None,
-        prompt_breakdown=encode_call_meter(
-            command.prompt, measure(command.prompt, used=0, window=model.context_window)
-        ),
+        prompt_breakdown=_planned_breakdown(command.prompt, model.context_window),
         process_id=process_id,
         prices=encode_prices(model.prices),
     )
+
+
+def _planned_breakdown(chars: PromptChars, window: int) -> bytes:
+    meter = CallMeter(chars=chars, meter=measure(chars, used=0, window=window))
+    encoded = msgspec.json.encode(meter)
+    _planned_meters.keep(encoded, meter)
+    return encoded
 
 
 def finished_call(
@@ -182,7 +201,7 @@ def finished_call(
     breakdown = record.prompt_breakdown
     measured_input = estimated is None or "input" not in estimated
     if breakdown is not None and prompt_tokens(usage) > 0 and measured_input:
-        planned = decode_call_meter(breakdown)
+        planned = _planned_meters(breakdown)
         measured = measure(
             planned.chars, used=prompt_tokens(usage), window=planned.meter.max_tokens
         )

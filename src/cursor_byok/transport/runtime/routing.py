@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import assert_never
 
@@ -25,7 +25,7 @@ from ...loop import (
 )
 from ...loop.results import CALL_STREAM_CLOSED, not_reopened
 from ...store.api import ClientOperationRecord
-from ...web.types import JobFailed, JobOutcome, JobRunner, ServerJob
+from ...web.types import JobFailed, JobOutcome, ServerJob
 from ..connect.channel import Gone, Incoming, RunChannel, StreamGone
 from ..cursor import (
     BlobReceived,
@@ -82,7 +82,7 @@ class ClientMessages:
         now_ms: Callable[[], int],
         follow_up_context: Callable[[ClientContext], TurnContext],
         unknown_event: Callable[[str], None],
-        run_job: JobRunner | None = None,
+        run_job: Callable[[str, ServerJob], Awaitable[JobOutcome]] | None = None,
         job_timeout_s: float = 120.0,
     ) -> None:
         self.channel = channel
@@ -142,7 +142,9 @@ class ClientMessages:
             outcome = JobFailed(message="this server is not configured to run that tool")
         else:
             try:
-                outcome = await asyncio.wait_for(self._run_job(job), self._job_timeout_s)
+                outcome = await asyncio.wait_for(
+                    self._run_job(operation_id, job), self._job_timeout_s
+                )
             except TimeoutError:
                 outcome = JobFailed(
                     message=f"the server gave up after {self._job_timeout_s:g} s without an answer"

@@ -19,7 +19,9 @@ from typing import Any, assert_never
 
 from ...llm.events import DoneEvent, ErrorEvent, ResponseEvent
 from ...loop import (
+    Admission,
     CallLLM,
+    CallRefused,
     Cancel,
     Compact,
     Input,
@@ -45,23 +47,21 @@ from ..connect.channel import RunChannel
 from ..cursor import (
     CancelSubagent,
     ClientContext,
-    ClientLink,
     Ending,
     RunAction,
     RunRequest,
     ShellCommandRun,
-    agent_title,
     bad_request_end,
     canceled_end,
     internal_end,
     turn_ended,
 )
+from .access import person_of
 from .actions import ROUTES, Route, shell_command_note
 from .commands import Commands
 from .conversation import Conversation
 from .ending import Reports, RunFailed, end_error, ending_of
 from .publish import Publisher
-from .requests import ClientRequests
 from .resume import (
     BackgroundWrites,
     consume_exception,
@@ -69,14 +69,14 @@ from .resume import (
     run_request_of,
     save_run_request,
 )
-from .routing import STOP, ClientMessages, Work
+from .routing import STOP, Work
+from .run_client import RunClient
 from .run_helpers import RunHelpers
-from .run_parts import RunParts, equip
+from .run_parts import RunParts, described, equip
 from .runner import Runner
 from .services import RunnerServices
 from .starts import TurnStart, follow_up_context, start_of
 from .summary import RunSummary
-from .tools import ToolCalls
 
 log = logging.getLogger("cursor_byok.runtime")
 
@@ -98,6 +98,9 @@ class Run:
         # is created with its parent's `token_id`, so its calls count toward that token's
         # budget and rate and keep to its models (access.py).
         self.token_id = token_id
+        # The person of that token (AccessTokenRecord.person, read at the run request): the
+        # owner of the conversations the run starts; None (the operator) sees every one.
+        self.person: str | None = None
         # The run's forwarded headers (a child's parent ids), read at its run request.
         self.headers: Mapping[str, str] = headers if headers is not None else {}
         self.services = runner.services
@@ -111,42 +114,33 @@ class Run:
             on_run_end=self.services.on_run_end,
         )
         self.ended = asyncio.Event()
-        now_ms = self.services.now_ms
-        self.link = ClientLink(
-            conversation_id="", now_ms=now_ms, page_text_chars=self.services.page_text_chars
-        )
-        self.requests = ClientRequests(channel, self.link, self.services.context_timeout_s)
-        self.tools = ToolCalls(
-            self.link,
-            timeout_s=self.services.tool_timeout_s,
-            question_timeout_s=self.services.question_timeout_s,
-            now_ms=now_ms,
+        self.client = client = RunClient(
+            runner,
+            channel,
+            token_id=token_id,
             on_timeout=self._tool_timed_out,
+            follow_up_context=self._follow_up_context,
+            where=lambda: (self.conversation_id, self.state.committed.turn_id or ""),
         )
-        self.publisher = Publisher(channel, self.link, now_ms, self.services.on_compaction)
+        self.link, self.requests, self.tools = client.link, client.requests, client.tools
+        self._route, self._inbox = client.route, client.inbox
+        self.publisher = Publisher(
+            channel,
+            self.link,
+            self.services.now_ms,
+            self.services.on_compaction,
+            self.services.provider_windows,
+        )
         self.parts: RunParts | None = None  # once the run request named the model
         self.conversation_id = ""
         self.conv = Conversation("", self.store, runner.committed_states)
         self.turn_id: str | None = None  # the turn this run drives, once it began or resumed
-        self._inbox: asyncio.Queue[Work] = asyncio.Queue()
         self._lock = asyncio.Lock()
         self._done = False
         self._background = BackgroundWrites(channel.request_id)
         self._run_saved: asyncio.Future[Any] | None = None
         self._started: TurnStart | None = None  # the turn's Start, for follow-ups
         self.helpers = RunHelpers(runner, channel.request_id)
-        self._route = ClientMessages(
-            channel=channel,
-            link=self.link,
-            requests=self.requests,
-            tools=self.tools,
-            inbox=self._inbox,
-            now_ms=now_ms,
-            follow_up_context=self._follow_up_context,
-            unknown_event=runner.unknown_event,
-            run_job=self.services.run_job,
-            job_timeout_s=self.services.tool_timeout_s,
-        )
         self.commands = Commands(
             channel=channel,
             publisher=self.publisher,
@@ -173,6 +167,7 @@ class Run:
             self.channel.watch_gone(self._route.gone)
             request = run_request_of(self.link, first)
             conversation_id = cid = request.conversation_id
+            self.person = await person_of(self.store, self.token_id)
             self._adopt(request)
             if self.resumable:  # only a RunSSE can be reopened by request_id after a restart
                 now = self.services.now_ms()
@@ -223,7 +218,7 @@ class Run:
     def _cancel_child(self, request: RunRequest) -> None:
         """cancel_subagent_action: that helper's run ends canceled; this run is empty."""
         if isinstance(request.payload, CancelSubagent):
-            self.helpers.cancel(request.payload.subagent_id)
+            self.helpers.cancel(request.payload.subagent_id, self.person)
         self.channel.send(turn_ended(self.summary.usage))
         self._end(None, "ok")
 
@@ -245,16 +240,12 @@ class Run:
         self._inbox.put_nowait(Work(Suspend(cause=cause), None))
 
     def _adopt(self, request: RunRequest) -> None:
-        self.conversation_id = request.conversation_id
-        self.link.conversation_id = request.conversation_id
-        self.summary.conversation_id = request.conversation_id
-        self.summary.requested_model = request.model_id or ""
-        if request.user_text.strip():
-            self.summary.title = agent_title(request.user_text)
+        self.conversation_id = self.helpers.conversation_id = request.conversation_id
         self.parts = parts = equip(
             self.runner,
             request,
             token_id=self.token_id,
+            person=self.person,
             channel=self.channel,
             requests=self.requests,
             tools=self.tools,
@@ -263,16 +254,8 @@ class Run:
             deliver=self._apply_from_task,
             background=self._background,
         )
-        model = parts.model
-        # Whether a Read of an image attaches it (else it is described): the model's `vision`.
-        self.link.vision = model.vision
-        self.link.model_id = model.id
-        self.summary.model = model.id
-        self.summary.provider = model.provider.name
-        self.publisher.model = model
-        self.conv = parts.conv
-        self.helpers.conversation_id = request.conversation_id
-        self.commands.parts = parts
+        described(request, parts.model, self.summary, self.link)
+        self.publisher.model, self.conv, self.commands.parts = parts.model, parts.conv, parts
 
     def _end(self, ending: Ending | None, outcome: str) -> None:
         if self._done:
@@ -346,7 +329,7 @@ class Run:
             new_conversation=not stored,
             headers=self.headers,
             request_id=self.channel.request_id,
-            window=self.parts.window,
+            window=self.parts.budget(),
             fallbacks=self.parts.model.fallbacks,
         )
         self._started, self.helpers.parent = started, started.parent_call
@@ -385,7 +368,7 @@ class Run:
     def _follow_up_context(self, client: ClientContext) -> TurnContext:
         """The context a follow-up brought, merged with the run's parts and MCP tools."""
         parts, stored = self.parts, self.state.committed.context
-        window, fallbacks = (parts.window, parts.model.fallbacks) if parts else (None, ())
+        window, fallbacks = (parts.budget(), parts.model.fallbacks) if parts else (None, ())
         return follow_up_context(self.services, client, stored, self._started, window, fallbacks)
 
     async def _consume(self) -> None:
@@ -425,6 +408,7 @@ class Run:
             if self._done:
                 return
             reloaded = False
+            refused: CallRefused | None = None  # a reservation the store refused
             for _ in range(MAX_CAS_RETRIES):
                 t = transition(self.state, input)
                 if t.ignored is not None and reloaded:
@@ -433,7 +417,14 @@ class Run:
                     input, reloaded = await self._resume(self.turn_id), False
                     continue
                 parts = self.parts
-                if parts is not None and parts.admissions.asks(t.command):
+                if (
+                    parts is not None
+                    and refused is not None
+                    and isinstance(t.command, CallLLM | Summarize)
+                    and t.command.call_id == refused.call_id
+                ):
+                    t = await self._admit(parts, t, refused)
+                elif parts is not None and parts.admissions.asks(t.command):
                     t = await self._admit(parts, t)
                 if t.state is self.state:
                     if t.call_end is not None and parts is not None:
@@ -454,6 +445,10 @@ class Run:
                 prepared = parts.commits.prepare(t)
                 await self.commands.send_final_blob(t)
                 status = await parts.commits.commit(input, input_id, t, prepared, completes)
+                if isinstance(status, CallRefused):  # the loop decides what that means
+                    self.commands.drop_pending_blob()
+                    refused = status
+                    continue
                 if status == "committed":
                     self.publisher.publish(t, input)
                     await self.commands.execute(t, prepared)
@@ -465,11 +460,16 @@ class Run:
                 reloaded = True  # a conflict: the same input again, on the stored state
             raise RunFailed(internal_end("the conversation kept changing under this run"))
 
-    async def _admit(self, parts: RunParts, t: Transition) -> Transition:
-        """The admission answer for the model call `t` plans, before its commit: the loop
-        decides what a refusal means (`loop.admit`)."""
+    async def _admit(
+        self, parts: RunParts, t: Transition, answer: Admission | None = None
+    ) -> Transition:
+        """The admission answer for the model call `t` plans, before its commit (or the
+        refusal of its reservation, `answer`): the loop decides what a refusal means
+        (`loop.admit`)."""
         assert isinstance(t.command, CallLLM | ResendLLM | Summarize)
-        admitted = admit(self.state, t, await parts.admissions.answer(t.command))
+        if answer is None:
+            answer = await parts.admissions.answer(t.command)
+        admitted = admit(self.state, t, answer)
         end = admitted.call_end
         if end is not None and end.call_id == t.command.call_id:
             # A refused call resumed from the store: its record is finished with the refusal.

@@ -41,10 +41,10 @@ class RunHelpers:
         self.calls.append(expected.tool_call_id)
         self.runner.children.expect(expected)
 
-    def cancel(self, subagent_id: str) -> None:
-        """The user canceled helper `subagent_id` (cancel_subagent_action): its run, when it
-        is going in this process, ends canceled (the runner tells it)."""
-        found = self.runner.cancel_child(subagent_id)
+    def cancel(self, subagent_id: str, person: str | None) -> None:
+        """`person` canceled helper `subagent_id` (cancel_subagent_action): its run, when it
+        is going in this process and is that person's, ends canceled (the runner tells it)."""
+        found = self.runner.cancel_child(subagent_id, person)
         log.info(
             "run %s: cancel of helper %s (%s)",
             self.request_id,

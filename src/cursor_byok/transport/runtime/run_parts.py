@@ -9,23 +9,27 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, assert_never
 
+import msgspec
+
 from ...llm.events import ResponseEvent
 from ...llm.model_names import Resolved, Unknown, Via
 from ...llm.models import Model
 from ...loop import ContextWindow, Input
 from ...store.api import LLMCallRecord
 from ..connect.channel import RunChannel
-from ..cursor import RunRequest, bad_request_end
+from ..cursor import ClientLink, RunRequest, agent_title, bad_request_end
 from .access import Admissions
 from .calls import ModelCalls
 from .checkpoints import Checkpoints
 from .commits import Commits
 from .conversation import Conversation
 from .ending import Reports, RunFailed
+from .provider_windows import ProviderWindows
 from .requests import ClientRequests
 from .runner import Runner
 from .services import RunnerServices
 from .summaries import SummaryCalls, context_window
+from .summary import RunSummary
 from .tools import ToolCalls
 
 log = logging.getLogger("cursor_byok.runtime")
@@ -43,6 +47,15 @@ class RunParts:
     checkpoints: Checkpoints
     conv: Conversation
     commits: Commits
+    windows: ProviderWindows  # the process's memory of provider-reported windows
+
+    def budget(self) -> ContextWindow:
+        """The model's budget with the window its provider reported since the run started
+        (the process keeps it per model): what each new turn's context gets."""
+        reported = self.windows.tokens(self.model.id)
+        if reported == self.window.provider_tokens:
+            return self.window
+        return msgspec.structs.replace(self.window, provider_tokens=reported)
 
     def end_calls(self, reason: str, now_ms: int) -> list[LLMCallRecord]:
         """The records of the model and summary calls still going as the run ends."""
@@ -83,6 +96,7 @@ def equip(
     request: RunRequest,
     *,
     token_id: str | None,
+    person: str | None = None,
     channel: RunChannel,
     requests: ClientRequests,
     tools: ToolCalls,
@@ -92,7 +106,7 @@ def equip(
     background: Callable[[Awaitable[Any], str], None],
 ) -> RunParts:
     """The parts of the run `request` starts, its calls carrying the token and the process's
-    lease (leases.py)."""
+    lease (leases.py); its conversation seen by `person` (the token's; None: the operator)."""
     services = runner.services
     cid = request.conversation_id
     model = resolve_model(services, request.model_id, channel.request_id)
@@ -109,7 +123,7 @@ def equip(
         owner=runner.replica,
     )
     summarizer = summarizer_of(services, model)
-    window = context_window(model, summarizer)
+    window = context_window(model, summarizer, services.provider_windows.tokens(model.id))
     summaries = SummaryCalls(
         summarizer=summarizer,
         llm=services.llm_for(summarizer),
@@ -120,18 +134,19 @@ def equip(
         token_id=token_id,
         owner=runner.replica,
     )
-    conv = Conversation(cid, services.store, runner.committed_states)
+    conv = Conversation(cid, services.store, runner.committed_states, person)
+    admissions = Admissions(
+        runner.token_limits,
+        token_id,
+        model=model,
+        summarizer=summarizer,
+        models=services.models,
+    )
     return RunParts(
         model=model,
         calls=calls,
         summaries=summaries,
-        admissions=Admissions(
-            runner.token_limits,
-            token_id,
-            model=model,
-            summarizer=summarizer,
-            models=services.models,
-        ),
+        admissions=admissions,
         window=window,
         checkpoints=Checkpoints(
             conversation_id=cid,
@@ -151,5 +166,21 @@ def equip(
             summaries=summaries,
             tools=tools,
             reports=reports,
+            admissions=admissions,
         ),
+        windows=services.provider_windows,
     )
+
+
+def described(request: RunRequest, model: Model, summary: RunSummary, link: ClientLink) -> None:
+    """The run's summary (for logs and metrics) and its client link learn what the run request
+    named: the conversation, the model asked for and the one serving it, a title."""
+    cid = request.conversation_id
+    summary.conversation_id = link.conversation_id = cid
+    summary.requested_model = request.model_id or ""
+    if request.user_text.strip():
+        summary.title = agent_title(request.user_text)
+    # Whether a Read of an image attaches it (else it is described): the model's `vision`.
+    link.vision = model.vision
+    link.model_id = summary.model = model.id
+    summary.provider = model.provider.name

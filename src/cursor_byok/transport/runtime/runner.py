@@ -40,6 +40,8 @@ class ActiveRun(Protocol):
     def channel(self) -> RunChannel: ...
     @property
     def ended(self) -> asyncio.Event: ...
+    @property
+    def person(self) -> str | None: ...
     async def serve(self) -> None: ...
     def close(self) -> None: ...
     def supersede(self) -> None: ...
@@ -199,10 +201,11 @@ class Runner:
         if parent is not None:
             parent.show_helper_progress(frame)
 
-    def cancel_child(self, conversation_id: str) -> bool:
-        """Cancel the run of a helper's conversation, when one is going here."""
+    def cancel_child(self, conversation_id: str, person: str | None = None) -> bool:
+        """Cancel the run of a helper's conversation, when one is going here and its run is
+        made for `person` (None: the operator, who may cancel any)."""
         run = self._active.get(conversation_id)
-        if run is None:
+        if run is None or (person is not None and run.person != person):
             return False
         run.cancel_as_child()
         return True

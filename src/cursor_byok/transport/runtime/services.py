@@ -12,7 +12,9 @@ from ...llm.models import Model
 from ...llm.stream import LLM
 from ...store.api import ConversationClaims, LLMCallRecord, Store
 from ...web.page_text import DEFAULT_MAX_TEXT_CHARS
+from ...web.prices import JobPrices
 from ...web.types import JobRunner
+from .provider_windows import ProviderWindows
 from .summary import CompactionSummary, RunSummary
 
 DEFAULT_MAX_DEPTH = 2  # server.subagent_max_depth's default: Task's nesting
@@ -49,6 +51,8 @@ class RunnerServices:
     unknown_kinds: set[str] = field(default_factory=set)  # logged once each
     # Runs the server's own work for a tool call (web search, image generation); None: none.
     run_job: JobRunner | None = None
+    # What those jobs cost (images, priced searches), charged to the run's token (charges.py).
+    job_prices: JobPrices | None = None
     page_text_chars: int = DEFAULT_MAX_TEXT_CHARS  # [web_fetch] max_text_chars
     default_model: str | None = None  # server.default_model: for names not served
     subagent_max_depth: int = DEFAULT_MAX_DEPTH  # server.subagent_max_depth: Task's nesting
@@ -56,6 +60,8 @@ class RunnerServices:
     # that conversation give way, as a newer run of this process does (None: SQLite, where
     # the version compare-and-set alone decides between processes).
     claims: ConversationClaims | None = None
+    # The windows providers reported, per model, for this process (never written anywhere).
+    provider_windows: ProviderWindows = field(default_factory=ProviderWindows)
     model_names: ModelNames = field(init=False)  # what run requests' model names resolve by
 
     def __post_init__(self) -> None:

@@ -136,9 +136,16 @@ class SummaryCalls:
         )
 
     def planned(
-        self, command: Summarize, prepared: PreparedRequest, turn_id: str, now_ms: int
+        self,
+        command: Summarize,
+        prepared: PreparedRequest,
+        turn_id: str,
+        now_ms: int,
+        reserved_usd: float | None = None,
     ) -> LLMCallRecord:
-        record, _ = self._calls.planned(self._as_call(command), prepared, turn_id, now_ms)
+        record, _ = self._calls.planned(
+            self._as_call(command), prepared, turn_id, now_ms, reserved_usd
+        )
         return record
 
     async def start(self, command: Summarize, prepared: PreparedRequest | None) -> None:

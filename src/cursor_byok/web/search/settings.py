@@ -60,6 +60,7 @@ class WebSearchSettings(msgspec.Struct, frozen=True):
     per_model: dict[str, tuple[str, ...]] = {}
     timeout_s: float = 15.0  # one backend attempt
     max_results: int = 8
+    prices: dict[str, float] = {}  # USD per search, by backend name (price_per_search)
 
     @property
     def offered(self) -> bool:

@@ -1,0 +1,93 @@
+"""The SQL of the replicas' append buffer (`run_appends`): store one within its bounds, read a
+run's, sweep the ones nobody will read (store/appends.py says why they may be deleted).
+
+Each function runs inside the caller's transaction (pool.py). The bounds are read and the row
+written in one transaction; two transactions racing for one client may both pass its bound, so
+it can be passed by at most the pool's connections per replica, never without limit.
+"""
+
+from __future__ import annotations
+
+from ..appends import ORPHAN_ROWS_KEPT_MS, UNSTARTED_ROWS_KEPT_MS, AppendLimits, AppendOutcome
+from ..sql import Conn
+from .replicas import APPENDS_CHANNEL
+
+# Request ids of `client` with rows and no run started, and what their rows hold.
+_CLIENT_WAITING = (
+    "SELECT COUNT(DISTINCT a.request_id), COALESCE(SUM(a.bytes), 0) FROM run_appends a "
+    "WHERE a.client = ? AND NOT EXISTS (SELECT 1 FROM runs r WHERE r.request_id = a.request_id)"
+)
+
+
+def publish(
+    conn: Conn,
+    request_id: str,
+    seqno: int,
+    payload: bytes,
+    client: str,
+    limits: AppendLimits | None,
+    now_ms: int,
+    *,
+    full: bool = False,
+) -> AppendOutcome:
+    """Store one client message and NOTIFY every replica (the notification goes out with the
+    commit), unless stored before, a bound of `limits` would be passed, or the database is
+    `full` (at its size cap) and the message's run has not started: a new run."""
+    known = conn.execute(
+        "SELECT 1 FROM run_appends WHERE request_id = ? AND seqno = ?", (request_id, seqno)
+    ).fetchone()
+    if known is not None:
+        return "duplicate"
+    size = len(payload)
+    started = conn.execute("SELECT 1 FROM runs WHERE request_id = ?", (request_id,)).fetchone()
+    if full and started is None:
+        return "full"
+    if limits is not None:
+        rows, held = conn.execute(
+            "SELECT COUNT(*), COALESCE(SUM(bytes), 0) FROM run_appends WHERE request_id = ?",
+            (request_id,),
+        ).fetchone()
+        if rows + 1 > limits.request_rows or held + size > limits.request_bytes:
+            return "request_full"
+        if started is None:
+            runs, waiting = conn.execute(_CLIENT_WAITING, (client,)).fetchone()
+            if rows == 0 and runs + 1 > limits.client_runs:
+                return "client_runs"
+            if waiting + size > limits.client_bytes:
+                return "client_bytes"
+    cur = conn.execute(
+        "INSERT INTO run_appends (request_id, seqno, payload, created_at_ms, client, bytes) "
+        "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (request_id, seqno) DO NOTHING",
+        (request_id, seqno, payload, now_ms, client, size),
+    )
+    if cur.rowcount != 1:
+        return "duplicate"
+    conn.execute("SELECT pg_notify(?, ?)", (APPENDS_CHANNEL, request_id))
+    return "stored"
+
+
+def fetch(conn: Conn, request_id: str, from_seqno: int) -> tuple[tuple[int, bytes], ...]:
+    rows = conn.execute(
+        "SELECT seqno, payload FROM run_appends WHERE request_id = ? AND seqno >= ? ORDER BY seqno",
+        (request_id, from_seqno),
+    ).fetchall()
+    return tuple((int(r[0]), bytes(r[1])) for r in rows)
+
+
+def forget(conn: Conn, request_id: str) -> int:
+    cur = conn.execute("DELETE FROM run_appends WHERE request_id = ?", (request_id,))
+    return max(cur.rowcount, 0)
+
+
+def sweep(conn: Conn, now_ms: int) -> int:
+    """Delete the rows nobody will read that `forget` did not (the run's replica died, or the
+    run never started): of runs never started, past UNSTARTED_ROWS_KEPT_MS; of any run, past
+    ORPHAN_ROWS_KEPT_MS."""
+    cur = conn.execute(
+        "DELETE FROM run_appends a WHERE "
+        "(a.created_at_ms < ? AND NOT EXISTS "
+        "    (SELECT 1 FROM runs r WHERE r.request_id = a.request_id)) "
+        "OR a.created_at_ms < ?",
+        (now_ms - UNSTARTED_ROWS_KEPT_MS, now_ms - ORPHAN_ROWS_KEPT_MS),
+    )
+    return max(cur.rowcount, 0)
