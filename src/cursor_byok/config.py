@@ -32,7 +32,7 @@ from .config_web import (
     web_search_settings,
 )
 from .llm.model_names import ModelNames, NameClash, Resolved, Unknown, UnknownDefault, Via
-from .llm.models import Model, Prices
+from .llm.models import Model, Prices, picker_efforts
 from .llm.settings import Api, ModelSettings, ProviderSettings, ReasoningEffort
 from .loop.catalogue import TOOLS, TOOLS_BY_NAME, Gate
 from .model_defaults import CatalogueError, is_loopback, model_defaults
@@ -163,6 +163,9 @@ class ModelConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     reasoning: bool = False
     reasoning_effort: str | None = None
     reasoning_budget: int | None = None
+    # The efforts the IDE's thinking picker offers (None: low, medium, high for a reasoning
+    # model, none otherwise); each one of EFFORTS.
+    efforts: list[str] | None = None
     temperature: float | None = None
     extra_body: dict[str, Any] = {}
     extra_headers: dict[str, str] = {}
@@ -406,6 +409,8 @@ def _models(
             errors.append(f"{key}.provider: {unknown_provider(m.provider, raw.providers)}")
         if m.reasoning_effort is not None and m.reasoning_effort not in EFFORTS:
             errors.append(f"{key}.reasoning_effort must be one of {list(EFFORTS)}")
+        if m.efforts is not None and any(e not in EFFORTS for e in m.efforts):
+            errors.append(f"{key}.efforts: each must be one of {list(EFFORTS)}")
         if m.max_output_tokens is not None and m.max_output_tokens <= 0:
             errors.append(f"{key}.max_output_tokens must be positive")
         if any(not a.strip() for a in m.aliases):
@@ -461,6 +466,7 @@ def _models(
             catalogue_note=entry.note if entry is not None else "",
             aliases=tuple(m.aliases),
             vision=m.vision,
+            efforts=picker_efforts(m.reasoning, m.efforts),
             compaction_threshold=threshold,
             compaction_model=m.compaction_model,
         )

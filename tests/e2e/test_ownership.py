@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from cursor_byok.store import open_store
@@ -249,3 +250,34 @@ async def test_a_run_in_flight_at_revocation_ends_at_its_next_call(team: Team) -
         await store.close()
     assert record is not None
     assert b"vic's notes" in b"".join(record.messages)  # the tool's answer was committed
+
+
+async def test_the_dashboard_shows_a_person_only_their_own(team: Team) -> None:
+    """Opened with a person's token, the dashboard's data holds that person's conversations,
+    runs, calls and token alone, and another's conversation is not found; the operator's
+    token sees everyone's; /metrics stays the operator's."""
+    mine, theirs = str(uuid.uuid4()), str(uuid.uuid4())
+    assert (await shim_turn(team.server, team.secrets["alice"], "alice's chart", mine))[0] == {}
+    assert (await shim_turn(team.server, team.secrets["bob"], "bob's chart", theirs))[0] == {}
+    await asyncio.sleep(0.5)  # run outcomes are stored in the background
+    alice = cc.auth_headers(team.secrets["alice"])
+    operator = cc.auth_headers(OPERATOR)
+    async with httpx.AsyncClient(base_url=team.server.url, timeout=10) as client:
+        own = (await client.get("/dashboard/api/summary", headers=alice)).json()
+        everyone = (await client.get("/dashboard/api/summary", headers=operator)).json()
+        drill = "/dashboard/api/conversation?id="
+        found = await client.get(drill + mine, headers=alice)
+        hidden = await client.get(drill + theirs, headers=alice)
+        seen = await client.get(drill + theirs, headers=operator)
+        metrics = await client.get("/metrics", headers=alice)
+    conversations = {c["id"] for c in own["conversations"]}
+    assert mine in conversations and theirs not in conversations
+    assert {r["conversation_id"] for r in own["runs"]} <= conversations
+    assert {r["conversation_id"] for r in own["runs"]} >= {mine}
+    assert {c["conversation_id"] for c in own["llm_calls"]} <= conversations
+    assert [t["name"] for t in own["tokens"]["tokens"]] == ["alice"]
+    assert {mine, theirs} <= {c["id"] for c in everyone["conversations"]}
+    assert {"alice", "bob"} <= {t["name"] for t in everyone["tokens"]["tokens"]}
+    assert found.status_code == 200 and hidden.status_code == 404 and seen.status_code == 200
+    assert "bob's chart" not in found.text + str(own)
+    assert metrics.status_code == 401

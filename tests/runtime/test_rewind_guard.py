@@ -13,12 +13,12 @@ from tests.runtime.harness import Client, open_server, run_request
 
 
 def test_only_a_strict_prefix_of_the_published_turns_is_a_rewind() -> None:
-    published = [turn_blob("c1", n, 2 * n, f"h{n}") for n in (1, 2, 3)]
+    published = [turn_blob("c1", n, [(0, 2 * n)]) for n in (1, 2, 3)]
     assert rewound_to(published[:1], published) == 1
     assert rewound_to(published[:2], published) == 2
     assert rewound_to(published, published) is None  # not behind
     assert rewound_to([], published) is None
-    foreign = [turn_blob("c2", 1, 2, "h1")]
+    foreign = [turn_blob("c2", 1, [(0, 2)])]
     assert rewound_to(foreign, published) is None
     assert rewound_to([published[1]], published) is None  # a turn, but not the first
 
@@ -35,7 +35,7 @@ async def test_a_foreign_checkpoint_rewinds_nothing(tmp_path: Path) -> None:
         assert await client.ended() is None
         turns = list(client.sent[-1].conversation_checkpoint_update.turns)
     assert len(turns) == 2
-    foreign = turn_blob("other", 1, 2, "not ours")
+    foreign = turn_blob("other", 1, [(0, 3)])
     client = Client("r3")
     client.blobs = blobs | {foreign: b""}
     client.say(run_request("c1", "q3", turns=[foreign]))

@@ -10,8 +10,8 @@ Public API (see docs/loop.md):
                ToolResult; PlanBuild, Helper (ParentCall) and HelperReport on a Start;
                CallRefused (Limit), the admission answer with Admitted (Admission)
     context    TurnContext, Environment, McpRoute, McpServerInfo, McpToolInfo, ContextWindow
-    commands   ContinueLLM, CallLLM, ResendLLM, Summarize, CallClient, FindHelper (answered by a
-               HelperFound input), WaitInput, Final, Failed
+    commands   ContinueLLM, CallLLM, ResendLLM, Summarize, CallClient, CallClients, FindHelper
+               (answered by a HelperFound input), WaitInput, Final, Failed
                (FailureKind), Canceled, Command
     transition Transition (appended, local_results: LocalResult, call_end: CallEnd with
                CallOutcome, ignored: Ignored), transition, admit, LoopError
@@ -20,6 +20,7 @@ Public API (see docs/loop.md):
 
 from .commands import (
     CallClient,
+    CallClients,
     CallLLM,
     Canceled,
     Command,
@@ -90,17 +91,20 @@ from .state import (
     CompactionMark,
     CompactionReason,
     ConversationState,
+    MeterBasis,
     PendingResponse,
     PlanMark,
     PlanRecord,
     RuntimeState,
     Status,
+    TurnStart,
     Waiting,
 )
 from .tools import NATIVE_TOOL_NAMES, NATIVE_TOOLS, ToolSpec, side_effects
 from .transition import (
     CallEnd,
     CallOutcome,
+    Checkpoint,
     Compacted,
     Ignored,
     LocalResult,
@@ -129,12 +133,14 @@ __all__ = [
     "AwaitLLM",
     "AwaitSummary",
     "CallClient",
+    "CallClients",
     "CallEnd",
     "CallLLM",
     "CallOutcome",
     "CallRefused",
     "Cancel",
     "Canceled",
+    "Checkpoint",
     "ClientGone",
     "Command",
     "Compact",
@@ -162,6 +168,7 @@ __all__ = [
     "McpRoute",
     "McpServerInfo",
     "McpToolInfo",
+    "MeterBasis",
     "ModeSwitched",
     "Note",
     "ParentCall",
@@ -190,6 +197,7 @@ __all__ = [
     "ToolSpec",
     "Transition",
     "TurnContext",
+    "TurnStart",
     "UserMessage",
     "UserMessageInput",
     "WaitInput",

@@ -41,19 +41,23 @@ def placed(context: TurnContext, stored: TurnContext | None, helper: Helper) -> 
         elif not where.parent_conversation_id:
             where = Subagents(depth=max(1, where.depth), subagent_type=helper.subagent_type)
     choices = context.subagents
-    subagents = _replace(where, models=choices.models, overrides=choices.overrides)
+    subagents = _replace(
+        where, models=choices.models, overrides=choices.overrides, custom=choices.custom
+    )
     reached = True if subagents.depth >= helper.max_depth else None
     switches = _replace(context.switches, subagent_depth_reached=reached)
     return _replace(context, mode=mode, subagents=subagents, switches=switches)
 
 
 def kept_place(context: TurnContext, stored: TurnContext) -> TurnContext:
-    """A follow-up's context keeps the turn's place among subagents and its depth gate."""
+    """A follow-up's context keeps the turn's place among subagents and its depth gate (the
+    custom agents its own context names)."""
     reached = stored.switches.subagent_depth_reached
-    if context.subagents == stored.subagents and context.switches.subagent_depth_reached == reached:
+    subagents = _replace(stored.subagents, custom=context.subagents.custom)
+    if context.subagents == subagents and context.switches.subagent_depth_reached == reached:
         return context
     switches = _replace(context.switches, subagent_depth_reached=reached)
-    return _replace(context, subagents=stored.subagents, switches=switches)
+    return _replace(context, subagents=subagents, switches=switches)
 
 
 def with_reports(message: UserMessage, reports: tuple[HelperReport, ...]) -> UserMessage:

@@ -56,6 +56,7 @@ from .state import RuntimeState
 from .step import (
     CallEnd,
     CallOutcome,
+    Checkpoint,
     Compacted,
     Ignored,
     LocalResult,
@@ -152,6 +153,7 @@ __all__ = [
     "CONTINUED_ELSEWHERE",
     "CallEnd",
     "CallOutcome",
+    "Checkpoint",
     "Compacted",
     "Ignored",
     "LocalResult",

@@ -263,6 +263,7 @@ class ConversationOverview(msgspec.Struct, frozen=True, kw_only=True):
     created_at_ms: int | None = None
     version: int = 0
     message_count: int = 0
+    owner_id: str | None = None  # ConversationRecord.owner_id (None too when it never began)
     title: str = ""  # the title of its first run outcome that has one
     model: str = ""  # the model of its latest run outcome
     provider: str = ""  # the provider of its latest run outcome, else of its latest call

@@ -89,7 +89,13 @@ class ExtraRoutes(Protocol):
 
     def is_public(self, path: str) -> bool: ...
 
-    async def get(self, path: str, query: str = "") -> HttpReply | None: ...
+    def is_personal(self, path: str) -> bool:
+        """A page a person's token may read too: its own part of it (`viewer`)."""
+        ...
+
+    async def get(self, path: str, query: str = "", viewer: str | None = None) -> HttpReply | None:
+        """The page; `viewer` the person whose own part it shows (None: the operator's)."""
+        ...
 
     def observe_rpc(self, path: str, outcome: str) -> None:
         """Once per RPC request (unary, Run, RunSSE, BidiAppend): "ok", the Connect code it
@@ -273,11 +279,15 @@ class ConnectApp:
 
     async def _extra(self, path: str, scope: Scope, send: Send, headers: dict[str, str]) -> None:
         assert self.routes is not None
-        if not (self.routes.is_public(path) or self.operator(headers)):
+        viewer = None
+        principal = headers.get(PRINCIPAL_HEADER, "")
+        if self.routes.is_personal(path) and principal and self.authorized(headers):
+            viewer = self._person_of(principal)  # a person's token: their own part of it
+        elif not (self.routes.is_public(path) or self.operator(headers)):
             await plain(send, 401, auth_error_text(headers).encode() + b"\n")
             return
         query = scope.get("query_string", b"").decode("latin-1")
-        reply = await self.routes.get(path, query)
+        reply = await self.routes.get(path, query, viewer)
         if reply is None:
             await plain(send, 404, b"not found\n")
             return

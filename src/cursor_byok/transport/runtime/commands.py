@@ -13,6 +13,7 @@ from typing import assert_never
 from ...llm.stream import PreparedRequest
 from ...loop import (
     CallClient,
+    CallClients,
     CallLLM,
     Canceled,
     ContinueLLM,
@@ -83,6 +84,9 @@ class Commands:
                 await parts.summaries.start(command, prepared)
             case CallClient():
                 self._call_client(parts, command)
+            case CallClients(calls=calls):  # every call of the response at once
+                for call in calls:
+                    self._call_client(parts, call)
             case FindHelper(operation_id=op):
                 self.helpers.find(
                     command, lambda found: self.inbox.put_nowait(Work(found, f"{op}:helper"))

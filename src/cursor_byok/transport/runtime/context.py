@@ -14,7 +14,6 @@ from collections.abc import Sequence
 
 import msgspec
 
-from ...llm.types import Message
 from ...loop import TurnContext
 from ...loop.context import KeptPart
 from ..cursor import (
@@ -24,7 +23,6 @@ from ..cursor import (
     PartKind,
     RunRequest,
     decode_request_context_part,
-    history_from_root_prompt_blobs,
     merge_context,
 )
 from .client_blobs import ClientBlobs
@@ -187,13 +185,3 @@ def with_kept(
     if ordered == context.kept_parts:
         return context
     return msgspec.structs.replace(context, kept_parts=ordered)
-
-
-async def client_history(
-    request: RunRequest, requests: ClientRequests, cache: ClientBlobs
-) -> tuple[Message, ...]:
-    """History the client holds for a conversation this server has never seen."""
-    if request.inline_history:
-        return request.inline_history
-    fetched = await fetch_blobs(request.history.root_prompt_blob_ids, requests, cache)
-    return history_from_root_prompt_blobs([data for data in fetched if data is not None])

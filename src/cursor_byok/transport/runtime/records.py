@@ -15,6 +15,7 @@ from ...llm.stream import PreparedRequest, StreamProgress
 from ...llm.types import ToolResultMessage, Usage
 from ...loop import (
     CallClient,
+    CallClients,
     CallEnd,
     CallLLM,
     CallOutcome,
@@ -119,6 +120,7 @@ def command_record(command: Command) -> bytes:
             ResendLLM()
             | CallClient()
             | FindHelper()
+            | CallClients()
             | WaitInput()
             | Final()
             | Failed()

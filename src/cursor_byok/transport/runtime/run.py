@@ -57,7 +57,7 @@ from ..cursor import (
     turn_ended,
 )
 from .access import person_of
-from .actions import ROUTES, Route, shell_command_note
+from .actions import ROUTES, Route, log_empty_turn, shell_command_note
 from .commands import Commands
 from .conversation import Conversation
 from .ending import Reports, RunFailed, end_error, ending_of
@@ -75,7 +75,7 @@ from .run_helpers import RunHelpers
 from .run_parts import RunParts, described, equip
 from .runner import Runner
 from .services import RunnerServices
-from .starts import TurnStart, follow_up_context, start_of
+from .starts import ModelTraits, TurnStart, follow_up_context, start_of
 from .summary import RunSummary
 
 log = logging.getLogger("cursor_byok.runtime")
@@ -132,6 +132,7 @@ class Run:
             self.services.provider_windows,
         )
         self.parts: RunParts | None = None  # once the run request named the model
+        self._effort = ""  # the effort the run's requested_model asks for
         self.conversation_id = ""
         self.conv = Conversation("", self.store, runner.committed_states)
         self.turn_id: str | None = None  # the turn this run drives, once it began or resumed
@@ -241,6 +242,7 @@ class Run:
 
     def _adopt(self, request: RunRequest) -> None:
         self.conversation_id = self.helpers.conversation_id = request.conversation_id
+        self._effort = request.effort  # the picker's choice; the loop checks it (loop/effort.py)
         self.parts = parts = equip(
             self.runner,
             request,
@@ -256,6 +258,7 @@ class Run:
         )
         described(request, parts.model, self.summary, self.link)
         self.publisher.model, self.conv, self.commands.parts = parts.model, parts.conv, parts
+        self.publisher.checkpoints = parts.checkpoints
 
     def _end(self, ending: Ending | None, outcome: str) -> None:
         if self._done:
@@ -286,9 +289,7 @@ class Run:
         route = ROUTES[request.action]
         match route.route:
             case Route.EMPTY_TURN:
-                log.info(
-                    "run %s: %s ends as an empty turn", self.channel.request_id, request.action
-                )
+                log_empty_turn(request, self.channel.request_id)
                 self.channel.send(turn_ended(self.summary.usage))
                 self._end(None, "ok")
                 return
@@ -331,6 +332,7 @@ class Run:
             request_id=self.channel.request_id,
             window=self.parts.budget(),
             fallbacks=self.parts.model.fallbacks,
+            traits=ModelTraits.of(self.parts.model, self._effort),
         )
         self._started, self.helpers.parent = started, started.parent_call
         await self._apply(started.start, input_id)
@@ -338,17 +340,15 @@ class Run:
 
     async def _rewind_if_behind(self, request: RunRequest, input_id: str) -> None:
         """The client wins when its checkpoint is behind ours: the loop gets a Rewind to the
-        last turn the client lists."""
+        last turn the client lists (its view comes from the loop's own turn marks)."""
         assert self.parts is not None
         checkpoints = self.parts.checkpoints
-        target = await checkpoints.rewind_target(request.history.turn_blob_ids, self.conv.version)
-        if target is None:
+        turns = checkpoints.rewind_target(request.history.turn_blob_ids, self.state.committed)
+        if turns is None:
             return
-        turns, view = target
         before = self.conv.version
-        await self._apply(Rewind(view=view), f"{input_id}:rewind")
+        await self._apply(Rewind(turns=turns), f"{input_id}:rewind")
         if self.conv.version != before:
-            checkpoints.rewound(turns, self.conv.version)
             log.info(
                 "conversation %s rewound by the client to turn %d (%d messages)",
                 self.conversation_id,
@@ -358,8 +358,8 @@ class Run:
 
     async def _resume(self, turn_id: str | None) -> Resume:
         """A Resume with what the store knows of the operation the turn waits on."""
-        resume, record = await self.conv.resume(turn_id)
-        if record is not None:
+        resume, found = await self.conv.resume(turn_id)
+        for record in found:
             self.tools.remember(record)
         return resume
 
@@ -369,7 +369,10 @@ class Run:
         """The context a follow-up brought, merged with the run's parts and MCP tools."""
         parts, stored = self.parts, self.state.committed.context
         window, fallbacks = (parts.budget(), parts.model.fallbacks) if parts else (None, ())
-        return follow_up_context(self.services, client, stored, self._started, window, fallbacks)
+        traits = ModelTraits.of(parts.model, self._effort) if parts else None
+        return follow_up_context(
+            self.services, client, stored, self._started, window, fallbacks, traits
+        )
 
     async def _consume(self) -> None:
         while not self._done:

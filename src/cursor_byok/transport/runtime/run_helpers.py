@@ -105,7 +105,8 @@ class RunHelpers:
                 child,
             )
             self.calls.append(sanitize_tool_call_id(call.id))
-        deliver(HelperFound(operation_id=command.operation_id, result=result))
+        found = HelperFound(command.operation_id, result, operations=command.operations)
+        deliver(found)
 
     def close(self) -> None:
         if self._finding is not None:

@@ -157,7 +157,9 @@ def helper_of(
 def with_choices(context: TurnContext, request: RunRequest, names: ModelNames) -> TurnContext:
     """`context` with the Task model choices of `request` (the loop keeps them in its place)."""
     models, overrides = model_choices(request, names)
-    subagents = msgspec.structs.replace(context.subagents, models=models, overrides=overrides)
+    subagents = msgspec.structs.replace(
+        context.subagents, models=models, overrides=overrides, custom=context.subagents.custom
+    )
     return msgspec.structs.replace(context, subagents=subagents)
 
 
