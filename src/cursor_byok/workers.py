@@ -7,9 +7,10 @@ port through SO_REUSEPORT (granian opens its socket with it), so the kernel spre
 connections over them. Everything that must hold across workers already holds across
 replicas through the database (docs/deploy.md, "Replicas"): a run's conversation is claimed
 through the store, a `BidiAppend` landing on another worker than its `RunSSE` is relayed
-through it. That relay exists on PostgreSQL only, and SQLite's one write lock made two
-workers no faster (docs/benchmarks-server.md, "More than one core"), so workers > 1 need a
-PostgreSQL database.
+through it. That relay (and the claims) exist on PostgreSQL only, and SQLite's one write lock
+serves every worker's commits (two workers were slower at 2,000 runs started at once in one
+measurement, faster in another: docs/benchmarks-server.md, "More than one core"), so
+workers > 1 need a PostgreSQL database.
 
 This process only supervises: it checks the port once (a plain bind finds another server),
 starts the workers (`spawn`: a fresh interpreter, nothing inherited from a running loop),
@@ -41,9 +42,9 @@ STOP_TIMEOUT_S = 30.0
 
 NEEDS_POSTGRES = (
     "server.workers = {n} needs a PostgreSQL database (server.database = "
-    '"postgresql://..."): on SQLite one write lock serves every worker, so more workers are '
-    "no faster, and a BidiAppend reaching another worker than its RunSSE is relayed only "
-    "through PostgreSQL; use server.workers = 1 with SQLite"
+    '"postgresql://..."): a BidiAppend reaching another worker than its RunSSE, and a newer '
+    "run superseding a busy one on another worker, are relayed only through PostgreSQL, and "
+    "on SQLite one write lock serves every worker; use server.workers = 1 with SQLite"
 )
 
 

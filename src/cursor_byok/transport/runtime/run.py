@@ -330,8 +330,7 @@ class Run:
             new_conversation=not stored,
             headers=self.headers,
             request_id=self.channel.request_id,
-            window=self.parts.budget(),
-            fallbacks=self.parts.model.fallbacks,
+            equipped=self.parts,
             traits=ModelTraits.of(self.parts.model, self._effort),
         )
         self._started, self.helpers.parent = started, started.parent_call

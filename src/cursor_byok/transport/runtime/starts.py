@@ -27,6 +27,7 @@ from .context import context_parts, turn_context, with_kept
 from .forks import history_of_new, take_pre_fetched
 from .mcp_definitions import Read, read_definitions, with_definitions
 from .requests import ClientRequests
+from .run_parts import RunParts
 from .runner import Runner
 from .services import RunnerServices
 from .subagents import Expected, helper_of, helper_reports, link_of, with_choices
@@ -92,22 +93,25 @@ async def start_of(
     new_conversation: bool,
     headers: Mapping[str, str],
     request_id: str,
-    window: ContextWindow,
-    fallbacks: tuple[str, ...],
+    equipped: RunParts,
     traits: ModelTraits | None = None,
 ) -> TurnStart:
     """The Start of `request`; a helper's run is linked to its parent's Task call here."""
     services = runner.services
     reports: tuple[HelperReport, ...] = ()
+    window, fallbacks = equipped.budget(), equipped.model.fallbacks
+    person = equipped.conv.viewer  # the run's person: their own blobs and forks only
     if isinstance(request.payload, BackgroundCompletions):
         reports = await helper_reports(request.payload, services.store, runner.committed_states)
     history: tuple[Any, ...] = ()
-    blobs = runner.client_blobs
+    blobs = runner.client_blobs.scoped(person)  # what this person's runs fetched
     take_pre_fetched(request, blobs)  # what the client sent along is read without asking
     if new_conversation:  # what its client holds, or a fork of one of ours (forks.py)
-        history = await history_of_new(request, services.store, requests, blobs, runner.clones)
+        history = await history_of_new(
+            request, services.store, requests, blobs, runner.clones, person
+        )
     kept = stored.kept_parts if stored is not None else ()
-    parts = await context_parts(request, requests, runner.client_blobs, kept)
+    parts = await context_parts(request, requests, blobs, kept)
     context = await turn_context(
         request,
         parts,
