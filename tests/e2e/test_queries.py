@@ -473,8 +473,9 @@ async def test_an_approved_switch_changes_the_mode_for_the_next_model_call(
     first, second = chat_requests(upstream, prompt)
     assert tool_names(first) == AGENT_TOOLS and "plan mode" not in system_text(first)
     assert tool_names(second) == PLAN_TOOLS and "plan mode" in system_text(second)
-    # The turn's checkpoint carries the new mode (ConversationStateStructure.mode, 10).
-    assert checkpoint_modes(reader) == [a.AGENT_MODE_PLAN]
+    # The turn's checkpoint carries the new mode (ConversationStateStructure.mode, 10); the one
+    # after the model call that asked for the switch, the mode it was made in.
+    assert checkpoint_modes(reader) == [a.AGENT_MODE_AGENT, a.AGENT_MODE_PLAN]
     # The history of the turn is one request extended by the next (the mode changes the
     # system prompt and tools, never the messages).
     assert second["messages"][1 : len(first["messages"])] == first["messages"][1:]
@@ -496,7 +497,7 @@ async def test_a_rejected_switch_keeps_the_mode_and_the_model_reads_why(
     assert done.switch_mode_tool_call.result.rejected.reason == "keep going"
     first, second = chat_requests(upstream, prompt)
     assert tool_names(second) == tool_names(first) == AGENT_TOOLS
-    assert checkpoint_modes(reader) == [a.AGENT_MODE_AGENT]
+    assert checkpoint_modes(reader) == [a.AGENT_MODE_AGENT, a.AGENT_MODE_AGENT]
     assert second["messages"][: len(first["messages"])] == first["messages"]
     assert tool_messages(second) == [
         "The user declined switching to plan mode: keep going. Stay in agent mode."

@@ -39,6 +39,7 @@ from cursor_byok.loop import (
     ToolResult,
     Transition,
     TurnContext,
+    TurnStart,
     WaitInput,
     compaction,
     render_prompt,
@@ -131,7 +132,10 @@ def test_a_request_over_the_threshold_is_summarized_first_then_called_over_the_n
         commit=before.commit + 1,
         last_commit_id=f"c@{before.commit + 1}",
         context=CTX,
+        # the fourth turn began from the three before it
+        turn_starts=(*before.turn_starts, TurnStart(view=(Span(0, len(before.log)),))),
     )
+    assert len(c.turn_starts) == 4
     request = compaction.summary_request(before.log, WINDOW)
     assert t.command == Summarize(
         call_id="c:4:summary1",
@@ -169,11 +173,20 @@ def test_a_request_over_the_threshold_is_summarized_first_then_called_over_the_n
         compactions=(mark,),
         fresh_from=2,
         status=Status.WAITING_LLM,
-        waiting=AwaitLLM(call_id="c:4:llm2", messages_hash=digest, compacted=True),
+        waiting=AwaitLLM(
+            call_id="c:4:llm2",
+            messages_hash=digest,
+            compacted=True,
+            prompt=done.command.prompt,  # type: ignore[union-attr]
+        ),
         llm_calls=2,
         commit=c.commit + 1,
         last_commit_id=f"c@{c.commit + 1}",
+        meter_basis=None,  # the last meter measured a request the compaction replaced
     )
+    assert isinstance(done.command, CallLLM)
+    # The call's meter counts the summary as the summarized conversation.
+    assert done.command.prompt.summarized_conversation == len(summary.text)
     assert done.appended == (summary,)
     assert views.materialize(c2.view, c2.log) == messages
     assert isinstance(done.command, CallLLM) and done.command.call_id == "c:4:llm2"

@@ -162,14 +162,19 @@ def test_a_rewind_restores_the_plan_of_the_kept_turn_and_none_before_any() -> No
     )
     first_end = views.closed(c1.view, len(c1.log))
     back = transition(turn2, Rewind(view=first_end)).state.committed
-    assert back == msgspec.structs.replace(
-        c2,
-        view=views.reopened(first_end, len(c2.log)),
-        messages=c1.messages,
-        plan=PLAN_1_RECORD,  # the plan as it was at the end of turn one
-        status=Status.READY,
-        commit=c2.commit + 1,
-        last_commit_id=f"{CID}@{c2.commit + 1}",
+    assert (
+        back
+        == msgspec.structs.replace(
+            c2,
+            view=views.reopened(first_end, len(c2.log)),
+            messages=c1.messages,
+            plan=PLAN_1_RECORD,  # the plan as it was at the end of turn one
+            status=Status.READY,
+            commit=c2.commit + 1,
+            last_commit_id=f"{CID}@{c2.commit + 1}",
+            turn_starts=c2.turn_starts[:1],  # turn two is gone from the branch
+            meter_basis=None,  # no call of the kept turn reported usage
+        )
     )
     # A Build after the rewind carries out turn one's plan.
     build = Start(user_message=user(""), context=TurnContext(), build=PlanBuild())
@@ -189,6 +194,8 @@ def test_a_rewind_restores_the_plan_of_the_kept_turn_and_none_before_any() -> No
         status=Status.READY,
         commit=c2.commit + 1,
         last_commit_id=f"{CID}@{c2.commit + 1}",
+        turn_starts=(),  # no turn had ended there
+        meter_basis=None,
     )
     build = Start(user_message=user(""), build=PlanBuild(uri="file:///r.md"))
     text = transition(RuntimeState.of(zero), build).state.committed.messages[-1].text  # type: ignore[union-attr]

@@ -22,7 +22,7 @@ from cursor_byok.llm.types import (
     Usage,
     UserMessage,
 )
-from cursor_byok.loop import ConversationState, Status
+from cursor_byok.loop import ConversationState, MeterBasis, Status, TurnStart
 from cursor_byok.store.api import AccessTokenRecord
 from cursor_byok.store.sqlite import SQLiteStore
 from cursor_byok.transport.connect.channel import EndError
@@ -362,6 +362,9 @@ async def test_a_refused_call_keeps_the_tool_answer_before_it(tmp_path: Path) ->
     assert answer == ToolResultMessage(
         tool_call_id="sh1", tool_name="Shell", content=(TextContent(text=SHELL_HI),)
     )
+    (first,) = await store.list_recent_llm_calls()
+    breakdown = first.prompt_breakdown
+    assert breakdown is not None
     # The whole state: the turn failed after its second call was refused; the answer is in
     # the history; nothing waits, nothing is queued.
     assert state == ConversationState(
@@ -376,6 +379,10 @@ async def test_a_refused_call_keeps_the_tool_answer_before_it(tmp_path: Path) ->
         commit=4,
         llm_calls=2,
         context=state.context,  # the run request's (tests/cursor)
+        turn_starts=(TurnStart(view=()),),  # one turn, begun from nothing
+        # the meter of the call that answered: its request's chars (its usage has no prompt
+        # tokens, so the estimate stands)
+        meter_basis=MeterBasis(chars=records.decode_call_meter(breakdown).chars, used=0),
     )
     assert user == UserMessage.of_text("hi")
     # The refused call never went out and has no record; the Shell call's record is done.

@@ -10,7 +10,8 @@ Public API (see docs/loop.md):
                ToolResult; PlanBuild on a Start; CallRefused (Limit), the admission answer
                with Admitted (Admission)
     context    TurnContext, Environment, McpRoute, McpServerInfo, McpToolInfo, ContextWindow
-    commands   ContinueLLM, CallLLM, ResendLLM, Summarize, CallClient, WaitInput, Final, Failed
+    commands   ContinueLLM, CallLLM, ResendLLM, Summarize, CallClient, CallClients, WaitInput,
+               Final, Failed
                (FailureKind), Canceled, Command
     transition Transition (appended, local_results: LocalResult, call_end: CallEnd with
                CallOutcome, ignored: Ignored), transition, admit, LoopError
@@ -19,6 +20,7 @@ Public API (see docs/loop.md):
 
 from .commands import (
     CallClient,
+    CallClients,
     CallLLM,
     Canceled,
     Command,
@@ -83,17 +85,20 @@ from .state import (
     CompactionMark,
     CompactionReason,
     ConversationState,
+    MeterBasis,
     PendingResponse,
     PlanMark,
     PlanRecord,
     RuntimeState,
     Status,
+    TurnStart,
     Waiting,
 )
 from .tools import NATIVE_TOOL_NAMES, NATIVE_TOOLS, ToolSpec, side_effects
 from .transition import (
     CallEnd,
     CallOutcome,
+    Checkpoint,
     Compacted,
     Ignored,
     LocalResult,
@@ -122,12 +127,14 @@ __all__ = [
     "AwaitLLM",
     "AwaitSummary",
     "CallClient",
+    "CallClients",
     "CallEnd",
     "CallLLM",
     "CallOutcome",
     "CallRefused",
     "Cancel",
     "Canceled",
+    "Checkpoint",
     "ClientGone",
     "Command",
     "Compact",
@@ -151,6 +158,7 @@ __all__ = [
     "McpRoute",
     "McpServerInfo",
     "McpToolInfo",
+    "MeterBasis",
     "ModeSwitched",
     "Note",
     "PendingResponse",
@@ -178,6 +186,7 @@ __all__ = [
     "ToolSpec",
     "Transition",
     "TurnContext",
+    "TurnStart",
     "UserMessage",
     "UserMessageInput",
     "WaitInput",

@@ -13,8 +13,8 @@ import msgspec
 
 from cursor_byok.llm.types import AssistantMessage, RequestMessages, ToolCall
 
+from .categories import PromptChars
 from .limits import Limit
-from .meter import PromptChars
 
 
 class _Command(msgspec.Struct, frozen=True, tag_field="command", omit_defaults=True):
@@ -80,6 +80,13 @@ class CallClient(_Command, frozen=True, tag="call_client"):
     content_index: int = 0
 
 
+class CallClients(_Command, frozen=True, tag="call_clients"):
+    """Run every one of `calls` on the client at once (the tool calls of one response, as
+    Cursor sends them): each answers with its own ToolResult, in any order."""
+
+    calls: tuple[CallClient, ...]
+
+
 class WaitInput(_Command, frozen=True, tag="wait_input"):
     """Nothing to do until the next external input."""
 
@@ -116,6 +123,7 @@ class Canceled(_Command, frozen=True, tag="canceled"):
 
 Command: TypeAlias = (
     ContinueLLM
+    | CallClients
     | CallLLM
     | ResendLLM
     | Summarize

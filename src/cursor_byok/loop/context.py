@@ -201,6 +201,8 @@ class TurnContext(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unknow
     """Per-run context.
 
     - `rules`: user and project rules, placed in the system prompt in the given order.
+    - `skills`: the client's skills, one line each (where its file is, what it is for), in
+      their own section of the system prompt after the rules.
     - `git`: a short repository summary (branch, status), placed in the system prompt.
     - `mcp_tools`: tools the client offers through MCP; listed after the native tools.
     - `mcp_routes`: for each MCP tool, where its calls go (server and tool name on the client).
@@ -229,6 +231,7 @@ class TurnContext(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unknow
 
     rules: tuple[str, ...] = ()
     environment: Environment = Environment()
+    skills: tuple[str, ...] = ()
     git: str | None = None
     mcp_tools: tuple[ToolDefinition, ...] = ()
     mcp_routes: tuple[McpRoute, ...] = ()

@@ -8,7 +8,7 @@ import msgspec
 
 from . import view
 from .inputs import PlanBuild
-from .state import CompactionMark, ConversationState, PlanRecord
+from .state import CompactionMark, ConversationState, PlanRecord, TurnStart
 from .todos import TodoItem
 from .todos import replay as replay_todos
 
@@ -104,3 +104,22 @@ def plans_in_view(c: ConversationState, active: tuple[view.Span, ...]) -> tuple[
         end = len(c.log) if span.end is None else span.end
         found.extend(mark.plan for mark in c.plans if span.start <= mark.at < end)
     return tuple(found)
+
+
+def turn_ends(c: ConversationState) -> tuple[tuple[view.Span, ...], ...]:
+    """The closed view at the end of each turn of the active branch, oldest first: where the
+    next turn began, and the current view for the last (the turn in progress, or just ended).
+    What the client's checkpoint lists, one blob per turn, across compaction epochs."""
+    starts = c.turn_starts
+    if not starts:
+        return ()
+    ends = [s.view for s in starts[1:]]
+    ends.append(view.closed(c.view, len(c.log)))
+    return tuple(ends)
+
+
+def opened(c: ConversationState) -> ConversationState:
+    """`c` with a turn mark for a turn that begins now, from the history as it stands
+    (uncommitted; called before the turn appends its first message)."""
+    mark = TurnStart(view=view.closed(c.view, len(c.log)))
+    return msgspec.structs.replace(c, turn_starts=(*c.turn_starts, mark))

@@ -149,11 +149,19 @@ class Resume(_Input, frozen=True, tag="resume"):
     same run request seen again, or a state that changed under the run.
 
     `turn_id`: the turn the run was driving (None for a reopened run, which takes whatever
-    turn the conversation is in); `operation`: the store's record of the operation the turn
-    waits on, when it waits on the client."""
+    turn the conversation is in); `operations`: the store's record of each operation the turn
+    waits on, when it waits on the client (`operation`: the first of them)."""
 
     turn_id: str | None = None
     operation: ToolOperation | None = None
+    operations: tuple[ToolOperation, ...] = ()
+
+    def records(self) -> dict[str, ToolOperation]:
+        """The store's records by operation id."""
+        found = {op.operation_id: op for op in self.operations}
+        if self.operation is not None:
+            found.setdefault(self.operation.operation_id, self.operation)
+        return found
 
 
 class LostCause(enum.StrEnum):
@@ -209,10 +217,13 @@ Admission: TypeAlias = Admitted | CallRefused
 
 
 class Rewind(_Input, frozen=True, tag="rewind"):
-    """The client's checkpoint is behind ours: it went back to the end of an earlier turn,
-    whose active history was `view` (closed spans over the log)."""
+    """The client's checkpoint is behind ours: it went back to the end of an earlier turn.
+    `turns`: its checkpoint lists our first `turns` turns; the loop restores the end of the
+    last of them from its turn marks (`turn_starts`), in whatever compaction epoch it was.
+    `view` instead (turns 0): restore exactly that active history (closed spans over the log)."""
 
-    view: tuple[Span, ...]
+    turns: int = 0
+    view: tuple[Span, ...] = ()
 
 
 Input: TypeAlias = (

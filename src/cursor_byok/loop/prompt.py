@@ -209,6 +209,22 @@ def rules_section(context: TurnContext) -> str:
     return "Rules from the user and the project (follow them):\n\n" + "\n\n".join(rules)
 
 
+def skills_section(context: TurnContext) -> str:
+    """The system prompt's section of the skills the client offers (each a line naming its
+    file); "" when there are none. The context meter counts it as its own category."""
+    skills = [s.strip() for s in context.skills if s.strip()]
+    if not skills:
+        return ""
+    return "Skills available here (read a skill's file before you follow it):\n\n" + "\n\n".join(
+        skills
+    )
+
+
+def mcp_section(context: TurnContext) -> str:
+    """The system prompt's list of the MCP servers the meta-tools reach; "" without them."""
+    return _mcp_section(context) or ""
+
+
 def render_prompt(context: TurnContext) -> str:
     """The system prompt for `context`; the same context always gives the same text (rendered
     once per context object: memo.py)."""
@@ -237,6 +253,9 @@ def _render_prompt(context: TurnContext) -> str:
     rules = rules_section(context)
     if rules:
         sections.append(rules)
+    skills = skills_section(context)
+    if skills:
+        sections.append(skills)
     mcp = _mcp_section(context)
     if mcp:
         sections.append(mcp)

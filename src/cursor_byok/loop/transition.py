@@ -48,6 +48,7 @@ from .state import RuntimeState
 from .step import (
     CallEnd,
     CallOutcome,
+    Checkpoint,
     Compacted,
     Ignored,
     LocalResult,
@@ -142,6 +143,7 @@ __all__ = [
     "CONTINUED_ELSEWHERE",
     "CallEnd",
     "CallOutcome",
+    "Checkpoint",
     "Compacted",
     "Ignored",
     "LocalResult",

@@ -63,7 +63,7 @@ def without_supplements(context: TurnContext) -> TurnContext:
 def begin_turn(c: ConversationState, context: TurnContext, message: LLMUserMessage) -> Transition:
     turn = c.turn + 1
     c2 = _replace(
-        with_messages(c, message),
+        with_messages(derived.opened(c), message),
         turn=turn,
         turn_id=ids.turn_id(c.conversation_id, turn),
         context=without_supplements(context),
@@ -144,7 +144,7 @@ def on_note(state: RuntimeState, input: Note) -> Transition:
     if c.busy:
         c, _, call_end = close_turn(c, CALL_SUPERSEDED)
     c2 = commit(
-        with_messages(c, input.message),
+        with_messages(derived.opened(c), input.message),  # a turn of the checkpoint too
         status=Status.FINAL,
         waiting=None,
         queued=(),

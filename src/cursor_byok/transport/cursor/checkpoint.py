@@ -1,10 +1,12 @@
 """Conversation checkpoints: what the server tells the client about finished turns, and how a
 later run's checkpoint is read back.
 
-After each turn the server stores one small blob on the client (`set_blob`) and sends a
-`conversation_checkpoint_update` listing one blob id per completed turn. The client sends that
-list back in the next run's `conversation_state.turns`. A list that is a strict prefix of the
-turns the server published means the user went back to the end of the last turn it lists.
+After each model call that changed the history, and at the end of each turn, the server
+stores one small blob on the client (`set_blob`) describing the turn as it stands and sends a
+`conversation_checkpoint_update` listing one blob id per turn (the last one's id changes as its
+turn goes on, as Cursor's own do). The client sends that list back in the next run's
+`conversation_state.turns`. A list that is a strict prefix of the turns the server publishes
+means the user went back to the end of the last turn it lists.
 """
 
 from __future__ import annotations
@@ -16,14 +18,16 @@ import msgspec
 __all__ = ["read_turn_blob", "rewound_to", "turn_blob"]
 
 
-def turn_blob(conversation_id: str, turn: int, message_count: int, messages_hash: str) -> bytes:
-    """A small, stable description of a completed turn; its SHA-256 is the turn's blob id."""
+def turn_blob(conversation_id: str, turn: int, view: Sequence[tuple[int, int]]) -> bytes:
+    """A small, stable description of turn `turn` as it stands: the log positions `[start,
+    end)` of the active history at its end (the log is append-only, so these name the turn's
+    content exactly, on its branch and in its compaction epoch). Its SHA-256 is the blob id."""
     return msgspec.json.encode(
         {
             "cursor_byok_turn": turn,
             "conversation_id": conversation_id,
-            "message_count": message_count,
-            "messages_hash": messages_hash,
+            "message_count": sum(end - start for start, end in view),
+            "view": [[start, end] for start, end in view],
         },
         order="deterministic",
     )

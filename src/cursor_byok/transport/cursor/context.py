@@ -63,7 +63,8 @@ _EMPTY_SCHEMA: dict[str, Any] = {"type": "object", "properties": {}}
 class ClientContext:
     """One `RequestContext`, decoded: what a turn's context can take from it."""
 
-    rules: tuple[str, ...] = ()  # rules, non-file rules, skills and MCP instructions, as text
+    rules: tuple[str, ...] = ()  # rules, non-file rules and MCP instructions, as text
+    skills: tuple[str, ...] = ()  # one line per skill (its file, what it is for)
     tools: tuple[McpDefinition, ...] = ()
     environment: Environment | None = None
     git: str | None = None
@@ -100,7 +101,8 @@ class ContextPart:
     """What one `request_context_parts` blob contributes (context_parts.py)."""
 
     kind: PartKind
-    rules: tuple[str, ...] = ()  # rules, skills and MCP instructions, as text
+    rules: tuple[str, ...] = ()  # rules and MCP instructions, as text
+    skills: tuple[str, ...] = ()  # one line per skill
     mcp_tools: tuple[McpDefinition, ...] = ()
     mcp_meta: McpMeta | None = None  # RequestContextMcpsPart.mcp_meta_tool_options (4)
     custom_subagents: int = 0  # how many the subagents part named
@@ -220,10 +222,6 @@ def rules_of(rc: agent_pb2.RequestContext) -> list[str]:
     cloud = cloud_rule_text(rc.cloud_rule) if rc.HasField("cloud_rule") else None
     if cloud:
         out.append(cloud)
-    for s in rc.agent_skills:
-        text = skill_text(s)
-        if text:
-            out.append(text)
     for m in rc.mcp_instructions:
         text = instructions_text(m)
         if text:
@@ -274,9 +272,16 @@ def git_summary(
     return _clip("\n\n".join(parts), limit)
 
 
+def skills_of(rc: agent_pb2.RequestContext) -> list[str]:
+    """The skills a RequestContext offers, one line each, in its order (their own section of
+    the system prompt, and their own category of the meter)."""
+    return [text for text in (skill_text(s) for s in rc.agent_skills) if text]
+
+
 def decode_request_context(rc: agent_pb2.RequestContext) -> ClientContext:
     return ClientContext(
         rules=tuple(rules_of(rc)),
+        skills=tuple(skills_of(rc)),
         tools=tuple(mcp_definition(d) for d in rc.tools),
         environment=environment_of(rc.env) if rc.HasField("env") else None,
         git=git_summary(rc.git_repos),
@@ -406,8 +411,9 @@ def merge_context(
     image_generation: bool = False,
 ) -> TurnContext:
     """One TurnContext from every context source. Rules keep a fixed order (parts in the order
-    given, then the inline context's rules, skills and MCP instructions) and duplicates are
-    dropped, so the system prompt is the same for the same inputs. The tool gates come from
+    given, then the inline context's rules and MCP instructions; the skills the same way, in
+    their own list) and duplicates are dropped, so the system prompt is the same for the same
+    inputs. The tool gates come from
     the inline context's flags, the run request's and our config's (`disabled_tools`,
     `enabled_tools`, whether a web search backend and an image endpoint are configured).
 
@@ -415,15 +421,18 @@ def merge_context(
     source in ref_only mode), else from the inline context (field 34); with them on, the
     servers the meta-tools reach are kept in the context (mcp.meta_servers)."""
     rules: list[str] = []
+    skills: list[str] = []
     definitions: list[McpDefinition] = []
     for part in parts:
         rules.extend(part.rules)
+        skills.extend(part.skills)
         definitions.extend(part.mcp_tools)
     environment = Environment()
     git: str | None = None
     supplements: tuple[str, ...] = ()
     if inline is not None:
         rules.extend(inline.rules)
+        skills.extend(inline.skills)
         definitions.extend(inline.tools)
         environment = inline.environment or environment
         git = inline.git
@@ -436,6 +445,7 @@ def merge_context(
     meta_on = meta is not None and meta.enabled
     return TurnContext(
         rules=tuple(dict.fromkeys(r for r in rules if r)),
+        skills=tuple(dict.fromkeys(s for s in skills if s)),
         environment=environment,
         git=git,
         mcp_tools=index.definitions(),

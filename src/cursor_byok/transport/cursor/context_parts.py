@@ -80,7 +80,7 @@ def _skills(msg: agent_pb2.RequestContextSkillsPart, warnings: list[str]) -> Con
     # skill_options lists the skills' descriptors for the IDE's settings; what the model
     # needs (path, description) is in agent_skills.
     skills = _bounded(PartKind.SKILLS, "skills", msg.agent_skills, warnings)
-    return ContextPart(kind=PartKind.SKILLS, rules=_texts([skill_text(s) for s in skills]))
+    return ContextPart(kind=PartKind.SKILLS, skills=_texts([skill_text(s) for s in skills]))
 
 
 def _subagents(msg: agent_pb2.RequestContextSubagentsPart) -> ContextPart:
@@ -153,6 +153,7 @@ def decode_request_context_part(kind: PartKind, data: bytes, blob_id: bytes = b"
     return ContextPart(
         kind=kind,
         rules=part.rules,
+        skills=part.skills,
         mcp_tools=part.mcp_tools,
         mcp_meta=part.mcp_meta,
         custom_subagents=part.custom_subagents,

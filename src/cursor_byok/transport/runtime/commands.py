@@ -13,6 +13,7 @@ from typing import assert_never
 from ...llm.stream import PreparedRequest
 from ...loop import (
     CallClient,
+    CallClients,
     CallLLM,
     Canceled,
     ContinueLLM,
@@ -82,6 +83,9 @@ class Commands:
                 await parts.summaries.start(command, prepared)
             case CallClient():
                 self._call_client(parts, command)
+            case CallClients(calls=calls):  # every call of the response at once
+                for call in calls:
+                    self._call_client(parts, call)
             case Final(message=message, replay=replay):
                 if replay:
                     # An answer committed before, which the client may not have seen.

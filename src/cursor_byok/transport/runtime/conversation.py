@@ -154,21 +154,30 @@ class Conversation:
         )
         return outcome
 
-    async def resume(self, turn_id: str | None) -> tuple[Resume, ClientOperationRecord | None]:
-        """A Resume with what the store knows of the operation the turn waits on, and that
-        operation's record."""
+    async def resume(self, turn_id: str | None) -> tuple[Resume, tuple[ClientOperationRecord, ...]]:
+        """A Resume with what the store knows of each operation the turn waits on, and their
+        records."""
         waiting = self.state.committed.waiting
-        if not isinstance(waiting, AwaitClient) or not waiting.operation_id:
-            return Resume(turn_id=turn_id), None
-        record = await self.store.get_client_operation(waiting.operation_id)
-        if record is None:
-            return Resume(turn_id=turn_id), None
-        result = None
-        if record.status == "completed" and record.result is not None:
-            result = records.decode_result(record.result)
-        operation = ToolOperation(
-            operation_id=record.operation_id,
-            sent=record.status in ("sent", "completed", "unknown"),
-            result=result,
-        )
-        return Resume(turn_id=turn_id, operation=operation), record
+        if not isinstance(waiting, AwaitClient) or not waiting.unanswered():
+            return Resume(turn_id=turn_id), ()
+        found: list[ClientOperationRecord] = []
+        operations: list[ToolOperation] = []
+        for operation_id in waiting.unanswered():
+            record = await self.store.get_client_operation(operation_id)
+            if record is None:
+                continue
+            result = None
+            if record.status == "completed" and record.result is not None:
+                result = records.decode_result(record.result)
+            found.append(record)
+            operations.append(
+                ToolOperation(
+                    operation_id=record.operation_id,
+                    sent=record.status in ("sent", "completed", "unknown"),
+                    result=result,
+                )
+            )
+        if not operations:
+            return Resume(turn_id=turn_id), ()
+        resume = Resume(turn_id=turn_id, operation=operations[0], operations=tuple(operations))
+        return resume, tuple(found)

@@ -295,6 +295,7 @@ class Run:
         self.summary.model = model.id
         self.summary.provider = model.provider.name
         self.publisher.model = model
+        self.publisher.checkpoints = parts.checkpoints
         self.conv = parts.conv
         self.helpers.conversation_id = request.conversation_id
         self.commands.parts = parts
@@ -383,17 +384,15 @@ class Run:
 
     async def _rewind_if_behind(self, request: RunRequest, input_id: str) -> None:
         """The client wins when its checkpoint is behind ours: the loop gets a Rewind to the
-        last turn the client lists."""
+        last turn the client lists (its view comes from the loop's own turn marks)."""
         assert self.parts is not None
         checkpoints = self.parts.checkpoints
-        target = await checkpoints.rewind_target(request.history.turn_blob_ids, self.version)
-        if target is None:
+        turns = checkpoints.rewind_target(request.history.turn_blob_ids, self.state.committed)
+        if turns is None:
             return
-        turns, view = target
         before = self.version
-        await self._apply(Rewind(view=view), f"{input_id}:rewind")
+        await self._apply(Rewind(turns=turns), f"{input_id}:rewind")
         if self.version != before:
-            checkpoints.rewound(turns, self.version)
             log.info(
                 "conversation %s rewound by the client to turn %d (%d messages)",
                 self.conversation_id,
@@ -403,8 +402,8 @@ class Run:
 
     async def _resume(self, turn_id: str | None) -> Resume:
         """A Resume with what the store knows of the operation the turn waits on."""
-        resume, record = await self.conv.resume(turn_id)
-        if record is not None:
+        resume, found = await self.conv.resume(turn_id)
+        for record in found:
             self.tools.remember(record)
         return await self.helpers.recover(resume, self.state)
 

@@ -8,7 +8,8 @@ from __future__ import annotations
 import msgspec
 
 from ...llm.types import Usage
-from ...loop import AwaitClient, CallClient, Resume, RuntimeState
+from ...loop import AwaitClient, CallClient, Resume, RuntimeState, ids
+from ...loop.inputs import ToolOperation
 from ..cursor import sanitize_tool_call_id, task_progress_frame
 from .runner import Runner
 from .subagents import Expected, expected_of, helper_totals, recovered
@@ -50,22 +51,31 @@ class RunHelpers:
         return await helper_totals(store, self.conversation_id, self.calls)
 
     async def recover(self, resume: Resume, state: RuntimeState) -> Resume:
-        """`resume` with the result of a Task call sent before a restart, read from its
+        """`resume` with the result of each Task call sent before a restart, read from its
         helper's conversation once that helper's turn is over (subagents.recovered)."""
         waiting = state.committed.waiting
-        if resume.operation is None or not isinstance(waiting, AwaitClient):
+        if not resume.operations or not isinstance(waiting, AwaitClient):
             return resume
         services = self.runner.services
-        operation = await recovered(
-            resume.operation,
-            waiting,
-            self.conversation_id,
-            services.store,
-            self.runner.committed_states,
-            services.question_timeout_s,
-        )
-        if operation is resume.operation:
+        calls = {ids.operation_id(waiting.call_id, c.id): c for c in waiting.calls}
+        operations: list[ToolOperation] = []
+        for op in resume.operations:
+            call = calls.get(op.operation_id)
+            found = op
+            if call is not None:
+                found = await recovered(
+                    op,
+                    call,
+                    self.conversation_id,
+                    services.store,
+                    self.runner.committed_states,
+                    services.question_timeout_s,
+                )
+            if found is not op and call is not None:  # a Task result rebuilt from its helper
+                self.calls.append(sanitize_tool_call_id(call.id))
+            operations.append(found)
+        if all(a is b for a, b in zip(operations, resume.operations, strict=True)):
             return resume
-        call = waiting.calls[waiting.next]  # a Task result rebuilt from its helper
-        self.calls.append(sanitize_tool_call_id(call.id))
-        return msgspec.structs.replace(resume, operation=operation)
+        return msgspec.structs.replace(
+            resume, operation=operations[0], operations=tuple(operations)
+        )

@@ -18,11 +18,18 @@ from typing import Any
 import msgspec
 
 from ...llm.model_names import ModelNames, Resolved, Via
-from ...llm.types import AssistantMessage, TextContent, ToolResultMessage, Usage, UserMessage
+from ...llm.types import (
+    AssistantMessage,
+    TextContent,
+    ToolCall,
+    ToolResultMessage,
+    Usage,
+    UserMessage,
+)
 from ...loop.commands import CallClient
 from ...loop.context import SubagentModel, SubagentOverride, Subagents, TurnContext
 from ...loop.inputs import ToolOperation
-from ...loop.state import AwaitClient, Status
+from ...loop.state import Status
 from ...store.api import Store, SubagentLink
 from ..cursor import (
     BackgroundCompletions,
@@ -223,7 +230,7 @@ RECOVERY_POLL_S = 0.25
 
 async def recovered(
     op: ToolOperation,
-    waiting: AwaitClient,
+    call: ToolCall,
     conversation_id: str,
     store: Store,
     states: CommittedStates,
@@ -233,10 +240,7 @@ async def recovered(
     result built from the helper conversation linked to it, once that helper's turn is over
     (waiting at most `wait_s`). Any other operation, an unlinked call, or a helper that does
     not finish in time: `op` unchanged (the loop's exactly-once rule: outcome unknown)."""
-    if not op.sent or op.result is not None or waiting.next >= len(waiting.calls):
-        return op
-    call = waiting.calls[waiting.next]
-    if call.name != "Task":
+    if not op.sent or op.result is not None or call.name != "Task":
         return op
     link = await store.find_subagent_link(conversation_id, sanitize_tool_call_id(call.id))
     if link is None:
