@@ -225,3 +225,26 @@ def test_workers_out_of_range_is_a_configuration_error(tmp_path: Path) -> None:
 
 
 __all__ = ["is_text"]
+
+
+async def test_the_workers_stop_when_their_supervisor_is_killed(
+    upstream: FakeUpstream, tmp_path: Path, pg_cluster: Cluster
+) -> None:
+    """kill -9 of `serve` (the supervisor): its workers do not serve on unsupervised."""
+    db = pg_cluster.create_database(f"workers_{uuid.uuid4().hex[:8]}")
+    with server_process(workers_config(upstream, db), tmp_path) as server:
+        async with bound_clients(server, 2) as (one, two):
+            pids = [(await worker_of(one))[1], (await worker_of(two))[1]]
+        server.kill9()
+        deadline = time.monotonic() + 20
+        while any(_alive(p) for p in pids):
+            assert time.monotonic() < deadline, f"workers still running:\n{server.log()}"
+            time.sleep(0.1)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"  # a zombie has stopped
