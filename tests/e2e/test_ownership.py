@@ -18,6 +18,8 @@ import httpx
 import pytest
 
 from cursor_byok.store import open_store
+from cursor_byok.transport.cursor.proto import agent_pb2
+from tests.e2e.test_modes_actions import last_checkpoint, moded_request
 from tests.e2e.test_shim import (
     Reader,
     ShimRun,
@@ -281,3 +283,68 @@ async def test_the_dashboard_shows_a_person_only_their_own(team: Team) -> None:
     assert found.status_code == 200 and hidden.status_code == 404 and seen.status_code == 200
     assert "bob's chart" not in found.text + str(own)
     assert metrics.status_code == 401
+
+
+async def h2_run(
+    server: ServerProcess, token: str, message: Any, blobs: dict[bytes, bytes]
+) -> tuple[dict[str, Any], Reader]:
+    """One HTTP/2 run whose client keeps and serves the blobs the server stores (the IDE's)."""
+    client = await cc.H2Client.connect("127.0.0.1", server.port)
+    try:
+        stream = await client.open_run(token=token)
+        reader = Reader(stream, stream.send, blobs=blobs)
+        await stream.send(message)
+        end = await reader.wait_end()
+        await reader.close()
+    finally:
+        await client.close()
+    return end, reader
+
+
+async def test_another_persons_token_cannot_fork_a_conversation(
+    team: Team, upstream: FakeUpstream
+) -> None:
+    """A fork copies its source's history from the store: by its checkpoint (the source's turn
+    blobs) or by NotifyConversationClone. Bob forking alice's chat either way is refused
+    before any of it reaches his model; alice forks her own."""
+    alice, bob = team.secrets["alice"], team.secrets["bob"]
+    blobs: dict[bytes, bytes] = {}
+    source = str(uuid.uuid4())
+    secret = unique("alice's secret plan")
+    end, reader = await h2_run(team.server, alice, moded_request(secret, "agent", source), blobs)
+    assert end == {}
+    checkpoint = last_checkpoint(reader)
+    by_blobs = unique("bob forks by blobs")
+    end, _ = await h2_run(
+        team.server,
+        bob,
+        moded_request(by_blobs, "agent", str(uuid.uuid4()), state=checkpoint),
+        blobs,
+    )
+    assert "belongs to someone else" in denied(end)
+    clone = str(uuid.uuid4())
+    async with httpx.AsyncClient(base_url=team.server.url) as client:
+        await cc.unary(
+            client,
+            "/agent.v1.AgentService/NotifyConversationClone",
+            agent_pb2.NotifyConversationCloneRequest(
+                conversation_id=clone, source_conversation_id=source, source_request_id="r"
+            ),
+            agent_pb2.NotifyConversationCloneResponse,
+            token=bob,
+        )
+    by_clone = unique("bob forks by clone")
+    end, _ = await h2_run(team.server, bob, moded_request(by_clone, "agent", clone), blobs)
+    assert "belongs to someone else" in denied(end)
+    leaked = [r for r in upstream.requests if secret.encode() in r.body]
+    assert not [r for r in leaked if b"bob forks" in r.body]  # none of bob's requests
+    mine = unique("alice forks her own")
+    end, _ = await h2_run(
+        team.server,
+        alice,
+        moded_request(mine, "agent", str(uuid.uuid4()), state=checkpoint),
+        blobs,
+    )
+    assert end == {}
+    (forked,) = [r for r in upstream.requests if mine.encode() in r.body]
+    assert secret.encode() in forked.body

@@ -252,6 +252,9 @@ async def test_a_subagent_run_without_a_token_counts_toward_its_parents(tmp_path
     await runner.handle(child2, RunStartInfo(request_id="child2", transport="run", headers=headers))
     assert await child2.ended() is None and child2.text() == "child"
     assert [c.token_id for c in await store.list_recent_llm_calls()] == ["tok_alice", "tok_alice"]
+    # The helper's conversation is its parent's person's (ownership follows the token).
+    child_head = await store.head("c-child2")
+    assert child_head is not None and child_head.owner_id == "tok_alice"
     task.cancel()
     await asyncio.gather(task, return_exceptions=True)
     # A parent that is not running here lends nothing: no limits.

@@ -7,11 +7,11 @@ Public API (see docs/loop.md):
     inputs     Start, LLMEvent, ToolResult, UserMessage (alias UserMessageInput), Cancel,
                Supersede, ClientGone, Suspend (SuspendCause), Resume (ToolOperation), ToolLost
                (LostCause), Rewind, Input; ToolEffect (PlanCreated, ModeSwitched) on a
-               ToolResult; PlanBuild on a Start; CallRefused (Limit), the admission answer
-               with Admitted (Admission)
+               ToolResult; PlanBuild, Helper (ParentCall) and HelperReport on a Start;
+               CallRefused (Limit), the admission answer with Admitted (Admission)
     context    TurnContext, Environment, McpRoute, McpServerInfo, McpToolInfo, ContextWindow
-    commands   ContinueLLM, CallLLM, ResendLLM, Summarize, CallClient, CallClients, WaitInput,
-               Final, Failed
+    commands   ContinueLLM, CallLLM, ResendLLM, Summarize, CallClient, CallClients, FindHelper
+               (answered by a HelperFound input), WaitInput, Final, Failed
                (FailureKind), Canceled, Command
     transition Transition (appended, local_results: LocalResult, call_end: CallEnd with
                CallOutcome, ignored: Ignored), transition, admit, LoopError
@@ -28,6 +28,7 @@ from .commands import (
     Failed,
     FailureKind,
     Final,
+    FindHelper,
     ResendLLM,
     Summarize,
     WaitInput,
@@ -51,11 +52,15 @@ from .inputs import (
     Cancel,
     ClientGone,
     Compact,
+    Helper,
+    HelperFound,
+    HelperReport,
     Input,
     LLMEvent,
     LostCause,
     ModeSwitched,
     Note,
+    ParentCall,
     PlanBuild,
     PlanCreated,
     Resume,
@@ -73,6 +78,7 @@ from .inputs import (
     UserMessage,
     UserMessageInput,
 )
+from .inputs import DEFAULT_MAX_DEPTH as DEFAULT_MAX_DEPTH
 from .limits import Limit
 from .prompt import build_prompt, build_tools, render_prompt, render_tools
 from .state import (
@@ -148,6 +154,10 @@ __all__ = [
     "Failed",
     "FailureKind",
     "Final",
+    "FindHelper",
+    "Helper",
+    "HelperFound",
+    "HelperReport",
     "Ignored",
     "Input",
     "LLMEvent",
@@ -161,6 +171,7 @@ __all__ = [
     "MeterBasis",
     "ModeSwitched",
     "Note",
+    "ParentCall",
     "PendingResponse",
     "PlanBuild",
     "PlanCreated",

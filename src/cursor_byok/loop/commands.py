@@ -14,6 +14,7 @@ import msgspec
 from cursor_byok.llm.types import AssistantMessage, RequestMessages, ToolCall
 
 from .categories import PromptChars
+from .inputs import ToolOperation
 from .limits import Limit
 
 
@@ -78,6 +79,22 @@ class CallClient(_Command, frozen=True, tag="call_client"):
     tool_call: ToolCall
     llm_call_id: str = ""
     content_index: int = 0
+    # What the runtime does around the call (loop/subagents.py decides): `spawns`, a child run
+    # is expected for it (Task); `to_parent`, its card is shown in the parent's Task card too.
+    spawns: bool = False
+    to_parent: bool = False
+
+
+class FindHelper(_Command, frozen=True, tag="find_helper"):
+    """A Task call sent before a restart waits on its answer, which was lost with the stream:
+    look for the end of the helper it started, in what the store holds, and answer with one
+    HelperFound (its report, or none by the deadline). The turn waits meanwhile.
+    `operations`: the store's records of the turn's operations, which HelperFound carries back
+    (the turn's other calls are resumed by them then)."""
+
+    operation_id: str
+    tool_call: ToolCall
+    operations: tuple[ToolOperation, ...] = ()
 
 
 class CallClients(_Command, frozen=True, tag="call_clients"):
@@ -128,6 +145,7 @@ Command: TypeAlias = (
     | ResendLLM
     | Summarize
     | CallClient
+    | FindHelper
     | WaitInput
     | Final
     | Failed

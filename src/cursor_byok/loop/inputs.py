@@ -21,6 +21,37 @@ class _Input(msgspec.Struct, frozen=True, tag_field="input", omit_defaults=True)
     pass
 
 
+DEFAULT_MAX_DEPTH = 2  # server.subagent_max_depth's default
+
+
+class ParentCall(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unknown_fields=True):
+    """The parent's Task call a child run was matched to."""
+
+    parent_conversation_id: str
+    depth: int  # the parent's depth
+    root_conversation_id: str
+
+
+class Helper(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unknown_fields=True):
+    """What the runtime saw of a run request's place among subagents.
+
+    `child`: the request is a child run's (transport/cursor/children.py), of `subagent_type`;
+    `parent`: the Task call of this process it was matched to (None: not known here);
+    `max_depth`: server.subagent_max_depth, the depth at which Task is no longer offered."""
+
+    child: bool = False
+    subagent_type: str = ""
+    parent: ParentCall | None = None
+    max_depth: int = DEFAULT_MAX_DEPTH
+
+
+class HelperReport(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """A finished helper's final message, read from its own conversation."""
+
+    conversation_id: str
+    text: str
+
+
 class Start(_Input, frozen=True, tag="start"):
     """A run request: the user's message and the context for this turn.
 
@@ -36,6 +67,11 @@ class Start(_Input, frozen=True, tag="start"):
     # Set for a Build: the turn opens with the loop's own message carrying the plan, and
     # `user_message` is not used.
     build: PlanBuild | None = None
+    # Where the run sits among subagents, as the runtime saw it (loop/subagents.py places it;
+    # None: `context` is taken as placed already).
+    helper: Helper | None = None
+    # A background completion's finished helpers: their final messages join `user_message`.
+    reports: tuple[HelperReport, ...] = ()
 
 
 class Note(_Input, frozen=True, tag="note"):
@@ -144,6 +180,16 @@ class ToolOperation(msgspec.Struct, frozen=True, omit_defaults=True):
     result: llm.ToolResultMessage | None = None  # its answer, when one was recorded
 
 
+class HelperFound(_Input, frozen=True, tag="helper_found"):
+    """The runtime's answer to FindHelper: the Task call's result built from its helper's
+    final message, or None when no ended helper of it was found in time (the outcome stays
+    unknown, as for any side-effecting call whose answer was lost)."""
+
+    operation_id: str
+    result: llm.ToolResultMessage | None = None
+    operations: tuple[ToolOperation, ...] = ()  # FindHelper's, carried back
+
+
 class Resume(_Input, frozen=True, tag="resume"):
     """Continue from the committed state: a run reopened after a restart or a reconnect, the
     same run request seen again, or a state that changed under the run.
@@ -237,6 +283,7 @@ Input: TypeAlias = (
     | ClientGone
     | Suspend
     | Resume
+    | HelperFound
     | ToolLost
     | Rewind
     | SummaryDone

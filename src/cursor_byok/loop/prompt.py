@@ -17,6 +17,7 @@ from .custom_agents import agent_of, allowed_tools
 from .inputs import Input, Start
 from .memo import ByIdentity
 from .state import ConversationState
+from .subagents import start_context
 from .tools import NATIVE_BY_NAME, TASK, task_parameters
 
 BASE_INSTRUCTIONS = """\
@@ -181,7 +182,7 @@ def _mcp_section(context: TurnContext) -> str | None:
 def turn_context(input: Input | None, state: ConversationState) -> TurnContext:
     """The context a request of this turn is built from: a Start's own, else the stored one."""
     if isinstance(input, Start):
-        return input.context
+        return start_context(input, state)
     return state.context if state.context is not None else DEFAULT_CONTEXT
 
 

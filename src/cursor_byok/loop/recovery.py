@@ -8,11 +8,20 @@ from typing import assert_never
 
 import msgspec
 
-from cursor_byok.llm.types import AssistantMessage
+from cursor_byok.llm.types import AssistantMessage, ToolCall
 
 from . import derived, ids, meter, view
-from .commands import WAIT_INPUT, Canceled, Command, Failed, FailureKind, Final, ResendLLM
-from .inputs import Resume, Rewind, SuspendCause
+from .commands import (
+    WAIT_INPUT,
+    Canceled,
+    Command,
+    Failed,
+    FailureKind,
+    Final,
+    FindHelper,
+    ResendLLM,
+)
+from .inputs import HelperFound, Resume, Rewind, SuspendCause, ToolOperation
 from .model_calls import model_of, summarize_command
 from .results import CALL_MOVED, CALL_SHUTDOWN, loop_failure, unknown_outcome_result
 from .state import AwaitClient, AwaitLLM, AwaitSummary, RuntimeState, Status
@@ -30,6 +39,7 @@ from .step import (
 )
 from .tool_phase import advance, call_client
 from .tools import side_effects
+from .tools_agent import TASK
 from .turns import close_turn
 
 _replace = msgspec.structs.replace
@@ -112,13 +122,19 @@ def on_resume(state: RuntimeState, input: Resume) -> Transition:
             assert_never(c.status)
 
 
-def _resume_tool(state: RuntimeState, waiting: AwaitClient, input: Resume) -> Transition:
+def _resume_tool(
+    state: RuntimeState, waiting: AwaitClient, input: Resume, *, find_helpers: bool = True
+) -> Transition:
     """Each outstanding operation by what the store knows of it: never recorded as sent, it is
     sent now; answered but the answer's commit was lost, the answer applies; sent and never
     answered, it is lost (a call with side effects gets an "unknown outcome" result, never a
     second run; one without is sent again). The others of the message go on."""
     c = state.committed
     records = input.records()
+    if find_helpers and (lost := _sent_task(waiting, records)) is not None:
+        # Its helper may have ended: the store may hold its report (HelperFound comes back).
+        op, call = lost
+        return Transition(state, (), FindHelper(op, call, tuple(records.values())))
     held = list(waiting.early)
     local: list[LocalResult] = []
     resend: list[str] = []
@@ -146,6 +162,37 @@ def _resume_tool(state: RuntimeState, waiting: AwaitClient, input: Resume) -> Tr
     still = _replace(waiting, early=tuple(held), outstanding=outstanding, operation_id="")
     del answered
     return advance(_replace(c, waiting=still), tuple(local), resend=outstanding)
+
+
+def _sent_task(
+    waiting: AwaitClient, records: dict[str, ToolOperation]
+) -> tuple[str, ToolCall] | None:
+    """The first outstanding Task call sent before a restart whose answer was lost."""
+    for call in waiting.calls[waiting.next :]:
+        op = ids.operation_id(waiting.call_id, call.id)
+        record = records.get(op)
+        unanswered = record is not None and record.sent and record.result is None
+        if call.name == TASK.name and op in waiting.unanswered() and unanswered:
+            return op, call
+    return None
+
+
+def on_helper_found(state: RuntimeState, input: HelperFound) -> Transition:
+    """The end of a Task call's helper, looked for after a restart: its report is the call's
+    answer; none found keeps the exactly-once rule (the outcome is unknown). The turn's other
+    operations go on as the Resume that asked found them."""
+    c = state.committed
+    waiting = c.waiting
+    if c.status != Status.WAITING_CLIENT or not isinstance(waiting, AwaitClient):
+        return ignore(state, Ignored.NOT_AWAITED)
+    if input.operation_id not in waiting.unanswered():
+        return ignore(state, Ignored.OTHER_OPERATION)
+    records = {op.operation_id: op for op in input.operations}
+    if input.result is not None:
+        found = records.get(input.operation_id, ToolOperation(input.operation_id, sent=True))
+        records[input.operation_id] = _replace(found, result=input.result)
+    resume = Resume(turn_id=c.turn_id, operations=tuple(records.values()))
+    return _resume_tool(state, waiting, resume, find_helpers=False)
 
 
 def on_rewind(state: RuntimeState, input: Rewind) -> Transition:

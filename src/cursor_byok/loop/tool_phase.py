@@ -40,6 +40,7 @@ from .step import (
 )
 from .todos import TodoUpdate
 from .tools import LOCAL_TOOL_NAMES, side_effects
+from .tools_agent import TASK, UPDATE_CURRENT_STEP
 
 _replace = msgspec.structs.replace
 
@@ -49,11 +50,15 @@ def _operation(waiting: AwaitClient, call: ToolCall) -> str:
 
 
 def _call_client(c: ConversationState, waiting: AwaitClient, call: ToolCall) -> CallClient:
+    """The command that runs `call` on the client, saying what the runtime does around it: a
+    Task call's child run is expected next; a progress card also goes to the parent's card."""
     return CallClient(
         operation_id=_operation(waiting, call),
         tool_call=call,
         llm_call_id=waiting.call_id,
         content_index=content_index(c.messages, call.id),
+        spawns=call.name == TASK.name,  # the IDE answers it by opening a child run
+        to_parent=call.name == UPDATE_CURRENT_STEP.name,
     )
 
 

@@ -43,6 +43,7 @@ from .step import (
     take_early,
     with_messages,
 )
+from .subagents import kept_place, start_context, with_reports
 
 _replace = msgspec.structs.replace
 
@@ -118,15 +119,16 @@ def on_start(state: RuntimeState, input: Start) -> Transition:
         c = _replace(c, todos=input.todos, todo_seed=input.todos, todo_from=len(c.log))
     elif c.commit == 0 and input.todos:
         c = _replace(c, todos=input.todos, todo_seed=input.todos)
-    message = input.user_message
+    message = with_reports(input.user_message, input.reports)
     if input.build is not None:
         plan = derived.plan_to_build(c, input.build)
         message = build_message(plan)
         if plan.todos:  # the plan's steps are the todo list from the Build on
             reset = TodoReset(at=len(c.log), todos=plan.todos)
             c = _replace(c, todos=plan.todos, todo_resets=(*c.todo_resets, reset))
-    message, notices = withhold_images(input.context, message)
-    t = begin_turn(c, input.context, opening_message(input.context, message))
+    context = start_context(input, state.committed)
+    message, notices = withhold_images(context, message)
+    t = begin_turn(c, context, opening_message(context, message))
     return _told(prepend((), t, call_end), notices)
 
 
@@ -160,6 +162,8 @@ def _follow_up_context(c: ConversationState, input: UserMessage) -> TurnContext 
     base = input.context
     if base is None:
         base = c.queued_context if c.queued_context is not None else context_of(c)
+    elif c.context is not None:
+        base = kept_place(base, c.context)
     if input.mode is not None and input.mode != base.mode:
         base = _replace(base, mode=input.mode)
     return base

@@ -48,7 +48,8 @@ from .http import (
 from .relay import AppendRelay, RelayedAppends
 from .rsgi import WRITE_NOWAIT
 from .service import Codec, Service
-from .sessions import PRINCIPAL_HEADER, RunHandler, SessionRegistry, TransportLimits
+from .session_registry import SessionRegistry
+from .sessions import PRINCIPAL_HEADER, RunHandler, TransportLimits
 from .streams import CANCELED, UNSUPPORTED_MEDIA, Streams
 
 log = logging.getLogger(__name__)
@@ -140,7 +141,8 @@ class Authenticator(Protocol):
 
     def person(self, principal: str) -> str:
         """The person a principal belongs to (the same across a token's rotations): runs of
-        one person may join each other's streams, no one else's (sessions.SessionRegistry)."""
+        one person may join each other's streams, no one else's
+        (session_registry.SessionRegistry)."""
         ...
 
     def lingering(self, credentials: str) -> str | None:

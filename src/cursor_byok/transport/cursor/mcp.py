@@ -169,10 +169,6 @@ class McpIndex:
             tools.append(_tool(d, candidate))
         return cls(tools)
 
-    @classmethod
-    def of_routes(cls, routes: Iterable[McpRoute]) -> McpIndex:
-        return cls(McpTool.of_route(r) for r in routes)
-
     def names(self) -> frozenset[str]:
         return frozenset(self._tools)
 

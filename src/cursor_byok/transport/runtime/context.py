@@ -25,14 +25,14 @@ from ..cursor import (
     decode_request_context_part,
     merge_context,
 )
-from .client_blobs import ClientBlobs
+from .client_blobs import BlobCache
 from .requests import ClientRequests
 
 log = logging.getLogger("cursor_byok.runtime")
 
 
 async def fetch_blobs(
-    blob_ids: Sequence[bytes], requests: ClientRequests, cache: ClientBlobs
+    blob_ids: Sequence[bytes], requests: ClientRequests, cache: BlobCache
 ) -> list[bytes | None]:
     """The client's blobs (None: it has no such blob), cached ones without asking."""
     found = [cache.get(blob_id) for blob_id in blob_ids]
@@ -63,7 +63,7 @@ def _why(answer: BlobReceived) -> str:
 async def context_parts(
     request: RunRequest,
     requests: ClientRequests,
-    cache: ClientBlobs,
+    cache: BlobCache,
     kept: Sequence[KeptPart] = (),
 ) -> tuple[ContextPart, ...]:
     """The run's context parts. A blob comes from the server's cache, else from the copy kept

@@ -40,6 +40,13 @@ class NotYours(Exception):
     """The conversation belongs to another person than the one the run is made under."""
 
 
+def not_yours(conversation_id: str) -> NotYours:
+    return NotYours(
+        f"conversation {conversation_id!r} belongs to someone else; this token may not "
+        "continue, rewind, fork or read it"
+    )
+
+
 class Conversation:
     def __init__(
         self,
@@ -89,10 +96,7 @@ class Conversation:
 
     def _check_owner(self, owner: str | None) -> None:
         if self.viewer is not None and owner != self.viewer:
-            raise NotYours(
-                f"conversation {self.conversation_id!r} belongs to someone else; "
-                "this token may not continue, rewind or read it"
-            )
+            raise not_yours(self.conversation_id)
 
     def _take(self, state: ConversationState) -> None:
         self.state = RuntimeState.of(state)

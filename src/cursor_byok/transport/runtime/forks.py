@@ -25,8 +25,9 @@ from ...loop import view as views
 from ...store.api import Store
 from ..cursor import RunRequest, history_from_root_prompt_blobs, read_turn_blob
 from . import records
-from .client_blobs import ClientBlobs
+from .client_blobs import BlobCache
 from .context import fetch_blobs
+from .conversation import not_yours
 from .requests import ClientRequests
 
 log = logging.getLogger("cursor_byok.runtime")
@@ -63,7 +64,7 @@ class Fork:
     messages: tuple[Message, ...]
 
 
-def take_pre_fetched(request: RunRequest, cache: ClientBlobs) -> None:
+def take_pre_fetched(request: RunRequest, cache: BlobCache) -> None:
     """Blobs the client sent with the request, into the cache (a blob whose bytes do not hash
     to its id is dropped, logged)."""
     bad = sum(1 for blob_id, data in request.pre_fetched if not cache.put(blob_id, data))
@@ -80,12 +81,15 @@ async def history_of_new(
     request: RunRequest,
     store: Store,
     requests: ClientRequests,
-    cache: ClientBlobs,
+    cache: BlobCache,
     clones: Clones,
+    person: str | None = None,
 ) -> tuple[Message, ...]:
     """The history a conversation new to this server starts with: its inline history, else a
     fork's (the source's, when the source is ours), else the client's root-prompt blobs. The
-    checkpoint's last turn blob and the root-prompt blobs are asked for in one round trip."""
+    checkpoint's last turn blob and the root-prompt blobs are asked for in one round trip. A
+    fork of another person's conversation (`person`: the run's; None: the operator) raises
+    NotYours: a token copies only its own person's history."""
     if request.inline_history:
         return request.inline_history
     turns = request.history.turn_blob_ids
@@ -102,17 +106,21 @@ async def history_of_new(
         noted = clones.source_of(request.conversation_id)
         named = (noted, 0) if noted is not None else None
     if named is not None:
-        fork = await forked_history(request, store, named)
+        fork = await forked_history(request, store, named, person)
         if fork is not None:
             return fork.messages
     return history_from_root_prompt_blobs([data for data in fetched if data is not None])
 
 
-async def forked_history(request: RunRequest, store: Store, source: tuple[str, int]) -> Fork | None:
+async def forked_history(
+    request: RunRequest, store: Store, source: tuple[str, int], person: str | None = None
+) -> Fork | None:
     """The history of the conversation `source` names (at its turn, 0: its latest), when
-    this server holds it."""
+    this server holds it and it is `person`'s (None: the operator, whose every one is)."""
     source_id, turn = source
     record = await store.load(source_id)
+    if record is not None and person is not None and record.owner_id != person:
+        raise not_yours(source_id)
     if record is None:
         log.info(
             "conversation %s names %s as its source, which this server does not hold",

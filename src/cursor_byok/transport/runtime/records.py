@@ -25,6 +25,7 @@ from ...loop import (
     ConversationState,
     Failed,
     Final,
+    FindHelper,
     ResendLLM,
     Span,
     Summarize,
@@ -118,6 +119,7 @@ def command_record(command: Command) -> bytes:
         case (
             ResendLLM()
             | CallClient()
+            | FindHelper()
             | CallClients()
             | WaitInput()
             | Final()

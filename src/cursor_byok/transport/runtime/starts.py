@@ -13,7 +13,7 @@ import msgspec
 
 from ...llm.models import Model
 from ...llm.types import UserMessage
-from ...loop import ContextWindow, Start, TurnContext
+from ...loop import ContextWindow, HelperReport, Start, TurnContext
 from ..cursor import (
     BackgroundCompletions,
     ClientContext,
@@ -27,9 +27,10 @@ from .context import context_parts, turn_context, with_kept
 from .forks import history_of_new, take_pre_fetched
 from .mcp_definitions import Read, read_definitions, with_definitions
 from .requests import ClientRequests
+from .run_parts import RunParts
 from .runner import Runner
 from .services import RunnerServices
-from .subagents import Expected, carried, link_of, place, with_reports
+from .subagents import Expected, helper_of, helper_reports, link_of, with_choices
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,23 +93,25 @@ async def start_of(
     new_conversation: bool,
     headers: Mapping[str, str],
     request_id: str,
-    window: ContextWindow,
-    fallbacks: tuple[str, ...],
+    equipped: RunParts,
     traits: ModelTraits | None = None,
 ) -> TurnStart:
     """The Start of `request`; a helper's run is linked to its parent's Task call here."""
     services = runner.services
+    reports: tuple[HelperReport, ...] = ()
+    window, fallbacks = equipped.budget(), equipped.model.fallbacks
+    person = equipped.conv.viewer  # the run's person: their own blobs and forks only
     if isinstance(request.payload, BackgroundCompletions):
-        request = await with_reports(
-            request, request.payload, services.store, runner.committed_states
-        )
+        reports = await helper_reports(request.payload, services.store, runner.committed_states)
     history: tuple[Any, ...] = ()
-    blobs = runner.client_blobs
+    blobs = runner.client_blobs.scoped(person)  # what this person's runs fetched
     take_pre_fetched(request, blobs)  # what the client sent along is read without asking
     if new_conversation:  # what its client holds, or a fork of one of ours (forks.py)
-        history = await history_of_new(request, services.store, requests, blobs, runner.clones)
+        history = await history_of_new(
+            request, services.store, requests, blobs, runner.clones, person
+        )
     kept = stored.kept_parts if stored is not None else ()
-    parts = await context_parts(request, requests, runner.client_blobs, kept)
+    parts = await context_parts(request, requests, blobs, kept)
     context = await turn_context(
         request,
         parts,
@@ -118,18 +121,9 @@ async def start_of(
         services.web_search_configured,
         services.image_generation,
     )
-    if context.window != window:
-        context = msgspec.structs.replace(context, window=window)
+    context = with_choices(context, request, services.model_names)
     child = recognise_child(request.child, headers, request_id)
-    context, parent_call = place(
-        context,
-        request,
-        child,
-        stored,
-        runner.children,
-        services.model_names,
-        services.subagent_max_depth,
-    )
+    helper, parent_call = helper_of(request, child, runner.children, services.subagent_max_depth)
     if parent_call is not None and child is not None:
         link = link_of(parent_call, request.conversation_id, child.subagent_type, services.now_ms())
         await services.store.save_subagent_link(link)
@@ -144,6 +138,8 @@ async def start_of(
         history=history,
         todos=request.history.todos if new_conversation else (),  # our own list wins
         build=request.build,
+        helper=helper,
+        reports=reports,
     )
     return TurnStart(start, parts, request.mcp_tools, parent_call, definitions)
 
@@ -177,4 +173,4 @@ def follow_up_context(
     kept = with_kept(merged, parts, stored.kept_parts if stored is not None else ())
     if started is not None:
         kept = with_definitions(kept, started.definitions)
-    return with_budget(carried(kept, stored), window, fallbacks, traits)
+    return with_budget(kept, window, fallbacks, traits)

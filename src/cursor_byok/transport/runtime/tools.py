@@ -86,10 +86,8 @@ class ToolCalls:
             terminals_folder=context.environment.terminals_folder if context else None,
             budget_ms=int(self.timeout_s * 1000),
             mode=context.mode if context is not None else "agent",
-            # With WriteShellStdin offered, a command's stdin stays open for it.
             keep_stdin=context is not None
-            and "WriteShellStdin"
-            in catalogue.offered(catalogue.mode_of(context.mode), context.switches),
+            and catalogue.keeps_stdin(context.mode, context.switches),
             mcp_directory=McpDirectory.of(context),
             workspace_root=(
                 context.environment.workspace_paths[0]
