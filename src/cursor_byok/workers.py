@@ -15,7 +15,8 @@ workers > 1 need a PostgreSQL database.
 This process only supervises: it checks the port once (a plain bind finds another server),
 starts the workers (`spawn`: a fresh interpreter, nothing inherited from a running loop),
 passes SIGINT/SIGTERM on, and restarts a worker that dies after it served (its calls in
-flight are finished by the lease rules). A worker that fails before it listens stops them all.
+flight are finished by the lease rules). A worker that fails before it listens stops them all;
+a worker whose supervisor is gone (even by SIGKILL) stops within a second.
 """
 
 from __future__ import annotations
@@ -70,6 +71,7 @@ def worker_main(
     from .observability.logs import secrets_of, setup_logging
 
     config = spec.config
+    _stop_with_parent()
     setup_logging(
         config.server.log_format, spec.log_level, secrets=secrets_of(config, spec.database)
     )
@@ -89,6 +91,19 @@ def worker_main(
     except KeyboardInterrupt:
         status = 0
     raise SystemExit(status)
+
+
+def _stop_with_parent(every_s: float = 1.0) -> None:
+    """End this worker (as at SIGTERM: its runs' records, its lease) once its supervisor is
+    gone, even killed with SIGKILL: a worker must not serve on unsupervised."""
+    parent = os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(every_s)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=watch, name="supervisor-watch", daemon=True).start()
 
 
 def _prefix_log_records(prefix: str) -> None:
