@@ -117,9 +117,11 @@ def upstream() -> Iterator[tuple[str, int]]:
         child.wait(10)
 
 
-def config_text(upstream_url: str, db: Path) -> str:
+def config_text(upstream_url: str, db: Path | str, window: int = WINDOW_TOKENS) -> str:
     text = brain_config(upstream_url, db=db)
-    return text.replace("context_window = 128000", f"context_window = {WINDOW_TOKENS}", 1)
+    if window < WINDOW_TOKENS:  # compaction on: the brain then reports the request's size
+        text = text.replace('model = "brain-1"', 'model = "brain-small"')
+    return text.replace("context_window = 128000", f"context_window = {window}", 1)
 
 
 @contextlib.contextmanager
@@ -131,9 +133,11 @@ def server(
     callgrind: bool,
     profile: Path | None,
     patches: list[str],
+    database: str | None = None,
+    window: int = WINDOW_TOKENS,
 ) -> Iterator[tuple[int, int]]:
     config = work / "cursor-byok.toml"
-    config.write_text(config_text(upstream_url, work / "db"))
+    config.write_text(config_text(upstream_url, database or work / "db", window))
     if patches:
         if profile is not None:
             raise ValueError("--patch and --profile do not go together")
@@ -224,6 +228,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--patch", action="append", default=[], help="an ablation, as bench/_profile_turns.py"
     )
+    parser.add_argument(
+        "--db", choices=("sqlite", "postgresql"), default="sqlite", help="the store's backend"
+    )
+    parser.add_argument(
+        "--window", type=int, default=WINDOW_TOKENS, help="the model's window (small: compaction)"
+    )
     parser.add_argument("--serve-upstream", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.serve_upstream:
@@ -242,18 +252,27 @@ def main(argv: list[str] | None = None) -> int:
     windows = max(1, args.messages // args.every)
     rows: list[dict[str, float]] = []
     scratch = "/dev/shm" if Path("/dev/shm").is_dir() else None
-    with (
-        upstream() as (upstream_url, upstream_pid),
-        tempfile.TemporaryDirectory(prefix="long-tool-", dir=scratch) as tmp,
-        server(
-            python,
-            upstream_url,
-            Path(tmp),
-            callgrind=args.callgrind,
-            profile=args.profile,
-            patches=args.patch,
-        ) as (port, pid),
-    ):
+    with contextlib.ExitStack() as stack:
+        database = None
+        if args.db == "postgresql":
+            from tests.support import postgres
+
+            cluster = stack.enter_context(postgres.cluster())
+            database = cluster.create_database(f"long_{os.getpid()}")
+        upstream_url, upstream_pid = stack.enter_context(upstream())
+        tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="long-tool-", dir=scratch))
+        port, pid = stack.enter_context(
+            server(
+                python,
+                upstream_url,
+                Path(tmp),
+                callgrind=args.callgrind,
+                profile=args.profile,
+                patches=args.patch,
+                database=database,
+                window=args.window,
+            )
+        )
         timeout = 900.0 if args.callgrind else 60.0
         driver = Driver(port, args.result, timeout)
 
@@ -319,7 +338,11 @@ def report(
         f"One conversation, {len(rows)} windows of {per_window} turns ({args.every} messages), "
         f"a Read per turn answered with {args.result} bytes; the last window starts at "
         f"{rows[-1]['messages'] if rows else 0} messages (~{kb} KB of tool results); window "
-        f"{WINDOW_TOKENS:,} tokens (no compaction); DB on tmpfs; medians of each window, ms."
+        f"{args.window:,} tokens"
+        + (" (no compaction)" if args.window >= WINDOW_TOKENS else " (compaction on)")
+        + ("; DB on tmpfs" if args.db == "sqlite" else "; PostgreSQL (a local cluster)")
+        + f"; load average {' '.join(f'{x:.1f}' for x in os.getloadavg())} at the end; "
+        "medians of each window, ms."
         + (" Under callgrind: instructions only." if args.callgrind else "")
         + "\n"
     )

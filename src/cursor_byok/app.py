@@ -34,7 +34,6 @@ from .start_check import database_fit_to_serve, moved_database
 from .start_warnings import warn_at_start
 from .store.backends import AnyStore, is_postgres_url, open_store
 from .store.errors import StoreError
-from .store.postgres import PostgresStore
 from .transport.runtime import Runner, RunnerServices, new_runner
 from .web.addresses import allowed_by
 from .web.convert import ConvertLimits, PageConverter
@@ -94,12 +93,11 @@ class App:
             on_compaction=obs.on_compaction,
             on_unknown_event=obs.metrics.observe_unknown_event,
         )
-        if isinstance(store, PostgresStore):
-            services.claims = store
+        services.claims = store.replicas
         runner = new_runner(services)
         await runner.start()  # its lease; it ends the calls of processes that died
-        if isinstance(store, PostgresStore):
-            await store.watch_claims(runner.on_claim)
+        if store.replicas is not None:
+            await store.replicas.watch_claims(runner.on_claim)
         obs.metrics.bind_active_runs(lambda: runner.active_runs)
         obs.metrics.bind_caches(runner.cache_stats)
         obs.metrics.bind_database_size(database_size_of(store), config.server.database_max_mib)
@@ -128,6 +126,7 @@ class App:
                 registry,
                 tokens,
                 on_llm_call=obs.on_llm_call,
+                clones=runner.clones,
                 limits=runner.token_limits,
             ),
             path_key,
@@ -255,7 +254,7 @@ async def _serve(
             path_encryption_key=app.path_key,
             on_server_created=install_redaction,
             on_listening=listening,
-            relay=app.store if isinstance(app.store, PostgresStore) else None,
+            relay=app.store.replicas,
             check_port=not port_checked,
         )
     except ListenError as exc:

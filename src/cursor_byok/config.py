@@ -6,7 +6,6 @@ provider settings only, and never printed: `repr` of every config object leaves 
 
 from __future__ import annotations
 
-import argparse
 import ipaddress
 import os
 import tomllib
@@ -16,6 +15,12 @@ from typing import Any, get_args
 
 import msgspec
 
+from .config_files import CONFIG_ENV as CONFIG_ENV
+from .config_files import LOCAL_CONFIG as LOCAL_CONFIG
+from .config_files import beside_config as beside_config
+from .config_files import find_config as find_config
+from .config_files import port_number as port_number
+from .config_files import user_config_path as user_config_path
 from .config_limits import run_limit_errors
 from .config_shape import Shape, check_shape, key_path, number_errors
 from .config_web import (
@@ -27,7 +32,7 @@ from .config_web import (
     web_search_settings,
 )
 from .llm.model_names import ModelNames, NameClash, Resolved, Unknown, UnknownDefault, Via
-from .llm.models import Model, Prices
+from .llm.models import Model, Prices, picker_efforts
 from .llm.settings import Api, ModelSettings, ProviderSettings, ReasoningEffort
 from .loop.catalogue import TOOLS, TOOLS_BY_NAME, Gate
 from .model_defaults import CatalogueError, is_loopback, model_defaults
@@ -48,7 +53,6 @@ __all__ = [
     "port_number",
 ]
 
-CONFIG_ENV = "CURSOR_BYOK_CONFIG"
 LOG_LEVELS = ("debug", "info", "warning", "error")
 APIS: tuple[str, ...] = tuple(a for a in get_args(Api) if a != "faux")
 EFFORTS: tuple[str, ...] = get_args(ReasoningEffort)
@@ -159,6 +163,9 @@ class ModelConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     reasoning: bool = False
     reasoning_effort: str | None = None
     reasoning_budget: int | None = None
+    # The efforts the IDE's thinking picker offers (None: low, medium, high for a reasoning
+    # model, none otherwise); each one of EFFORTS.
+    efforts: list[str] | None = None
     temperature: float | None = None
     extra_body: dict[str, Any] = {}
     extra_headers: dict[str, str] = {}
@@ -402,6 +409,8 @@ def _models(
             errors.append(f"{key}.provider: {unknown_provider(m.provider, raw.providers)}")
         if m.reasoning_effort is not None and m.reasoning_effort not in EFFORTS:
             errors.append(f"{key}.reasoning_effort must be one of {list(EFFORTS)}")
+        if m.efforts is not None and any(e not in EFFORTS for e in m.efforts):
+            errors.append(f"{key}.efforts: each must be one of {list(EFFORTS)}")
         if m.max_output_tokens is not None and m.max_output_tokens <= 0:
             errors.append(f"{key}.max_output_tokens must be positive")
         if any(not a.strip() for a in m.aliases):
@@ -457,6 +466,7 @@ def _models(
             catalogue_note=entry.note if entry is not None else "",
             aliases=tuple(m.aliases),
             vision=m.vision,
+            efforts=picker_efforts(m.reasoning, m.efforts),
             compaction_threshold=threshold,
             compaction_model=m.compaction_model,
         )
@@ -495,20 +505,6 @@ def _resolve_names(
     return server, models
 
 
-def beside_config(database: str, config_path: str | None) -> str:
-    """A relative SQLite path of the file resolved against the file's folder (the same for
-    `serve` and every other command, wherever they run); a URL, an absolute path, or a
-    configuration not read from a file, as it is."""
-    from .store.backends import is_postgres_url
-
-    if config_path is None or not database or is_postgres_url(database):
-        return database
-    path = Path(database).expanduser()
-    if path.is_absolute():
-        return str(path)
-    return str(Path(config_path).absolute().parent / path)
-
-
 def _with_fallbacks(
     raw: RawConfig, models: dict[str, Model], names: ModelNames, path: str | None
 ) -> dict[str, Model]:
@@ -538,30 +534,6 @@ def _with_fallbacks(
     return out
 
 
-LOCAL_CONFIG = "cursor-byok.toml"  # what `cursor-byok init` and scripts/serve write
-
-
-def user_config_path(env: Mapping[str, str]) -> Path:
-    """The per-user configuration: $XDG_CONFIG_HOME/cursor-byok/config.toml, by default
-    ~/.config/cursor-byok/config.toml."""
-    base = env.get("XDG_CONFIG_HOME") or str(Path(env.get("HOME") or Path.home()) / ".config")
-    return Path(base) / "cursor-byok" / "config.toml"
-
-
-def find_config(
-    path: str | Path | None, env: Mapping[str, str], cwd: Path | None = None
-) -> Path | None:
-    """The configuration to use: `path` (--config), else $CURSOR_BYOK_CONFIG, else
-    ./cursor-byok.toml, else the per-user file; None when none of them is given or exists."""
-    chosen = path or env.get(CONFIG_ENV)
-    if chosen:
-        return Path(chosen)
-    for candidate in ((cwd or Path.cwd()) / LOCAL_CONFIG, user_config_path(env)):
-        if candidate.is_file():
-            return candidate
-    return None
-
-
 def load_config(
     path: str | Path | None = None, *, env: dict[str, str] | None = None, cwd: Path | None = None
 ) -> Config:
@@ -577,14 +549,3 @@ def load_config(
     except OSError as exc:
         raise ConfigError(f"cannot read configuration {p}: {exc.strerror}") from None
     return parse_config(text, env=env, path=str(p))
-
-
-def port_number(text: str) -> int:
-    """argparse type for a TCP port: a clear error instead of a traceback from the socket."""
-    try:
-        port = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a port number: {text!r}") from None
-    if not 0 < port < 65536:
-        raise argparse.ArgumentTypeError(f"a port is 1-65535, got {port}")
-    return port

@@ -66,9 +66,11 @@ log_level = "info"            # debug, info, warning or error (cursor-byok serve
 # select. `model` is the upstream model name (defaults to <id>), `name` the display name,
 # `aliases` other names clients may ask for (matched ignoring case; unique across models).
 # Optional per model: max_output_tokens, reasoning, reasoning_effort (none, minimal, low,
-# medium, high, xhigh), reasoning_budget, temperature, extra_body, extra_headers,
-# context_window and prices = { input = ..., output = ..., cache_read = ..., cache_write = ... }
-# in USD per million tokens (the cost in logs, metrics, the dashboard and budgets).
+# medium, high, xhigh), efforts (what the IDE's thinking picker offers; a reasoning model
+# offers low, medium, high unless set), reasoning_budget, temperature, extra_body,
+# extra_headers, context_window and prices = { input = ..., output = ..., cache_read = ...,
+# cache_write = ... } in USD per million tokens (the cost in logs, metrics, the dashboard and
+# budgets).
 # context_window and prices default from the model catalogue (the genai-prices package
 # installed with cursor-byok; `cursor-byok models` shows what each model matched): its entry
 # for the provider and the exact upstream name, or `catalogue = "<its name there>"`. Set them

@@ -7,14 +7,16 @@ port through SO_REUSEPORT (granian opens its socket with it), so the kernel spre
 connections over them. Everything that must hold across workers already holds across
 replicas through the database (docs/deploy.md, "Replicas"): a run's conversation is claimed
 through the store, a `BidiAppend` landing on another worker than its `RunSSE` is relayed
-through it. That relay exists on PostgreSQL only, and SQLite's one write lock made two
-workers no faster (docs/benchmarks-server.md, "More than one core"), so workers > 1 need a
-PostgreSQL database.
+through it. That relay (and the claims) exist on PostgreSQL only, and SQLite's one write lock
+serves every worker's commits (two workers were slower at 2,000 runs started at once in one
+measurement, faster in another: docs/benchmarks-server.md, "More than one core"), so
+workers > 1 need a PostgreSQL database.
 
 This process only supervises: it checks the port once (a plain bind finds another server),
 starts the workers (`spawn`: a fresh interpreter, nothing inherited from a running loop),
 passes SIGINT/SIGTERM on, and restarts a worker that dies after it served (its calls in
-flight are finished by the lease rules). A worker that fails before it listens stops them all.
+flight are finished by the lease rules). A worker that fails before it listens stops them all;
+a worker whose supervisor is gone (even by SIGKILL) stops within a second.
 """
 
 from __future__ import annotations
@@ -41,9 +43,9 @@ STOP_TIMEOUT_S = 30.0
 
 NEEDS_POSTGRES = (
     "server.workers = {n} needs a PostgreSQL database (server.database = "
-    '"postgresql://..."): on SQLite one write lock serves every worker, so more workers are '
-    "no faster, and a BidiAppend reaching another worker than its RunSSE is relayed only "
-    "through PostgreSQL; use server.workers = 1 with SQLite"
+    '"postgresql://..."): a BidiAppend reaching another worker than its RunSSE, and a newer '
+    "run superseding a busy one on another worker, are relayed only through PostgreSQL, and "
+    "on SQLite one write lock serves every worker; use server.workers = 1 with SQLite"
 )
 
 
@@ -69,6 +71,7 @@ def worker_main(
     from .observability.logs import secrets_of, setup_logging
 
     config = spec.config
+    _stop_with_parent()
     setup_logging(
         config.server.log_format, spec.log_level, secrets=secrets_of(config, spec.database)
     )
@@ -88,6 +91,19 @@ def worker_main(
     except KeyboardInterrupt:
         status = 0
     raise SystemExit(status)
+
+
+def _stop_with_parent(every_s: float = 1.0) -> None:
+    """End this worker (as at SIGTERM: its runs' records, its lease) once its supervisor is
+    gone, even killed with SIGKILL: a worker must not serve on unsupervised."""
+    parent = os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(every_s)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=watch, name="supervisor-watch", daemon=True).start()
 
 
 def _prefix_log_records(prefix: str) -> None:

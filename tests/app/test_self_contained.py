@@ -62,6 +62,7 @@ def test_fixtures_and_the_real_client_live_in_the_repository() -> None:
     assert {p.name for p in PROVIDER_FIXTURES.iterdir() if p.is_dir()} == {
         "anthropic",
         "gemini",
+        "llama-server",  # its /props and context-size answer (INDEX.md), not streams
         "openai-chat",
         "openai-responses",
     }

@@ -187,7 +187,7 @@ async def produced(tmp_path: Path) -> list[str]:
         conversation._check_owner("tok_b")
     said.append(str(not_yours.value))
     said.append(
-        "request_id 'r1' belongs to a run someone else started"  # sessions.SessionRegistry
+        "request_id 'r1' belongs to a run someone else started"  # session_registry.SessionRegistry
     )
     said += await provider_errors()
     said += loop_failures()

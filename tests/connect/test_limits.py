@@ -24,12 +24,8 @@ from cursor_byok.launch import RunningServer, connect_app, running_server, trans
 from cursor_byok.transport.connect.channel import RunChannel
 from cursor_byok.transport.connect.envelopes import ConnectError
 from cursor_byok.transport.connect.ledger import RUN_COST, client_key
-from cursor_byok.transport.connect.sessions import (
-    RunHandler,
-    RunStartInfo,
-    SessionRegistry,
-    TransportLimits,
-)
+from cursor_byok.transport.connect.session_registry import SessionRegistry
+from cursor_byok.transport.connect.sessions import RunHandler, RunStartInfo, TransportLimits
 from tests.connect.test_app import make_config
 from tests.connect.test_sessions import Clock, wire
 from tests.support import connect_client as cc

@@ -9,12 +9,8 @@ import pytest
 
 from cursor_byok.transport.connect.channel import EndError, RunChannel
 from cursor_byok.transport.connect.envelopes import ConnectError
-from cursor_byok.transport.connect.sessions import (
-    RunStartInfo,
-    Session,
-    SessionRegistry,
-    TransportLimits,
-)
+from cursor_byok.transport.connect.session_registry import SessionRegistry
+from cursor_byok.transport.connect.sessions import RunStartInfo, Session, TransportLimits
 from cursor_byok.transport.cursor.proto import agent_pb2
 from tests.support.connect_client import cancel, heartbeat, run_request, text_delta
 

@@ -10,12 +10,8 @@ import asyncio
 
 from cursor_byok.transport.connect.channel import Gone, RunChannel, StreamGone
 from cursor_byok.transport.connect.envelopes import ConnectError
-from cursor_byok.transport.connect.sessions import (
-    RunStartInfo,
-    Session,
-    SessionRegistry,
-    TransportLimits,
-)
+from cursor_byok.transport.connect.session_registry import SessionRegistry
+from cursor_byok.transport.connect.sessions import RunStartInfo, Session, TransportLimits
 from tests.support.connect_client import run_request
 
 LIMITS = TransportLimits(orphan_timeout=30, stop_grace=5)

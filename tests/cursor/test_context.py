@@ -217,7 +217,9 @@ def test_skills_and_subagents_parts_by_their_schema() -> None:
     msg.agent_skills.add(full_path="/w/hidden/SKILL.md", disable_model_invocation=True)
     msg.skill_options.skill_descriptors.add(name="x", enabled=True)
     part = parts_.decode_request_context_part(SKILLS, msg.SerializeToString())
-    assert len(part.rules) == 1 and "Skill (/w/.agents/skills/x/SKILL.md): Does X" in part.rules[0]
+    assert part.rules == ()  # skills are their own section, not rules
+    (skill,) = part.skills
+    assert "Skill (/w/.agents/skills/x/SKILL.md): Does X" in skill
     sub = a.RequestContextSubagentsPart()
     sub.custom_subagents.add(name="explore", prompt="p", tools=["Read"], model="inherit")
     sub.custom_subagents.add(name="review")

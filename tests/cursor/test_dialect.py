@@ -583,9 +583,19 @@ def test_action_payloads_and_modes_decode() -> None:
         )
     )
     req = a.AgentRunRequest(conversation_id="c")
-    req.action.inject_context_action.system_context = b"\xff\x00"  # any bytes parse
+    req.action.inject_context_action.injection_id = "i1"
+    req.action.inject_context_action.system_context.producer = "bot"
+    req.action.inject_context_action.system_context.content = "x" * 60_000
     r = decode.decode_run_request(a.AgentRunRequest.FromString(req.SerializeToString()))
-    assert r.payload == values.InjectContext(system_context=b"\xff\x00")
+    assert isinstance(r.payload, values.InjectContext) and r.payload.injection_id == "i1"
+    assert r.user_message is not None and "Context injected by bot" in r.user_message.text
+    assert "x" * 50_000 in r.user_text and "x" * 50_001 not in r.user_text  # bounded
+    # A variant newer than the schema (field 21 set, unknown here): its own action, no error.
+    req = a.AgentRunRequest(conversation_id="c")
+    req.action.MergeFromString(bytes([0xAA, 0x01, 0x00]))
+    r = decode.decode_run_request(a.AgentRunRequest.FromString(req.SerializeToString()))
+    assert r.action is values.RunAction.UNKNOWN
+    assert r.payload == values.UnknownAction(field_numbers=(21,))
 
 
 def test_request_context_tool_flags_reach_the_turn_context() -> None:

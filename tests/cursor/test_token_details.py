@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
+import pytest
+
 from cursor_byok.loop.meter import LABELS, Category, PromptChars, measure
 from cursor_byok.transport.cursor import checkpoint
 from cursor_byok.transport.cursor.proto import agent_pb2 as a
@@ -26,8 +31,8 @@ def test_checkpoint_carries_the_meter_field_by_field() -> None:
         ("tools", "Tool definitions", 4, 1200),
         ("rules", "Rules", 0, 0),
         ("skills", "Skills", 0, 0),
-        ("mcp", "MCP tools", 0, 0),
-        ("subagents", "Subagents", 0, 0),
+        ("mcp", "MCP & dynamic tools", 0, 0),
+        ("subagents", "Subagent definitions", 0, 0),
         ("summarized_conversation", "Summarized conversation", 0, 0),
         ("conversation", "Conversation", 1, 400),
     ]
@@ -47,3 +52,18 @@ def test_values_past_uint32_are_clamped() -> None:
         checkpoint([], (), None, meter=meter)
     ).conversation_checkpoint_update.token_details
     assert details.used_tokens == details.max_tokens == 2**32 - 1
+
+
+CAPTURES = sorted(
+    (Path(__file__).parents[1] / "fixtures" / "cursor").glob("ide-run-request-*.jsonl")
+)
+
+
+@pytest.mark.parametrize("capture", CAPTURES, ids=lambda p: p.name)
+def test_the_ids_and_labels_are_cursors_own(capture: Path) -> None:
+    """Every category id and label, in order, as the IDE's own checkpoints carry them (the
+    bytes of a real run request, not the capturer's decoded view)."""
+    frame = json.loads(capture.read_text())
+    message = a.AgentClientMessage.FromString(bytes.fromhex(frame["bidi_append_request"]["data"]))
+    categories = message.run_request.conversation_state.token_details.breakdown.categories
+    assert [(c.id, c.label) for c in categories] == [(c.value, LABELS[c]) for c in Category]

@@ -118,8 +118,10 @@ async def test_every_checkpoint_carries_the_meter_and_it_survives_kill9(
         assert t["system_prompt"] > 0 and t["tools"] > 0 and t["mcp"] > 0
         assert c["tools"] > c["mcp"] > len("lookup_ticket")
         assert t["conversation"] > 0
-        # nothing of ours fills these yet
-        assert t["skills"] == t["subagents"] == t["summarized_conversation"] == 0
+        # Task's definition describes the subagent types: the subagent definitions
+        assert t["subagents"] > 0 and c["subagents"] > len("Task")
+        # the client sent no skills, and nothing was compacted
+        assert t["skills"] == t["summarized_conversation"] == 0
         assert t["rules"] == 0
     conversation = [chars(m)["conversation"] for m in meters]
     assert conversation[0] < conversation[1] < conversation[2]

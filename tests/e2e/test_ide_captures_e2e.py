@@ -60,6 +60,9 @@ class Capture:
     def root_ids(self) -> list[bytes]:
         return [bytes(b) for b in self.request.conversation_state.root_prompt_messages_json]
 
+    def last_turn_id(self) -> bytes:
+        return bytes(self.request.conversation_state.turns[-1])
+
 
 def load(name: str) -> Capture:
     line = (FIXTURES / f"ide-run-request-{name}.jsonl").read_text().strip()
@@ -190,10 +193,12 @@ def test_configured_model_fetches_the_client_blobs(
     roots = capture.root_ids()
     parts = capture.part_ids()
     asked = grok_outcome(name).asked
-    # the history blobs first (the conversation is new to this server), each once, in order
-    assert asked[: len(roots)] == roots
+    # the history blobs first (the conversation is new to this server), each once, in order,
+    # in one round trip with the checkpoint's last turn blob (is it a fork of one of ours?
+    # issue 24 §3: Cursor's own turn blobs are not, so the root prompt is the history)
+    assert asked[: 1 + len(roots)] == [capture.last_turn_id(), *roots]
     # then the request_context_parts blobs, each once: exactly the capture's ids
-    assert sorted(asked[len(roots) :]) == sorted(parts.values())
+    assert sorted(asked[1 + len(roots) :]) == sorted(parts.values())
     assert len(set(asked)) == len(asked)
 
 
@@ -228,6 +233,16 @@ def test_configured_model_completes_the_turn(
         ("assistant", "earlier answer E2E-2"),
     ]
     assert messages[-1]["role"] == "user" and capture.text in content_text(messages[-1]["content"])
+    # Issue 24 §5: debug mode's session (RequestContext.debug_mode_config, only in the debug
+    # capture) reaches the model: where its instrumentation sends events and reads them back.
+    debug = (
+        "/Users/leokun/Documents/cursor-byok/.cursor/debug-7d3028.log",
+        "http://127.0.0.1:7578/ingest/cfb18c16-5f53-419c-8f4f-eeba675c8f89",
+        "Debug session 7d3028",
+    )
+    for value in debug:
+        assert (value in system["content"]) is (name == "debug"), (name, value)
+    assert ("This conversation is in debug mode" in system["content"]) is (name == "debug")
 
 
 def test_fixture_dir_is_in_the_repository() -> None:

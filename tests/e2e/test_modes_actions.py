@@ -300,17 +300,13 @@ def _cancel(a: agent_pb2.ConversationAction) -> None:
     a.cancel_action.reason = "stop"
 
 
-def _notification(a: agent_pb2.ConversationAction) -> None:
-    a.subscription_notification_action.notifications.add().text = "build finished"
-
-
 def _goal(a: agent_pb2.ConversationAction) -> None:
     a.goal_continuation_action.SetInParent()
 
 
-def _inject(a: agent_pb2.ConversationAction) -> None:
-    a.inject_context_action.injection_id = "inj-1"
-    a.inject_context_action.user_context = b"\x0a\x03abc"
+def _future(a: agent_pb2.ConversationAction) -> None:
+    """A variant newer than our schema: field 21 of the oneof, unknown here (issue 24)."""
+    a.MergeFromString(bytes([0xAA, 0x01, 0x02, 0x08, 0x01]))
 
 
 EMPTY_TURN = {
@@ -319,9 +315,9 @@ EMPTY_TURN = {
     # background (the Task exec's answer carries that), end as empty turns.
     "cancel_subagent_action": _cancel_subagent,
     "background_subagent_action": _background_subagent,
-    "subscription_notification_action": _notification,
+    # Issue 24: deliberate (no CreateGoal tool here, so no goal to continue), and a future one.
     "goal_continuation_action": _goal,
-    "inject_context_action": _inject,
+    "future_action_21": _future,
 }
 
 

@@ -1,4 +1,5 @@
-"""One cost on every surface (issue 26 point 2), through the real server process.
+"""One cost on every surface (issue 26 point 2), through the real server process, on SQLite and
+on PostgreSQL.
 
 One conversation under one person token: a turn with an image and a turn canceled mid-answer
 at the first prices; a restart with new prices; then a Task helper, a requested compaction
@@ -23,6 +24,9 @@ import pytest
 
 from cursor_byok.access_tokens import REFRESH_S
 from cursor_byok.llm.models import usd
+from cursor_byok.store import open_store
+from cursor_byok.store.api import LLMCallRecord
+from cursor_byok.store.backends import is_postgres_url
 from cursor_byok.transport.cursor.proto import agent_pb2 as a
 from tests.e2e.test_compaction import sample
 from tests.e2e.test_shim import (
@@ -47,7 +51,7 @@ OPERATOR = "PLANTED-operator-token-26cc"  # the operator's pages: /metrics, /das
 AS_OPERATOR = {"authorization": f"Bearer {OPERATOR}"}
 
 
-def config_text(upstream: FakeUpstream, db: Path, prices: dict[str, float]) -> str:
+def config_text(upstream: FakeUpstream, db: str, prices: dict[str, float]) -> str:
     table = ", ".join(f"{k} = {v}" for k, v in prices.items())
     return f"""
 [server]
@@ -62,13 +66,17 @@ base_url = "{upstream.base_url}/v1"
 provider = "brain"
 model = "brain-1"
 context_window = 128000
+# Each call reserves its bound of the budget (its body, and this cap at the output price):
+# without a cap the whole window would be reserved, $2,560 at the first prices.
+max_output_tokens = 64
 vision = true
 prices = {{ {table} }}
 """
 
 
-def cost_at(prices: dict[str, float], row: sqlite3.Row) -> float:
-    return (row["input_tokens"] * prices["input"] + row["output_tokens"] * prices["output"]) / 1e6
+def cost_at(prices: dict[str, float], row: LLMCallRecord) -> float:
+    inp, out = row.input_tokens or 0, row.output_tokens or 0
+    return (inp * prices["input"] + out * prices["output"]) / 1e6
 
 
 async def turn(server: ServerProcess, token: str, message: a.AgentClientMessage) -> Reader:
@@ -142,30 +150,50 @@ async def metrics_cost(server: ServerProcess) -> float:
     return sample(text, "cursor_byok_llm_cost_usd_total", provider="brain", model="brain-1")
 
 
-def stored_calls(db: Path) -> list[sqlite3.Row]:
-    with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as conn:
-        conn.row_factory = sqlite3.Row
-        return conn.execute("SELECT * FROM llm_calls ORDER BY created_at_ms").fetchall()
+async def stored_calls(database: str) -> list[LLMCallRecord]:
+    """Every call as stored, oldest first (read through the store, on either backend)."""
+    store = await open_store(database)
+    try:
+        return sorted(await store.list_recent_llm_calls(1000), key=lambda r: r.created_at_ms)
+    finally:
+        await store.close()
 
 
-async def test_every_surface_shows_the_same_cost(upstream: FakeUpstream, tmp_path: Path) -> None:
-    db = tmp_path / "byok.db"
+def set_budget(database: str, budget: float) -> None:
+    """The operator lowers the token's budget (in the database every process reads)."""
+    sql = "UPDATE access_tokens SET budget_usd = "
+    if is_postgres_url(database):
+        import psycopg
+
+        with psycopg.connect(database, autocommit=True) as pg:
+            pg.execute(sql + "%s", (budget,))
+        return
+    with sqlite3.connect(database) as conn:
+        conn.execute(sql + "?", (budget,))
+
+
+async def test_every_surface_shows_the_same_cost(
+    upstream: FakeUpstream, tmp_path: Path, shared_database: str
+) -> None:
+    db = shared_database
     config = tmp_path / "cursor-byok.toml"
     conversation = str(uuid.uuid4())
     config.write_text(config_text(upstream, db, FIRST))
-    secret = await asyncio.to_thread(add_token, config, "olga", "--budget-usd", "1000")
+    # Room for the reservations: a call holds the most it may cost first (a full window at
+    # these prices, ~$2,600), then settles to its stored cost.
+    secret = await asyncio.to_thread(add_token, config, "olga", "--budget-usd", "1000000")
 
     # At the first prices: a turn with an image, then one canceled while it streams.
     with server_process(config_text(upstream, db, FIRST), tmp_path) as server:
         await turn(server, secret, with_image(run_request("look at this", conversation)))
         await canceled_turn(server, secret, conversation)
         first_metrics = await metrics_cost(server)
-    before = stored_calls(db)
-    assert [r["status"] for r in before] == ["committed", "canceled"]
+    before = await stored_calls(db)
+    assert [r.status for r in before] == ["committed", "canceled"]
     canceled = before[1]
-    assert canceled["output_tokens"] > 0 and "input" in canceled["estimated_tokens"]
+    assert (canceled.output_tokens or 0) > 0 and "input" in (canceled.estimated_tokens or "")
     for row in before:
-        assert row["cost_usd"] == pytest.approx(cost_at(FIRST, row)) and row["cost_usd"] > 0
+        assert row.cost_usd == pytest.approx(cost_at(FIRST, row)) and (row.cost_usd or 0) > 0
 
     # Restarted with new prices: a helper, a compaction, one more turn.
     with server_process(config_text(upstream, db, SECOND), tmp_path) as server:
@@ -174,16 +202,16 @@ async def test_every_surface_shows_the_same_cost(upstream: FakeUpstream, tmp_pat
         assert "interaction_update.summary_started" in compacted.kinds
         await turn(server, secret, run_request("and now?", conversation))
 
-        calls = stored_calls(db)
+        calls = await stored_calls(db)
         # The calls made before the restart were never priced again.
-        assert [dict(r) for r in calls[:2]] == [dict(r) for r in before]
+        assert calls[:2] == before
         later = calls[2:]
-        assert {r["conversation_id"] for r in later} == {conversation, child}
-        assert any(":summary" in r["call_id"] for r in later)
+        assert {r.conversation_id for r in later} == {conversation, child}
+        assert any(":summary" in r.call_id for r in later)
         for row in later:
-            assert row["cost_usd"] == pytest.approx(cost_at(SECOND, row)) and row["cost_usd"] > 0
-        assert {r["token_id"] for r in calls} == {calls[0]["token_id"]} != {None}
-        total = sum(r["cost_usd"] for r in calls)
+            assert row.cost_usd == pytest.approx(cost_at(SECOND, row)) and (row.cost_usd or 0) > 0
+        assert {r.token_id for r in calls} == {calls[0].token_id} != {None}
+        total = sum(r.cost_usd or 0.0 for r in calls)
 
         metrics = first_metrics + await metrics_cost(server)
         async with http(server) as client:
@@ -195,8 +223,7 @@ async def test_every_surface_shows_the_same_cost(upstream: FakeUpstream, tmp_pat
 
         # The budget counts the same stored costs: just under them, the next call is refused
         # with what was spent.
-        with sqlite3.connect(db) as conn:
-            conn.execute("UPDATE access_tokens SET budget_usd = ?", (total * 0.999,))
+        await asyncio.to_thread(set_budget, db, total * 0.999)
         await asyncio.sleep(REFRESH_S + 1.0)  # the server reads the new budget
         async with http(server) as client:
             run = ShimRun(client, token=secret)

@@ -14,9 +14,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from cursor_byok.store import open_store
+from cursor_byok.transport.cursor.proto import agent_pb2
+from tests.e2e.test_modes_actions import last_checkpoint, moded_request
 from tests.e2e.test_shim import (
     Reader,
     ShimRun,
@@ -249,3 +252,99 @@ async def test_a_run_in_flight_at_revocation_ends_at_its_next_call(team: Team) -
         await store.close()
     assert record is not None
     assert b"vic's notes" in b"".join(record.messages)  # the tool's answer was committed
+
+
+async def test_the_dashboard_shows_a_person_only_their_own(team: Team) -> None:
+    """Opened with a person's token, the dashboard's data holds that person's conversations,
+    runs, calls and token alone, and another's conversation is not found; the operator's
+    token sees everyone's; /metrics stays the operator's."""
+    mine, theirs = str(uuid.uuid4()), str(uuid.uuid4())
+    assert (await shim_turn(team.server, team.secrets["alice"], "alice's chart", mine))[0] == {}
+    assert (await shim_turn(team.server, team.secrets["bob"], "bob's chart", theirs))[0] == {}
+    await asyncio.sleep(0.5)  # run outcomes are stored in the background
+    alice = cc.auth_headers(team.secrets["alice"])
+    operator = cc.auth_headers(OPERATOR)
+    async with httpx.AsyncClient(base_url=team.server.url, timeout=10) as client:
+        own = (await client.get("/dashboard/api/summary", headers=alice)).json()
+        everyone = (await client.get("/dashboard/api/summary", headers=operator)).json()
+        drill = "/dashboard/api/conversation?id="
+        found = await client.get(drill + mine, headers=alice)
+        hidden = await client.get(drill + theirs, headers=alice)
+        seen = await client.get(drill + theirs, headers=operator)
+        metrics = await client.get("/metrics", headers=alice)
+    conversations = {c["id"] for c in own["conversations"]}
+    assert mine in conversations and theirs not in conversations
+    assert {r["conversation_id"] for r in own["runs"]} <= conversations
+    assert {r["conversation_id"] for r in own["runs"]} >= {mine}
+    assert {c["conversation_id"] for c in own["llm_calls"]} <= conversations
+    assert [t["name"] for t in own["tokens"]["tokens"]] == ["alice"]
+    assert {mine, theirs} <= {c["id"] for c in everyone["conversations"]}
+    assert {"alice", "bob"} <= {t["name"] for t in everyone["tokens"]["tokens"]}
+    assert found.status_code == 200 and hidden.status_code == 404 and seen.status_code == 200
+    assert "bob's chart" not in found.text + str(own)
+    assert metrics.status_code == 401
+
+
+async def h2_run(
+    server: ServerProcess, token: str, message: Any, blobs: dict[bytes, bytes]
+) -> tuple[dict[str, Any], Reader]:
+    """One HTTP/2 run whose client keeps and serves the blobs the server stores (the IDE's)."""
+    client = await cc.H2Client.connect("127.0.0.1", server.port)
+    try:
+        stream = await client.open_run(token=token)
+        reader = Reader(stream, stream.send, blobs=blobs)
+        await stream.send(message)
+        end = await reader.wait_end()
+        await reader.close()
+    finally:
+        await client.close()
+    return end, reader
+
+
+async def test_another_persons_token_cannot_fork_a_conversation(
+    team: Team, upstream: FakeUpstream
+) -> None:
+    """A fork copies its source's history from the store: by its checkpoint (the source's turn
+    blobs) or by NotifyConversationClone. Bob forking alice's chat either way is refused
+    before any of it reaches his model; alice forks her own."""
+    alice, bob = team.secrets["alice"], team.secrets["bob"]
+    blobs: dict[bytes, bytes] = {}
+    source = str(uuid.uuid4())
+    secret = unique("alice's secret plan")
+    end, reader = await h2_run(team.server, alice, moded_request(secret, "agent", source), blobs)
+    assert end == {}
+    checkpoint = last_checkpoint(reader)
+    by_blobs = unique("bob forks by blobs")
+    end, _ = await h2_run(
+        team.server,
+        bob,
+        moded_request(by_blobs, "agent", str(uuid.uuid4()), state=checkpoint),
+        blobs,
+    )
+    assert "belongs to someone else" in denied(end)
+    clone = str(uuid.uuid4())
+    async with httpx.AsyncClient(base_url=team.server.url) as client:
+        await cc.unary(
+            client,
+            "/agent.v1.AgentService/NotifyConversationClone",
+            agent_pb2.NotifyConversationCloneRequest(
+                conversation_id=clone, source_conversation_id=source, source_request_id="r"
+            ),
+            agent_pb2.NotifyConversationCloneResponse,
+            token=bob,
+        )
+    by_clone = unique("bob forks by clone")
+    end, _ = await h2_run(team.server, bob, moded_request(by_clone, "agent", clone), blobs)
+    assert "belongs to someone else" in denied(end)
+    leaked = [r for r in upstream.requests if secret.encode() in r.body]
+    assert not [r for r in leaked if b"bob forks" in r.body]  # none of bob's requests
+    mine = unique("alice forks her own")
+    end, _ = await h2_run(
+        team.server,
+        alice,
+        moded_request(mine, "agent", str(uuid.uuid4()), state=checkpoint),
+        blobs,
+    )
+    assert end == {}
+    (forked,) = [r for r in upstream.requests if mine.encode() in r.body]
+    assert secret.encode() in forked.body

@@ -196,6 +196,14 @@ async def test_create_plan_saves_the_plan_ends_the_turn_and_build_carries_it_out
     assert "plan mode" not in system_text(body)
     # The plan turn's history is there: the CreatePlan call and its result.
     assert any("The plan was saved as " + uri in t for t in tool_messages(body))
+    # Issue 24 §5: from the Build on, the plan's steps are the todo list (its checkpoint).
+    (state,) = [
+        m.conversation_checkpoint_update
+        for m in reader.messages
+        if m.HasField("conversation_checkpoint_update")
+    ][-1:]
+    listed = [a.TodoItem.FromString(t) for t in state.todos]
+    assert [(t.id, t.content) for t in listed] == [("t1", "Measure"), ("t2", "Add the LRU")]
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)
@@ -465,8 +473,9 @@ async def test_an_approved_switch_changes_the_mode_for_the_next_model_call(
     first, second = chat_requests(upstream, prompt)
     assert tool_names(first) == AGENT_TOOLS and "plan mode" not in system_text(first)
     assert tool_names(second) == PLAN_TOOLS and "plan mode" in system_text(second)
-    # The turn's checkpoint carries the new mode (ConversationStateStructure.mode, 10).
-    assert checkpoint_modes(reader) == [a.AGENT_MODE_PLAN]
+    # The turn's checkpoint carries the new mode (ConversationStateStructure.mode, 10); the one
+    # after the model call that asked for the switch, the mode it was made in.
+    assert checkpoint_modes(reader) == [a.AGENT_MODE_AGENT, a.AGENT_MODE_PLAN]
     # The history of the turn is one request extended by the next (the mode changes the
     # system prompt and tools, never the messages).
     assert second["messages"][1 : len(first["messages"])] == first["messages"][1:]
@@ -488,7 +497,7 @@ async def test_a_rejected_switch_keeps_the_mode_and_the_model_reads_why(
     assert done.switch_mode_tool_call.result.rejected.reason == "keep going"
     first, second = chat_requests(upstream, prompt)
     assert tool_names(second) == tool_names(first) == AGENT_TOOLS
-    assert checkpoint_modes(reader) == [a.AGENT_MODE_AGENT]
+    assert checkpoint_modes(reader) == [a.AGENT_MODE_AGENT, a.AGENT_MODE_AGENT]
     assert second["messages"][: len(first["messages"])] == first["messages"]
     assert tool_messages(second) == [
         "The user declined switching to plan mode: keep going. Stay in agent mode."

@@ -141,14 +141,17 @@ async def test_todo_write_is_answered_by_the_server_with_its_card(
     names = [t["function"]["name"] for t in first["tools"]]
     assert "TodoWrite" in names  # offered in agent mode (docs/tools.md)
 
-    # The checkpoint carries the list, each item serialized inline (field 3).
-    (checkpoint,) = [
+    # The checkpoints carry the list, each item serialized inline (field 3): the one after the
+    # model call that wrote it (the loop answered it, so nothing is pending) and the turn's last.
+    mid, checkpoint = [
         m.conversation_checkpoint_update
         for m in reader.messages
         if m.HasField("conversation_checkpoint_update")
     ]
+    assert [a.TodoItem.FromString(b) for b in mid.todos] == LIST_AB
+    assert list(mid.pending_tool_calls) == []
     assert [a.TodoItem.FromString(b) for b in checkpoint.todos] == LIST_AB
-    assert len(checkpoint.turns) == 1
+    assert len(checkpoint.turns) == len(mid.turns) == 1
 
 
 def last_tool_text(upstream: FakeUpstream, prompt: str) -> str:

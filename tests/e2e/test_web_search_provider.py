@@ -13,6 +13,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from cursor_byok.store import open_store
 from tests.e2e.test_queries import TRANSPORTS, cards, ide, query_of, respond, tool_messages
 from tests.e2e.test_shim import chat_requests
 from tests.e2e.test_web_search import APPROVED, search_request
@@ -50,6 +51,7 @@ max_results = 3
 kind = "provider"
 provider = "claude"
 model = "claude-sonnet-4-5"
+price_per_search = 0.01
 """
     )
     with server_process(config, work, env={"TEST_CLAUDE_KEY": KEY}) as srv:
@@ -103,6 +105,18 @@ async def test_an_approved_search_is_answered_by_the_providers_own_search(
     (text,) = tool_messages(second)
     assert text.startswith(f"Web search results for {term!r}:\n1. {HITS[0][1]} — {HITS[0][0]}")
     assert "server_tool_use" not in json.dumps(second) and "encrypted" not in json.dumps(second)
+    # Priced per search: the search's own row, at the backend's price (web/prices.py).
+    store = await open_store(str(pserver.log_path.parent / "db"))
+    try:
+        calls = await store.list_recent_llm_calls(200)
+    finally:
+        await store.close()
+    rows = [
+        (c.status, c.cost_usd, c.model)
+        for c in calls
+        if c.api == "search" and term.encode() in c.request
+    ]
+    assert rows == [("committed", 0.01, "claude-search")]
 
 
 async def test_a_provider_error_is_an_error_result_the_model_reads(

@@ -18,12 +18,21 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
+from typing import Any
 
 import httpx
 
 from cursor_byok.launch import free_port
 from tests.e2e import test_crash_recovery as crash
-from tests.e2e.test_shim import ShimRun, exec_of, is_text, read_ok, run_request, unique
+from tests.e2e.test_shim import (
+    Reader,
+    ShimRun,
+    exec_of,
+    is_text,
+    read_ok,
+    run_request,
+    unique,
+)
 from tests.support import connect_client as cc
 from tests.support.live import ServerProcess, brain_config, server_process
 from tests.support.postgres import Cluster
@@ -67,6 +76,28 @@ async def bound_clients(
             await client.aclose()
 
 
+class SplitRun(ShimRun):
+    """A shim run whose RunSSE is on one worker's connection and whose every append (the run
+    request, tool results, the reader's answers to the server's blob requests) goes to the
+    other's."""
+
+    def __init__(self, sse: httpx.AsyncClient, appends: httpx.AsyncClient) -> None:
+        super().__init__(appends)
+        self.sse = sse
+
+    @contextlib.asynccontextmanager
+    async def subscribe(self, **kw: Any) -> AsyncIterator[Reader]:
+        async with cc.runsse(self.sse, self.request_id, token=self.token, **kw) as stream:
+            assert stream.response.status_code == 200
+            reader = Reader(
+                stream, self.send, blobs=self.blobs, get_blob=self.get_blob, answered=self.answered
+            )
+            try:
+                yield reader
+            finally:
+                await reader.close()
+
+
 def workers_config(upstream: FakeUpstream, db: str, n: int = 2) -> str:
     return brain_config(upstream.base_url, db=db, extra=f"workers = {n}")
 
@@ -84,18 +115,17 @@ async def test_two_workers_serve_one_port_and_a_runs_appends_reach_its_runsse_on
         async with bound_clients(server, 2) as (one, two):
             pids = {(await worker_of(one))[1], (await worker_of(two))[1]}
             assert len(pids) == 2 and server.proc.pid not in pids
-            run = ShimRun(one)
+            run = SplitRun(one, two)
             async with run.subscribe() as reader:
-                r = await cc.append(
-                    two, run.request_id, run.next_seq(), run_request(prompt, conversation)
-                )
-                assert r.status_code == 200, r.text
+                await run.append(run_request(prompt, conversation))
                 ask = await reader.wait_for(exec_of("read_args"), 20)
                 esm = ask.exec_server_message
                 result = read_ok(esm.id, esm.read_args.path, "line one\nline two\n")
-                r = await cc.append(two, run.request_id, run.next_seq(), result)
-                assert r.status_code == 200, r.text
-                end = await reader.wait_end(20)
+                await run.append(result)
+                try:
+                    end = await reader.wait_end(20)
+                except AssertionError as exc:
+                    raise AssertionError(f"{exc}\n{server.log()}") from None
         log = server.log()
     assert end == {} and reader.turn_ended, log
     assert "line one" in "".join(reader.texts)
@@ -117,13 +147,9 @@ async def test_a_restarted_worker_never_takes_a_live_siblings_call(
     with server_process(workers_config(upstream, db), tmp_path) as server:
         async with bound_clients(server, 2) as (one, two):
             _, killed = await worker_of(two)
-            run = ShimRun(one)
+            run = SplitRun(one, two)  # `one` carries the RunSSE: every append goes to two
             async with run.subscribe() as reader:
-                # (the append on worker 2's connection: `one` carries the RunSSE)
-                r = await cc.append(
-                    two, run.request_id, run.next_seq(), run_request(prompt, conversation)
-                )
-                assert r.status_code == 200, r.text
+                await run.append(run_request(prompt, conversation))
                 await _until(lambda: _in_flight(db, conversation), server)
                 os.kill(killed, signal.SIGKILL)
                 restarted = await _new_worker(server, killed)
@@ -199,3 +225,26 @@ def test_workers_out_of_range_is_a_configuration_error(tmp_path: Path) -> None:
 
 
 __all__ = ["is_text"]
+
+
+async def test_the_workers_stop_when_their_supervisor_is_killed(
+    upstream: FakeUpstream, tmp_path: Path, pg_cluster: Cluster
+) -> None:
+    """kill -9 of `serve` (the supervisor): its workers do not serve on unsupervised."""
+    db = pg_cluster.create_database(f"workers_{uuid.uuid4().hex[:8]}")
+    with server_process(workers_config(upstream, db), tmp_path) as server:
+        async with bound_clients(server, 2) as (one, two):
+            pids = [(await worker_of(one))[1], (await worker_of(two))[1]]
+        server.kill9()
+        deadline = time.monotonic() + 20
+        while any(_alive(p) for p in pids):
+            assert time.monotonic() < deadline, f"workers still running:\n{server.log()}"
+            time.sleep(0.1)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"  # a zombie has stopped

@@ -39,6 +39,7 @@ from cursor_byok.loop import (
     ToolResult,
     Transition,
     TurnContext,
+    TurnStart,
     WaitInput,
     compaction,
     render_prompt,
@@ -131,7 +132,10 @@ def test_a_request_over_the_threshold_is_summarized_first_then_called_over_the_n
         commit=before.commit + 1,
         last_commit_id=f"c@{before.commit + 1}",
         context=CTX,
+        # the fourth turn began from the three before it
+        turn_starts=(*before.turn_starts, TurnStart(view=(Span(0, len(before.log)),))),
     )
+    assert len(c.turn_starts) == 4
     request = compaction.summary_request(before.log, WINDOW)
     assert t.command == Summarize(
         call_id="c:4:summary1",
@@ -169,11 +173,20 @@ def test_a_request_over_the_threshold_is_summarized_first_then_called_over_the_n
         compactions=(mark,),
         fresh_from=2,
         status=Status.WAITING_LLM,
-        waiting=AwaitLLM(call_id="c:4:llm2", messages_hash=digest, compacted=True),
+        waiting=AwaitLLM(
+            call_id="c:4:llm2",
+            messages_hash=digest,
+            compacted=True,
+            prompt=done.command.prompt,  # type: ignore[union-attr]
+        ),
         llm_calls=2,
         commit=c.commit + 1,
         last_commit_id=f"c@{c.commit + 1}",
+        meter_basis=None,  # the last meter measured a request the compaction replaced
     )
+    assert isinstance(done.command, CallLLM)
+    # The call's meter counts the summary as the summarized conversation.
+    assert done.command.prompt.summarized_conversation == len(summary.text)
     assert done.appended == (summary,)
     assert views.materialize(c2.view, c2.log) == messages
     assert isinstance(done.command, CallLLM) and done.command.call_id == "c:4:llm2"
@@ -443,3 +456,39 @@ def test_a_cancel_while_summarizing_drops_the_summary_and_keeps_the_history() ->
         canceled.state, SummaryDone(call_id="c:4:summary1", message=summary_answer("S"))
     )
     assert late == Transition(canceled.state, (), WaitInput(), ignored=Ignored.NOT_AWAITED)
+
+
+def test_a_compacted_request_still_over_the_threshold_goes_out_without_a_second_one() -> None:
+    """Right after a compaction the call goes out even when the compacted request is still
+    past the threshold (a summary longer than planned) and its kept tail could be cut again:
+    never a second compaction in a row."""
+    from cursor_byok.loop import window as window_rule
+
+    s = transition(RuntimeState.new(CID), start("do the work", CTX)).state
+    for i in range(60):  # small results: the kept tail holds several of them
+        ts, _ = stream(s, FauxResponse.tool_calls([tool_call(f"t{i}")], thinking=f"think {i}"))
+        t = transition(ts[-1].state, ToolResult(message=result(f"t{i}", words(60, f"r{i}"))))
+        s = t.state
+        if isinstance(t.command, Summarize):
+            break
+    waiting = s.committed.waiting
+    assert isinstance(waiting, AwaitSummary)
+    tail = s.committed.messages[waiting.cut :]
+    assert sum(isinstance(m, ToolResultMessage) for m in tail) > 2  # it could be cut again
+
+    def compacted_estimate(n: int) -> int:
+        messages = (compaction.summary_message(words(n, "s")), *tail)
+        return compaction.estimated_tokens(messages, len(messages), FIXED)
+
+    n = next(
+        n
+        for n in range(10, 5000, 10)
+        if window_rule.over_threshold(WINDOW, compacted_estimate(n))
+        and window_rule.fits(WINDOW, compacted_estimate(n))
+    )
+    long_summary = summary_answer(words(n, "s"))
+    done = transition(s, SummaryDone(call_id=waiting.call_id, message=long_summary))
+    assert isinstance(done.command, CallLLM)
+    assert done.command.request.messages == (compaction.summary_message(words(n, "s")), *tail)
+    after = done.state.committed.waiting
+    assert isinstance(after, AwaitLLM) and after.compacted

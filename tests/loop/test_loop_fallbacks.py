@@ -53,7 +53,10 @@ def test_a_failure_before_output_falls_back_to_the_next_model() -> None:
     assert t.emit == ()  # the client hears nothing of the failed call
     assert t.call_end == CallEnd("conv:1:llm1", CallOutcome.FAILED, "HTTP 503: overloaded")
     c = t.state.committed
-    assert c.waiting == AwaitLLM("conv:1:llm1:fb1", first.messages_hash, fallback=1)
+    assert c.waiting == AwaitLLM(
+        "conv:1:llm1:fb1", first.messages_hash, fallback=1, prompt=command.prompt
+    )
+    assert command.prompt == first.prompt  # the same request, the same meter
     assert c.llm_calls == 1 and c.status == "WaitingLLM"
     assert c.messages == s0.committed.messages
 
@@ -106,7 +109,9 @@ def test_the_next_call_goes_back_to_the_first_model() -> None:
     t2 = transition(ts[-1].state, ToolResult(message=result("r1")))
     assert isinstance(t2.command, CallLLM)
     assert (t2.command.call_id, t2.command.model, t2.command.fallback_of) == ("conv:1:llm2", "", "")
-    assert t2.state.committed.waiting == AwaitLLM("conv:1:llm2", t2.command.messages_hash)
+    assert t2.state.committed.waiting == AwaitLLM(
+        "conv:1:llm2", t2.command.messages_hash, prompt=t2.command.prompt
+    )
     # And it falls back afresh, from the first fallback.
     t3 = refused(t2.state)
     assert isinstance(t3.command, CallLLM)

@@ -261,9 +261,10 @@ def test_a_timed_out_tool_gets_an_error_result_and_the_turn_goes_on() -> None:
         "Error: the client did not answer the Read call within 600 s; it was aborted. "
         "Its effects, if any, are unknown."
     )
-    assert isinstance(t.command, CallClient) and t.command.tool_call.id == "b"
+    assert t.command == WaitInput()  # b went to the client with a, and is still there
     c = t.state.committed
     assert isinstance(c.waiting, AwaitClient) and c.waiting.next == 1
+    assert c.waiting.outstanding == ("conv:1:llm1:b",)
     assert c.status == Status.WAITING_CLIENT
     assert [r.call.id for r in t.local_results] == ["a"]
 
@@ -302,6 +303,8 @@ def test_rewind_restores_an_earlier_turn_and_deletes_nothing() -> None:
         status=Status.READY,
         commit=s.committed.commit + 1,
         last_commit_id=f"{CID}@{s.committed.commit + 1}",
+        turn_starts=s.committed.turn_starts[:1],  # turn 2 is gone from the branch
+        meter_basis=None,  # no call of the kept turn reported usage
     )
     assert c.log is log  # nothing lost
     assert t.appended == () and t.command == WaitInput()

@@ -162,14 +162,19 @@ def test_a_rewind_restores_the_plan_of_the_kept_turn_and_none_before_any() -> No
     )
     first_end = views.closed(c1.view, len(c1.log))
     back = transition(turn2, Rewind(view=first_end)).state.committed
-    assert back == msgspec.structs.replace(
-        c2,
-        view=views.reopened(first_end, len(c2.log)),
-        messages=c1.messages,
-        plan=PLAN_1_RECORD,  # the plan as it was at the end of turn one
-        status=Status.READY,
-        commit=c2.commit + 1,
-        last_commit_id=f"{CID}@{c2.commit + 1}",
+    assert (
+        back
+        == msgspec.structs.replace(
+            c2,
+            view=views.reopened(first_end, len(c2.log)),
+            messages=c1.messages,
+            plan=PLAN_1_RECORD,  # the plan as it was at the end of turn one
+            status=Status.READY,
+            commit=c2.commit + 1,
+            last_commit_id=f"{CID}@{c2.commit + 1}",
+            turn_starts=c2.turn_starts[:1],  # turn two is gone from the branch
+            meter_basis=None,  # no call of the kept turn reported usage
+        )
     )
     # A Build after the rewind carries out turn one's plan.
     build = Start(user_message=user(""), context=TurnContext(), build=PlanBuild())
@@ -189,6 +194,8 @@ def test_a_rewind_restores_the_plan_of_the_kept_turn_and_none_before_any() -> No
         status=Status.READY,
         commit=c2.commit + 1,
         last_commit_id=f"{CID}@{c2.commit + 1}",
+        turn_starts=(),  # no turn had ended there
+        meter_basis=None,
     )
     build = Start(user_message=user(""), build=PlanBuild(uri="file:///r.md"))
     text = transition(RuntimeState.of(zero), build).state.committed.messages[-1].text  # type: ignore[union-attr]
@@ -200,3 +207,41 @@ def test_the_plans_round_trip_through_the_states_json() -> None:
     c = turn2.committed
     again = msgspec.json.decode(msgspec.json.encode(c), type=type(c))
     assert again.plans == c.plans and again.plan == c.plan
+
+
+STEPS = [{"id": "s1", "content": "Add the cache"}, {"id": "s2", "content": "Test it"}]
+
+
+def test_after_build_the_plans_steps_are_the_todo_list_and_a_merge_extends_them() -> None:
+    """Issue 24 §5: the first TodoWrite merge after a Build holds the plan's steps plus the
+    new item; a view of before the Build (a rewind) has the list of then, and replaying the
+    view gives the committed list (derived.todos_in_view)."""
+    from cursor_byok.loop import derived
+    from cursor_byok.loop.todos import TodoItem, TodoStatus, plan_todos
+
+    steps = plan_todos(STEPS)
+    assert [t.id for t in steps] == ["s1", "s2"]
+    s = at_tools([tool_call("p1", "CreatePlan", plan=PLAN, todos=STEPS)], mode="plan")
+    planned = ToolResult(
+        message=result("p1", "saved", name="CreatePlan"),
+        effect=PlanCreated(plan=PLAN, uri="file:///p.plan.md", name="Cache", todos=steps),
+    )
+    s = transition(s, planned).state
+    assert s.committed.plan is not None and s.committed.plan.todos == steps
+    before_build = s.committed
+    build = Start(user_message=user(""), context=TurnContext(), build=PlanBuild())
+    t = transition(s, build)
+    assert t.state.committed.todos == steps
+    merge = tool_call(
+        "w1",
+        "TodoWrite",
+        todos=[{"id": "s3", "content": "Document it", "status": "pending"}],
+        merge=True,
+    )
+    ts, _ = stream(t.state, FauxResponse.tool_calls([merge]))
+    c = ts[-1].state.committed
+    pending = TodoStatus.PENDING
+    assert c.todos == (*steps, TodoItem("s3", "Document it", pending))
+    assert derived.todos_in_view(c, c.view) == c.todos
+    earlier = (Span(0, len(before_build.log)),)
+    assert derived.todos_in_view(c, earlier) == before_build.todos == ()

@@ -29,7 +29,7 @@ from cursor_byok.loop import (
 )
 from cursor_byok.loop import view as views
 from cursor_byok.loop.inputs import Rewind
-from cursor_byok.loop.state import AwaitLLM
+from cursor_byok.loop.state import AwaitLLM, MeterBasis
 from cursor_byok.loop.todos import TodoItem, TodoPatch, TodoStatus, TodoUpdate, replay
 from tests.loop.loop_helpers import start, stream, user
 
@@ -85,6 +85,8 @@ AB_TEXT = (
 
 def test_replace_is_answered_by_the_loop_and_the_model_reads_the_list() -> None:
     s0 = first_turn()
+    first_prompt = s0.committed.waiting.prompt  # type: ignore[union-attr]
+    assert first_prompt is not None
     call = todo_call(
         "t1", False, item("a", "write the parser", "pending"), item("b", "test it", "pending")
     )
@@ -99,10 +101,15 @@ def test_replace_is_answered_by_the_loop_and_the_model_reads_the_list() -> None:
         messages=(*before.log, assistant, expected_result),
         todos=LIST_AB,
         status=Status.WAITING_LLM,
-        waiting=AwaitLLM(call_id=f"{CID}:1:llm2", messages_hash=c.waiting.messages_hash),  # type: ignore[union-attr]
+        waiting=AwaitLLM(
+            call_id=f"{CID}:1:llm2",
+            messages_hash=c.waiting.messages_hash,  # type: ignore[union-attr]
+            prompt=t.command.prompt,
+        ),
         llm_calls=2,
         commit=c.commit,
         last_commit_id=c.last_commit_id,
+        meter_basis=MeterBasis(chars=first_prompt),  # the answered call's meter
     )
     assert c.commit == before.commit + 1  # one commit for the whole step
     # No CallClient: the next model call goes out at once, with the result in its messages.
@@ -155,6 +162,7 @@ def test_merge_updates_by_id_keeps_the_rest_and_appends_new_ids() -> None:
         merge=True,
         todos=merged,
     )
+    assert isinstance(t.command, CallLLM)
     assert c == replace(
         s.committed,
         log=c.log,
@@ -164,6 +172,13 @@ def test_merge_updates_by_id_keeps_the_rest_and_appends_new_ids() -> None:
         llm_calls=3,
         commit=c.commit,
         last_commit_id=c.last_commit_id,
+        meter_basis=MeterBasis(chars=s.committed.waiting.prompt),  # type: ignore[union-attr,arg-type]
+    )
+    assert c.waiting == replace(
+        s.committed.waiting,
+        call_id=f"{CID}:1:llm3",  # type: ignore[type-var]
+        messages_hash=t.command.messages_hash,
+        prompt=t.command.prompt,
     )
     assert c.log[: len(s.committed.log)] == s.committed.log  # append-only
 
@@ -234,14 +249,19 @@ def test_a_rewind_restores_the_list_of_the_kept_turn() -> None:
     turn2 = ts[-1].state
     assert turn2.committed.todos == (TodoItem("a", "write the parser", X), LIST_AB[1])
     back = transition(turn2, Rewind(view=first_end)).state.committed
-    assert back == replace(
-        turn2.committed,
-        view=back.view,  # checked below
-        messages=turn1.committed.messages,
-        todos=LIST_AB,
-        status=Status.READY,
-        commit=turn2.committed.commit + 1,
-        last_commit_id=f"{CID}@{turn2.committed.commit + 1}",
+    assert (
+        back
+        == replace(
+            turn2.committed,
+            view=back.view,  # checked below
+            messages=turn1.committed.messages,
+            todos=LIST_AB,
+            status=Status.READY,
+            commit=turn2.committed.commit + 1,
+            last_commit_id=f"{CID}@{turn2.committed.commit + 1}",
+            turn_starts=turn2.committed.turn_starts[:1],  # turn 2 is gone from the branch
+            meter_basis=None,  # no call of the kept turn reported usage
+        )
     )
     assert views.closed(back.view, len(back.log)) == first_end
     # And forward again: the later list comes back with its turn.

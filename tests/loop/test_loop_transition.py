@@ -21,6 +21,7 @@ from cursor_byok.llm.types import (
 from cursor_byok.loop import (
     AwaitClient,
     CallClient,
+    CallClients,
     CallLLM,
     Cancel,
     Canceled,
@@ -206,18 +207,37 @@ def test_done_whose_blocks_differ_from_the_stream_fails() -> None:
 # -- tool calls ----------------------------------------------------------------------------
 
 
-def test_tool_use_dispatches_calls_one_at_a_time_in_order() -> None:
-    s = at_tools([tool_call("a"), tool_call("b", "LS", path=".")])
+def test_tool_use_sends_every_call_at_once_and_appends_the_results_in_order() -> None:
+    s0 = started()
+    calls = [tool_call("a"), tool_call("b", "LS", path=".")]
+    ts, _ = stream(s0, FauxResponse.tool_calls(calls))
+    # Both go to the client together, as Cursor sends them.
+    assert ts[-1].command == CallClients(
+        calls=(
+            CallClient(
+                operation_id="conv:1:llm1:a",
+                tool_call=tool_call("a"),
+                llm_call_id="conv:1:llm1",
+                content_index=0,
+            ),
+            CallClient(
+                operation_id="conv:1:llm1:b",
+                tool_call=tool_call("b", "LS", path="."),
+                llm_call_id="conv:1:llm1",
+                content_index=1,
+            ),
+        )
+    )
+    s = ts[-1].state
     c = s.committed
     assert c.status == "WaitingClient"
     assert isinstance(c.waiting, AwaitClient)
+    # The set of outstanding calls is the loop's state.
+    assert c.waiting.outstanding == ("conv:1:llm1:a", "conv:1:llm1:b")
     t1 = transition(s, ToolResult(message=result("a")))
-    assert t1.command == CallClient(
-        operation_id="conv:1:llm1:b",
-        tool_call=tool_call("b", "LS", path="."),
-        llm_call_id="conv:1:llm1",
-        content_index=1,
-    )
+    assert t1.command == WaitInput()  # b is on the client already: nothing to send
+    w1 = t1.state.committed.waiting
+    assert isinstance(w1, AwaitClient) and w1.outstanding == ("conv:1:llm1:b",) and w1.next == 1
     t2 = transition(t1.state, ToolResult(message=result("b", name="LS")))
     assert isinstance(t2.command, CallLLM)
     assert t2.command.call_id == "conv:1:llm2"

@@ -33,9 +33,9 @@ def test_one_context_renders_its_tools_and_prompt_once() -> None:
 
 def test_tool_schemas_are_encoded_once_per_tools_tuple() -> None:
     tools = prompt.render_tools(TurnContext(mode="agent"))
-    fresh = meter._native_and_mcp_chars(tools)
+    fresh = meter._tools_categories(tools)
     with (
-        mock.patch.object(meter, "_tools_chars", ByIdentity(meter._native_and_mcp_chars)),
+        mock.patch.object(meter, "_tools_chars", ByIdentity(meter._tools_categories)),
         mock.patch.object(compaction, "_tools_chars", ByIdentity(compaction._chars_of_tools)),
         mock.patch.object(msgspec.json, "encode", wraps=msgspec.json.encode) as encode,
     ):

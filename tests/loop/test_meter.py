@@ -40,7 +40,7 @@ from cursor_byok.loop.meter import (
     prompt_tokens,
     upcoming_tokens,
 )
-from cursor_byok.loop.prompt import render_prompt, render_tools, rules_section
+from cursor_byok.loop.prompt import render_prompt, render_tools, rules_section, skills_section
 
 MCP_TOOL = ToolDefinition(
     name="lookup_ticket",
@@ -106,7 +106,11 @@ def test_largest_remainder_properties(weights: list[int], total: int) -> None:
 
 
 def test_every_category_is_counted_where_it_sits() -> None:
-    context = TurnContext(rules=("Use tabs.", "Never push."), mcp_tools=(MCP_TOOL,))
+    context = TurnContext(
+        rules=("Use tabs.", "Never push."),
+        skills=("Skill (/w/.cursor/skills/i18n/SKILL.md): translations.",),
+        mcp_tools=(MCP_TOOL,),
+    )
     tools = render_tools(context)
     call = ToolCall(id="c1", name="Read", arguments={"path": "a.py"})
     summary = UserMessage.of_text("Earlier we fixed the parser.")
@@ -120,22 +124,30 @@ def test_every_category_is_counted_where_it_sits() -> None:
     chars = prompt_chars(request, context, summary_messages=1)
     rules = rules_section(context)
     assert rules and chars.rules == len(rules)
-    assert chars.system_prompt == len(request.system_prompt) - len(rules)
+    skills = skills_section(context)
+    assert skills and skills in request.system_prompt and chars.skills == len(skills)
+    assert "i18n/SKILL.md" not in rules  # the skills are not rules
+    assert chars.system_prompt == len(request.system_prompt) - len(rules) - len(skills)
     mcp = len("lookup_ticket") + len("Find a ticket by id.")
     mcp += len(msgspec.json.encode(MCP_TOOL.parameters, order="deterministic"))
     assert chars.mcp == mcp
-    native = [t for t in tools if t.name != "lookup_ticket"]
-    assert chars.tools == sum(
-        len(t.name)
-        + len(t.description)
-        + len(msgspec.json.encode(t.parameters, order="deterministic"))
-        for t in native
-    )
+
+    def size(t: ToolDefinition) -> int:
+        return (
+            len(t.name)
+            + len(t.description)
+            + len(msgspec.json.encode(t.parameters, order="deterministic"))
+        )
+
+    native = [t for t in tools if t.name not in ("lookup_ticket", "Task")]
+    assert chars.tools == sum(size(t) for t in native)
+    # Task's definition describes the subagent types: the subagent definitions' category.
+    (task,) = [t for t in tools if t.name == "Task"]
+    assert chars.subagents == size(task) > 0
     assert chars.summarized_conversation == len("Earlier we fixed the parser.")
     args = len(msgspec.json.encode({"path": "a.py"}))
     assert chars.conversation == len("look") + len("hmm") + len("ok") + len("Read") + args + 3
     assert chars.images == 1
-    assert chars.skills == chars.subagents == 0  # nothing of ours carries them yet
     assert estimate_tokens(chars, Category.CONVERSATION) == (
         -(-chars.conversation // CHARS_PER_TOKEN) + IMAGE_TOKENS
     )

@@ -36,3 +36,14 @@ def test_bounded_in_bytes_least_recently_used_first() -> None:
     big_id, big = blob("x" * 26)
     assert not blobs.put(big_id, big)  # larger than the whole budget: never kept
     assert len(blobs) == 2
+
+
+def test_each_person_finds_only_the_blobs_their_runs_fetched() -> None:
+    """A person's run never reads another person's rules from the cache, even by their id."""
+    blobs = ClientBlobs()
+    blob_id, data = blob("alice's rules")
+    alice, bob, operator = blobs.scoped("tok_alice"), blobs.scoped("tok_bob"), blobs.scoped(None)
+    assert alice.put(blob_id, data) and alice.get(blob_id) == data
+    assert bob.get(blob_id) is None and operator.get(blob_id) is None
+    assert bob.put(blob_id, data) and bob.get(blob_id) == data  # fetched from bob's client
+    assert len(blobs) == 2

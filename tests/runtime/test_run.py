@@ -75,6 +75,8 @@ async def test_a_tool_turn(tmp_path: Path) -> None:
     assert client.kinds() == [
         "partial_tool_call",  # the call's card appears while its arguments stream
         "partial_tool_call",
+        "kv set_blob_args",  # the model call changed the history: a checkpoint at once
+        "checkpoint 1",
         "tool_call_started read_tool_call",
         "exec read_args",
         "tool_call_completed read_tool_call success",
@@ -134,6 +136,8 @@ async def test_cancel_mid_tool(tmp_path: Path) -> None:
     assert client.kinds() == [
         "partial_tool_call",
         "partial_tool_call",
+        "kv set_blob_args",
+        "checkpoint 1",
         "tool_call_started read_tool_call",
         "exec read_args",
         "tool_call_completed read_tool_call error",  # the loop's "canceled" result, on its card

@@ -22,7 +22,7 @@ from cursor_byok.llm.types import (
     Usage,
     UserMessage,
 )
-from cursor_byok.loop import ConversationState, Status
+from cursor_byok.loop import ConversationState, MeterBasis, Status, TurnStart
 from cursor_byok.store.api import AccessTokenRecord
 from cursor_byok.store.sqlite import SQLiteStore
 from cursor_byok.transport.connect.channel import EndError
@@ -252,6 +252,9 @@ async def test_a_subagent_run_without_a_token_counts_toward_its_parents(tmp_path
     await runner.handle(child2, RunStartInfo(request_id="child2", transport="run", headers=headers))
     assert await child2.ended() is None and child2.text() == "child"
     assert [c.token_id for c in await store.list_recent_llm_calls()] == ["tok_alice", "tok_alice"]
+    # The helper's conversation is its parent's person's (ownership follows the token).
+    child_head = await store.head("c-child2")
+    assert child_head is not None and child_head.owner_id == "tok_alice"
     task.cancel()
     await asyncio.gather(task, return_exceptions=True)
     # A parent that is not running here lends nothing: no limits.
@@ -362,6 +365,9 @@ async def test_a_refused_call_keeps_the_tool_answer_before_it(tmp_path: Path) ->
     assert answer == ToolResultMessage(
         tool_call_id="sh1", tool_name="Shell", content=(TextContent(text=SHELL_HI),)
     )
+    (first,) = await store.list_recent_llm_calls()
+    breakdown = first.prompt_breakdown
+    assert breakdown is not None
     # The whole state: the turn failed after its second call was refused; the answer is in
     # the history; nothing waits, nothing is queued.
     assert state == ConversationState(
@@ -376,6 +382,10 @@ async def test_a_refused_call_keeps_the_tool_answer_before_it(tmp_path: Path) ->
         commit=4,
         llm_calls=2,
         context=state.context,  # the run request's (tests/cursor)
+        turn_starts=(TurnStart(view=()),),  # one turn, begun from nothing
+        # the meter of the call that answered: its request's chars (its usage has no prompt
+        # tokens, so the estimate stands)
+        meter_basis=MeterBasis(chars=records.decode_call_meter(breakdown).chars, used=0),
     )
     assert user == UserMessage.of_text("hi")
     # The refused call never went out and has no record; the Shell call's record is done.

@@ -7,6 +7,9 @@ prompt it types into a real client:
 - `[think]`                      reasoning_content deltas, then the answer text
 - `[tool NAME {json-args}]`      one tool call, then (after its result) a sentence quoting it
 - `[tools N1 {a1} N2 {a2}]`      two tool calls in one message (parallel), then a summary
+- `[parallel K NAME {args}]`     K calls of NAME in one message (ids call_q1..call_qK), then
+                                 an answer quoting every
+                                 result in the order the request carries them
 - `[script write-read PATH TEXT]` Write(PATH, TEXT), then Read(PATH), then an answer quoting it
 - `[script write-shell PATH TEXT]` Write(PATH, TEXT), then Shell("cat PATH"), then an answer
 - `[reads N PATH]`                Read(PATH) N times, one call per step, then an answer
@@ -147,6 +150,7 @@ def is_tool_images(message: dict[str, Any]) -> bool:
 
 _TOOL = re.compile(r"\[tool (\S+) (\{.*?\})\]")
 _TOOLS = re.compile(r"\[tools (\S+) (\{.*?\}) (\S+) (\{.*?\})\]")
+_PARALLEL = re.compile(r"\[parallel ([0-9]+) (\S+) (\{.*?\})\]")
 _SCRIPT = re.compile(r"\[script (write-read|write-shell) (\S+) (.+?)\]")
 _SLOW = re.compile(r"\[slow ([0-9.]+)\]")
 _HELPER = re.compile(r"\[helper ([^\]]+)\]")
@@ -246,10 +250,18 @@ def _answer(prompt: str, results: list[dict[str, Any]]) -> Reply:
                 return tool_reply([("call_r1", "Read", {"path": path})])
             return tool_reply([("call_s1", "Shell", {"command": f"cat {path}"})])
         return text_reply(f"Done. The file says: {_text_of(results[-1]['content'])[:200]}")
-    if (m := _HELPER.search(prompt)) and "[tool " not in prompt:
+    if (m := _HELPER.search(prompt)) and "[tool " not in prompt and "[tools " not in prompt:
         if not results:
             return tool_reply([("call_h1", "UpdateCurrentStep", {"current_step": m.group(1)})])
         return text_reply(f"Helper report: {m.group(1)} done, 3 files found.")
+    if m := _PARALLEL.search(prompt):
+        count, name, args = int(m.group(1)), m.group(2), json.loads(m.group(3))
+        if not results:
+            calls = [(f"call_q{i}", name, args) for i in range(1, count + 1)]
+            return tool_reply(calls)
+        order = " ".join(r["tool_call_id"] for r in results)
+        joined = " | ".join(_text_of(r["content"])[:40] for r in results)
+        return text_reply(f"All {len(results)} answered, in order {order}: {joined}")
     if m := _TOOLS.search(prompt):
         n1, a1, n2, a2 = m.groups()
         if not results:

@@ -76,6 +76,18 @@ def usd(amount: float) -> str:
     return f"-${text[1:]}" if text.startswith("-") else f"${text}"
 
 
+# What the thinking picker offers a reasoning model whose table names no `efforts`.
+DEFAULT_EFFORTS = ("low", "medium", "high")
+
+
+def picker_efforts(reasoning: bool, efforts: list[str] | None) -> tuple[str, ...]:
+    """A model's `efforts` (config order, repeats dropped), else the default for a reasoning
+    model; none for another."""
+    if efforts is not None:
+        return tuple(dict.fromkeys(efforts))
+    return DEFAULT_EFFORTS if reasoning else ()
+
+
 class Model(msgspec.Struct, frozen=True):
     """One model as clients see it, resolved against its provider."""
 
@@ -87,6 +99,9 @@ class Model(msgspec.Struct, frozen=True):
     prices: Prices | None
     aliases: tuple[str, ...] = ()  # other names clients may ask for (llm/model_names.py)
     vision: bool = False  # the model reads images (AvailableModels.supports_images)
+    # The reasoning efforts the IDE's thinking picker offers for it (AvailableModels
+    # parameter_definitions); a run may ask for one of them (requested_model parameters).
+    efforts: tuple[str, ...] = ()
     # The model ids tried in order when a call to this model fails before its first output
     # (after its retries); resolved from ids or aliases by the configuration loader. Flat: a
     # fallback's own fallbacks are not followed.

@@ -25,6 +25,19 @@ class ModelSettings(msgspec.Struct, frozen=True, omit_defaults=True):
     cache_key: str | None = None
 
 
+def with_effort(settings: ModelSettings, effort: str) -> ModelSettings:
+    """`settings` for one call at `effort` (a value of ReasoningEffort; "none" turns reasoning
+    off): each adapter maps it to its API (Chat `reasoning_effort`, Responses
+    `reasoning.effort`, Anthropic and Gemini thinking budgets). A configured
+    `reasoning_budget` gives way, since the budget would win over the effort."""
+    return msgspec.structs.replace(
+        settings,
+        reasoning=effort != "none",
+        reasoning_effort=effort,
+        reasoning_budget=None,
+    )
+
+
 class ProviderSettings(msgspec.Struct, frozen=True, omit_defaults=True):
     """Where and how to reach one provider. `api_key` never reaches logs, errors or storage."""
 

@@ -7,10 +7,11 @@ Public API (see docs/loop.md):
     inputs     Start, LLMEvent, ToolResult, UserMessage (alias UserMessageInput), Cancel,
                Supersede, ClientGone, Suspend (SuspendCause), Resume (ToolOperation), ToolLost
                (LostCause), Rewind, Input; ToolEffect (PlanCreated, ModeSwitched) on a
-               ToolResult; PlanBuild on a Start; CallRefused (Limit), the admission answer
-               with Admitted (Admission)
+               ToolResult; PlanBuild, Helper (ParentCall) and HelperReport on a Start;
+               CallRefused (Limit), the admission answer with Admitted (Admission)
     context    TurnContext, Environment, McpRoute, McpServerInfo, McpToolInfo, ContextWindow
-    commands   ContinueLLM, CallLLM, ResendLLM, Summarize, CallClient, WaitInput, Final, Failed
+    commands   ContinueLLM, CallLLM, ResendLLM, Summarize, CallClient, CallClients, FindHelper
+               (answered by a HelperFound input), WaitInput, Final, Failed
                (FailureKind), Canceled, Command
     transition Transition (appended, local_results: LocalResult, call_end: CallEnd with
                CallOutcome, ignored: Ignored), transition, admit, LoopError
@@ -19,6 +20,7 @@ Public API (see docs/loop.md):
 
 from .commands import (
     CallClient,
+    CallClients,
     CallLLM,
     Canceled,
     Command,
@@ -26,6 +28,7 @@ from .commands import (
     Failed,
     FailureKind,
     Final,
+    FindHelper,
     ResendLLM,
     Summarize,
     WaitInput,
@@ -49,11 +52,15 @@ from .inputs import (
     Cancel,
     ClientGone,
     Compact,
+    Helper,
+    HelperFound,
+    HelperReport,
     Input,
     LLMEvent,
     LostCause,
     ModeSwitched,
     Note,
+    ParentCall,
     PlanBuild,
     PlanCreated,
     Resume,
@@ -71,6 +78,7 @@ from .inputs import (
     UserMessage,
     UserMessageInput,
 )
+from .inputs import DEFAULT_MAX_DEPTH as DEFAULT_MAX_DEPTH
 from .limits import Limit
 from .prompt import build_prompt, build_tools, render_prompt, render_tools
 from .state import (
@@ -83,17 +91,20 @@ from .state import (
     CompactionMark,
     CompactionReason,
     ConversationState,
+    MeterBasis,
     PendingResponse,
     PlanMark,
     PlanRecord,
     RuntimeState,
     Status,
+    TurnStart,
     Waiting,
 )
 from .tools import NATIVE_TOOL_NAMES, NATIVE_TOOLS, ToolSpec, side_effects
 from .transition import (
     CallEnd,
     CallOutcome,
+    Checkpoint,
     Compacted,
     Ignored,
     LocalResult,
@@ -122,12 +133,14 @@ __all__ = [
     "AwaitLLM",
     "AwaitSummary",
     "CallClient",
+    "CallClients",
     "CallEnd",
     "CallLLM",
     "CallOutcome",
     "CallRefused",
     "Cancel",
     "Canceled",
+    "Checkpoint",
     "ClientGone",
     "Command",
     "Compact",
@@ -141,6 +154,10 @@ __all__ = [
     "Failed",
     "FailureKind",
     "Final",
+    "FindHelper",
+    "Helper",
+    "HelperFound",
+    "HelperReport",
     "Ignored",
     "Input",
     "LLMEvent",
@@ -151,8 +168,10 @@ __all__ = [
     "McpRoute",
     "McpServerInfo",
     "McpToolInfo",
+    "MeterBasis",
     "ModeSwitched",
     "Note",
+    "ParentCall",
     "PendingResponse",
     "PlanBuild",
     "PlanCreated",
@@ -178,6 +197,7 @@ __all__ = [
     "ToolSpec",
     "Transition",
     "TurnContext",
+    "TurnStart",
     "UserMessage",
     "UserMessageInput",
     "WaitInput",

@@ -276,3 +276,8 @@ def offered(mode: Mode, switches: Switches = DEFAULT_SWITCHES) -> tuple[str, ...
 
 def refused(mode: Mode) -> frozenset[str]:
     return REFUSED.get(mode, frozenset())
+
+
+def keeps_stdin(mode: str, switches: Switches = DEFAULT_SWITCHES) -> bool:
+    """Whether a Shell command's stdin stays open: only with WriteShellStdin offered."""
+    return "WriteShellStdin" in offered(mode_of(mode), switches)

@@ -13,8 +13,9 @@ import msgspec
 
 from cursor_byok.llm.types import AssistantMessage, RequestMessages, ToolCall
 
+from .categories import PromptChars
+from .inputs import ToolOperation
 from .limits import Limit
-from .meter import PromptChars
 
 
 class _Command(msgspec.Struct, frozen=True, tag_field="command", omit_defaults=True):
@@ -40,6 +41,9 @@ class CallLLM(_Command, frozen=True, tag="call_llm"):
     prompt: PromptChars = PromptChars()
     model: str = ""
     fallback_of: str = ""
+    # The reasoning effort the IDE's picker chose for this call ("": the model's own setting);
+    # only for the run's own model (loop/effort.py).
+    effort: str = ""
 
 
 class ResendLLM(_Command, frozen=True, tag="resend_llm"):
@@ -75,6 +79,29 @@ class CallClient(_Command, frozen=True, tag="call_client"):
     tool_call: ToolCall
     llm_call_id: str = ""
     content_index: int = 0
+    # What the runtime does around the call (loop/subagents.py decides): `spawns`, a child run
+    # is expected for it (Task); `to_parent`, its card is shown in the parent's Task card too.
+    spawns: bool = False
+    to_parent: bool = False
+
+
+class FindHelper(_Command, frozen=True, tag="find_helper"):
+    """A Task call sent before a restart waits on its answer, which was lost with the stream:
+    look for the end of the helper it started, in what the store holds, and answer with one
+    HelperFound (its report, or none by the deadline). The turn waits meanwhile.
+    `operations`: the store's records of the turn's operations, which HelperFound carries back
+    (the turn's other calls are resumed by them then)."""
+
+    operation_id: str
+    tool_call: ToolCall
+    operations: tuple[ToolOperation, ...] = ()
+
+
+class CallClients(_Command, frozen=True, tag="call_clients"):
+    """Run every one of `calls` on the client at once (the tool calls of one response, as
+    Cursor sends them): each answers with its own ToolResult, in any order."""
+
+    calls: tuple[CallClient, ...]
 
 
 class WaitInput(_Command, frozen=True, tag="wait_input"):
@@ -113,10 +140,12 @@ class Canceled(_Command, frozen=True, tag="canceled"):
 
 Command: TypeAlias = (
     ContinueLLM
+    | CallClients
     | CallLLM
     | ResendLLM
     | Summarize
     | CallClient
+    | FindHelper
     | WaitInput
     | Final
     | Failed

@@ -40,6 +40,15 @@ class Environment(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unknow
     terminals_folder: str | None = None
 
 
+class DebugSession(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unknown_fields=True):
+    """Cursor's debug mode (RequestContext.debug_mode_config): where the IDE collects the
+    runtime evidence the model's instrumentation sends, for one debugging session."""
+
+    log_path: str = ""  # an NDJSON file in the workspace the IDE reads back
+    server_endpoint: str = ""  # the IDE's local ingest URL (POST one JSON object per event)
+    session_id: str = ""
+
+
 class KeptPart(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unknown_fields=True):
     """A context blob the client sent for this turn (`request_context_parts`), kept with the
     conversation: a later turn whose client cannot serve that kind of blob again (an error or
@@ -67,6 +76,9 @@ class McpToolInfo(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unknow
     name: str  # the tool's own name on its server (CallMcpTool's toolName)
     description: str = ""
     parameters: dict[str, Any] = msgspec.field(default_factory=dict)  # JSON Schema
+    # The client's file defining it (McpToolDescriptor.definition_path), read for a tool the
+    # descriptor gives no description or schema (transport/runtime/mcp_definitions.py).
+    definition_path: str = ""
 
 
 class McpServerInfo(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unknown_fields=True):
@@ -152,6 +164,18 @@ class SubagentOverride(msgspec.Struct, frozen=True, omit_defaults=True, forbid_u
     disabled: bool = False
 
 
+class CustomAgent(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unknown_fields=True):
+    """A custom subagent the IDE sent (`.cursor/agents/<name>.md`, CustomSubagent): a Task
+    type of its own (loop/custom_agents.py). `model` is as the file names it ("" or inherit:
+    the parent's); `tools` the tool names it lists (none: every subagent tool)."""
+
+    name: str
+    description: str = ""
+    prompt: str = ""
+    model: str = ""
+    tools: tuple[str, ...] = ()
+
+
 class Subagents(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unknown_fields=True):
     """What Task and a child run need to know (docs/subagents.md).
 
@@ -160,7 +184,9 @@ class Subagents(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unknown_
       1 for its child, and so on. Task is not offered at server.subagent_max_depth.
     - `subagent_type`: set on a child run (AgentRunRequest.subagent_type_name).
     - `parent_conversation_id`, `root_conversation_id`: the conversation that started this
-      child, and the top-level one; empty for a top-level conversation."""
+      child, and the top-level one; empty for a top-level conversation.
+    - `custom`: the custom subagents the IDE sent with this run's context: Task types of their
+      own, and on a child run of one its prompt and tools (loop/custom_agents.py)."""
 
     models: tuple[SubagentModel, ...] = ()
     overrides: tuple[SubagentOverride, ...] = ()
@@ -168,12 +194,15 @@ class Subagents(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unknown_
     subagent_type: str = ""
     parent_conversation_id: str = ""
     root_conversation_id: str = ""
+    custom: tuple[CustomAgent, ...] = ()
 
 
 class TurnContext(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unknown_fields=True):
     """Per-run context.
 
     - `rules`: user and project rules, placed in the system prompt in the given order.
+    - `skills`: the client's skills, one line each (where its file is, what it is for), in
+      their own section of the system prompt after the rules.
     - `git`: a short repository summary (branch, status), placed in the system prompt.
     - `mcp_tools`: tools the client offers through MCP; listed after the native tools.
     - `mcp_routes`: for each MCP tool, where its calls go (server and tool name on the client).
@@ -193,10 +222,16 @@ class TurnContext(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unknow
     - `kept_parts`: the context blobs this context was read from (KeptPart); never rendered.
     - `window`: the model's token budget; None: no automatic compaction.
     - `subagents`: Task's model choices and, on a child run, where it sits (Subagents).
+    - `effort`, `efforts`: the reasoning effort the run's picker asked for, and those its
+      model offers; a call uses the effort only when offered (loop/effort.py).
+    - `debug`: the IDE's debug-mode session (log file, ingest endpoint), in the system prompt.
+    - `images`: whether the run's model reads images (its `vision`); False: an image the
+      user pastes reaches it as a note, and the user is told (loop/images.py).
     """
 
     rules: tuple[str, ...] = ()
     environment: Environment = Environment()
+    skills: tuple[str, ...] = ()
     git: str | None = None
     mcp_tools: tuple[ToolDefinition, ...] = ()
     mcp_routes: tuple[McpRoute, ...] = ()
@@ -210,6 +245,10 @@ class TurnContext(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unknow
     kept_parts: tuple[KeptPart, ...] = ()
     window: ContextWindow | None = None
     subagents: Subagents = Subagents()
+    images: bool | None = None
+    debug: DebugSession | None = None
+    effort: str = ""
+    efforts: tuple[str, ...] = ()
 
     @property
     def read_only(self) -> bool:

@@ -21,6 +21,37 @@ class _Input(msgspec.Struct, frozen=True, tag_field="input", omit_defaults=True)
     pass
 
 
+DEFAULT_MAX_DEPTH = 2  # server.subagent_max_depth's default
+
+
+class ParentCall(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unknown_fields=True):
+    """The parent's Task call a child run was matched to."""
+
+    parent_conversation_id: str
+    depth: int  # the parent's depth
+    root_conversation_id: str
+
+
+class Helper(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unknown_fields=True):
+    """What the runtime saw of a run request's place among subagents.
+
+    `child`: the request is a child run's (transport/cursor/children.py), of `subagent_type`;
+    `parent`: the Task call of this process it was matched to (None: not known here);
+    `max_depth`: server.subagent_max_depth, the depth at which Task is no longer offered."""
+
+    child: bool = False
+    subagent_type: str = ""
+    parent: ParentCall | None = None
+    max_depth: int = DEFAULT_MAX_DEPTH
+
+
+class HelperReport(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """A finished helper's final message, read from its own conversation."""
+
+    conversation_id: str
+    text: str
+
+
 class Start(_Input, frozen=True, tag="start"):
     """A run request: the user's message and the context for this turn.
 
@@ -36,6 +67,11 @@ class Start(_Input, frozen=True, tag="start"):
     # Set for a Build: the turn opens with the loop's own message carrying the plan, and
     # `user_message` is not used.
     build: PlanBuild | None = None
+    # Where the run sits among subagents, as the runtime saw it (loop/subagents.py places it;
+    # None: `context` is taken as placed already).
+    helper: Helper | None = None
+    # A background completion's finished helpers: their final messages join `user_message`.
+    reports: tuple[HelperReport, ...] = ()
 
 
 class Note(_Input, frozen=True, tag="note"):
@@ -60,6 +96,7 @@ class PlanCreated(msgspec.Struct, frozen=True, tag="plan_created", omit_defaults
     uri: str = ""
     name: str = ""
     overview: str = ""
+    todos: tuple[TodoItem, ...] = ()  # the plan's steps (a Build makes them the todo list)
 
 
 class ModeSwitched(msgspec.Struct, frozen=True, tag="mode_switched"):
@@ -143,16 +180,34 @@ class ToolOperation(msgspec.Struct, frozen=True, omit_defaults=True):
     result: llm.ToolResultMessage | None = None  # its answer, when one was recorded
 
 
+class HelperFound(_Input, frozen=True, tag="helper_found"):
+    """The runtime's answer to FindHelper: the Task call's result built from its helper's
+    final message, or None when no ended helper of it was found in time (the outcome stays
+    unknown, as for any side-effecting call whose answer was lost)."""
+
+    operation_id: str
+    result: llm.ToolResultMessage | None = None
+    operations: tuple[ToolOperation, ...] = ()  # FindHelper's, carried back
+
+
 class Resume(_Input, frozen=True, tag="resume"):
     """Continue from the committed state: a run reopened after a restart or a reconnect, the
     same run request seen again, or a state that changed under the run.
 
     `turn_id`: the turn the run was driving (None for a reopened run, which takes whatever
-    turn the conversation is in); `operation`: the store's record of the operation the turn
-    waits on, when it waits on the client."""
+    turn the conversation is in); `operations`: the store's record of each operation the turn
+    waits on, when it waits on the client (`operation`: the first of them)."""
 
     turn_id: str | None = None
     operation: ToolOperation | None = None
+    operations: tuple[ToolOperation, ...] = ()
+
+    def records(self) -> dict[str, ToolOperation]:
+        """The store's records by operation id."""
+        found = {op.operation_id: op for op in self.operations}
+        if self.operation is not None:
+            found.setdefault(self.operation.operation_id, self.operation)
+        return found
 
 
 class LostCause(enum.StrEnum):
@@ -208,10 +263,13 @@ Admission: TypeAlias = Admitted | CallRefused
 
 
 class Rewind(_Input, frozen=True, tag="rewind"):
-    """The client's checkpoint is behind ours: it went back to the end of an earlier turn,
-    whose active history was `view` (closed spans over the log)."""
+    """The client's checkpoint is behind ours: it went back to the end of an earlier turn.
+    `turns`: its checkpoint lists our first `turns` turns; the loop restores the end of the
+    last of them from its turn marks (`turn_starts`), in whatever compaction epoch it was.
+    `view` instead (turns 0): restore exactly that active history (closed spans over the log)."""
 
-    view: tuple[Span, ...]
+    turns: int = 0
+    view: tuple[Span, ...] = ()
 
 
 Input: TypeAlias = (
@@ -225,6 +283,7 @@ Input: TypeAlias = (
     | ClientGone
     | Suspend
     | Resume
+    | HelperFound
     | ToolLost
     | Rewind
     | SummaryDone

@@ -15,7 +15,6 @@ call's measured prompt size). docs/loop.md.
 
 from __future__ import annotations
 
-import enum
 from dataclasses import dataclass
 
 import msgspec
@@ -38,11 +37,14 @@ from cursor_byok.llm.types import (
 
 from . import derived
 from .apportion import largest_remainder
+from .categories import LABELS, Category, PromptChars
 from .context import DEFAULT_CONTEXT, TurnContext
 from .memo import ByIdentity
-from .prompt import render_prompt, render_tools, rules_section
-from .state import ConversationState
+from .prompt import mcp_section, render_prompt, render_tools, rules_section, skills_section
+from .state import ConversationState, MeterBasis
 from .tools import NATIVE_BY_NAME
+from .tools_agent import TASK
+from .tools_web import MCP_META_TOOLS
 
 __all__ = [
     "CHARS_PER_TOKEN",
@@ -52,6 +54,7 @@ __all__ = [
     "CategoryTokens",
     "Meter",
     "PromptChars",
+    "basis_of",
     "estimate_tokens",
     "last_measured",
     "measure",
@@ -68,56 +71,6 @@ __all__ = [
 CHARS_PER_TOKEN = 4
 # Tokens an image is counted as: providers bill a typical screenshot at roughly 800-1,600.
 IMAGE_TOKENS = 1_000
-
-
-class Category(enum.StrEnum):
-    """A category of the IDE's meter; the value is its id on the wire (the ids are [S] from a
-    peer's notes, their exact strings in Cursor's own traffic [U]: docs/dialect.md)."""
-
-    SYSTEM_PROMPT = "system_prompt"
-    TOOLS = "tools"
-    RULES = "rules"
-    SKILLS = "skills"
-    MCP = "mcp"
-    SUBAGENTS = "subagents"
-    SUMMARIZED_CONVERSATION = "summarized_conversation"
-    CONVERSATION = "conversation"
-
-
-LABELS: dict[Category, str] = {
-    Category.SYSTEM_PROMPT: "System prompt",
-    Category.TOOLS: "Tool definitions",
-    Category.RULES: "Rules",
-    Category.SKILLS: "Skills",
-    Category.MCP: "MCP tools",
-    Category.SUBAGENTS: "Subagents",
-    Category.SUMMARIZED_CONVERSATION: "Summarized conversation",
-    Category.CONVERSATION: "Conversation",
-}
-
-
-class PromptChars(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unknown_fields=True):
-    """The characters of one request, per category (field names are the category ids), and
-    the images in its conversation (counted as IMAGE_TOKENS each, not by their bytes).
-    Skills and subagents are always 0 today: no request of ours carries either."""
-
-    system_prompt: int = 0
-    tools: int = 0
-    rules: int = 0
-    skills: int = 0
-    mcp: int = 0
-    subagents: int = 0
-    summarized_conversation: int = 0
-    conversation: int = 0
-    images: int = 0
-
-    def of(self, category: Category) -> int:
-        value: int = getattr(self, category.value)
-        return value
-
-    @property
-    def total(self) -> int:
-        return sum(self.of(c) for c in Category)
 
 
 class CategoryTokens(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -146,19 +99,23 @@ def _tool_chars(tool: ToolDefinition) -> int:
     return len(tool.name) + len(tool.description) + len(schema)
 
 
-def _native_and_mcp_chars(tools: tuple[ToolDefinition, ...]) -> tuple[int, int]:
-    native = mcp = 0
+def _tools_categories(tools: tuple[ToolDefinition, ...]) -> tuple[int, int, int]:
+    """(native, MCP, subagents) characters: the MCP meta-tools count with the MCP tools they
+    reach, Task's definition (the subagent types) as the subagent definitions."""
+    native = mcp = subagents = 0
     for tool in tools:
-        if tool.name in NATIVE_BY_NAME:
+        if tool.name == TASK.name:
+            subagents += _tool_chars(tool)
+        elif tool.name in NATIVE_BY_NAME and tool.name not in MCP_META_TOOLS:
             native += _tool_chars(tool)
         else:
             mcp += _tool_chars(tool)
-    return native, mcp
+    return native, mcp, subagents
 
 
 # The tools of a request are `render_tools`' tuple, one object per run: measured once.
-_tools_chars: ByIdentity[tuple[ToolDefinition, ...], tuple[int, int]] = ByIdentity(
-    _native_and_mcp_chars
+_tools_chars: ByIdentity[tuple[ToolDefinition, ...], tuple[int, int, int]] = ByIdentity(
+    _tools_categories
 )
 
 
@@ -234,24 +191,35 @@ def _json_chars(value: object) -> int:
     return len(repr(value))
 
 
+def _section_chars(section: str, system_prompt: str) -> int:
+    return len(section) if section and section in system_prompt else 0
+
+
 def prompt_chars(
     request: RequestMessages, context: TurnContext, *, summary_messages: int = 0
 ) -> PromptChars:
-    """The characters of `request` per category. `context` tells the rules (a section of the
-    system prompt) and nothing else: a tool is MCP when it is no native tool. The first
-    `summary_messages` messages are the summarized conversation (what a compaction put first)."""
-    rules = rules_section(context)
-    rule_chars = len(rules) if rules and rules in request.system_prompt else 0
-    native, mcp = _tools_chars(request.tools)
+    """The characters of `request` per category. `context` tells the system prompt's rules,
+    skills and MCP-server sections: each is its own category. A tool is MCP when it is no
+    native tool or one of the MCP meta-tools; Task's definition (the subagent types) is the
+    subagents'. The first `summary_messages` messages are the summarized conversation (what a
+    compaction put first)."""
+    prompt = request.system_prompt
+    rules = _section_chars(rules_section(context), prompt)
+    skills = _section_chars(skills_section(context), prompt)
+    servers = _section_chars(mcp_section(context), prompt)
+    native, mcp, subagents = _tools_chars(request.tools)
+    mcp += servers
     counted = fold_history(
         request.messages, summary_messages, lambda: _CountFold(summary_messages), _counts
     )
     summary, rest = counted.summary, counted.rest
     return PromptChars(
-        system_prompt=len(request.system_prompt) - rule_chars,
+        system_prompt=len(prompt) - rules - skills - servers,
         tools=native,
-        rules=rule_chars,
+        rules=rules,
+        skills=skills,
         mcp=mcp,
+        subagents=subagents,
         summarized_conversation=summary.chars,
         conversation=rest.chars,
         images=summary.images + rest.images,
@@ -342,10 +310,21 @@ def upcoming_tokens(state: ConversationState, chars: PromptChars) -> int:
     return next_request_tokens(chars, last[0], last[1])
 
 
+def basis_of(state: ConversationState) -> MeterBasis | None:
+    """The meter basis of `state`'s active history measured from its messages (one pass):
+    for a view no model call of its own described yet (a rewind restored it)."""
+    last = last_measured(state)
+    return MeterBasis(chars=last[0], used=last[1]) if last is not None else None
+
+
 def meter_of_state(state: ConversationState, window: int) -> Meter:
-    """The meter a checkpoint shows for `state`: the prompt of the active history's last
-    measured call (its provider usage, with the turn's context); when no call reported usage
-    yet, the estimate of the request the next call would send."""
+    """The meter a checkpoint shows for `state`: the prompt of the active history's last model
+    call, scaled to the provider's usage of it (`meter_basis`, kept by the loop at each answer:
+    O(1)). A state without one (no call yet, or stored before it was kept) is measured from
+    its messages: the last measured call, else the estimate of the next request."""
+    basis = state.meter_basis
+    if basis is not None:
+        return measure(basis.chars, used=basis.used, window=window)
     last = last_measured(state)
     if last is None:
         return measure(_chars_of_state(state, state.messages), used=0, window=window)

@@ -15,6 +15,7 @@ from . import catalogue, compaction, derived, ids
 from . import window as window_rule
 from .commands import CallLLM, FailureKind, Summarize
 from .context import ContextWindow, TurnContext
+from .effort import call_effort
 from .meter import prompt_chars
 from .prompt import render_prompt, render_tools
 from .results import loop_failure
@@ -61,18 +62,20 @@ def call_llm(c: ConversationState, *, compacted: bool = False, measure: bool = T
     call = ids.call_id(c.turn_id, n)
     request = RequestMessages(system_prompt=system_prompt, messages=c.messages, tools=tools)
     digest = messages_hash(c.messages)
+    chars = prompt_chars(request, context, summary_messages=first_summarizable(c))
     c2 = commit(
         c,
         llm_calls=n,
         status=Status.WAITING_LLM,
-        waiting=AwaitLLM(call_id=call, messages_hash=digest, compacted=compacted),
+        waiting=AwaitLLM(call_id=call, messages_hash=digest, compacted=compacted, prompt=chars),
     )
     command = CallLLM(
         call_id=call,
         request=request,
         messages_hash=digest,
         catalogue_version=catalogue.CATALOGUE_VERSION,
-        prompt=prompt_chars(request, context),
+        prompt=chars,
+        effort=call_effort(context),
     )
     return settle(c2, (), command)
 
@@ -99,6 +102,7 @@ def fall_back(c: ConversationState, waiting: AwaitLLM, end: CallEnd) -> Transiti
         return None
     call = ids.fallback_call_id(ids.call_id(c.turn_id, c.llm_calls), k)
     request = request_of(c, context)
+    chars = prompt_chars(request, context, summary_messages=first_summarizable(c))
     c2 = commit(
         c,
         waiting=AwaitLLM(
@@ -106,6 +110,7 @@ def fall_back(c: ConversationState, waiting: AwaitLLM, end: CallEnd) -> Transiti
             messages_hash=waiting.messages_hash,
             fallback=k,
             compacted=waiting.compacted,  # still no second compaction in a row
+            prompt=chars,
         ),
     )
     command = CallLLM(
@@ -113,7 +118,7 @@ def fall_back(c: ConversationState, waiting: AwaitLLM, end: CallEnd) -> Transiti
         request=request,
         messages_hash=waiting.messages_hash,
         catalogue_version=catalogue.CATALOGUE_VERSION,
-        prompt=prompt_chars(request, context),
+        prompt=chars,
         model=context.fallbacks[k - 1],
         fallback_of=waiting.call_id,
     )

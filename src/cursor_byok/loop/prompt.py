@@ -13,9 +13,11 @@ from cursor_byok.llm.types import ToolDefinition
 
 from .catalogue import Mode, mode_of, offered
 from .context import DEFAULT_CONTEXT, Environment, McpServerInfo, TurnContext
+from .custom_agents import agent_of, allowed_tools
 from .inputs import Input, Start
 from .memo import ByIdentity
 from .state import ConversationState
+from .subagents import start_context
 from .tools import NATIVE_BY_NAME, TASK, task_parameters
 
 BASE_INSTRUCTIONS = """\
@@ -54,6 +56,51 @@ out. When the plan is ready, hand it to the user with CreatePlan: they review it
 work with its Build button."""
 
 
+DEBUG_NOTE = """\
+This conversation is in debug mode: find the cause of the problem from runtime evidence, not \
+by reading code alone.
+1. Name a few concrete hypotheses for the cause.
+2. Add temporary instrumentation that records the values telling them apart: each event one \
+JSON object with sessionId, hypothesisId, location (file and line), message, data and timestamp \
+(milliseconds).
+3. Ask the user to reproduce the problem, then read the evidence and say which hypotheses it \
+confirms or rules out.
+4. Fix the cause the evidence shows; keep the instrumentation until a reproduction confirms the \
+fix, then remove every piece of it."""
+
+DEBUG_SESSION_NOTE = """\
+Debug session {session}: the editor collects the events.{endpoint}{log}"""
+
+
+def _debug_section(context: TurnContext) -> str | None:
+    """Debug mode's method, and where this session's evidence goes (debug_mode_config)."""
+    if mode_of(context.mode) is not Mode.DEBUG:
+        return None
+    debug = context.debug
+    if debug is None:
+        return DEBUG_NOTE
+    endpoint = (
+        f" Send each event as an HTTP POST of the JSON object to {debug.server_endpoint}"
+        + (
+            ", or, where the code cannot reach it, append it as one line to the log file."
+            if debug.log_path
+            else "."
+        )
+        if debug.server_endpoint
+        else ""
+    )
+    log = (
+        f" The collected events are in {debug.log_path}, one JSON object per line: read it "
+        "after each reproduction, and delete it before asking for the next one."
+        if debug.log_path
+        else ""
+    )
+    session = DEBUG_SESSION_NOTE.format(
+        session=debug.session_id or "(no id)", endpoint=endpoint, log=log
+    )
+    return DEBUG_NOTE + "\n" + session
+
+
 SUBAGENT_NOTE = """\
 You are a helper agent: another agent gave you the task in the user message and reads only your \
 final message. Work on your own; nobody answers questions. When you are done, end with a \
@@ -76,6 +123,11 @@ def _subagent_section(context: TurnContext) -> str | None:
     note = SUBAGENT_TYPE_NOTES.get(context.subagents.subagent_type)
     if note:
         lines.append(note)
+    custom = agent_of(context)
+    if custom is not None and custom.prompt.strip():
+        lines.append(
+            f"You are the user's {custom.name} helper. Its instructions:\n{custom.prompt.strip()}"
+        )
     if "UpdateCurrentStep" in offered(Mode.SUBAGENT, context.switches):
         lines.append(SUBAGENT_PROGRESS_NOTE)
     return "\n".join(lines)
@@ -130,7 +182,7 @@ def _mcp_section(context: TurnContext) -> str | None:
 def turn_context(input: Input | None, state: ConversationState) -> TurnContext:
     """The context a request of this turn is built from: a Start's own, else the stored one."""
     if isinstance(input, Start):
-        return input.context
+        return start_context(input, state)
     return state.context if state.context is not None else DEFAULT_CONTEXT
 
 
@@ -158,6 +210,22 @@ def rules_section(context: TurnContext) -> str:
     return "Rules from the user and the project (follow them):\n\n" + "\n\n".join(rules)
 
 
+def skills_section(context: TurnContext) -> str:
+    """The system prompt's section of the skills the client offers (each a line naming its
+    file); "" when there are none. The context meter counts it as its own category."""
+    skills = [s.strip() for s in context.skills if s.strip()]
+    if not skills:
+        return ""
+    return "Skills available here (read a skill's file before you follow it):\n\n" + "\n\n".join(
+        skills
+    )
+
+
+def mcp_section(context: TurnContext) -> str:
+    """The system prompt's list of the MCP servers the meta-tools reach; "" without them."""
+    return _mcp_section(context) or ""
+
+
 def render_prompt(context: TurnContext) -> str:
     """The system prompt for `context`; the same context always gives the same text (rendered
     once per context object: memo.py)."""
@@ -175,6 +243,9 @@ def _render_prompt(context: TurnContext) -> str:
             sections.append(ASK_NOTE)
         if context.mode == "plan":
             sections.append(PLAN_NOTE)
+    debug = _debug_section(context)
+    if debug:
+        sections.append(debug)
     env_lines = _environment_lines(context.environment)
     if env_lines:
         sections.append("Environment:\n" + "\n".join(env_lines))
@@ -183,6 +254,9 @@ def _render_prompt(context: TurnContext) -> str:
     rules = rules_section(context)
     if rules:
         sections.append(rules)
+    skills = skills_section(context)
+    if skills:
+        sections.append(skills)
     mcp = _mcp_section(context)
     if mcp:
         sections.append(mcp)
@@ -194,8 +268,11 @@ def _render_prompt(context: TurnContext) -> str:
 def _definition(name: str, context: TurnContext) -> ToolDefinition:
     if name == TASK.name:  # its model choices are the client's list (the same every turn)
         models = tuple(m.name for m in context.subagents.models)
+        custom = tuple((a.name, a.description) for a in context.subagents.custom)
         return ToolDefinition(
-            name=TASK.name, description=TASK.description, parameters=task_parameters(models)
+            name=TASK.name,
+            description=TASK.description,
+            parameters=task_parameters(models, custom=custom),
         )
     return NATIVE_BY_NAME[name].definition
 
@@ -215,6 +292,9 @@ def _render_tools(context: TurnContext) -> tuple[ToolDefinition, ...]:
     name) is left out, so names stay unique.
     """
     names = offered(mode_of(context.mode), context.switches)
+    custom = agent_of(context) if mode_of(context.mode) is Mode.SUBAGENT else None
+    if custom is not None:  # a custom helper runs with its own tool list
+        names = allowed_tools(custom, names)
     out = [_definition(name, context) for name in names]
     if context.mcp_meta:
         return tuple(out)

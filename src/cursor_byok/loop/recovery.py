@@ -8,25 +8,38 @@ from typing import assert_never
 
 import msgspec
 
-from cursor_byok.llm.types import AssistantMessage
+from cursor_byok.llm.types import AssistantMessage, ToolCall
 
-from . import derived, view
-from .commands import WAIT_INPUT, Canceled, Command, Failed, FailureKind, Final, ResendLLM
-from .inputs import LostCause, Resume, Rewind, SuspendCause, ToolLost, ToolResult
+from . import derived, ids, meter, view
+from .commands import (
+    WAIT_INPUT,
+    Canceled,
+    Command,
+    Failed,
+    FailureKind,
+    Final,
+    FindHelper,
+    ResendLLM,
+)
+from .inputs import HelperFound, Resume, Rewind, SuspendCause, ToolOperation
 from .model_calls import model_of, summarize_command
-from .results import CALL_MOVED, CALL_SHUTDOWN, loop_failure
+from .results import CALL_MOVED, CALL_SHUTDOWN, loop_failure, unknown_outcome_result
 from .state import AwaitClient, AwaitLLM, AwaitSummary, RuntimeState, Status
 from .step import (
     CallEnd,
     CallOutcome,
     Ignored,
+    LocalResult,
     LoopError,
     Transition,
     commit,
+    content_index,
     ignore,
     settle,
 )
-from .tool_phase import call_client, on_tool_lost, on_tool_result
+from .tool_phase import advance, call_client
+from .tools import side_effects
+from .tools_agent import TASK
 from .turns import close_turn
 
 _replace = msgspec.structs.replace
@@ -109,40 +122,123 @@ def on_resume(state: RuntimeState, input: Resume) -> Transition:
             assert_never(c.status)
 
 
-def _resume_tool(state: RuntimeState, waiting: AwaitClient, input: Resume) -> Transition:
-    op = input.operation
-    if op is None or op.operation_id != waiting.operation_id:
-        # Never recorded as sent: send it now.
-        return Transition(state, (), call_client(state.committed, waiting))
-    if op.result is not None:  # answered, but the answer's commit was lost
-        return on_tool_result(state, ToolResult(message=op.result))
-    if op.sent:
-        lost = ToolLost(operation_id=op.operation_id, cause=LostCause.ANSWER_LOST)
-        return on_tool_lost(state, lost)
-    return Transition(state, (), call_client(state.committed, waiting))
+def _resume_tool(
+    state: RuntimeState, waiting: AwaitClient, input: Resume, *, find_helpers: bool = True
+) -> Transition:
+    """Each outstanding operation by what the store knows of it: never recorded as sent, it is
+    sent now; answered but the answer's commit was lost, the answer applies; sent and never
+    answered, it is lost (a call with side effects gets an "unknown outcome" result, never a
+    second run; one without is sent again). The others of the message go on."""
+    c = state.committed
+    records = input.records()
+    if find_helpers and (lost := _sent_task(waiting, records)) is not None:
+        # Its helper may have ended: the store may hold its report (HelperFound comes back).
+        op, call = lost
+        return Transition(state, (), FindHelper(op, call, tuple(records.values())))
+    held = list(waiting.early)
+    local: list[LocalResult] = []
+    resend: list[str] = []
+    for call in waiting.calls[waiting.next :]:
+        op = ids.operation_id(waiting.call_id, call.id)
+        if op not in waiting.unanswered():
+            continue
+        record = records.get(op)
+        if record is None or not record.sent:
+            resend.append(op)
+        elif record.result is not None:
+            held.append(_replace(record.result, tool_name=call.name))
+        elif side_effects(call.name):
+            result = unknown_outcome_result(call)
+            held.append(result)
+            local.append(
+                LocalResult(call, waiting.call_id, content_index(c.messages, call.id), result)
+            )
+        else:
+            resend.append(op)
+    if len(held) == len(waiting.early):  # nothing came back: send what is owed again
+        return Transition(state, (), call_client(c, waiting))
+    answered = {r.tool_call_id for r in held}
+    outstanding = tuple(o for o in waiting.unanswered() if o in resend)
+    still = _replace(waiting, early=tuple(held), outstanding=outstanding, operation_id="")
+    del answered
+    return advance(_replace(c, waiting=still), tuple(local), resend=outstanding)
+
+
+def _sent_task(
+    waiting: AwaitClient, records: dict[str, ToolOperation]
+) -> tuple[str, ToolCall] | None:
+    """The first outstanding Task call sent before a restart whose answer was lost."""
+    for call in waiting.calls[waiting.next :]:
+        op = ids.operation_id(waiting.call_id, call.id)
+        record = records.get(op)
+        unanswered = record is not None and record.sent and record.result is None
+        if call.name == TASK.name and op in waiting.unanswered() and unanswered:
+            return op, call
+    return None
+
+
+def on_helper_found(state: RuntimeState, input: HelperFound) -> Transition:
+    """The end of a Task call's helper, looked for after a restart: its report is the call's
+    answer; none found keeps the exactly-once rule (the outcome is unknown). The turn's other
+    operations go on as the Resume that asked found them."""
+    c = state.committed
+    waiting = c.waiting
+    if c.status != Status.WAITING_CLIENT or not isinstance(waiting, AwaitClient):
+        return ignore(state, Ignored.NOT_AWAITED)
+    if input.operation_id not in waiting.unanswered():
+        return ignore(state, Ignored.OTHER_OPERATION)
+    records = {op.operation_id: op for op in input.operations}
+    if input.result is not None:
+        found = records.get(input.operation_id, ToolOperation(input.operation_id, sent=True))
+        records[input.operation_id] = _replace(found, result=input.result)
+    resume = Resume(turn_id=c.turn_id, operations=tuple(records.values()))
+    return _resume_tool(state, waiting, resume, find_helpers=False)
 
 
 def on_rewind(state: RuntimeState, input: Rewind) -> Transition:
-    """The client went back to an earlier turn: that turn's view becomes the active history
-    again, followed by whatever is appended from now on. Nothing is deleted: the abandoned
-    messages stay in the log. A conversation busy with a turn is not rewound."""
+    """The client went back to the end of an earlier turn: that turn's view becomes the active
+    history again (in its own compaction epoch, its unsummarized turns included), followed by
+    whatever is appended from now on; the later turn marks go. Nothing is deleted: the
+    abandoned messages stay in the log. A conversation busy with a turn is not rewound."""
     c = state.committed
     if c.busy:
         return ignore(state, Ignored.BUSY)
-    problem = view.problem(input.view, len(c.log))
+    if input.turns:
+        if input.turns < 0:
+            raise LoopError(
+                f"cannot rewind conversation {c.conversation_id!r} to turn {input.turns}"
+            )
+        if input.turns >= len(c.turn_starts):
+            return ignore(state, Ignored.ALREADY_THERE)
+        target = c.turn_starts[input.turns].view  # where the next turn began
+        kept = c.turn_starts[: input.turns]
+    else:
+        target = input.view
+        ends = derived.turn_ends(c)  # the turns that ended on the restored branch stay
+        kept = tuple(
+            t for t, end in zip(c.turn_starts, ends, strict=True) if view.is_prefix(end, target)
+        )
+    problem = view.problem(target, len(c.log))
     if problem is not None:
         raise LoopError(f"cannot rewind conversation {c.conversation_id!r}: {problem}")
-    restored = view.reopened(input.view, len(c.log))
-    if view.closed(restored, len(c.log)) == view.closed(c.view, len(c.log)):
+    restored = view.reopened(target, len(c.log))
+    if view.closed(restored, len(c.log)) == view.closed(c.view, len(c.log)) and (
+        len(kept) == len(c.turn_starts)
+    ):
         return ignore(state, Ignored.ALREADY_THERE)
     messages = view.materialize(restored, c.log)
-    c2 = commit(
+    c2 = _replace(
         c,
         view=restored,
         messages=messages,
         fresh_from=derived.fresh_from(c, restored),  # a turn of another epoch, or none
         todos=derived.todos_in_view(c, restored),  # the list as it was at the kept turn
         plan=derived.plan_in_view(c, restored),  # and the plan
+        turn_starts=kept,
+    )
+    c2 = commit(
+        c2,
+        meter_basis=meter.basis_of(c2),  # the meter of the restored view: measured once here
         status=Status.READY,
         waiting=None,
         queued=(),

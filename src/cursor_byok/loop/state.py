@@ -22,7 +22,9 @@ import msgspec
 from cursor_byok.llm.types import Message, ToolCall, ToolResultMessage, UserMessage
 
 from . import ids
+from .categories import PromptChars
 from .context import TurnContext
+from .inputs import ToolEffect
 from .todos import TodoItem
 from .view import WHOLE_LOG, Span
 
@@ -65,6 +67,8 @@ class AwaitLLM(_Waiting, frozen=True, tag="llm"):
     messages_hash: str
     fallback: int = 0
     compacted: bool = False
+    # The call's request per meter category: at its answer it becomes the state's meter.
+    prompt: PromptChars | None = None
 
 
 class CompactionReason(enum.StrEnum):
@@ -96,12 +100,23 @@ class AwaitSummary(_Waiting, frozen=True, tag="summary"):
     summary_tokens: int = 0
 
 
-class AwaitClient(_Waiting, frozen=True, tag="client"):
-    """The tool calls of the last assistant message, answered one at a time in content order.
+class PendingEffect(_Value, frozen=True):
+    """What an answered call means beyond its text (a created plan, an approved mode switch),
+    held with its early result until the result joins the history in call order."""
 
-    `calls[:next]` have results in `messages`; `calls[next]` is the one sent to the client as
-    `operation_id`. `early` holds results that arrived for later calls before their turn; they
-    are appended when their position is reached. `call_id` is the LLM call that asked for them.
+    tool_call_id: str
+    effect: ToolEffect
+
+
+class AwaitClient(_Waiting, frozen=True, tag="client"):
+    """The tool calls of the last assistant message: every call the client answers is sent at
+    once, answered in any order, and the results join the history in call order.
+
+    `calls[:next]` have results in `messages`; `outstanding` are the operations sent to the
+    client and not answered yet (the loop's own answers need none); `early` holds results of
+    calls after `next` that came (or the loop made) before an earlier one's; they are appended
+    once every call before them is. `operation_id` is the first outstanding operation (a state
+    stored before `outstanding` existed has only it). `call_id` is the LLM call that asked.
     """
 
     call_id: str
@@ -111,6 +126,14 @@ class AwaitClient(_Waiting, frozen=True, tag="client"):
     early: tuple[ToolResultMessage, ...] = ()
     # A call of this message asked for the turn to end once all are answered (CreatePlan).
     ends_turn: bool = False
+    outstanding: tuple[str, ...] = ()
+    effects: tuple[PendingEffect, ...] = ()
+
+    def unanswered(self) -> tuple[str, ...]:
+        """The operations the client still owes an answer."""
+        if self.outstanding or not self.operation_id:
+            return self.outstanding
+        return (self.operation_id,)
 
 
 Waiting: TypeAlias = AwaitLLM | AwaitClient | AwaitSummary
@@ -124,6 +147,15 @@ class PlanRecord(_Value, frozen=True):
     uri: str = ""
     name: str = ""
     overview: str = ""
+    todos: tuple[TodoItem, ...] = ()  # its steps: the todo list once it is built
+
+
+class TodoReset(_Value, frozen=True):
+    """A Build made its plan's steps the todo list: from its opening message (log position
+    `at`) on, a view's list starts from `todos` (derived.todos_in_view)."""
+
+    at: int
+    todos: tuple[TodoItem, ...]
 
 
 class PlanMark(_Value, frozen=True):
@@ -149,6 +181,23 @@ class CompactionMark(_Value, frozen=True):
     # so a rewind into this epoch starts from these (derived.py).
     todos: tuple[TodoItem, ...] = ()
     plan: PlanRecord | None = None
+
+
+class TurnStart(_Value, frozen=True, array_like=True):
+    """A turn of the active branch: the closed view of the history it began from. The end of
+    turn k is where turn k+1 began (the current view for the last turn), so a rewind to the
+    end of any turn, in any compaction epoch, finds its view here."""
+
+    view: tuple[Span, ...]
+
+
+class MeterBasis(_Value, frozen=True):
+    """The prompt of the active history's last model call: its characters per category and
+    the provider's prompt tokens for it (0: none reported, the estimate stands). A checkpoint's
+    meter is this, scaled (meter.meter_of_state): no pass over the history."""
+
+    chars: PromptChars
+    used: int = 0
 
 
 class ConversationState(_Value, frozen=True):
@@ -178,11 +227,18 @@ class ConversationState(_Value, frozen=True):
     # every plan saved, by log position: a rewind takes the view's last (derived.plan_in_view).
     plan: PlanRecord | None = None
     plans: tuple[PlanMark, ...] = ()
+    todo_resets: tuple[TodoReset, ...] = ()  # each Build that set the list to its plan's steps
     # Every compaction, in log order (compaction.py), and the position in `messages` from which
     # the history was sent after the view's last compaction: the provider's usage of an answer
     # before it measured a request that no longer exists.
     compactions: tuple[CompactionMark, ...] = ()
     fresh_from: int = 0
+    # The turns of the active branch, oldest first, across compaction epochs (the client's
+    # checkpoint lists one blob per turn: derived.turn_ends). A rewind truncates them.
+    turn_starts: tuple[TurnStart, ...] = ()
+    # The context meter of the last model call of the active history; None: none yet (or a
+    # state stored before it was kept): meter_of_state then measures the history once.
+    meter_basis: MeterBasis | None = None
 
     @classmethod
     def new(cls, conversation_id: str) -> ConversationState:

@@ -18,9 +18,9 @@ from cursor_byok.llm.events import ResponseEvent
 from cursor_byok.llm.types import AssistantMessage, Message, ToolCall, ToolResultMessage
 
 from . import ids
-from .commands import WAIT_INPUT, Command, Failed, FailureKind
+from .commands import WAIT_INPUT, Canceled, Command, Failed, FailureKind, Final
 from .context import DEFAULT_CONTEXT, TurnContext
-from .state import CompactionReason, ConversationState, RuntimeState, Status
+from .state import AwaitClient, CompactionReason, ConversationState, RuntimeState, Status
 from .todos import TodoUpdate
 
 _replace = msgspec.structs.replace
@@ -98,6 +98,13 @@ class Ignored(enum.StrEnum):
     ALREADY_THERE = "already_there"  # a rewind to the view the conversation already has
 
 
+class Checkpoint(msgspec.Struct, frozen=True):
+    """A model call changed the history mid-turn: the client gets a checkpoint now (the IDE's
+    meter and turn list move during a long turn), listing the tool calls still unanswered."""
+
+    pending_tool_calls: tuple[str, ...] = ()
+
+
 class Transition(msgspec.Struct, frozen=True):
     state: RuntimeState
     emit: tuple[ResponseEvent, ...]
@@ -107,7 +114,24 @@ class Transition(msgspec.Struct, frozen=True):
     call_end: CallEnd | None = None
     compacted: Compacted | None = None
     ignored: Ignored | None = None  # set when the input did not apply, saying why
+    notices: tuple[str, ...] = ()  # for the user, as server notices (not model output)
     window_report: WindowReport | None = None
+    # A checkpoint to publish once this transition is committed (the end of a turn has its
+    # own, after turn_ended: the runtime sends it for Final).
+    checkpoint: Checkpoint | None = None
+
+
+def with_checkpoint(t: Transition) -> Transition:
+    """`t` (the answer of a model call is in) with a mid-turn checkpoint, unless the turn ends
+    with it: then its end publishes one."""
+    if isinstance(t.command, Final | Failed | Canceled):
+        return t
+    waiting = t.state.committed.waiting
+    pending: tuple[str, ...] = ()
+    if isinstance(waiting, AwaitClient):
+        held = {r.tool_call_id for r in waiting.early}
+        pending = tuple(k.id for k in waiting.calls[waiting.next :] if k.id not in held)
+    return _replace(t, checkpoint=Checkpoint(pending_tool_calls=pending))
 
 
 def ignore(state: RuntimeState, why: Ignored) -> Transition:

@@ -29,6 +29,7 @@ from . import compaction
 from . import window as window_rule
 from .commands import CONTINUE_LLM, Canceled, Final
 from .inputs import LLMEvent
+from .meter import prompt_tokens
 from .model_calls import call_llm, compact, fall_back, fallback_window
 from .prompt import render_prompt, render_tools
 from .results import validate_response
@@ -39,6 +40,7 @@ from .state import (
     BlockKind,
     CompactionReason,
     ConversationState,
+    MeterBasis,
     PendingResponse,
     RuntimeState,
     Status,
@@ -57,6 +59,7 @@ from .step import (
     ignore,
     prepend,
     settle,
+    with_checkpoint,
     with_messages,
 )
 from .tool_phase import advance
@@ -147,6 +150,9 @@ def _answered(
 ) -> Transition:
     emit: tuple[ResponseEvent, ...] = (event,)
     done = CallEnd(waiting.call_id, CallOutcome.COMMITTED)
+    if waiting.prompt is not None:  # the meter of this call: what the checkpoints show now
+        basis = MeterBasis(chars=waiting.prompt, used=prompt_tokens(message.usage))
+        c = _replace(c, meter_basis=basis)
     calls = message.tool_calls
     if calls:
         c2 = _replace(
@@ -154,10 +160,10 @@ def _answered(
             status=Status.WAITING_CLIENT,
             waiting=AwaitClient(call_id=waiting.call_id, calls=calls, next=0, operation_id=""),
         )
-        return prepend(emit, advance(c2), done)
+        return with_checkpoint(prepend(emit, advance(c2), done))
     if c.queued:  # steering: the user spoke while the model was answering
         c2 = _replace(flush_queue(with_messages(c, message)), waiting=None)
-        return prepend(emit, call_llm(c2), done)
+        return with_checkpoint(prepend(emit, call_llm(c2), done))
     c2 = commit(with_messages(c, message), status=Status.FINAL, waiting=None, queued_context=None)
     return settle(c2, emit, Final(message=message), call_end=done)
 

@@ -86,6 +86,7 @@ def on_summary_done(state: RuntimeState, input: SummaryDone) -> Transition:
         view=epoch,
         compactions=(*c.compactions, mark),
         fresh_from=len(messages),
+        meter_basis=None,  # it measured a request the compaction replaced
         waiting=None,
     )
     done = Compacted(

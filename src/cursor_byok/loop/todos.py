@@ -194,3 +194,21 @@ def replay(seed: tuple[TodoItem, ...], messages: tuple[Message, ...]) -> tuple[T
             if isinstance(done, tuple):
                 todos = done[0].todos
     return todos
+
+
+def plan_todos(raw: object) -> tuple[TodoItem, ...]:
+    """CreatePlan's `todos` (`[{id, content}]`) as pending items, bounded like TodoWrite's;
+    entries without an id or content are skipped, a repeated id keeps its first."""
+    if not isinstance(raw, list):
+        return ()
+    out: dict[str, TodoItem] = {}
+    for item in raw[:MAX_TODOS]:
+        if not isinstance(item, Mapping):
+            continue
+        tid, content = item.get("id"), item.get("content")
+        if not isinstance(tid, str) or not isinstance(content, str):
+            continue
+        tid, content = tid.strip()[:MAX_TODO_ID], content.strip()[:MAX_TODO_CONTENT]
+        if tid and content and tid not in out:
+            out[tid] = TodoItem(id=tid, content=content, status=TodoStatus.PENDING)
+    return tuple(out.values())

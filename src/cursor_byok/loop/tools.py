@@ -418,7 +418,6 @@ LOCAL_TOOL_NAMES: frozenset[str] = frozenset({TODO_WRITE.name})
 NATIVE_BY_NAME: dict[str, ToolSpec] = {t.name: t for t in NATIVE_TOOLS}
 
 NATIVE_TOOL_NAMES: tuple[str, ...] = tuple(t.name for t in NATIVE_TOOLS)
-READ_ONLY_TOOL_NAMES: frozenset[str] = frozenset(t.name for t in NATIVE_TOOLS if not t.side_effects)
 
 
 def side_effects(tool_name: str) -> bool:

@@ -74,10 +74,18 @@ INHERIT = "inherit"
 
 
 def task_parameters(
-    models: tuple[str, ...] = (), types: tuple[str, ...] = SUBAGENT_TYPES
+    models: tuple[str, ...] = (),
+    types: tuple[str, ...] = SUBAGENT_TYPES,
+    custom: tuple[tuple[str, str], ...] = (),
 ) -> dict[str, Any]:
     """Task's arguments; `models` are the names the client listed that this server serves
-    (AgentRunRequest.selected_subagent_models), in the client's order."""
+    (AgentRunRequest.selected_subagent_models), in the client's order; `custom` the user's
+    own helper types (name, description), after ours."""
+    described = "".join(
+        f" {name}: {' '.join(about.split())[:300] or 'a helper the user defined'}."
+        for name, about in custom
+    )
+    kinds = [*types, *(name for name, _ in custom)]
     return _object(
         {
             "description": _string(
@@ -90,10 +98,11 @@ def task_parameters(
             ),
             "subagent_type": {
                 "type": "string",
-                "enum": list(types),
+                "enum": kinds,
                 "description": (
                     "The kind of helper: generalPurpose for any multi-step work, explore to "
                     "search and read the code without changing it, shell for command-line work."
+                    + (" The user's own helpers:" + described if custom else "")
                 ),
             },
             "model": {

@@ -181,3 +181,8 @@ LIST_MCP_RESOURCES = ToolSpec(
     parameters=_object({"server": _string("Only this server's resources (its identifier).")}, []),
     side_effects=False,
 )
+
+# The meta-tools' names: the context meter counts them with the MCP tools they reach.
+MCP_META_TOOLS: frozenset[str] = frozenset(
+    t.name for t in (GET_MCP_TOOLS, CALL_MCP_TOOL, FETCH_MCP_RESOURCE, LIST_MCP_RESOURCES)
+)

@@ -28,6 +28,7 @@ from .inputs import (
     Cancel,
     ClientGone,
     Compact,
+    HelperFound,
     Input,
     LLMEvent,
     Note,
@@ -42,12 +43,20 @@ from .inputs import (
     ToolResult,
     UserMessage,
 )
-from .recovery import CONTINUED_ELSEWHERE, on_cancel, on_resume, on_rewind, on_suspend
+from .recovery import (
+    CONTINUED_ELSEWHERE,
+    on_cancel,
+    on_helper_found,
+    on_resume,
+    on_rewind,
+    on_suspend,
+)
 from .results import CALL_STREAM_CLOSED, CALL_SUPERSEDED, canceled_call, not_reopened
 from .state import RuntimeState
 from .step import (
     CallEnd,
     CallOutcome,
+    Checkpoint,
     Compacted,
     Ignored,
     LocalResult,
@@ -86,6 +95,8 @@ def transition(state: RuntimeState, input: Input) -> Transition:
             t = on_suspend(state, input.cause)
         case Resume():
             t = on_resume(state, input)
+        case HelperFound():
+            t = on_helper_found(state, input)
         case ToolLost():
             t = on_tool_lost(state, input)
         case Rewind():
@@ -142,6 +153,7 @@ __all__ = [
     "CONTINUED_ELSEWHERE",
     "CallEnd",
     "CallOutcome",
+    "Checkpoint",
     "Compacted",
     "Ignored",
     "LocalResult",

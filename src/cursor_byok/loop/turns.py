@@ -11,6 +11,7 @@ from cursor_byok.llm.types import UserMessage as LLMUserMessage
 from . import derived, ids
 from .commands import WAIT_INPUT, Final
 from .context import TurnContext
+from .images import withhold_images
 from .inputs import Note, Start, UserMessage
 from .model_calls import call_llm
 from .results import (
@@ -20,7 +21,15 @@ from .results import (
     error_result,
     loop_answer,
 )
-from .state import AwaitClient, AwaitLLM, AwaitSummary, ConversationState, RuntimeState, Status
+from .state import (
+    AwaitClient,
+    AwaitLLM,
+    AwaitSummary,
+    ConversationState,
+    RuntimeState,
+    Status,
+    TodoReset,
+)
 from .step import (
     CallEnd,
     CallOutcome,
@@ -34,6 +43,7 @@ from .step import (
     take_early,
     with_messages,
 )
+from .subagents import kept_place, start_context, with_reports
 
 _replace = msgspec.structs.replace
 
@@ -54,7 +64,7 @@ def without_supplements(context: TurnContext) -> TurnContext:
 def begin_turn(c: ConversationState, context: TurnContext, message: LLMUserMessage) -> Transition:
     turn = c.turn + 1
     c2 = _replace(
-        with_messages(c, message),
+        with_messages(derived.opened(c), message),
         turn=turn,
         turn_id=ids.turn_id(c.conversation_id, turn),
         context=without_supplements(context),
@@ -109,11 +119,21 @@ def on_start(state: RuntimeState, input: Start) -> Transition:
         c = _replace(c, todos=input.todos, todo_seed=input.todos, todo_from=len(c.log))
     elif c.commit == 0 and input.todos:
         c = _replace(c, todos=input.todos, todo_seed=input.todos)
-    message = input.user_message
+    message = with_reports(input.user_message, input.reports)
     if input.build is not None:
-        message = build_message(derived.plan_to_build(c, input.build))
-    t = begin_turn(c, input.context, opening_message(input.context, message))
-    return prepend((), t, call_end)
+        plan = derived.plan_to_build(c, input.build)
+        message = build_message(plan)
+        if plan.todos:  # the plan's steps are the todo list from the Build on
+            reset = TodoReset(at=len(c.log), todos=plan.todos)
+            c = _replace(c, todos=plan.todos, todo_resets=(*c.todo_resets, reset))
+    context = start_context(input, state.committed)
+    message, notices = withhold_images(context, message)
+    t = begin_turn(c, context, opening_message(context, message))
+    return _told(prepend((), t, call_end), notices)
+
+
+def _told(t: Transition, notices: tuple[str, ...]) -> Transition:
+    return _replace(t, notices=t.notices + notices) if notices else t
 
 
 def on_note(state: RuntimeState, input: Note) -> Transition:
@@ -126,7 +146,7 @@ def on_note(state: RuntimeState, input: Note) -> Transition:
     if c.busy:
         c, _, call_end = close_turn(c, CALL_SUPERSEDED)
     c2 = commit(
-        with_messages(c, input.message),
+        with_messages(derived.opened(c), input.message),  # a turn of the checkpoint too
         status=Status.FINAL,
         waiting=None,
         queued=(),
@@ -142,6 +162,8 @@ def _follow_up_context(c: ConversationState, input: UserMessage) -> TurnContext 
     base = input.context
     if base is None:
         base = c.queued_context if c.queued_context is not None else context_of(c)
+    elif c.context is not None:
+        base = kept_place(base, c.context)
     if input.mode is not None and input.mode != base.mode:
         base = _replace(base, mode=input.mode)
     return base
@@ -151,12 +173,13 @@ def on_user_message(state: RuntimeState, input: UserMessage) -> Transition:
     c = state.committed
     asked = _follow_up_context(c, input)
     context = asked if asked is not None else context_of(c)
-    message = opening_message(context, input.message)
+    said, notices = withhold_images(context, input.message)
+    message = opening_message(context, said)
     if c.busy:  # steering: joins the history before the turn's next model call
         c2 = commit(
             c,
             queued=(*c.queued, message),
             queued_context=(without_supplements(asked) if asked is not None else c.queued_context),
         )
-        return Transition(RuntimeState(c2, state.pending_response), (), WAIT_INPUT)
-    return begin_turn(c, context, message)
+        return Transition(RuntimeState(c2, state.pending_response), (), WAIT_INPUT, notices=notices)
+    return _told(begin_turn(c, context, message), notices)

@@ -21,7 +21,7 @@ from typing import Any
 import msgspec
 
 from ..config import Config
-from ..store.api import Store
+from ..store.api import ConversationOverview, LLMCallRecord, RunOutcomeRecord, Store
 from .dashboard_rows import call_row, conversation_row, model_ids_of, price_span_row, run_row
 from .dashboard_tokens import tokens_data
 from .logs import secrets_of
@@ -165,17 +165,25 @@ def _limit(limit: int) -> int:
     return max(1, min(int(limit), MAX_LIMIT))
 
 
-async def dashboard_data(store: Store, config: Config, *, limit: int = 100) -> dict[str, Any]:
+async def dashboard_data(
+    store: Store, config: Config, *, limit: int = 100, viewer: str | None = None
+) -> dict[str, Any]:
     """Recent runs (failed ones with their message), LLM calls and conversations, totals over
-    those runs and calls, and per-model series.
+    those runs and calls, and per-model series. `viewer`: a person (AccessTokenRecord.person)
+    who sees only their own: the conversations they own, the runs of those, the calls made
+    under their tokens and their token (from the server's latest MAX_LIMIT of each); None: the
+    operator, who sees everything.
 
     Never contains a secret: records hold none, and error texts and titles are scrubbed again
     here."""
     limit = _limit(limit)
     secrets = secrets_of(config)
-    calls = await store.list_recent_llm_calls(limit)
-    outcomes = await store.list_recent_run_outcomes(limit)
-    conversations = await store.list_conversation_overviews(limit)
+    if viewer is None:
+        calls = list(await store.list_recent_llm_calls(limit))
+        outcomes = list(await store.list_recent_run_outcomes(limit))
+        conversations = list(await store.list_conversation_overviews(limit))
+    else:
+        calls, outcomes, conversations = await _own(store, viewer, limit)
     rows = [call_row(c, secrets) for c in calls]
     rows.sort(key=lambda r: int(r["time_ms"]), reverse=True)
     runs = [run_row(o, secrets) for o in outcomes]
@@ -202,12 +210,29 @@ async def dashboard_data(store: Store, config: Config, *, limit: int = 100) -> d
         # When each model's prices changed: per provider and upstream model, each set of
         # prices its calls were made at (None: unpriced), first and last use, oldest first.
         "price_changes": spans,
-        "tokens": await tokens_data(store, now_ms),
+        "tokens": await tokens_data(store, now_ms, viewer),
     }
 
 
-async def dashboard_json(store: Store, config: Config, *, limit: int = 100) -> bytes:
-    return msgspec.json.encode(await dashboard_data(store, config, limit=limit))
+async def _own(
+    store: Store, viewer: str, limit: int
+) -> tuple[list[LLMCallRecord], list[RunOutcomeRecord], list[ConversationOverview]]:
+    """A person's own calls, runs and conversations, newest first, at most `limit` of each."""
+    tokens = await store.list_access_tokens(include_revoked=True)
+    mine = {t.token_id for t in tokens if t.person == viewer}
+    calls = [c for c in await store.list_recent_llm_calls(MAX_LIMIT) if c.token_id in mine]
+    overviews = await store.list_conversation_overviews(MAX_LIMIT)
+    owned = [o for o in overviews if o.owner_id == viewer]
+    ids = {o.conversation_id for o in owned}
+    runs = await store.list_recent_run_outcomes(MAX_LIMIT)
+    outcomes = [o for o in runs if o.conversation_id in ids]
+    return calls[:limit], outcomes[:limit], owned[:limit]
+
+
+async def dashboard_json(
+    store: Store, config: Config, *, limit: int = 100, viewer: str | None = None
+) -> bytes:
+    return msgspec.json.encode(await dashboard_data(store, config, limit=limit, viewer=viewer))
 
 
 # How deep the drill-down follows helpers of helpers (server.subagent_max_depth is at most 8).
@@ -242,13 +267,19 @@ async def helper_tree(store: Store, conversation_id: str, depth: int = 0) -> lis
 
 
 async def conversation_data(
-    store: Store, config: Config, conversation_id: str, *, limit: int = 200
+    store: Store,
+    config: Config,
+    conversation_id: str,
+    *,
+    limit: int = 200,
+    viewer: str | None = None,
 ) -> dict[str, Any] | None:
     """One conversation for the drill-down: its overview, its runs and its LLM calls (newest
-    first, at most `limit` of each). None when the store knows no such conversation."""
+    first, at most `limit` of each). None when the store knows no such conversation, or when
+    it is not `viewer`'s (a person sees only their own; None: the operator)."""
     limit = _limit(limit)
     overview = await store.conversation_overview(conversation_id)
-    if overview is None:
+    if overview is None or (viewer is not None and overview.owner_id != viewer):
         return None
     secrets = secrets_of(config)
     calls = await store.list_conversation_llm_calls(conversation_id, limit)
@@ -266,7 +297,12 @@ async def conversation_data(
 
 
 async def conversation_json(
-    store: Store, config: Config, conversation_id: str, *, limit: int = 200
+    store: Store,
+    config: Config,
+    conversation_id: str,
+    *,
+    limit: int = 200,
+    viewer: str | None = None,
 ) -> bytes | None:
-    data = await conversation_data(store, config, conversation_id, limit=limit)
+    data = await conversation_data(store, config, conversation_id, limit=limit, viewer=viewer)
     return None if data is None else msgspec.json.encode(data)

@@ -19,9 +19,12 @@ def month_bounds(now_ms: int) -> tuple[int, int, str]:
     return int(start.timestamp() * 1000), int(end.timestamp() * 1000), f"{now:%Y-%m}"
 
 
-async def tokens_data(store: Store, now_ms: int) -> dict[str, Any]:
+async def tokens_data(store: Store, now_ms: int, viewer: str | None = None) -> dict[str, Any]:
+    """`viewer`: a person's own view (their token alone); None: the operator's, every one."""
     start, end, month = month_bounds(now_ms)
     tokens = await store.list_access_tokens()
+    if viewer is not None:
+        tokens = tuple(t for t in tokens if t.person == viewer)
     usage = {u.token_id: u for u in await store.token_usage(start, end)}
     rows = []
     for token in tokens:

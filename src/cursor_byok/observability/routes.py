@@ -163,8 +163,17 @@ class Observability:
         API need the auth."""
         return path in DASHBOARD_PATHS or path == ROOT_PATH
 
-    async def get(self, path: str, query: str = "") -> HttpResponse | None:
-        """The response for one of GET_ROUTES, or None for any other path."""
+    @staticmethod
+    def is_personal(path: str) -> bool:
+        """The dashboard's data, which a person's token may read too: their own part of it
+        (`get(..., viewer=person)`); /metrics stays the operator's."""
+        return path in (SUMMARY_PATH, CONVERSATION_PATH)
+
+    async def get(
+        self, path: str, query: str = "", viewer: str | None = None
+    ) -> HttpResponse | None:
+        """The response for one of GET_ROUTES, or None for any other path. `viewer`: the
+        person whose own data the dashboard shows (None: the operator, everything)."""
         if path == ROOT_PATH:
             return HttpResponse(200, "text/plain; charset=utf-8", ROOT_TEXT)
         if path == METRICS_PATH:
@@ -185,13 +194,13 @@ class Observability:
                     limit = int(values[0])
                 except ValueError:
                     return HttpResponse(400, JSON_CONTENT_TYPE, b'{"error":"limit: not a number"}')
-            body = await dashboard_json(self.store, self.config, limit=limit)
+            body = await dashboard_json(self.store, self.config, limit=limit, viewer=viewer)
             return HttpResponse(200, JSON_CONTENT_TYPE, body)
         if path == CONVERSATION_PATH:
-            return await self._conversation(query)
+            return await self._conversation(query, viewer)
         return None
 
-    async def _conversation(self, query: str) -> HttpResponse:
+    async def _conversation(self, query: str, viewer: str | None) -> HttpResponse:
         values = parse_qs(query)
         ids = values.get("id")
         if not ids or not ids[0]:
@@ -202,7 +211,7 @@ class Observability:
                 limit = int(values["limit"][0])
             except ValueError:
                 return HttpResponse(400, JSON_CONTENT_TYPE, b'{"error":"limit: not a number"}')
-        body = await conversation_json(self.store, self.config, ids[0], limit=limit)
+        body = await conversation_json(self.store, self.config, ids[0], limit=limit, viewer=viewer)
         if body is None:
             return HttpResponse(404, JSON_CONTENT_TYPE, b'{"error":"no such conversation"}')
         return HttpResponse(200, JSON_CONTENT_TYPE, body)

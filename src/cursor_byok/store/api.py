@@ -12,12 +12,18 @@ other state change; the store only appends.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Literal, Protocol
 
 import msgspec
 
+from .access_records import AccessTokenRecord as AccessTokenRecord
+from .access_records import SessionTokenRecord as SessionTokenRecord
+from .access_records import SignInRecord as SignInRecord
+from .access_records import TokenUsage as TokenUsage
 from .price_spans import PriceSpan
+from .replica_api import ConversationClaims as ConversationClaims
+from .replica_api import Replicas as Replicas
 
 CommitStatus = Literal["committed", "conflict", "duplicate", "refused"]
 CallStatus = Literal["planned", "streaming", "committed", "failed", "canceled"]
@@ -257,6 +263,7 @@ class ConversationOverview(msgspec.Struct, frozen=True, kw_only=True):
     created_at_ms: int | None = None
     version: int = 0
     message_count: int = 0
+    owner_id: str | None = None  # ConversationRecord.owner_id (None too when it never began)
     title: str = ""  # the title of its first run outcome that has one
     model: str = ""  # the model of its latest run outcome
     provider: str = ""  # the provider of its latest run outcome, else of its latest call
@@ -290,66 +297,6 @@ class TurnMark(msgspec.Struct, frozen=True, kw_only=True):
     blob_id: bytes
     message_count: int
     view: bytes = b""
-
-
-class AccessTokenRecord(msgspec.Struct, frozen=True, kw_only=True):
-    """A token per person: its name, the SHA-256 of its secret (the secret is never stored)
-    and its limits. `models` empty: every model. Revoked tokens keep their row, so their
-    calls keep their attribution; one token per name is active at a time. `person_id`: the
-    id of the first token of its chain of rotations (its own id, or "" for it, when never
-    rotated): a person's spend and usage sum the calls of every token of the chain."""
-
-    token_id: str
-    name: str
-    secret_hash: str
-    created_at_ms: int
-    models: tuple[str, ...] = ()
-    budget_usd: float | None = None
-    rpm: int | None = None
-    revoked_at_ms: int | None = None
-    person_id: str = ""
-
-    @property
-    def person(self) -> str:
-        return self.person_id or self.token_id
-
-
-class SignInRecord(msgspec.Struct, frozen=True, kw_only=True):
-    """A person signed in on the sign-in page for a client's login id (its `uuid`) with the
-    token `token_id`. `challenge` is the client's public PKCE challenge; the client's poll,
-    which proves the verifier behind it, claims the sign-in once (`claimed_at_ms`)."""
-
-    login_id: str
-    challenge: str
-    token_id: str
-    signed_in_at_ms: int
-    claimed_at_ms: int | None = None
-
-
-class SessionTokenRecord(msgspec.Struct, frozen=True, kw_only=True):
-    """An access or refresh token handed to a client that signed in with person token
-    `token_id`: only its SHA-256 (hex) is stored. `expires_at_ms` None: it lives as long as
-    its person token (refresh tokens)."""
-
-    token_hash: str
-    kind: Literal["access", "refresh"]
-    token_id: str
-    created_at_ms: int
-    expires_at_ms: int | None = None
-
-
-class TokenUsage(msgspec.Struct, frozen=True, kw_only=True):
-    """The sums over the model calls made under one person's tokens in a time window.
-    `token_id` is that person's id (AccessTokenRecord.person: its first token's id)."""
-
-    token_id: str
-    llm_calls: int = 0
-    input_tokens: int = 0
-    output_tokens: int = 0
-    cache_read_tokens: int = 0
-    cache_write_tokens: int = 0
-    cost_usd: float = 0.0
-    unpriced_calls: int = 0  # finished calls stored without a cost
 
 
 class ProcessLease(msgspec.Struct, frozen=True, kw_only=True):
@@ -392,6 +339,12 @@ class Store(Protocol):
     `commit_input`; save a CallLLM's exact request before opening the upstream stream; save a
     CallClient's waiting state and operation id before sending the exec to the client.
     """
+
+    @property
+    def replicas(self) -> Replicas | None:
+        """What replicas of this database share besides its rows (PostgreSQL); None where
+        processes share a file and the version compare-and-set alone decides (SQLite)."""
+        ...
 
     async def load(self, conversation_id: str) -> ConversationRecord | None: ...
 
@@ -628,29 +581,3 @@ class Store(Protocol):
         ...
 
     async def close(self) -> None: ...
-
-
-class ConversationClaims(Protocol):
-    """Relays "a run took this conversation" between server processes that share a database
-    server (PostgreSQL: NOTIFY on one connection, LISTEN on another). It only carries the
-    message; what a holder does on hearing it is the runtime's to decide. SQLite has none:
-    there the version compare-and-set alone decides between processes."""
-
-    async def announce_claim(self, conversation_id: str, claimant: str) -> None:
-        """Tell every listening process (this one included) that `claimant` took it."""
-        ...
-
-    async def watch_claims(self, on_claim: Callable[[str, str], None]) -> None:
-        """Start calling `on_claim(conversation_id, claimant)` on the caller's event loop for
-        each claim announced from now on, until the store is closed."""
-        ...
-
-    async def hold_conversation(self, conversation_id: str) -> bool:
-        """Try once to take this process's hold on the conversation (PostgreSQL: a
-        session-level advisory lock on a connection of its own, so a process that dies lets
-        go with its connection). False: another process holds it."""
-        ...
-
-    async def release_conversation(self, conversation_id: str) -> None:
-        """Let go of the hold taken by `hold_conversation` (nothing when not held)."""
-        ...

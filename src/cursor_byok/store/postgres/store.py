@@ -34,6 +34,7 @@ from ..api import (
     InputCommit,
     LLMCallRecord,
     ProcessLease,
+    Replicas,
     Reservation,
     ReservationTotals,
     RunOutcomeRecord,
@@ -278,6 +279,11 @@ class PostgresStore(ReplicaSignals):
             f"setting {name!r}",
             write=True,
         )
+
+    @property
+    def replicas(self) -> Replicas:
+        """Replicas on one PostgreSQL share claims, holds and appends (signals.py)."""
+        return self
 
     async def load(self, conversation_id: str) -> ConversationRecord | None:
         path = self.path

@@ -108,7 +108,8 @@ def overview(conn: Conn, conversation_id: str) -> ConversationOverview | None:
 
 def _overview(conn: Conn, cid: str, last: int) -> ConversationOverview:
     head = conn.execute(
-        "SELECT version, message_count, created_at_ms FROM conversations WHERE conversation_id = ?",
+        "SELECT version, message_count, created_at_ms, owner_id FROM conversations "
+        "WHERE conversation_id = ?",
         (cid,),
     ).fetchone()
     (calls, turns, failed_calls, inp, out, read, write, reasoning, cost, unpriced) = conn.execute(
@@ -139,6 +140,7 @@ def _overview(conn: Conn, cid: str, last: int) -> ConversationOverview:
         created_at_ms=None if head is None else head[2],
         version=0 if head is None else head[0],
         message_count=0 if head is None else head[1],
+        owner_id=None if head is None else head[3],
         title="" if title is None else title[0],
         model="" if latest_run is None else latest_run[0],
         provider=(latest_run[1] if latest_run is not None and latest_run[1] else "")

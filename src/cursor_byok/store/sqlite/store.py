@@ -144,6 +144,11 @@ class SQLiteStore:
 
     # ------------------------------------------------------------------ reads
 
+    @property
+    def replicas(self) -> None:
+        """None: processes on one SQLite file share it; its version check decides."""
+        return None
+
     async def load(self, conversation_id: str) -> ConversationRecord | None:
         path = self.path
         return await self._read(

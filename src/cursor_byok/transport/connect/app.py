@@ -48,7 +48,8 @@ from .http import (
 from .relay import AppendRelay, RelayedAppends
 from .rsgi import WRITE_NOWAIT
 from .service import Codec, Service
-from .sessions import PRINCIPAL_HEADER, RunHandler, SessionRegistry, TransportLimits
+from .session_registry import SessionRegistry
+from .sessions import PRINCIPAL_HEADER, RunHandler, TransportLimits
 from .streams import CANCELED, UNSUPPORTED_MEDIA, Streams
 
 log = logging.getLogger(__name__)
@@ -88,7 +89,13 @@ class ExtraRoutes(Protocol):
 
     def is_public(self, path: str) -> bool: ...
 
-    async def get(self, path: str, query: str = "") -> HttpReply | None: ...
+    def is_personal(self, path: str) -> bool:
+        """A page a person's token may read too: its own part of it (`viewer`)."""
+        ...
+
+    async def get(self, path: str, query: str = "", viewer: str | None = None) -> HttpReply | None:
+        """The page; `viewer` the person whose own part it shows (None: the operator's)."""
+        ...
 
     def observe_rpc(self, path: str, outcome: str) -> None:
         """Once per RPC request (unary, Run, RunSSE, BidiAppend): "ok", the Connect code it
@@ -134,7 +141,8 @@ class Authenticator(Protocol):
 
     def person(self, principal: str) -> str:
         """The person a principal belongs to (the same across a token's rotations): runs of
-        one person may join each other's streams, no one else's (sessions.SessionRegistry)."""
+        one person may join each other's streams, no one else's
+        (session_registry.SessionRegistry)."""
         ...
 
     def lingering(self, credentials: str) -> str | None:
@@ -271,11 +279,15 @@ class ConnectApp:
 
     async def _extra(self, path: str, scope: Scope, send: Send, headers: dict[str, str]) -> None:
         assert self.routes is not None
-        if not (self.routes.is_public(path) or self.operator(headers)):
+        viewer = None
+        principal = headers.get(PRINCIPAL_HEADER, "")
+        if self.routes.is_personal(path) and principal and self.authorized(headers):
+            viewer = self._person_of(principal)  # a person's token: their own part of it
+        elif not (self.routes.is_public(path) or self.operator(headers)):
             await plain(send, 401, auth_error_text(headers).encode() + b"\n")
             return
         query = scope.get("query_string", b"").decode("latin-1")
-        reply = await self.routes.get(path, query)
+        reply = await self.routes.get(path, query, viewer)
         if reply is None:
             await plain(send, 404, b"not found\n")
             return

@@ -61,19 +61,6 @@ CODE_TO_GRPC: dict[str, int] = {
     "unauthenticated": 16,
 }
 
-# HTTP status -> Connect code, for a client that gets a non-Connect error response
-# (same spec section, "HTTP to Error Code").
-HTTP_TO_CODE: dict[int, str] = {
-    400: "internal",
-    401: "unauthenticated",
-    403: "permission_denied",
-    404: "unimplemented",
-    429: "unavailable",
-    502: "unavailable",
-    503: "unavailable",
-    504: "unavailable",
-}
-
 
 def http_status_for(code: str) -> int:
     return CODE_TO_HTTP.get(code, 500)

@@ -21,7 +21,8 @@ from typing import Any, Protocol
 from ...store.appends import AppendLimits, AppendOutcome
 from .envelopes import ConnectError
 from .ledger import size_text
-from .sessions import Session, SessionRegistry, TransportLimits
+from .session_registry import SessionRegistry
+from .sessions import Session, TransportLimits
 
 log = logging.getLogger(__name__)
 

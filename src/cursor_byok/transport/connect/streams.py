@@ -45,7 +45,8 @@ from .http import (
 )
 from .relay import RelayedAppends
 from .service import Service
-from .sessions import Session, SessionRegistry, TransportLimits
+from .session_registry import SessionRegistry
+from .sessions import Session, TransportLimits
 
 MAX_RUNSSE_BODY = 64 * 1024
 CANCELED = "canceled"

@@ -23,7 +23,7 @@ What the runtime uses:
 The runtime imports only this face, never `tools.*` (an import contract checks it).
 """
 
-from .checkpoint import rewound_to, turn_blob
+from .checkpoint import read_turn_blob, rewound_to, turn_blob
 from .children import ChildRun, recognise_child
 from .context import ClientContext, ContextPart, PartKind, merge_context
 from .context_parts import decode_request_context_part
@@ -72,6 +72,7 @@ from .values import (
     ClientHeartbeat,
     ContextReceived,
     ContextRef,
+    DefinitionRead,
     FollowUp,
     HistoryRefs,
     Inbound,
@@ -85,6 +86,7 @@ from .values import (
     Stray,
     ToolFinished,
     ToolProgress,
+    UnknownAction,
     UnknownEvent,
 )
 
@@ -104,6 +106,7 @@ __all__ = [
     "ContextReceived",
     "ContextRef",
     "CursorService",
+    "DefinitionRead",
     "DialectError",
     "Ending",
     "FollowUp",
@@ -126,6 +129,7 @@ __all__ = [
     "ToolFinished",
     "ToolProgress",
     "ToolStarted",
+    "UnknownAction",
     "UnknownEvent",
     "agent_title",
     "bad_request_end",
@@ -141,6 +145,7 @@ __all__ = [
     "over_budget_end",
     "provider_error_end",
     "rate_limited_end",
+    "read_turn_blob",
     "recognise_child",
     "report_text",
     "rewound_to",

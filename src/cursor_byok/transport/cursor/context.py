@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import enum
 import json
-from collections.abc import Sequence
+import re
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,7 +27,7 @@ from google.protobuf import json_format  # type: ignore[import-untyped,unused-ig
 
 from ...llm.canonical import sorted_value
 from ...loop.catalogue import Switches
-from ...loop.context import Environment, TurnContext
+from ...loop.context import CustomAgent, DebugSession, Environment, Subagents, TurnContext
 from .mcp import (
     McpDefinition,
     McpIndex,
@@ -62,17 +63,20 @@ _EMPTY_SCHEMA: dict[str, Any] = {"type": "object", "properties": {}}
 class ClientContext:
     """One `RequestContext`, decoded: what a turn's context can take from it."""
 
-    rules: tuple[str, ...] = ()  # rules, non-file rules, skills and MCP instructions, as text
+    rules: tuple[str, ...] = ()  # rules, non-file rules and MCP instructions, as text
+    skills: tuple[str, ...] = ()  # one line per skill (its file, what it is for)
     tools: tuple[McpDefinition, ...] = ()
     environment: Environment | None = None
     git: str | None = None
     supplements: tuple[str, ...] = ()  # file contents the model should read with the message
-    custom_subagents: int = 0  # how many custom subagents it named (none are offered here)
+    custom_subagents: int = 0  # how many custom subagents it named
+    custom_agents: tuple[CustomAgent, ...] = ()  # those, as Task types (loop/custom_agents.py)
     # Tool gates (loop/catalogue.py Gate); None: the client did not say.
     web_search_enabled: bool | None = None  # RequestContext.web_search_enabled (17)
     web_fetch_enabled: bool | None = None  # RequestContext.web_fetch_enabled (24)
     read_lints_enabled: bool | None = None  # RequestContext.read_lints_enabled (35)
     mcp_meta: McpMeta | None = None  # RequestContext.mcp_meta_tool_options (34)
+    debug: DebugSession | None = None  # RequestContext.debug_mode_config (15)
 
 
 class PartKind(enum.StrEnum):
@@ -97,10 +101,12 @@ class ContextPart:
     """What one `request_context_parts` blob contributes (context_parts.py)."""
 
     kind: PartKind
-    rules: tuple[str, ...] = ()  # rules, skills and MCP instructions, as text
+    rules: tuple[str, ...] = ()  # rules and MCP instructions, as text
+    skills: tuple[str, ...] = ()  # one line per skill
     mcp_tools: tuple[McpDefinition, ...] = ()
     mcp_meta: McpMeta | None = None  # RequestContextMcpsPart.mcp_meta_tool_options (4)
-    custom_subagents: int = 0  # how many the subagents part named (none are offered here)
+    custom_subagents: int = 0  # how many the subagents part named
+    custom_agents: tuple[CustomAgent, ...] = ()
     warnings: tuple[str, ...] = ()
     layout: PartLayout = PartLayout.EMPTY
     # The blob this part was read from, kept with the turn's context (KeptPart) so a later
@@ -216,10 +222,6 @@ def rules_of(rc: agent_pb2.RequestContext) -> list[str]:
     cloud = cloud_rule_text(rc.cloud_rule) if rc.HasField("cloud_rule") else None
     if cloud:
         out.append(cloud)
-    for s in rc.agent_skills:
-        text = skill_text(s)
-        if text:
-            out.append(text)
     for m in rc.mcp_instructions:
         text = instructions_text(m)
         if text:
@@ -270,9 +272,16 @@ def git_summary(
     return _clip("\n\n".join(parts), limit)
 
 
+def skills_of(rc: agent_pb2.RequestContext) -> list[str]:
+    """The skills a RequestContext offers, one line each, in its order (their own section of
+    the system prompt, and their own category of the meter)."""
+    return [text for text in (skill_text(s) for s in rc.agent_skills) if text]
+
+
 def decode_request_context(rc: agent_pb2.RequestContext) -> ClientContext:
     return ClientContext(
         rules=tuple(rules_of(rc)),
+        skills=tuple(skills_of(rc)),
         tools=tuple(mcp_definition(d) for d in rc.tools),
         environment=environment_of(rc.env) if rc.HasField("env") else None,
         git=git_summary(rc.git_repos),
@@ -281,13 +290,67 @@ def decode_request_context(rc: agent_pb2.RequestContext) -> ClientContext:
             for path in sorted(rc.file_contents)
         ),
         custom_subagents=len(rc.custom_subagents),
+        custom_agents=custom_agents_of(rc.custom_subagents),
         web_search_enabled=rc.web_search_enabled if rc.HasField("web_search_enabled") else None,
         web_fetch_enabled=rc.web_fetch_enabled if rc.HasField("web_fetch_enabled") else None,
         read_lints_enabled=rc.read_lints_enabled if rc.HasField("read_lints_enabled") else None,
         mcp_meta=mcp_meta_of(rc.mcp_meta_tool_options)
         if rc.HasField("mcp_meta_tool_options")
         else None,
+        debug=debug_session(rc.debug_mode_config) if rc.HasField("debug_mode_config") else None,
     )
+
+
+# Bounds on the custom subagents a context may name, and on what each carries.
+MAX_CUSTOM_AGENTS = 50
+MAX_AGENT_NAME = 64
+MAX_AGENT_DESCRIPTION = 1000
+MAX_AGENT_PROMPT = 20_000
+MAX_AGENT_TOOLS = 64
+# Our own Task types: a custom agent of the same name is left out.
+BUILT_IN_TYPES = frozenset({"generalpurpose", "explore", "shell", "inherit"})
+_AGENT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+
+
+def custom_agents_of(defined: Iterable[agent_pb2.CustomSubagent]) -> tuple[CustomAgent, ...]:
+    """The custom subagents a context names, bounded; a name that is not a plain identifier,
+    repeats an earlier one or is one of our own types is left out."""
+    out: dict[str, CustomAgent] = {}
+    for cs in defined:
+        name = cs.name.strip()
+        if len(out) >= MAX_CUSTOM_AGENTS:
+            break
+        if (
+            not name
+            or len(name) > MAX_AGENT_NAME
+            or not _AGENT_NAME.fullmatch(name)
+            or name.casefold() in BUILT_IN_TYPES
+            or name in out
+        ):
+            continue
+        out[name] = CustomAgent(
+            name=name,
+            description=cs.description.strip()[:MAX_AGENT_DESCRIPTION],
+            prompt=cs.prompt[:MAX_AGENT_PROMPT],
+            model=cs.model.strip()[: MAX_AGENT_NAME * 2],
+            tools=tuple(t.strip() for t in cs.tools[:MAX_AGENT_TOOLS] if t.strip()),
+        )
+    return tuple(out.values())
+
+
+# Bound on each debug-mode field the prompt quotes (a path, a URL, an id).
+MAX_DEBUG_FIELD = 1000
+
+
+def debug_session(config: agent_pb2.DebugModeConfig) -> DebugSession | None:
+    """The debug-mode session the IDE opened; None when it names neither a log nor an
+    endpoint."""
+    session = DebugSession(
+        log_path=config.log_path[:MAX_DEBUG_FIELD],
+        server_endpoint=config.server_endpoint[:MAX_DEBUG_FIELD],
+        session_id=config.session_id[:MAX_DEBUG_FIELD],
+    )
+    return session if session.log_path or session.server_endpoint else None
 
 
 def mcp_meta_of(options: agent_pb2.McpMetaToolOptions) -> McpMeta:
@@ -321,6 +384,19 @@ def mcp_meta_of(options: agent_pb2.McpMetaToolOptions) -> McpMeta:
 # -- merging ----------------------------------------------------------------------------------
 
 
+def _custom_agents(
+    parts: Sequence[ContextPart], inline: ClientContext | None
+) -> tuple[CustomAgent, ...]:
+    """The parts' custom agents, then the inline context's; the first of a name wins."""
+    found: dict[str, CustomAgent] = {}
+    for agent in (
+        *(a for p in parts for a in p.custom_agents),
+        *(inline.custom_agents if inline is not None else ()),
+    ):
+        found.setdefault(agent.name, agent)
+    return tuple(found.values())[:MAX_CUSTOM_AGENTS]
+
+
 def merge_context(
     inline: ClientContext | None,
     parts: Sequence[ContextPart],
@@ -335,8 +411,9 @@ def merge_context(
     image_generation: bool = False,
 ) -> TurnContext:
     """One TurnContext from every context source. Rules keep a fixed order (parts in the order
-    given, then the inline context's rules, skills and MCP instructions) and duplicates are
-    dropped, so the system prompt is the same for the same inputs. The tool gates come from
+    given, then the inline context's rules and MCP instructions; the skills the same way, in
+    their own list) and duplicates are dropped, so the system prompt is the same for the same
+    inputs. The tool gates come from
     the inline context's flags, the run request's and our config's (`disabled_tools`,
     `enabled_tools`, whether a web search backend and an image endpoint are configured).
 
@@ -344,15 +421,18 @@ def merge_context(
     source in ref_only mode), else from the inline context (field 34); with them on, the
     servers the meta-tools reach are kept in the context (mcp.meta_servers)."""
     rules: list[str] = []
+    skills: list[str] = []
     definitions: list[McpDefinition] = []
     for part in parts:
         rules.extend(part.rules)
+        skills.extend(part.skills)
         definitions.extend(part.mcp_tools)
     environment = Environment()
     git: str | None = None
     supplements: tuple[str, ...] = ()
     if inline is not None:
         rules.extend(inline.rules)
+        skills.extend(inline.skills)
         definitions.extend(inline.tools)
         environment = inline.environment or environment
         git = inline.git
@@ -365,6 +445,7 @@ def merge_context(
     meta_on = meta is not None and meta.enabled
     return TurnContext(
         rules=tuple(dict.fromkeys(r for r in rules if r)),
+        skills=tuple(dict.fromkeys(s for s in skills if s)),
         environment=environment,
         git=git,
         mcp_tools=index.definitions(),
@@ -373,6 +454,8 @@ def merge_context(
         supplements=supplements,
         custom_instructions=custom_instructions or None,
         mode=mode,
+        debug=inline.debug if inline is not None else None,
+        subagents=Subagents(custom=_custom_agents(parts, inline)),
         switches=Switches(
             web_search_enabled=inline.web_search_enabled if inline is not None else None,
             web_fetch_enabled=inline.web_fetch_enabled if inline is not None else None,

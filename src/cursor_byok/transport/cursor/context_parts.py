@@ -25,6 +25,7 @@ from .context import (
     PartKind,
     PartLayout,
     cloud_rule_text,
+    custom_agents_of,
     instructions_text,
     mcp_definition,
     mcp_meta_of,
@@ -79,11 +80,15 @@ def _skills(msg: agent_pb2.RequestContextSkillsPart, warnings: list[str]) -> Con
     # skill_options lists the skills' descriptors for the IDE's settings; what the model
     # needs (path, description) is in agent_skills.
     skills = _bounded(PartKind.SKILLS, "skills", msg.agent_skills, warnings)
-    return ContextPart(kind=PartKind.SKILLS, rules=_texts([skill_text(s) for s in skills]))
+    return ContextPart(kind=PartKind.SKILLS, skills=_texts([skill_text(s) for s in skills]))
 
 
 def _subagents(msg: agent_pb2.RequestContextSubagentsPart) -> ContextPart:
-    return ContextPart(kind=PartKind.SUBAGENTS, custom_subagents=len(msg.custom_subagents))
+    return ContextPart(
+        kind=PartKind.SUBAGENTS,
+        custom_subagents=len(msg.custom_subagents),
+        custom_agents=custom_agents_of(msg.custom_subagents),
+    )
 
 
 def _mcps(msg: agent_pb2.RequestContextMcpsPart, warnings: list[str]) -> ContextPart:
@@ -148,9 +153,11 @@ def decode_request_context_part(kind: PartKind, data: bytes, blob_id: bytes = b"
     return ContextPart(
         kind=kind,
         rules=part.rules,
+        skills=part.skills,
         mcp_tools=part.mcp_tools,
         mcp_meta=part.mcp_meta,
         custom_subagents=part.custom_subagents,
+        custom_agents=part.custom_agents,
         warnings=tuple(warnings),
         layout=PartLayout.SCHEMA,
         blob_id=blob_id if keep else b"",

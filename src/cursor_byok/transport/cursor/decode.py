@@ -25,6 +25,14 @@ from .background import background_shell_notice, completion_notice
 from .children import child_signals, subagent_state
 from .context import PartKind, decode_request_context, mcp_definition
 from .history import DialectError, history_from_conversation_history
+from .injections import (
+    inject_context,
+    injected_follow_up,
+    notifications,
+    notifications_message,
+    unknown_action,
+)
+from .model_params import requested_effort
 from .proto import agent_pb2
 from .tools.queries import answers_text
 from .tools.todos import decode_todo
@@ -184,19 +192,13 @@ def _payload(action: agent_pb2.ConversationAction, kind: str) -> ActionPayload |
         case "background_subagent_action":
             return MovedToBackground(tool_call_id=action.background_subagent_action.tool_call_id)
         case "subscription_notification_action":
-            notes = action.subscription_notification_action.notifications
-            return Notifications(messages=tuple(decode_user_message(um) for um in notes))
+            return notifications(action.subscription_notification_action)
         case "goal_continuation_action":
             return GoalContinuation()
         case "inject_context_action":
-            ica = action.inject_context_action
-            which = ica.WhichOneof("payload")
-            return InjectContext(
-                injection_id=ica.injection_id,
-                expected_run_id=ica.expected_run_id,
-                user_context=ica.user_context if which == "user_context" else None,
-                system_context=ica.system_context if which == "system_context" else None,
-            )
+            return inject_context(action.inject_context_action)
+        case "unknown_action":
+            return unknown_action(action)
     raise DialectError(f"the action {kind} is not known to this server")
 
 
@@ -240,6 +242,8 @@ def _action_context(
             owner = action.execute_plan_action
         case "subscription_notification_action":
             owner = action.subscription_notification_action
+        case "inject_context_action" if action.inject_context_action.HasField("user_context"):
+            owner = action.inject_context_action.user_context
         case _:
             return None
     return owner.request_context if owner.HasField("request_context") else None
@@ -274,6 +278,10 @@ def decode_run_request(req: agent_pb2.AgentRunRequest) -> RunRequest:
         custom_system_prompt=req.custom_system_prompt
         if req.HasField("custom_system_prompt")
         else None,
+        pre_fetched=tuple((bytes(b.id), bytes(b.value)) for b in req.pre_fetched_blobs),
+        effort=requested_effort(req.requested_model.parameters)
+        if req.HasField("requested_model")
+        else "",
         user_text=um.text if um is not None else (notice.text if notice is not None else ""),
         suppress_subagent_progress_update_tool=(
             req.suppress_subagent_progress_update_tool
@@ -303,7 +311,9 @@ def _conversation_action(
     action = req.action
     kind = action.WhichOneof("action")
     if kind is None:
-        raise DialectError("the run_request's action is empty (expected user_message_action)")
+        # A variant newer than this schema (its field is unknown here) or none at all: either
+        # way an empty turn, never invalid_argument (cursor-native-tools §6.1).
+        kind = RunAction.UNKNOWN.value
     return conversation_id, action, kind
 
 
@@ -358,6 +368,10 @@ def _action_message(
         notice = background_shell_notice(action.background_shell_action)
     elif kind == "background_task_completion_action":
         notice = completion_notice(action.background_task_completion_action)
+    elif isinstance(payload, Notifications):
+        notice = notifications_message(payload)
+    elif isinstance(payload, InjectContext) and payload.message.content:
+        notice = payload.message
     if um is not None:
         if not um.text and um.HasField("text_blob_id"):
             raise DialectError(
@@ -513,6 +527,16 @@ def decode_client_message(msg: agent_pb2.AgentClientMessage) -> Decoded:
             if which == "background_task_completion_action":
                 # On a run still going: the notice joins it like a follow-up message.
                 return FollowUp(completion_notice(action.background_task_completion_action))
+            if which == "inject_context_action":
+                follow = injected_follow_up(action.inject_context_action)
+                if follow.message.content:
+                    return follow
+            if which == "subscription_notification_action":
+                notice = notifications_message(
+                    notifications(action.subscription_notification_action)
+                )
+                if notice is not None:
+                    return FollowUp(notice)
             return UnknownEvent(kind=f"conversation_action.{which or 'empty'}")
         case "interaction_response":
             return _answer(msg.interaction_response)

@@ -35,6 +35,7 @@ from ...loop.state import PlanRecord
 from ...loop.todos import TodoItem
 from .proto import agent_pb2
 from .tools import placeholder_tool_call, todo_items
+from .tools.cards import sanitize_tool_call_id
 
 __all__ = [
     "HEARTBEAT",
@@ -72,6 +73,12 @@ HEARTBEAT = _update(agent_pb2.InteractionUpdate(heartbeat=agent_pb2.HeartbeatUpd
 
 def text_delta(text: str) -> bytes:
     return _update(agent_pb2.InteractionUpdate(text_delta=agent_pb2.TextDeltaUpdate(text=text)))
+
+
+def server_notice(text: str) -> bytes:
+    """A line for the user that is not model output (TextDeltaUpdate.is_server_notice)."""
+    delta = agent_pb2.TextDeltaUpdate(text=text, is_server_notice=True)
+    return _update(agent_pb2.InteractionUpdate(text_delta=delta))
 
 
 def turn_ended(usage: Usage) -> bytes:
@@ -212,10 +219,13 @@ def checkpoint(
     meter: Meter | None = None,
     summaries: Sequence[SummaryRecord] = (),
     carried: bytes = b"",
+    pending_tool_calls: Sequence[str] = (),
 ) -> bytes:
     """`carried`: the client's own helper fields (children.subagent_state), as it sent them.
+    `pending_tool_calls` (4): the tool calls of the turn still unanswered, by the ids the
+    IDE's cards carry (a checkpoint sent while tools run).
 
-    `conversation_checkpoint_update` listing one blob per completed turn, the todo list
+    `conversation_checkpoint_update` listing one blob per turn (the loop's marks), the todo list
     (`todos` (3): each TodoItem serialized inline, as GoL writes it; reference §3.4 [S]), the
     mode the conversation is in (`mode` 10, reference §3.3: after an approved SwitchMode it
     is the new one), its plan (`plan` 7: a serialized ConversationPlan), every plan document it
@@ -230,6 +240,7 @@ def checkpoint(
     )
     if carried:
         state.MergeFromString(carried)
+    state.pending_tool_calls.extend(sanitize_tool_call_id(c) for c in pending_tool_calls)
     if meter is not None:
         state.token_details.CopyFrom(token_details(meter))
     value = agent_mode(mode) if mode is not None else None

@@ -34,6 +34,7 @@ from . import encode
 from .context import decode_request_context
 from .decode import DialectError, ExecControl, ExecReply, KvReply, decode_client_message
 from .mcp import McpDirectory, McpTool
+from .mcp_files import read_exec, read_text
 from .proto import agent_pb2
 from .tools import (
     Finished,
@@ -51,6 +52,7 @@ from .values import (
     CancelRequested,
     ClientHeartbeat,
     ContextReceived,
+    DefinitionRead,
     FollowUp,
     Inbound,
     InteractionAnswered,
@@ -97,6 +99,7 @@ class ClientLink:
         self._kv_ids = 0
         self._interaction_ids = 0
         self._context_execs: set[int] = set()
+        self._definition_execs: set[int] = set()  # reads of MCP definition files
         self._tools: dict[str, ToolMachine] = {}  # operation id → its machine
         self._exec_owner: dict[int, str] = {}  # exec id → operation id
         self._query_owner: dict[int, str] = {}  # interaction id → operation id (tool queries)
@@ -161,6 +164,8 @@ class ClientLink:
         exec_id = reply.id
         if exec_id in self._context_execs:
             return self._context_reply(reply)
+        if exec_id in self._definition_execs:
+            return self._definition_reply(reply)
         operation_id = self._exec_owner.get(exec_id)
         machine = self._tools.get(operation_id) if operation_id is not None else None
         if operation_id is None or machine is None:
@@ -235,6 +240,16 @@ class ClientLink:
             exec_id=reply.id, context=decode_request_context(r.success.request_context)
         )
 
+    def _definition_reply(self, reply: ExecReply | ExecControl) -> Inbound:
+        if isinstance(reply, ExecControl):
+            if reply.kind != "throw":
+                return Stray("exec", f"definition read {reply.kind} after its answer")
+            self._definition_execs.discard(reply.id)
+            return DefinitionRead(exec_id=reply.id, text=None, error=reply.error or "it failed")
+        self._definition_execs.discard(reply.id)
+        text, error = read_text(reply.message)
+        return DefinitionRead(exec_id=reply.id, text=text, error=error)
+
     # -- requests to the client -------------------------------------------------------------
 
     def _next_exec_id(self) -> int:
@@ -258,6 +273,12 @@ class ClientLink:
         """(kv id, the set_blob_args frame); the blob's id is the SHA-256 of `data`."""
         kv_id = self._next_kv_id()
         return kv_id, encode.set_blob(kv_id, data)
+
+    def read_definition(self, path: str) -> tuple[int, bytes]:
+        """(exec id, the read_args frame) for an MCP tool's definition file."""
+        exec_id = self._next_exec_id()
+        self._definition_execs.add(exec_id)
+        return exec_id, read_exec(exec_id, path)
 
     def request_context(self) -> tuple[int, bytes]:
         """(exec id, the request_context_args frame)."""

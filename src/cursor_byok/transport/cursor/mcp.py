@@ -169,10 +169,6 @@ class McpIndex:
             tools.append(_tool(d, candidate))
         return cls(tools)
 
-    @classmethod
-    def of_routes(cls, routes: Iterable[McpRoute]) -> McpIndex:
-        return cls(McpTool.of_route(r) for r in routes)
-
     def names(self) -> frozenset[str]:
         return frozenset(self._tools)
 
@@ -220,7 +216,10 @@ def meta_servers(meta: McpMeta | None, index: McpIndex) -> tuple[McpServerInfo, 
         for t in d.tools:
             if t.tool_name and t.tool_name not in known:
                 known[t.tool_name] = McpToolInfo(
-                    name=t.tool_name, description=t.description, parameters=t.parameters
+                    name=t.tool_name,
+                    description=t.description,
+                    parameters=t.parameters,
+                    definition_path=t.definition_path,
                 )
     for flat in index:
         identifier = flat.provider_identifier
@@ -238,6 +237,7 @@ def meta_servers(meta: McpMeta | None, index: McpIndex) -> tuple[McpServerInfo, 
                 name=had.name,
                 description=had.description or flat.description,
                 parameters=had.parameters if had.parameters.get("properties") else flat.parameters,
+                definition_path=had.definition_path,
             )
     return tuple(
         McpServerInfo(

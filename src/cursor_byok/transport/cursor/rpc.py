@@ -17,6 +17,7 @@ from typing import Literal
 
 from ... import __version__
 from ...llm.models import Model
+from .model_params import parameter_definitions, variants
 from .proto import agent_pb2, aiserver_pb2
 from .rpc_answers import ANSWERS
 from .rpc_base import (
@@ -119,9 +120,13 @@ def available_models(
                 inputbox_short_model_name=m.display_name,
                 is_user_added=False,
                 id_aliases=m.aliases,
+                parameter_definitions=parameter_definitions(m),
+                variants=variants(m),
             )
             for m in models
         ],
+        # [U] the IDE reads `parameter_definitions` only when the response says it uses them.
+        use_model_parameters=any(m.efforts for m in models),
     )
     if (default := _default(ctx.settings)) is not None:
         fm = aiserver_pb2.AvailableModelsResponse.FeatureModelConfig(

@@ -118,6 +118,17 @@ _SUBMITTED = aiserver_pb2.SubmitLogsResponse(success=True)
 _NO_WINDOW_EXPERIMENT = aiserver_pb2.GetFirstWindowStatsigDecisionResponse(reason="no statsig")
 
 
+def conversation_clone(
+    req: agent_pb2.NotifyConversationCloneRequest, ctx: UnaryContext
+) -> agent_pb2.NotifyConversationCloneResponse:
+    """A chat forked in the IDE: noted, so the clone's first run starts with the source's
+    history (docs/dialect.md "Forks")."""
+    backend = ctx.settings.backend
+    if backend is not None:
+        backend.conversation_cloned(req.conversation_id, req.source_conversation_id)
+    return agent_pb2.NotifyConversationCloneResponse()
+
+
 def _drop(request_type: Any, response: Any) -> UnaryMethod:
     return UnaryMethod(request_type, _dropped(response), dropped=True)
 
@@ -162,8 +173,8 @@ ANSWERS: dict[str, UnaryMethod] = {
     _G + "UploadConversationBlobs": _drop(
         agent_pb2.UploadConversationBlobsRequest, agent_pb2.UploadConversationBlobsResponse()
     ),
-    _G + "NotifyConversationClone": _drop(
-        agent_pb2.NotifyConversationCloneRequest, agent_pb2.NotifyConversationCloneResponse()
+    _G + "NotifyConversationClone": UnaryMethod(
+        agent_pb2.NotifyConversationCloneRequest, conversation_clone
     ),
     # Session.
     _G + "NameAgent": UnaryMethod(agent_pb2.NameAgentRequest, name_agent),

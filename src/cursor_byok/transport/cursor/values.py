@@ -38,6 +38,8 @@ class RunAction(enum.StrEnum):
     SUBSCRIPTION_NOTIFICATION = "subscription_notification_action"
     GOAL_CONTINUATION = "goal_continuation_action"
     INJECT_CONTEXT = "inject_context_action"
+    # A variant this server's schema does not know (a newer IDE's): an empty turn, logged.
+    UNKNOWN = "unknown_action"
 
 
 # -- what an action other than a user message carries ---------------------------------------
@@ -136,10 +138,19 @@ class GoalContinuation:
 
 @dataclass(frozen=True, slots=True)
 class InjectContext:
+    """inject_context_action: a message (the user's, or a producer's system context, written
+    as a user message) for the model to read."""
+
+    message: UserMessage
     injection_id: str = ""
     expected_run_id: str = ""
-    user_context: bytes | None = None
-    system_context: bytes | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class UnknownAction:
+    """A ConversationAction variant this server's schema lacks: its field numbers, logged."""
+
+    field_numbers: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,6 +171,7 @@ ActionPayload: TypeAlias = (
     | Notifications
     | GoalContinuation
     | InjectContext
+    | UnknownAction
     | CancelTurn
 )
 
@@ -198,6 +210,11 @@ class RunRequest:
     # The client's own system prompt addition (AgentRunRequest.custom_system_prompt): it goes
     # into the turn's context as custom instructions, after our prompt and the rules.
     custom_system_prompt: str | None = None
+    # Blobs the client sent along (AgentRunRequest.pre_fetched_blobs, 17): (id, bytes), so the
+    # server need not ask for them; each is checked against its id before use.
+    pre_fetched: tuple[tuple[bytes, bytes], ...] = ()
+    # The reasoning effort `requested_model.parameters` asks for ("": none; model_params.py).
+    effort: str = ""
     # The text the user typed (UserMessage.text), without the attachments decoded around it.
     user_text: str = ""
     # AgentRunRequest.suppress_subagent_progress_update_tool (22); None: not said.
@@ -239,6 +256,8 @@ class FollowUp:
     message: UserMessage
     context: ClientContext | None = None
     mode: str | None = None
+    # An inject_context_action's answer (context_injection_state), sent as it is taken in.
+    acknowledge: tuple[bytes, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -279,6 +298,16 @@ class ContextReceived:
 
     exec_id: int
     context: ClientContext | None
+
+
+@dataclass(frozen=True, slots=True)
+class DefinitionRead:
+    """The answer to the read of an MCP tool's definition file (`exec_id`): its text, or
+    None and why it could not be read (mcp_files.py)."""
+
+    exec_id: int
+    text: str | None
+    error: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -340,6 +369,7 @@ Inbound: TypeAlias = (
     | BlobReceived
     | BlobStored
     | ContextReceived
+    | DefinitionRead
     | ToolProgress
     | ToolFinished
     | Stray

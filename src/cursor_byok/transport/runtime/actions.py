@@ -9,10 +9,13 @@ listed here so docs/dialect.md can show the table. Never invalid_argument for a 
 from __future__ import annotations
 
 import enum
+import logging
 from dataclasses import dataclass
 
 from ...llm.types import TextContent, UserMessage
-from ..cursor import RunAction, ShellCommandRun
+from ..cursor import RunAction, RunRequest, ShellCommandRun, UnknownAction
+
+log = logging.getLogger(__name__)
 
 
 class Route(enum.StrEnum):
@@ -49,10 +52,38 @@ ROUTES: dict[RunAction, ActionRoute] = {
     # [U] The IDE answers the Task's pending exec with a background reason itself
     # (TaskMachine reads it); the action's own run has nothing more to do.
     RunAction.BACKGROUND_SUBAGENT: ActionRoute(Route.EMPTY_TURN),
-    RunAction.SUBSCRIPTION_NOTIFICATION: ActionRoute(Route.EMPTY_TURN),
+    # The dialect wrote the run's user message: the notifications, or the injected message
+    # (an injection whose run is gone is read by the model as the next turn [U]).
+    RunAction.SUBSCRIPTION_NOTIFICATION: ActionRoute(Route.TURN),
+    RunAction.INJECT_CONTEXT: ActionRoute(Route.TURN),
+    # Deliberate: a goal loop continues a goal made with Cursor's CreateGoal tool, which this
+    # server does not offer, so no conversation of its own has one to continue.
     RunAction.GOAL_CONTINUATION: ActionRoute(Route.EMPTY_TURN),
-    RunAction.INJECT_CONTEXT: ActionRoute(Route.EMPTY_TURN),
+    # A variant newer than this server's schema: an empty turn, logged once (§6.1).
+    RunAction.UNKNOWN: ActionRoute(Route.EMPTY_TURN),
 }
+
+# The unknown action variants (their field numbers) already logged by this process.
+_UNKNOWN_SEEN: set[tuple[int, ...]] = set()
+
+
+def log_empty_turn(request: RunRequest, request_id: str) -> None:
+    """The log line of a run that ends as an empty turn: INFO, except for a variant this
+    server does not know, a WARNING the first time this process sees it."""
+    payload = request.payload
+    if not isinstance(payload, UnknownAction):
+        log.info("run %s: %s ends as an empty turn", request_id, request.action)
+        return
+    if payload.field_numbers in _UNKNOWN_SEEN:
+        log.debug("run %s: the unknown action %s again", request_id, payload.field_numbers)
+        return
+    _UNKNOWN_SEEN.add(payload.field_numbers)
+    fields = ", ".join(str(n) for n in payload.field_numbers) or "none set"
+    log.warning(
+        "a ConversationAction this server does not know (field %s; a newer IDE?) ended as "
+        "an empty turn; later ones are not logged",
+        fields,
+    )
 
 
 def shell_command_note(run: ShellCommandRun) -> UserMessage:

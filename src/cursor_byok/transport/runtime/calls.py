@@ -28,7 +28,7 @@ import msgspec
 from ...llm import canonical
 from ...llm.events import DoneEvent, ErrorEvent, ResponseEvent, StartEvent
 from ...llm.models import Model
-from ...llm.settings import ModelSettings
+from ...llm.settings import ModelSettings, with_effort
 from ...llm.stream import LLM, PreparedRequest, ResponseStream, StreamProgress
 from ...llm.types import Usage
 from ...loop import CallEnd, CallLLM, CallOutcome, ResendLLM
@@ -135,6 +135,8 @@ class ModelCalls:
         settings = target.settings
         if 0 < max_output_tokens < (settings.max_output_tokens or max_output_tokens + 1):
             settings = msgspec.structs.replace(settings, max_output_tokens=max_output_tokens)
+        if command.effort:  # the picker's effort (the loop checked the model offers it)
+            settings = with_effort(settings, command.effort)
         return target.llm.prepare(command.request, settings)
 
     def planned(

@@ -13,11 +13,13 @@ from typing import assert_never
 from ...llm.stream import PreparedRequest
 from ...loop import (
     CallClient,
+    CallClients,
     CallLLM,
     Canceled,
     ContinueLLM,
     Failed,
     Final,
+    FindHelper,
     ResendLLM,
     Summarize,
     Transition,
@@ -82,6 +84,13 @@ class Commands:
                 await parts.summaries.start(command, prepared)
             case CallClient():
                 self._call_client(parts, command)
+            case CallClients(calls=calls):  # every call of the response at once
+                for call in calls:
+                    self._call_client(parts, call)
+            case FindHelper(operation_id=op):
+                self.helpers.find(
+                    command, lambda found: self.inbox.put_nowait(Work(found, f"{op}:helper"))
+                )
             case Final(message=message, replay=replay):
                 if replay:
                     # An answer committed before, which the client may not have seen.
@@ -127,12 +136,12 @@ class Commands:
         early = started.early
         if early is not None:  # unusable arguments: the answer is known at once
             self.channel.send(early.card)
-            if command.tool_call.name == "UpdateCurrentStep":
+            if command.to_parent:
                 self.helpers.progress_to_parent(early.card)
             self.inbox.put_nowait(self.route.tool_result(op, early.result))
         elif started.wake_after_ms is not None:  # it opens by waiting
             self.route.wake_later(op, started.wake_after_ms)
-        elif command.tool_call.name == "Task":  # its child run is expected next
+        elif command.spawns:  # its child run is expected next
             self.helpers.expect(command, state)
 
     async def send_final_blob(self, t: Transition) -> None:

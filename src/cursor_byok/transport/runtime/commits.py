@@ -14,6 +14,7 @@ import logging
 from ...llm.stream import PreparedRequest
 from ...loop import (
     CallClient,
+    CallClients,
     CallLLM,
     CallRefused,
     Final,
@@ -108,6 +109,8 @@ class Commits:
                 operations.append(records.completed_operation(known, local.result, now))
         if isinstance(t.command, CallClient):
             operations.append(self.tools.planned(t.command, after))
+        elif isinstance(t.command, CallClients):  # each is recorded as sent before it goes
+            operations.extend(self.tools.planned(call, after) for call in t.command.calls)
         outcome = await self.conv.commit(
             t,
             input_id,

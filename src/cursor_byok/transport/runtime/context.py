@@ -14,7 +14,6 @@ from collections.abc import Sequence
 
 import msgspec
 
-from ...llm.types import Message
 from ...loop import TurnContext
 from ...loop.context import KeptPart
 from ..cursor import (
@@ -24,17 +23,16 @@ from ..cursor import (
     PartKind,
     RunRequest,
     decode_request_context_part,
-    history_from_root_prompt_blobs,
     merge_context,
 )
-from .client_blobs import ClientBlobs
+from .client_blobs import BlobCache
 from .requests import ClientRequests
 
 log = logging.getLogger("cursor_byok.runtime")
 
 
 async def fetch_blobs(
-    blob_ids: Sequence[bytes], requests: ClientRequests, cache: ClientBlobs
+    blob_ids: Sequence[bytes], requests: ClientRequests, cache: BlobCache
 ) -> list[bytes | None]:
     """The client's blobs (None: it has no such blob), cached ones without asking."""
     found = [cache.get(blob_id) for blob_id in blob_ids]
@@ -65,7 +63,7 @@ def _why(answer: BlobReceived) -> str:
 async def context_parts(
     request: RunRequest,
     requests: ClientRequests,
-    cache: ClientBlobs,
+    cache: BlobCache,
     kept: Sequence[KeptPart] = (),
 ) -> tuple[ContextPart, ...]:
     """The run's context parts. A blob comes from the server's cache, else from the copy kept
@@ -187,13 +185,3 @@ def with_kept(
     if ordered == context.kept_parts:
         return context
     return msgspec.structs.replace(context, kept_parts=ordered)
-
-
-async def client_history(
-    request: RunRequest, requests: ClientRequests, cache: ClientBlobs
-) -> tuple[Message, ...]:
-    """History the client holds for a conversation this server has never seen."""
-    if request.inline_history:
-        return request.inline_history
-    fetched = await fetch_blobs(request.history.root_prompt_blob_ids, requests, cache)
-    return history_from_root_prompt_blobs([data for data in fetched if data is not None])

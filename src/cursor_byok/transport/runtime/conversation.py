@@ -40,6 +40,13 @@ class NotYours(Exception):
     """The conversation belongs to another person than the one the run is made under."""
 
 
+def not_yours(conversation_id: str) -> NotYours:
+    return NotYours(
+        f"conversation {conversation_id!r} belongs to someone else; this token may not "
+        "continue, rewind, fork or read it"
+    )
+
+
 class Conversation:
     def __init__(
         self,
@@ -89,10 +96,7 @@ class Conversation:
 
     def _check_owner(self, owner: str | None) -> None:
         if self.viewer is not None and owner != self.viewer:
-            raise NotYours(
-                f"conversation {self.conversation_id!r} belongs to someone else; "
-                "this token may not continue, rewind or read it"
-            )
+            raise not_yours(self.conversation_id)
 
     def _take(self, state: ConversationState) -> None:
         self.state = RuntimeState.of(state)
@@ -154,21 +158,30 @@ class Conversation:
         )
         return outcome
 
-    async def resume(self, turn_id: str | None) -> tuple[Resume, ClientOperationRecord | None]:
-        """A Resume with what the store knows of the operation the turn waits on, and that
-        operation's record."""
+    async def resume(self, turn_id: str | None) -> tuple[Resume, tuple[ClientOperationRecord, ...]]:
+        """A Resume with what the store knows of each operation the turn waits on, and their
+        records."""
         waiting = self.state.committed.waiting
-        if not isinstance(waiting, AwaitClient) or not waiting.operation_id:
-            return Resume(turn_id=turn_id), None
-        record = await self.store.get_client_operation(waiting.operation_id)
-        if record is None:
-            return Resume(turn_id=turn_id), None
-        result = None
-        if record.status == "completed" and record.result is not None:
-            result = records.decode_result(record.result)
-        operation = ToolOperation(
-            operation_id=record.operation_id,
-            sent=record.status in ("sent", "completed", "unknown"),
-            result=result,
-        )
-        return Resume(turn_id=turn_id, operation=operation), record
+        if not isinstance(waiting, AwaitClient) or not waiting.unanswered():
+            return Resume(turn_id=turn_id), ()
+        found: list[ClientOperationRecord] = []
+        operations: list[ToolOperation] = []
+        for operation_id in waiting.unanswered():
+            record = await self.store.get_client_operation(operation_id)
+            if record is None:
+                continue
+            result = None
+            if record.status == "completed" and record.result is not None:
+                result = records.decode_result(record.result)
+            found.append(record)
+            operations.append(
+                ToolOperation(
+                    operation_id=record.operation_id,
+                    sent=record.status in ("sent", "completed", "unknown"),
+                    result=result,
+                )
+            )
+        if not operations:
+            return Resume(turn_id=turn_id), ()
+        resume = Resume(turn_id=turn_id, operation=operations[0], operations=tuple(operations))
+        return resume, tuple(found)

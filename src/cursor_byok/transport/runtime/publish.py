@@ -3,7 +3,8 @@ the calls the loop answered itself, the news of a compaction (with its log line 
 a window the provider reported (kept for the process, warned about once per model).
 
 The run hands the transition over after its commit (or with no commit, for pending-only
-changes); nothing here decides: it encodes what the loop already chose to show.
+changes); nothing here decides: it encodes what the loop already chose to show, and the
+mid-turn checkpoint the loop asked for (`Transition.checkpoint`).
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ from ..cursor import (
     summary_started,
     summary_text,
 )
+from ..cursor.encode import server_notice
+from .checkpoints import Checkpoints
 from .provider_windows import ProviderWindows
 from .summaries import HOOK_MESSAGE, NOTHING_TO_COMPACT
 from .summary import CompactionSummary
@@ -47,11 +50,14 @@ class Publisher:
         self.on_compaction = on_compaction
         self.windows = windows
         self.model: Model | None = None  # the run's model, once its run request named it
+        self.checkpoints: Checkpoints | None = None  # the run's, once its run request came
         self._encoders: dict[str, StreamEncoder] = {}
 
     def publish(self, t: Transition, input: Input) -> None:
         """Send what the transition emitted, and the cards of the calls it answered itself."""
         send = self.channel.send
+        for notice in t.notices:
+            send(server_notice(notice))
         if t.emit and isinstance(input, LLMEvent):
             encoder = self._encoders.get(input.call_id)
             if encoder is not None:
@@ -61,6 +67,9 @@ class Publisher:
                         send(frame)
         if t.compacted is not None:
             self.compacted(t.compacted)
+        if t.checkpoint is not None and self.checkpoints is not None:
+            # A model call changed the history: the IDE's meter and turn list move now.
+            self.checkpoints.mid_turn(t.state.committed, t.checkpoint.pending_tool_calls)
         report = t.window_report
         if report is not None and self.windows is not None and self.model is not None:
             self.windows.report(self.model.id, self.model.context_window, report)

@@ -15,6 +15,7 @@ from ...llm.stream import PreparedRequest, StreamProgress
 from ...llm.types import ToolResultMessage, Usage
 from ...loop import (
     CallClient,
+    CallClients,
     CallEnd,
     CallLLM,
     CallOutcome,
@@ -24,6 +25,7 @@ from ...loop import (
     ConversationState,
     Failed,
     Final,
+    FindHelper,
     ResendLLM,
     Span,
     Summarize,
@@ -114,7 +116,16 @@ def command_record(command: Command) -> bytes:
             return msgspec.json.encode(
                 {"command": "summarize", "call_id": call_id, "messages_hash": messages_hash}
             )
-        case ResendLLM() | CallClient() | WaitInput() | Final() | Failed() | Canceled():
+        case (
+            ResendLLM()
+            | CallClient()
+            | FindHelper()
+            | CallClients()
+            | WaitInput()
+            | Final()
+            | Failed()
+            | Canceled()
+        ):
             return msgspec.json.encode(command)
         case _:
             assert_never(command)

@@ -18,10 +18,11 @@ from ..cursor import (
     ClientContext,
     ClientLink,
     ContextReceived,
+    DefinitionRead,
     InteractionAnswered,
 )
 
-Answer = BlobReceived | BlobStored | ContextReceived | InteractionAnswered
+Answer = BlobReceived | BlobStored | ContextReceived | DefinitionRead | InteractionAnswered
 
 
 class ClientTimeout(Exception):
@@ -46,7 +47,7 @@ class ClientRequests:
         match answer:
             case BlobReceived(kv_id=key) | BlobStored(kv_id=key):
                 waiters = self._kv
-            case ContextReceived(exec_id=key):
+            case ContextReceived(exec_id=key) | DefinitionRead(exec_id=key):
                 waiters = self._exec
             case InteractionAnswered(id=key):
                 waiters = self._interactions
@@ -117,6 +118,30 @@ class ClientRequests:
             if not isinstance(answer, BlobReceived):
                 answer = BlobReceived(kv_id=kv_id, data=None)
             out.append(answer)
+        return out
+
+    async def definitions(self, paths: Sequence[str]) -> dict[str, DefinitionRead]:
+        """Each MCP definition file's read, asked for all at once with one deadline
+        (`timeout_s`); a file not answered by then is a failed read."""
+        asked = []
+        for path in paths:
+            exec_id, frame = self.link.read_definition(path)
+            asked.append((path, exec_id, self._wait(self._exec, exec_id)))
+            self.channel.send(frame)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.timeout_s
+        out: dict[str, DefinitionRead] = {}
+        for path, exec_id, future in asked:
+            try:
+                answer = await asyncio.wait_for(future, max(0.0, deadline - loop.time()))
+            except TimeoutError:
+                self._exec.pop(exec_id, None)
+                answer = DefinitionRead(exec_id, None, "the client did not answer in time")
+            out[path] = (
+                answer
+                if isinstance(answer, DefinitionRead)
+                else DefinitionRead(exec_id, None, "no answer")
+            )
         return out
 
     async def context(self) -> ClientContext | None:

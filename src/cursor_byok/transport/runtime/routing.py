@@ -35,6 +35,7 @@ from ..cursor import (
     ClientHeartbeat,
     ClientLink,
     ContextReceived,
+    DefinitionRead,
     FollowUp,
     Inbound,
     InteractionAnswered,
@@ -158,7 +159,13 @@ class ClientMessages:
     def _route(self, inbound: Inbound, input_id: str) -> None:
         rid = self.channel.request_id
         match inbound:
-            case BlobReceived() | BlobStored() | ContextReceived() | InteractionAnswered():
+            case (
+                BlobReceived()
+                | BlobStored()
+                | ContextReceived()
+                | DefinitionRead()
+                | InteractionAnswered()
+            ):
                 if not self.requests.resolve(inbound):
                     log.debug("run %s: an answer nothing waits for: %r", rid, inbound)
             case ToolProgress(operation_id=op, frames=frames, wake_after_ms=wake, job=job):
@@ -176,7 +183,9 @@ class ClientMessages:
             case CancelRequested(reason=reason):
                 cancel = Cancel(reason=reason) if reason else Cancel()
                 self.inbox.put_nowait(Work(cancel, input_id))
-            case FollowUp(message=message, context=client_context, mode=mode):
+            case FollowUp(message=message, context=client_context, mode=mode, acknowledge=ack):
+                for frame in ack:  # an injection's answer, as the loop gets it
+                    self.channel.send(frame)
                 context = (
                     self._follow_up_context(client_context) if client_context is not None else None
                 )

@@ -47,25 +47,21 @@ from ..connect.channel import RunChannel
 from ..cursor import (
     CancelSubagent,
     ClientContext,
-    ClientLink,
     Ending,
     RunAction,
     RunRequest,
     ShellCommandRun,
-    agent_title,
     bad_request_end,
     canceled_end,
     internal_end,
     turn_ended,
 )
 from .access import person_of
-from .actions import ROUTES, Route, shell_command_note
-from .charges import JobCharges
+from .actions import ROUTES, Route, log_empty_turn, shell_command_note
 from .commands import Commands
 from .conversation import Conversation
 from .ending import Reports, RunFailed, end_error, ending_of
 from .publish import Publisher
-from .requests import ClientRequests
 from .resume import (
     BackgroundWrites,
     consume_exception,
@@ -73,14 +69,14 @@ from .resume import (
     run_request_of,
     save_run_request,
 )
-from .routing import STOP, ClientMessages, Work
+from .routing import STOP, Work
+from .run_client import RunClient
 from .run_helpers import RunHelpers
-from .run_parts import RunParts, equip
+from .run_parts import RunParts, described, equip
 from .runner import Runner
 from .services import RunnerServices
-from .starts import TurnStart, follow_up_context, start_of
+from .starts import ModelTraits, TurnStart, follow_up_context, start_of
 from .summary import RunSummary
-from .tools import ToolCalls
 
 log = logging.getLogger("cursor_byok.runtime")
 
@@ -118,55 +114,34 @@ class Run:
             on_run_end=self.services.on_run_end,
         )
         self.ended = asyncio.Event()
-        now_ms = self.services.now_ms
-        self.link = ClientLink(
-            conversation_id="", now_ms=now_ms, page_text_chars=self.services.page_text_chars
-        )
-        self.requests = ClientRequests(channel, self.link, self.services.context_timeout_s)
-        self.tools = ToolCalls(
-            self.link,
-            timeout_s=self.services.tool_timeout_s,
-            question_timeout_s=self.services.question_timeout_s,
-            now_ms=now_ms,
+        self.client = client = RunClient(
+            runner,
+            channel,
+            token_id=token_id,
             on_timeout=self._tool_timed_out,
+            follow_up_context=self._follow_up_context,
+            where=lambda: (self.conversation_id, self.state.committed.turn_id or ""),
         )
+        self.link, self.requests, self.tools = client.link, client.requests, client.tools
+        self._route, self._inbox = client.route, client.inbox
         self.publisher = Publisher(
-            channel, self.link, now_ms, self.services.on_compaction, self.services.provider_windows
+            channel,
+            self.link,
+            self.services.now_ms,
+            self.services.on_compaction,
+            self.services.provider_windows,
         )
         self.parts: RunParts | None = None  # once the run request named the model
+        self._effort = ""  # the effort the run's requested_model asks for
         self.conversation_id = ""
         self.conv = Conversation("", self.store, runner.committed_states)
         self.turn_id: str | None = None  # the turn this run drives, once it began or resumed
-        self._inbox: asyncio.Queue[Work] = asyncio.Queue()
         self._lock = asyncio.Lock()
         self._done = False
         self._background = BackgroundWrites(channel.request_id)
         self._run_saved: asyncio.Future[Any] | None = None
         self._started: TurnStart | None = None  # the turn's Start, for follow-ups
         self.helpers = RunHelpers(runner, channel.request_id)
-        job_runner = self.services.run_job
-        self._charges = (
-            JobCharges(
-                self.services,
-                job_runner,
-                token_id=token_id,
-                where=lambda: (self.conversation_id, self.state.committed.turn_id or ""),
-            )
-            if job_runner is not None
-            else None
-        )
-        self._route = ClientMessages(
-            channel=channel,
-            link=self.link,
-            requests=self.requests,
-            tools=self.tools,
-            inbox=self._inbox,
-            now_ms=now_ms,
-            follow_up_context=self._follow_up_context,
-            unknown_event=runner.unknown_event,
-            run_job=self._charges.run if self._charges is not None else None,
-            job_timeout_s=self.services.tool_timeout_s,
-        )
         self.commands = Commands(
             channel=channel,
             publisher=self.publisher,
@@ -235,6 +210,7 @@ class Run:
             self._run_saved.add_done_callback(consume_exception)
         self._route.close()
         self.tools.abort_all()
+        self.helpers.close()
         self.commands.drop_pending_blob()
         if self.parts is not None:
             self.parts.calls.close()
@@ -243,19 +219,17 @@ class Run:
     def _cancel_child(self, request: RunRequest) -> None:
         """cancel_subagent_action: that helper's run ends canceled; this run is empty."""
         if isinstance(request.payload, CancelSubagent):
-            found = self.runner.cancel_child(request.payload.subagent_id, self.person)
-            log.info(
-                "run %s: cancel of helper %s (%s)",
-                self.channel.request_id,
-                request.payload.subagent_id,
-                "its run was canceled" if found else "no run of it is going here",
-            )
+            self.helpers.cancel(request.payload.subagent_id, self.person)
         self.channel.send(turn_ended(self.summary.usage))
         self._end(None, "ok")
 
     def cancel_as_child(self) -> None:
         """The parent's user canceled this helper (cancel_subagent_action)."""
         self._inbox.put_nowait(Work(Cancel(reason="the helper was canceled"), None))
+
+    def show_helper_progress(self, frame: bytes) -> None:
+        """A helper of this run made progress (Runner.helper_progress): its Task card shows it."""
+        self.channel.send(frame)
 
     def supersede(self) -> None:
         """A newer run wants this conversation: the loop decides what that means for this one."""
@@ -267,12 +241,8 @@ class Run:
         self._inbox.put_nowait(Work(Suspend(cause=cause), None))
 
     def _adopt(self, request: RunRequest) -> None:
-        self.conversation_id = request.conversation_id
-        self.link.conversation_id = request.conversation_id
-        self.summary.conversation_id = request.conversation_id
-        self.summary.requested_model = request.model_id or ""
-        if request.user_text.strip():
-            self.summary.title = agent_title(request.user_text)
+        self.conversation_id = self.helpers.conversation_id = request.conversation_id
+        self._effort = request.effort  # the picker's choice; the loop checks it (loop/effort.py)
         self.parts = parts = equip(
             self.runner,
             request,
@@ -286,16 +256,9 @@ class Run:
             deliver=self._apply_from_task,
             background=self._background,
         )
-        model = parts.model
-        # Whether a Read of an image attaches it (else it is described): the model's `vision`.
-        self.link.vision = model.vision
-        self.link.model_id = model.id
-        self.summary.model = model.id
-        self.summary.provider = model.provider.name
-        self.publisher.model = model
-        self.conv = parts.conv
-        self.helpers.conversation_id = request.conversation_id
-        self.commands.parts = parts
+        described(request, parts.model, self.summary, self.link)
+        self.publisher.model, self.conv, self.commands.parts = parts.model, parts.conv, parts
+        self.publisher.checkpoints = parts.checkpoints
 
     def _end(self, ending: Ending | None, outcome: str) -> None:
         if self._done:
@@ -320,19 +283,13 @@ class Run:
     def state(self) -> RuntimeState:
         return self.conv.state
 
-    @property
-    def version(self) -> int:
-        return self.conv.version
-
     async def _begin(self, input_id: str, request: RunRequest) -> None:
         assert self.parts is not None
         checkpoints = self.parts.checkpoints
         route = ROUTES[request.action]
         match route.route:
             case Route.EMPTY_TURN:
-                log.info(
-                    "run %s: %s ends as an empty turn", self.channel.request_id, request.action
-                )
+                log_empty_turn(request, self.channel.request_id)
                 self.channel.send(turn_ended(self.summary.usage))
                 self._end(None, "ok")
                 return
@@ -373,8 +330,8 @@ class Run:
             new_conversation=not stored,
             headers=self.headers,
             request_id=self.channel.request_id,
-            window=self.parts.budget(),
-            fallbacks=self.parts.model.fallbacks,
+            equipped=self.parts,
+            traits=ModelTraits.of(self.parts.model, self._effort),
         )
         self._started, self.helpers.parent = started, started.parent_call
         await self._apply(started.start, input_id)
@@ -382,17 +339,15 @@ class Run:
 
     async def _rewind_if_behind(self, request: RunRequest, input_id: str) -> None:
         """The client wins when its checkpoint is behind ours: the loop gets a Rewind to the
-        last turn the client lists."""
+        last turn the client lists (its view comes from the loop's own turn marks)."""
         assert self.parts is not None
         checkpoints = self.parts.checkpoints
-        target = await checkpoints.rewind_target(request.history.turn_blob_ids, self.version)
-        if target is None:
+        turns = checkpoints.rewind_target(request.history.turn_blob_ids, self.state.committed)
+        if turns is None:
             return
-        turns, view = target
-        before = self.version
-        await self._apply(Rewind(view=view), f"{input_id}:rewind")
-        if self.version != before:
-            checkpoints.rewound(turns, self.version)
+        before = self.conv.version
+        await self._apply(Rewind(turns=turns), f"{input_id}:rewind")
+        if self.conv.version != before:
             log.info(
                 "conversation %s rewound by the client to turn %d (%d messages)",
                 self.conversation_id,
@@ -402,10 +357,10 @@ class Run:
 
     async def _resume(self, turn_id: str | None) -> Resume:
         """A Resume with what the store knows of the operation the turn waits on."""
-        resume, record = await self.conv.resume(turn_id)
-        if record is not None:
+        resume, found = await self.conv.resume(turn_id)
+        for record in found:
             self.tools.remember(record)
-        return await self.helpers.recover(resume, self.state)
+        return resume
 
     # -- inputs -----------------------------------------------------------------------------
 
@@ -413,7 +368,10 @@ class Run:
         """The context a follow-up brought, merged with the run's parts and MCP tools."""
         parts, stored = self.parts, self.state.committed.context
         window, fallbacks = (parts.budget(), parts.model.fallbacks) if parts else (None, ())
-        return follow_up_context(self.services, client, stored, self._started, window, fallbacks)
+        traits = ModelTraits.of(parts.model, self._effort) if parts else None
+        return follow_up_context(
+            self.services, client, stored, self._started, window, fallbacks, traits
+        )
 
     async def _consume(self) -> None:
         while not self._done:

@@ -17,7 +17,7 @@ from ...llm.models import Model
 from ...loop import ContextWindow, Input
 from ...store.api import LLMCallRecord
 from ..connect.channel import RunChannel
-from ..cursor import RunRequest, bad_request_end
+from ..cursor import ClientLink, RunRequest, agent_title, bad_request_end
 from .access import Admissions
 from .calls import ModelCalls
 from .checkpoints import Checkpoints
@@ -29,6 +29,7 @@ from .requests import ClientRequests
 from .runner import Runner
 from .services import RunnerServices
 from .summaries import SummaryCalls, context_window
+from .summary import RunSummary
 from .tools import ToolCalls
 
 log = logging.getLogger("cursor_byok.runtime")
@@ -169,3 +170,17 @@ def equip(
         ),
         windows=services.provider_windows,
     )
+
+
+def described(request: RunRequest, model: Model, summary: RunSummary, link: ClientLink) -> None:
+    """The run's summary (for logs and metrics) and its client link learn what the run request
+    named: the conversation, the model asked for and the one serving it, a title."""
+    cid = request.conversation_id
+    summary.conversation_id = link.conversation_id = cid
+    summary.requested_model = request.model_id or ""
+    if request.user_text.strip():
+        summary.title = agent_title(request.user_text)
+    # Whether a Read of an image attaches it (else it is described): the model's `vision`.
+    link.vision = model.vision
+    link.model_id = summary.model = model.id
+    summary.provider = model.provider.name

@@ -25,6 +25,7 @@ from ..connect.run_info import RunStartInfo
 from .access import TokenLimits
 from .client_blobs import ClientBlobs
 from .committed_states import CommittedStates
+from .forks import Clones
 from .leases import ProcessLeases
 from .request_bases import RequestBases
 from .services import RunnerServices
@@ -47,6 +48,7 @@ class ActiveRun(Protocol):
     def supersede(self) -> None: ...
     def suspend(self, cause: SuspendCause) -> None: ...
     def cancel_as_child(self) -> None: ...
+    def show_helper_progress(self, frame: bytes) -> None: ...
 
 
 class RunFactory(Protocol):
@@ -82,10 +84,12 @@ class Runner:
         self._releases: dict[str, asyncio.Task[None]] = {}  # holds being let go
         self.committed_states = CommittedStates()
         self.client_blobs = ClientBlobs()
+        self.clones = Clones()  # NotifyConversationClone's notices (forks.py)
         self.request_bases = RequestBases()
         self.token_limits = TokenLimits(services.store, services.model_names, services.now_ms)
         self._run_tokens: dict[str, str] = {}  # request id -> person token id, while it runs
         self.children = Children()  # Task calls waiting for their child run
+        self._ending: dict[str, set[asyncio.Event]] = {}  # helper_ended's waiters
         # This process's lease, named like its claims; the calls its runs plan carry it.
         self.leases = ProcessLeases(
             services.store,
@@ -192,8 +196,12 @@ class Runner:
             except Exception:
                 log.exception("metrics: could not count a %s", kind)
 
-    def active_run(self, conversation_id: str) -> ActiveRun | None:
-        return self._active.get(conversation_id)
+    def helper_progress(self, parent_conversation_id: str, frame: bytes) -> None:
+        """A helper's progress, for its parent's Task card: handed to the parent's run when it
+        is going in this process (it sends it on its own stream)."""
+        parent = self._active.get(parent_conversation_id)
+        if parent is not None:
+            parent.show_helper_progress(frame)
 
     def cancel_child(self, conversation_id: str, person: str | None = None) -> bool:
         """Cancel the run of a helper's conversation, when one is going here and its run is
@@ -289,7 +297,23 @@ class Runner:
         log.info("a run of %r started on another replica; this one gives way", conversation_id)
         run.supersede()
 
+    async def helper_ended(self, conversation_id: str, timeout_s: float) -> None:
+        """Wait until a run of `conversation_id` ends in this process, at most `timeout_s`."""
+        ended = asyncio.Event()
+        self._ending.setdefault(conversation_id, set()).add(ended)
+        try:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(ended.wait(), timeout_s)
+        finally:
+            waiting = self._ending.get(conversation_id)
+            if waiting is not None:
+                waiting.discard(ended)
+                if not waiting:
+                    del self._ending[conversation_id]
+
     def release(self, run: ActiveRun, conversation_id: str) -> None:
+        for ended in self._ending.get(conversation_id, ()):
+            ended.set()  # a parent waiting on this helper's end reads it now
         if self._active.get(conversation_id) is run:
             del self._active[conversation_id]
             if conversation_id in self._held:

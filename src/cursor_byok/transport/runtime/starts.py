@@ -6,13 +6,14 @@ loop reads to decide compaction and a fallback."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
 
+from ...llm.models import Model
 from ...llm.types import UserMessage
-from ...loop import ContextWindow, Start, TurnContext
+from ...loop import ContextWindow, HelperReport, Start, TurnContext
 from ..cursor import (
     BackgroundCompletions,
     ClientContext,
@@ -22,19 +23,48 @@ from ..cursor import (
     merge_context,
     recognise_child,
 )
-from .context import client_history, context_parts, turn_context, with_kept
+from .context import context_parts, turn_context, with_kept
+from .forks import history_of_new, take_pre_fetched
+from .mcp_definitions import Read, read_definitions, with_definitions
 from .requests import ClientRequests
+from .run_parts import RunParts
 from .runner import Runner
 from .services import RunnerServices
-from .subagents import Expected, carried, link_of, place, with_reports
+from .subagents import Expected, helper_of, helper_reports, link_of, with_choices
+
+
+@dataclass(frozen=True, slots=True)
+class ModelTraits:
+    """What the loop reads of the run's model besides its budget: whether it reads images
+    (loop/images.py), the efforts it offers and the one the run's picker asked for
+    (loop/effort.py)."""
+
+    images: bool | None = None
+    effort: str = ""
+    efforts: tuple[str, ...] = ()
+
+    @classmethod
+    def of(cls, model: Model, effort: str) -> ModelTraits:
+        return cls(images=model.vision, effort=effort, efforts=model.efforts)
 
 
 def with_budget(
-    context: TurnContext, window: ContextWindow | None, fallbacks: tuple[str, ...]
+    context: TurnContext,
+    window: ContextWindow | None,
+    fallbacks: tuple[str, ...],
+    traits: ModelTraits | None = None,
 ) -> TurnContext:
-    """The turn's context with the run's model budget and the model's fallbacks."""
+    """The turn's context with the run's model budget, the model's fallbacks and traits."""
     if context.fallbacks != fallbacks:
         context = msgspec.structs.replace(context, fallbacks=fallbacks)
+    if traits is not None and (context.images, context.effort, context.efforts) != (
+        traits.images,
+        traits.effort,
+        traits.efforts,
+    ):
+        context = msgspec.structs.replace(
+            context, images=traits.images, effort=traits.effort, efforts=traits.efforts
+        )
     if window is None or context.window == window:
         return context
     return msgspec.structs.replace(context, window=window)
@@ -49,6 +79,9 @@ class TurnStart:
     parts: tuple[ContextPart, ...]
     mcp_tools: tuple[McpDefinition, ...]
     parent_call: Expected | None
+    # The MCP definition files this run read (mcp_definitions.py): a follow-up's context
+    # reuses them.
+    definitions: Read = field(default_factory=dict)
 
 
 async def start_of(
@@ -60,20 +93,25 @@ async def start_of(
     new_conversation: bool,
     headers: Mapping[str, str],
     request_id: str,
-    window: ContextWindow,
-    fallbacks: tuple[str, ...],
+    equipped: RunParts,
+    traits: ModelTraits | None = None,
 ) -> TurnStart:
     """The Start of `request`; a helper's run is linked to its parent's Task call here."""
     services = runner.services
+    reports: tuple[HelperReport, ...] = ()
+    window, fallbacks = equipped.budget(), equipped.model.fallbacks
+    person = equipped.conv.viewer  # the run's person: their own blobs and forks only
     if isinstance(request.payload, BackgroundCompletions):
-        request = await with_reports(
-            request, request.payload, services.store, runner.committed_states
-        )
+        reports = await helper_reports(request.payload, services.store, runner.committed_states)
     history: tuple[Any, ...] = ()
-    if new_conversation:
-        history = await client_history(request, requests, runner.client_blobs)
+    blobs = runner.client_blobs.scoped(person)  # what this person's runs fetched
+    take_pre_fetched(request, blobs)  # what the client sent along is read without asking
+    if new_conversation:  # what its client holds, or a fork of one of ours (forks.py)
+        history = await history_of_new(
+            request, services.store, requests, blobs, runner.clones, person
+        )
     kept = stored.kept_parts if stored is not None else ()
-    parts = await context_parts(request, requests, runner.client_blobs, kept)
+    parts = await context_parts(request, requests, blobs, kept)
     context = await turn_context(
         request,
         parts,
@@ -83,31 +121,27 @@ async def start_of(
         services.web_search_configured,
         services.image_generation,
     )
-    if context.window != window:
-        context = msgspec.structs.replace(context, window=window)
+    context = with_choices(context, request, services.model_names)
     child = recognise_child(request.child, headers, request_id)
-    context, parent_call = place(
-        context,
-        request,
-        child,
-        stored,
-        runner.children,
-        services.model_names,
-        services.subagent_max_depth,
-    )
+    helper, parent_call = helper_of(request, child, runner.children, services.subagent_max_depth)
     if parent_call is not None and child is not None:
         link = link_of(parent_call, request.conversation_id, child.subagent_type, services.now_ms())
         await services.store.save_subagent_link(link)
     context = with_kept(context, parts, kept)  # the blobs later turns may need
+    definitions: Read = {}
+    await read_definitions(context, requests, definitions)  # before the first model call
+    context = with_definitions(context, definitions)
     start = Start(
         # A Build has no user message: the loop opens its turn with the plan.
         user_message=request.user_message or UserMessage(content=()),
-        context=with_budget(context, window, fallbacks),
+        context=with_budget(context, window, fallbacks, traits),
         history=history,
         todos=request.history.todos if new_conversation else (),  # our own list wins
         build=request.build,
+        helper=helper,
+        reports=reports,
     )
-    return TurnStart(start, parts, request.mcp_tools, parent_call)
+    return TurnStart(start, parts, request.mcp_tools, parent_call, definitions)
 
 
 def follow_up_context(
@@ -117,6 +151,7 @@ def follow_up_context(
     started: TurnStart | None,
     window: ContextWindow | None,
     fallbacks: tuple[str, ...],
+    traits: ModelTraits | None = None,
 ) -> TurnContext:
     """The context a follow-up brought, merged with the parts and MCP tools of the run request
     that `started` the turn; the stored turn's mode, instructions and subagent place carry on."""
@@ -136,4 +171,6 @@ def follow_up_context(
         image_generation=services.image_generation,
     )
     kept = with_kept(merged, parts, stored.kept_parts if stored is not None else ())
-    return with_budget(carried(kept, stored), window, fallbacks)
+    if started is not None:
+        kept = with_definitions(kept, started.definitions)
+    return with_budget(kept, window, fallbacks, traits)

@@ -9,8 +9,6 @@ no known parent, logged. Memory only: a matched child keeps its place in its sto
 
 from __future__ import annotations
 
-import asyncio
-import dataclasses
 import logging
 from dataclasses import dataclass
 from typing import Any
@@ -18,11 +16,11 @@ from typing import Any
 import msgspec
 
 from ...llm.model_names import ModelNames, Resolved, Via
-from ...llm.types import AssistantMessage, TextContent, ToolResultMessage, Usage, UserMessage
+from ...llm.types import AssistantMessage, TextContent, ToolCall, ToolResultMessage, Usage
+from ...loop import Helper, HelperReport, ParentCall
 from ...loop.commands import CallClient
-from ...loop.context import SubagentModel, SubagentOverride, Subagents, TurnContext
-from ...loop.inputs import ToolOperation
-from ...loop.state import AwaitClient, Status
+from ...loop.context import SubagentModel, SubagentOverride, TurnContext
+from ...loop.state import Status
 from ...store.api import Store, SubagentLink
 from ..cursor import (
     BackgroundCompletions,
@@ -131,53 +129,38 @@ def link_of(
     )
 
 
-def place(
-    context: TurnContext,
-    request: RunRequest,
-    child: ChildRun | None,
-    stored: TurnContext | None,
-    children: Children,
-    names: ModelNames,
-    max_depth: int,
-) -> tuple[TurnContext, Expected | None]:
-    """`context` with its Subagents: the Task choices of this request, and this
-    conversation's place (a new child's from its parent's call, a known one's as stored)."""
+def helper_of(
+    request: RunRequest, child: ChildRun | None, children: Children, max_depth: int
+) -> tuple[Helper, Expected | None]:
+    """What this process knows of where the run of `request` sits: whether it is a child run,
+    and the Task call it was matched to (the loop places it: loop/subagents.py)."""
+    if child is None:
+        return Helper(max_depth=max_depth), None
+    expected = children.match(child, request.user_text)
+    if expected is None:
+        log.info(
+            "conversation %s: a child run not matched to a Task call of this process",
+            request.conversation_id,
+        )
+        return Helper(child=True, subagent_type=child.subagent_type, max_depth=max_depth), None
+    parent = ParentCall(
+        parent_conversation_id=expected.parent_conversation_id,
+        depth=expected.depth,
+        root_conversation_id=expected.root_conversation_id,
+    )
+    helper = Helper(
+        child=True, subagent_type=child.subagent_type, parent=parent, max_depth=max_depth
+    )
+    return helper, expected
+
+
+def with_choices(context: TurnContext, request: RunRequest, names: ModelNames) -> TurnContext:
+    """`context` with the Task model choices of `request` (the loop keeps them in its place)."""
     models, overrides = model_choices(request, names)
-    where = stored.subagents if stored is not None else Subagents()
-    expected: Expected | None = None
-    mode = "subagent" if where.depth > 0 else context.mode  # a known child stays one
-    if child is not None:
-        mode = "subagent"
-        expected = children.match(child, request.user_text)
-        if expected is not None:
-            where = Subagents(
-                depth=expected.depth + 1,
-                subagent_type=child.subagent_type,
-                parent_conversation_id=expected.parent_conversation_id,
-                root_conversation_id=expected.root_conversation_id,
-            )
-        elif not where.parent_conversation_id:
-            log.info(
-                "conversation %s: a child run whose parent is not known here; placed at depth 1",
-                request.conversation_id,
-            )
-            where = Subagents(depth=max(1, where.depth), subagent_type=child.subagent_type)
-    subagents = msgspec.structs.replace(where, models=models, overrides=overrides)
-    switches = msgspec.structs.replace(
-        context.switches, subagent_depth_reached=True if subagents.depth >= max_depth else None
+    subagents = msgspec.structs.replace(
+        context.subagents, models=models, overrides=overrides, custom=context.subagents.custom
     )
-    placed = msgspec.structs.replace(context, mode=mode, subagents=subagents, switches=switches)
-    return placed, expected
-
-
-def carried(context: TurnContext, stored: TurnContext | None) -> TurnContext:
-    """A follow-up's context keeps the stored Subagents and depth gate."""
-    if stored is None:
-        return context
-    switches = msgspec.structs.replace(
-        context.switches, subagent_depth_reached=stored.switches.subagent_depth_reached
-    )
-    return msgspec.structs.replace(context, subagents=stored.subagents, switches=switches)
+    return msgspec.structs.replace(context, subagents=subagents)
 
 
 def _final_text(messages: tuple[Any, ...]) -> str:
@@ -188,13 +171,13 @@ def _final_text(messages: tuple[Any, ...]) -> str:
     return ""
 
 
-async def with_reports(
-    request: RunRequest, completions: BackgroundCompletions, store: Store, states: CommittedStates
-) -> RunRequest:
-    """A background completion's run request whose notice also carries, for each finished
-    helper this server served, the helper's final message from its own conversation (the
-    IDE's completion only names it)."""
-    lines: list[str] = []
+async def helper_reports(
+    completions: BackgroundCompletions, store: Store, states: CommittedStates
+) -> tuple[HelperReport, ...]:
+    """The final message of each finished helper a background completion names that this
+    server served, read from the helper's own conversation (the loop adds them to the
+    notice)."""
+    reports: list[HelperReport] = []
     for done in completions.completions:
         if done.kind is not BackgroundTaskKind.SUBAGENT or not done.finished:
             continue
@@ -206,60 +189,30 @@ async def with_reports(
             continue
         report = _final_text(conv.state.committed.messages)
         if report:
-            lines.append(f"Final message of helper {cid}:\n{report}")
-    if not lines or request.user_message is None:
-        return request
-    text = "\n\n".join([request.user_text, *lines])
-    return dataclasses.replace(request, user_message=UserMessage.of_text(text), user_text=text)
+            reports.append(HelperReport(conversation_id=cid, text=report))
+    return tuple(reports)
 
 
-# How often a resumed parent looks at its helper's conversation while waiting for its end.
-RECOVERY_POLL_S = 0.25
-
-
-async def recovered(
-    op: ToolOperation,
-    waiting: AwaitClient,
-    conversation_id: str,
-    store: Store,
-    states: CommittedStates,
-    wait_s: float,
-) -> ToolOperation:
-    """A Task call sent before a restart (its answer from the IDE lost with the stream): the
-    result built from the helper conversation linked to it, once that helper's turn is over
-    (waiting at most `wait_s`). Any other operation, an unlinked call, or a helper that does
-    not finish in time: `op` unchanged (the loop's exactly-once rule: outcome unknown)."""
-    if not op.sent or op.result is not None or waiting.next >= len(waiting.calls):
-        return op
-    call = waiting.calls[waiting.next]
-    if call.name != "Task":
-        return op
+async def helper_result(
+    store: Store, states: CommittedStates, conversation_id: str, call: ToolCall
+) -> tuple[str, ToolResultMessage | None]:
+    """For a Task call of `conversation_id`: the helper conversation linked to it ("" when none
+    is) and, once that helper's turn is over, the call's result built from its final message
+    (None while it runs)."""
     link = await store.find_subagent_link(conversation_id, sanitize_tool_call_id(call.id))
     if link is None:
-        return op
+        return "", None
     child = link.child_conversation_id
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + wait_s
-    while True:
-        conv = Conversation(child, store, states)
-        if await conv.load() and conv.state.committed.status is Status.FINAL:
-            report = _final_text(conv.state.committed.messages)
-            log.info(
-                "conversation %s: the Task call %s gets the report of helper %s, read from "
-                "its conversation",
-                conversation_id,
-                call.id,
-                child,
-            )
-            result = ToolResultMessage(
-                tool_call_id=call.id,
-                tool_name=call.name,
-                content=(TextContent(text=report_text(report, child)),),
-            )
-            return msgspec.structs.replace(op, result=result)
-        if loop.time() >= deadline:
-            return op
-        await asyncio.sleep(RECOVERY_POLL_S)
+    conv = Conversation(child, store, states)
+    if not await conv.load() or conv.state.committed.status is not Status.FINAL:
+        return child, None
+    report = _final_text(conv.state.committed.messages)
+    result = ToolResultMessage(
+        tool_call_id=call.id,
+        tool_name=call.name,
+        content=(TextContent(text=report_text(report, child)),),
+    )
+    return child, result
 
 
 async def helper_totals(

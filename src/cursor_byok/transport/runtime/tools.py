@@ -1,6 +1,7 @@
 """The tool call a run has on its client: its operation record and its deadline.
 
-One call at a time (the loop sends the next only once this one is answered). The dialect's tool
+Every call of a response at once (the loop sends them together and takes their answers in
+any order); one record and one deadline per call. The dialect's tool
 machine does the protocol (`ClientLink.start_tool`); this keeps what the runtime needs around
 it: the record to complete when the answer comes, and the timer that reports the call lost
 (`ToolLost`, timed out) when the client never answers: `timeout_s` for an exec,
@@ -46,8 +47,9 @@ class ToolCalls:
 
     def planned(self, command: CallClient, state: ConversationState) -> ClientOperationRecord:
         """The operation's record for the commit that decides it (status "sent")."""
-        waiting = state.waiting
-        index = getattr(waiting, "next", 0)
+        calls = getattr(state.waiting, "calls", ())
+        # the call's place in its message (its operations all go out at once)
+        index = next((k for k, c in enumerate(calls) if c.id == command.tool_call.id), 0)
         record = records.sent_operation(
             command,
             conversation_id=state.conversation_id,
@@ -84,10 +86,8 @@ class ToolCalls:
             terminals_folder=context.environment.terminals_folder if context else None,
             budget_ms=int(self.timeout_s * 1000),
             mode=context.mode if context is not None else "agent",
-            # With WriteShellStdin offered, a command's stdin stays open for it.
             keep_stdin=context is not None
-            and "WriteShellStdin"
-            in catalogue.offered(catalogue.mode_of(context.mode), context.switches),
+            and catalogue.keeps_stdin(context.mode, context.switches),
             mcp_directory=McpDirectory.of(context),
             workspace_root=(
                 context.environment.workspace_paths[0]

@@ -852,9 +852,25 @@ class InjectContextAction(_message.Message):
     SYSTEM_CONTEXT_FIELD_NUMBER: _ClassVar[int]
     injection_id: str
     expected_run_id: str
-    user_context: bytes
-    system_context: bytes
-    def __init__(self, injection_id: _Optional[str] = ..., expected_run_id: _Optional[str] = ..., user_context: _Optional[bytes] = ..., system_context: _Optional[bytes] = ...) -> None: ...
+    user_context: UserContextInjection
+    system_context: SystemContextInjection
+    def __init__(self, injection_id: _Optional[str] = ..., expected_run_id: _Optional[str] = ..., user_context: _Optional[_Union[UserContextInjection, _Mapping]] = ..., system_context: _Optional[_Union[SystemContextInjection, _Mapping]] = ...) -> None: ...
+
+class UserContextInjection(_message.Message):
+    __slots__ = ("user_message", "request_context")
+    USER_MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_CONTEXT_FIELD_NUMBER: _ClassVar[int]
+    user_message: UserMessage
+    request_context: RequestContext
+    def __init__(self, user_message: _Optional[_Union[UserMessage, _Mapping]] = ..., request_context: _Optional[_Union[RequestContext, _Mapping]] = ...) -> None: ...
+
+class SystemContextInjection(_message.Message):
+    __slots__ = ("producer", "content")
+    PRODUCER_FIELD_NUMBER: _ClassVar[int]
+    CONTENT_FIELD_NUMBER: _ClassVar[int]
+    producer: str
+    content: str
+    def __init__(self, producer: _Optional[str] = ..., content: _Optional[str] = ...) -> None: ...
 
 class ConversationHistory(_message.Message):
     __slots__ = ("messages", "replace_user_info")
@@ -2177,7 +2193,7 @@ class ThinkingMessage(_message.Message):
     def __init__(self, text: _Optional[str] = ..., duration_ms: _Optional[int] = ...) -> None: ...
 
 class InteractionUpdate(_message.Message):
-    __slots__ = ("text_delta", "tool_call_started", "tool_call_completed", "thinking_delta", "thinking_completed", "user_message_appended", "partial_tool_call", "token_delta", "summary", "summary_started", "summary_completed", "shell_output_delta", "heartbeat", "turn_ended", "tool_call_delta", "step_started", "step_completed", "prompt_suggestion", "post_request_prompt", "active_branch_change", "routed_model")
+    __slots__ = ("text_delta", "tool_call_started", "tool_call_completed", "thinking_delta", "thinking_completed", "user_message_appended", "partial_tool_call", "token_delta", "summary", "summary_started", "summary_completed", "shell_output_delta", "heartbeat", "turn_ended", "tool_call_delta", "step_started", "step_completed", "prompt_suggestion", "post_request_prompt", "active_branch_change", "context_injection_state", "routed_model")
     TEXT_DELTA_FIELD_NUMBER: _ClassVar[int]
     TOOL_CALL_STARTED_FIELD_NUMBER: _ClassVar[int]
     TOOL_CALL_COMPLETED_FIELD_NUMBER: _ClassVar[int]
@@ -2198,6 +2214,7 @@ class InteractionUpdate(_message.Message):
     PROMPT_SUGGESTION_FIELD_NUMBER: _ClassVar[int]
     POST_REQUEST_PROMPT_FIELD_NUMBER: _ClassVar[int]
     ACTIVE_BRANCH_CHANGE_FIELD_NUMBER: _ClassVar[int]
+    CONTEXT_INJECTION_STATE_FIELD_NUMBER: _ClassVar[int]
     ROUTED_MODEL_FIELD_NUMBER: _ClassVar[int]
     text_delta: TextDeltaUpdate
     tool_call_started: ToolCallStartedUpdate
@@ -2219,8 +2236,59 @@ class InteractionUpdate(_message.Message):
     prompt_suggestion: PromptSuggestionUpdate
     post_request_prompt: PostRequestPromptUpdate
     active_branch_change: ActiveBranchChange
+    context_injection_state: ContextInjectionStateUpdate
     routed_model: RoutedModelUpdate
-    def __init__(self, text_delta: _Optional[_Union[TextDeltaUpdate, _Mapping]] = ..., tool_call_started: _Optional[_Union[ToolCallStartedUpdate, _Mapping]] = ..., tool_call_completed: _Optional[_Union[ToolCallCompletedUpdate, _Mapping]] = ..., thinking_delta: _Optional[_Union[ThinkingDeltaUpdate, _Mapping]] = ..., thinking_completed: _Optional[_Union[ThinkingCompletedUpdate, _Mapping]] = ..., user_message_appended: _Optional[_Union[UserMessageAppendedUpdate, _Mapping]] = ..., partial_tool_call: _Optional[_Union[PartialToolCallUpdate, _Mapping]] = ..., token_delta: _Optional[_Union[TokenDeltaUpdate, _Mapping]] = ..., summary: _Optional[_Union[SummaryUpdate, _Mapping]] = ..., summary_started: _Optional[_Union[SummaryStartedUpdate, _Mapping]] = ..., summary_completed: _Optional[_Union[SummaryCompletedUpdate, _Mapping]] = ..., shell_output_delta: _Optional[_Union[ShellOutputDeltaUpdate, _Mapping]] = ..., heartbeat: _Optional[_Union[HeartbeatUpdate, _Mapping]] = ..., turn_ended: _Optional[_Union[TurnEndedUpdate, _Mapping]] = ..., tool_call_delta: _Optional[_Union[ToolCallDeltaUpdate, _Mapping]] = ..., step_started: _Optional[_Union[StepStartedUpdate, _Mapping]] = ..., step_completed: _Optional[_Union[StepCompletedUpdate, _Mapping]] = ..., prompt_suggestion: _Optional[_Union[PromptSuggestionUpdate, _Mapping]] = ..., post_request_prompt: _Optional[_Union[PostRequestPromptUpdate, _Mapping]] = ..., active_branch_change: _Optional[_Union[ActiveBranchChange, _Mapping]] = ..., routed_model: _Optional[_Union[RoutedModelUpdate, _Mapping]] = ...) -> None: ...
+    def __init__(self, text_delta: _Optional[_Union[TextDeltaUpdate, _Mapping]] = ..., tool_call_started: _Optional[_Union[ToolCallStartedUpdate, _Mapping]] = ..., tool_call_completed: _Optional[_Union[ToolCallCompletedUpdate, _Mapping]] = ..., thinking_delta: _Optional[_Union[ThinkingDeltaUpdate, _Mapping]] = ..., thinking_completed: _Optional[_Union[ThinkingCompletedUpdate, _Mapping]] = ..., user_message_appended: _Optional[_Union[UserMessageAppendedUpdate, _Mapping]] = ..., partial_tool_call: _Optional[_Union[PartialToolCallUpdate, _Mapping]] = ..., token_delta: _Optional[_Union[TokenDeltaUpdate, _Mapping]] = ..., summary: _Optional[_Union[SummaryUpdate, _Mapping]] = ..., summary_started: _Optional[_Union[SummaryStartedUpdate, _Mapping]] = ..., summary_completed: _Optional[_Union[SummaryCompletedUpdate, _Mapping]] = ..., shell_output_delta: _Optional[_Union[ShellOutputDeltaUpdate, _Mapping]] = ..., heartbeat: _Optional[_Union[HeartbeatUpdate, _Mapping]] = ..., turn_ended: _Optional[_Union[TurnEndedUpdate, _Mapping]] = ..., tool_call_delta: _Optional[_Union[ToolCallDeltaUpdate, _Mapping]] = ..., step_started: _Optional[_Union[StepStartedUpdate, _Mapping]] = ..., step_completed: _Optional[_Union[StepCompletedUpdate, _Mapping]] = ..., prompt_suggestion: _Optional[_Union[PromptSuggestionUpdate, _Mapping]] = ..., post_request_prompt: _Optional[_Union[PostRequestPromptUpdate, _Mapping]] = ..., active_branch_change: _Optional[_Union[ActiveBranchChange, _Mapping]] = ..., context_injection_state: _Optional[_Union[ContextInjectionStateUpdate, _Mapping]] = ..., routed_model: _Optional[_Union[RoutedModelUpdate, _Mapping]] = ...) -> None: ...
+
+class ContextInjectionStateUpdate(_message.Message):
+    __slots__ = ("injection_id", "state")
+    INJECTION_ID_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    injection_id: str
+    state: ContextInjectionState
+    def __init__(self, injection_id: _Optional[str] = ..., state: _Optional[_Union[ContextInjectionState, _Mapping]] = ...) -> None: ...
+
+class ContextInjectionState(_message.Message):
+    __slots__ = ("queued", "delivered", "queued_for_next_turn", "cancelled", "rejected")
+    QUEUED_FIELD_NUMBER: _ClassVar[int]
+    DELIVERED_FIELD_NUMBER: _ClassVar[int]
+    QUEUED_FOR_NEXT_TURN_FIELD_NUMBER: _ClassVar[int]
+    CANCELLED_FIELD_NUMBER: _ClassVar[int]
+    REJECTED_FIELD_NUMBER: _ClassVar[int]
+    queued: ContextInjectionQueued
+    delivered: ContextInjectionDelivered
+    queued_for_next_turn: ContextInjectionQueuedForNextTurn
+    cancelled: ContextInjectionCancelled
+    rejected: ContextInjectionRejected
+    def __init__(self, queued: _Optional[_Union[ContextInjectionQueued, _Mapping]] = ..., delivered: _Optional[_Union[ContextInjectionDelivered, _Mapping]] = ..., queued_for_next_turn: _Optional[_Union[ContextInjectionQueuedForNextTurn, _Mapping]] = ..., cancelled: _Optional[_Union[ContextInjectionCancelled, _Mapping]] = ..., rejected: _Optional[_Union[ContextInjectionRejected, _Mapping]] = ...) -> None: ...
+
+class ContextInjectionQueued(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ContextInjectionDelivered(_message.Message):
+    __slots__ = ("step", "delivery_batch_id", "delivered_at_ms")
+    STEP_FIELD_NUMBER: _ClassVar[int]
+    DELIVERY_BATCH_ID_FIELD_NUMBER: _ClassVar[int]
+    DELIVERED_AT_MS_FIELD_NUMBER: _ClassVar[int]
+    step: int
+    delivery_batch_id: str
+    delivered_at_ms: int
+    def __init__(self, step: _Optional[int] = ..., delivery_batch_id: _Optional[str] = ..., delivered_at_ms: _Optional[int] = ...) -> None: ...
+
+class ContextInjectionQueuedForNextTurn(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ContextInjectionCancelled(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ContextInjectionRejected(_message.Message):
+    __slots__ = ("reason",)
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    reason: str
+    def __init__(self, reason: _Optional[str] = ...) -> None: ...
 
 class TextDeltaUpdate(_message.Message):
     __slots__ = ("text", "is_server_notice")

@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from ....loop.inputs import ModeSwitched, PlanCreated
+from ....loop.todos import plan_todos
 from ..proto import agent_pb2
 from . import args as a
 from .machine import Finished, Handlers, Ignored, Phase, Step, ToolMachine
@@ -148,6 +149,7 @@ class CreatePlanMachine(QueryMachine):
             uri=uri,
             name=a.str_or_empty(self.args, "name"),
             overview=a.str_or_empty(self.args, "overview"),
+            todos=plan_todos(self.args.get("todos")),
         )
         return self._finish(text, tc, now_ms, effect=effect)
 

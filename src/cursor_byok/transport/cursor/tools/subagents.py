@@ -76,7 +76,9 @@ def choose_model(
         if pin.inherit:
             return ModelChoice(name=parent)
     if not asked or asked.casefold() == INHERIT:
-        return ModelChoice(name=parent)
+        asked = _custom_model(subagent_type, subagents)
+        if not asked:
+            return ModelChoice(name=parent)
     for listed in subagents.models:
         if asked.casefold() in (listed.name.casefold(), listed.model.casefold()):
             return ModelChoice(name=listed.name)
@@ -84,6 +86,22 @@ def choose_model(
         error=f"Error: this server does not serve the model {asked!r} for helpers. Choose one "
         f"of: {_listed(subagents)}."
     )
+
+
+def _custom_model(subagent_type: str, subagents: Subagents) -> str:
+    """The model a custom agent's file names, when it is one of the listed models (any other
+    name, `inherit` or none: the parent's model) [U: the names Cursor's files use]."""
+    agent = next((c for c in subagents.custom if c.name == subagent_type), None)
+    if agent is None or not agent.model or agent.model.casefold() == INHERIT:
+        return ""
+    wanted = agent.model.casefold()
+    listed = any(wanted in (m.name.casefold(), m.model.casefold()) for m in subagents.models)
+    return agent.model if listed else ""
+
+
+def subagent_types(subagents: Subagents) -> tuple[str, ...]:
+    """Our helper types, then the user's own (custom agents)."""
+    return (*SUBAGENT_TYPES, *(c.name for c in subagents.custom))
 
 
 _MIME = {".png": "image/png", ".jpg": "image/jpeg", ".jpeg": "image/jpeg", ".gif": "image/gif"}
@@ -164,10 +182,11 @@ class TaskMachine(ToolMachine):
         problem = super()._argument_problem()
         if problem is not None:
             return problem
-        if self.subagent_type not in SUBAGENT_TYPES:
+        types = subagent_types(self.settings.subagents)
+        if self.subagent_type not in types:
             return (
                 f"Error: there is no subagent_type {self.subagent_type!r}. Use one of: "
-                f"{', '.join(SUBAGENT_TYPES)}."
+                f"{', '.join(types)}."
             )
         return self._choice().error or None
 
