@@ -72,7 +72,7 @@ from .resume import (
 from .routing import STOP, Work
 from .run_client import RunClient
 from .run_helpers import RunHelpers
-from .run_parts import RunParts, described, equip
+from .run_parts import RunParts, described, equip, named
 from .runner import Runner
 from .services import RunnerServices
 from .starts import ModelTraits, TurnStart, follow_up_context, start_of
@@ -242,6 +242,7 @@ class Run:
 
     def _adopt(self, request: RunRequest) -> None:
         self.conversation_id = self.helpers.conversation_id = request.conversation_id
+        named(request, self.summary, self.link)
         self._effort = request.effort  # the picker's choice; the loop checks it (loop/effort.py)
         self.parts = parts = equip(
             self.runner,
@@ -256,7 +257,7 @@ class Run:
             deliver=self._apply_from_task,
             background=self._background,
         )
-        described(request, parts.model, self.summary, self.link)
+        described(parts.model, self.summary, self.link)
         self.publisher.model, self.conv, self.commands.parts = parts.model, parts.conv, parts
         self.publisher.checkpoints = parts.checkpoints
 

@@ -172,14 +172,19 @@ def equip(
     )
 
 
-def described(request: RunRequest, model: Model, summary: RunSummary, link: ClientLink) -> None:
+def named(request: RunRequest, summary: RunSummary, link: ClientLink) -> None:
     """The run's summary (for logs and metrics) and its client link learn what the run request
-    named: the conversation, the model asked for and the one serving it, a title."""
+    named: the conversation, the model asked for, a title. Before the model is resolved, so a
+    run refused for its model (unknown, not allowed) is still reported with its conversation."""
     cid = request.conversation_id
     summary.conversation_id = link.conversation_id = cid
     summary.requested_model = request.model_id or ""
     if request.user_text.strip():
         summary.title = agent_title(request.user_text)
+
+
+def described(model: Model, summary: RunSummary, link: ClientLink) -> None:
+    """The run's summary and its client link learn the model serving the run."""
     # Whether a Read of an image attaches it (else it is described): the model's `vision`.
     link.vision = model.vision
     link.model_id = summary.model = model.id
