@@ -355,6 +355,8 @@ def chat_requests(upstream: FakeUpstream, marker: str) -> list[dict[str, Any]]:
     tool-result images) contains `marker`."""
     out = []
     for r in list(upstream.requests):
+        if not r.path.endswith("/chat/completions"):  # a doctor's ping, a window probe (/props)
+            continue
         body = json.loads(r.body)
         users = [m for m in body["messages"] if m["role"] == "user" and not is_tool_images(m)]
         if users and marker in content_text(users[-1]["content"]):
