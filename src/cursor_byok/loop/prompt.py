@@ -308,6 +308,8 @@ def _render_tools(context: TurnContext) -> tuple[ToolDefinition, ...]:
 
 
 _prompts: ByIdentity[TurnContext, str] = ByIdentity(_render_prompt)
+
+
 def _tools_key(context: TurnContext) -> object:
     """What `_render_tools` reads of a context, when it is small: every run decodes a new
     context, and equal ones share one tool tuple (so the schemas' encodings and sizes, kept by
@@ -318,9 +320,7 @@ def _tools_key(context: TurnContext) -> object:
     return (context.mode, context.switches, context.subagents)
 
 
-_shared_tools: ByValue[TurnContext, tuple[ToolDefinition, ...]] = ByValue(
-    _render_tools, _tools_key
-)
+_shared_tools: ByValue[TurnContext, tuple[ToolDefinition, ...]] = ByValue(_render_tools, _tools_key)
 _tools: ByIdentity[TurnContext, tuple[ToolDefinition, ...]] = ByIdentity(_shared_tools)
 
 
