@@ -7,8 +7,9 @@ The IDE forks two ways, and both end here for a conversation new to this server:
   last blob (ours: `checkpoint.turn_blob`, it names its conversation and turn) says where the
   fork starts, and the source's turn mark for that blob gives its active history then (a fork
   from an earlier turn gets that turn's history, a compaction epoch included);
-- `AgentService/NotifyConversationClone` (`Clones`, noted per process): the source's current
-  active history, when the run request names no blob of ours.
+- `AgentService/NotifyConversationClone` (noted in the store, `Store.note_clone`, so any
+  process or replica finds it): the source's current active history, when the run request
+  names no blob of ours.
 
 The loop opens the fork from the source's committed state (`ForkOf` on the Start,
 loop/forks.py): the source's turns up to the fork point become the fork's first turns.
@@ -20,7 +21,6 @@ Blobs the request carries in `pre_fetched_blobs` are taken into the server's blo
 from __future__ import annotations
 
 import logging
-from collections import OrderedDict
 from dataclasses import dataclass
 
 from ...llm.types import Message
@@ -34,30 +34,6 @@ from .conversation import not_yours
 from .requests import ClientRequests
 
 log = logging.getLogger("cursor_byok.runtime")
-
-# Clone notices kept per process (new conversation id → source), oldest dropped first.
-MAX_CLONES = 10_000
-
-
-class Clones:
-    """NotifyConversationClone's notices: which conversation a new one was cloned from."""
-
-    def __init__(self, limit: int = MAX_CLONES) -> None:
-        self._limit = limit
-        self._sources: OrderedDict[str, str] = OrderedDict()
-
-    def note(self, conversation_id: str, source_conversation_id: str) -> None:
-        if not conversation_id or not source_conversation_id:
-            return
-        if conversation_id == source_conversation_id:
-            return
-        self._sources[conversation_id] = source_conversation_id
-        self._sources.move_to_end(conversation_id)
-        while len(self._sources) > self._limit:
-            self._sources.popitem(last=False)
-
-    def source_of(self, conversation_id: str) -> str | None:
-        return self._sources.get(conversation_id)
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,7 +63,6 @@ async def history_of_new(
     store: Store,
     requests: ClientRequests,
     cache: BlobCache,
-    clones: Clones,
     person: str | None = None,
 ) -> NewHistory:
     """The history a conversation new to this server starts with: its inline history, else a
@@ -108,7 +83,7 @@ async def history_of_new(
         if named is not None and named[0] == request.conversation_id:
             named = None
     if named is None:
-        noted = clones.source_of(request.conversation_id)
+        noted = await store.clone_source(request.conversation_id)
         named = (noted, 0) if noted is not None else None
     if named is not None:
         fork = await forked_history(request, store, named, person)
