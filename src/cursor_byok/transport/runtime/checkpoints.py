@@ -59,7 +59,7 @@ class Checkpoints:
         window: int,
     ) -> None:
         self.conversation_id = conversation_id
-        self.window = window  # the model's context window: the meter's max_tokens
+        self.window = window  # the configured window: the meter's for a state without a budget
         self.store = store
         self.states = states
         self.requests = requests
