@@ -44,6 +44,8 @@ class CallLLM(_Command, frozen=True, tag="call_llm"):
     # The reasoning effort the IDE's picker chose for this call ("": the model's own setting);
     # only for the run's own model (loop/effort.py).
     effort: str = ""
+    # A bound on the answer below the model's own (0: the model's): an image's description.
+    max_output_tokens: int = 0
 
 
 class ResendLLM(_Command, frozen=True, tag="resend_llm"):

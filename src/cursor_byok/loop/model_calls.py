@@ -126,7 +126,10 @@ def fall_back(c: ConversationState, waiting: AwaitLLM, end: CallEnd) -> Transiti
 
 
 def model_of(c: ConversationState, waiting: AwaitLLM) -> str:
-    """The model call `waiting` went to: "" for the run's own, else its fallback's id."""
+    """The model call `waiting` went to: "" for the run's own, else its fallback's id (or
+    the vision model describing pasted images)."""
+    if waiting.describing is not None:
+        return waiting.describing.model
     fallbacks = context_of(c).fallbacks
     return fallbacks[waiting.fallback - 1] if 0 < waiting.fallback <= len(fallbacks) else ""
 

@@ -11,7 +11,7 @@ from cursor_byok.llm.types import UserMessage as LLMUserMessage
 from . import derived, ids
 from .commands import WAIT_INPUT, Final
 from .context import TurnContext
-from .images import withhold_images
+from .images import describe, describes, held_message, withhold_images
 from .inputs import Note, Start, UserMessage
 from .model_calls import call_llm
 from .results import (
@@ -61,10 +61,11 @@ def without_supplements(context: TurnContext) -> TurnContext:
     return _replace(context, supplements=()) if context.supplements else context
 
 
-def begin_turn(c: ConversationState, context: TurnContext, message: LLMUserMessage) -> Transition:
+def _opened_turn(c: ConversationState, context: TurnContext) -> ConversationState:
+    """`c` with a new turn begun (its mark, id and context), nothing appended yet."""
     turn = c.turn + 1
-    c2 = _replace(
-        with_messages(derived.opened(c), message),
+    return _replace(
+        derived.opened(c),
         turn=turn,
         turn_id=ids.turn_id(c.conversation_id, turn),
         context=without_supplements(context),
@@ -73,7 +74,19 @@ def begin_turn(c: ConversationState, context: TurnContext, message: LLMUserMessa
         queued=(),
         queued_context=None,
     )
-    return call_llm(c2)
+
+
+def begin_turn(c: ConversationState, context: TurnContext, message: LLMUserMessage) -> Transition:
+    return call_llm(with_messages(_opened_turn(c, context), message))
+
+
+def open_turn(c: ConversationState, context: TurnContext, said: LLMUserMessage) -> Transition:
+    """A new turn for the user's message `said`: its pasted images described first for a
+    model without vision that has a vision_model, else noted (loop/images.py)."""
+    if describes(context, said):
+        return describe(_opened_turn(c, context), opening_message(context, said), said)
+    said, notices = withhold_images(context, said)
+    return _told(begin_turn(c, context, opening_message(context, said)), notices)
 
 
 def close_turn(
@@ -97,6 +110,9 @@ def close_turn(
             closing.append(found)
         return with_messages(c, *closing), tuple(local), None
     if c.status == Status.WAITING_LLM and isinstance(waiting, AwaitLLM):
+        held = held_message(waiting)  # the opening message, its images being described
+        if held is not None:
+            c = with_messages(c, held)
         return c, (), CallEnd(waiting.call_id, CallOutcome.CANCELED, reason)
     if c.status == Status.SUMMARIZING and isinstance(waiting, AwaitSummary):
         # The summary is dropped; the history stays as it was, unsummarized.
@@ -127,9 +143,7 @@ def on_start(state: RuntimeState, input: Start) -> Transition:
             reset = TodoReset(at=len(c.log), todos=plan.todos)
             c = _replace(c, todos=plan.todos, todo_resets=(*c.todo_resets, reset))
     context = start_context(input, state.committed)
-    message, notices = withhold_images(context, message)
-    t = begin_turn(c, context, opening_message(context, message))
-    return _told(prepend((), t, call_end), notices)
+    return prepend((), open_turn(c, context, message), call_end)
 
 
 def _told(t: Transition, notices: tuple[str, ...]) -> Transition:
@@ -173,13 +187,13 @@ def on_user_message(state: RuntimeState, input: UserMessage) -> Transition:
     c = state.committed
     asked = _follow_up_context(c, input)
     context = asked if asked is not None else context_of(c)
+    if not c.busy:
+        return open_turn(c, context, input.message)
+    # Steering: joins the history before the turn's next model call (its images noted).
     said, notices = withhold_images(context, input.message)
-    message = opening_message(context, said)
-    if c.busy:  # steering: joins the history before the turn's next model call
-        c2 = commit(
-            c,
-            queued=(*c.queued, message),
-            queued_context=(without_supplements(asked) if asked is not None else c.queued_context),
-        )
-        return Transition(RuntimeState(c2, state.pending_response), (), WAIT_INPUT, notices=notices)
-    return _told(begin_turn(c, context, message), notices)
+    c2 = commit(
+        c,
+        queued=(*c.queued, opening_message(context, said)),
+        queued_context=(without_supplements(asked) if asked is not None else c.queued_context),
+    )
+    return Transition(RuntimeState(c2, state.pending_response), (), WAIT_INPUT, notices=notices)
