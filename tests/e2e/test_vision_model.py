@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from cursor_byok.store import open_store
-from cursor_byok.transport.cursor.proto import agent_pb2, aiserver_pb2
+from cursor_byok.transport.cursor.proto import aiserver_pb2
 from cursor_byok.transport.runtime.reservations import month_window
 from tests.e2e.test_compaction import messages_bytes
 from tests.e2e.test_modes_actions import TRANSPORTS, last_checkpoint, moded_request, open_run
@@ -72,9 +72,9 @@ def upstream_bodies(upstream: FakeUpstream, model: str, marker: str) -> list[byt
     needle = json.dumps(marker)[1:-1].encode()
     out = []
     for r in list(upstream.requests):
-        if r.path.endswith("/chat/completions") and needle in r.body:
-            if json.loads(r.body)["model"] == model:
-                out.append(r.body)
+        chat = r.path.endswith("/chat/completions") and needle in r.body
+        if chat and json.loads(r.body)["model"] == model:
+            out.append(r.body)
     return out
 
 
