@@ -33,9 +33,16 @@ from tests.support.live import ServerProcess, brain_config, server_process
 from tests.support.upstream import FakeUpstream
 
 TEXT_MODEL = "brain-text"
+# The vision model has a provider of its own (the same brain, under /eye): a call sent to the
+# wrong one shows in its path.
+EYE_PATH = "/eye/v1/chat/completions"
 MODELS = f"""
+[providers.eye]
+api = "openai-chat"
+base_url = "UPSTREAM/eye/v1"
+
 [models."brain-eye"]
-provider = "brain"
+provider = "eye"
 model = "brain-eye"
 vision = true
 
@@ -45,6 +52,12 @@ model = "brain-1"
 vision_model = "brain-eye"
 """
 B64 = base64.b64encode(PNG).decode()
+
+
+def models(upstream: FakeUpstream) -> str:
+    return MODELS.replace("UPSTREAM", upstream.base_url)
+
+
 SEEN = f"BRAIN VISION saw 1 image(s): image/png ({len(B64)} base64 chars)."
 
 
@@ -55,7 +68,9 @@ def db(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def server(upstream: FakeUpstream, db: Path) -> Iterator[ServerProcess]:
-    with server_process(brain_config(upstream.base_url, db=db) + MODELS, db.parent) as srv:
+    with server_process(
+        brain_config(upstream.base_url, db=db) + models(upstream), db.parent
+    ) as srv:
         yield srv
 
 
@@ -68,12 +83,17 @@ def pasted(text: str, conversation_id: str | None = None, **kw: Any) -> Any:
 
 
 def upstream_bodies(upstream: FakeUpstream, model: str, marker: str) -> list[bytes]:
-    """The chat requests to `model` (its upstream name) that hold `marker`."""
+    """The chat requests to `model` (its upstream name) that hold `marker`, each sent to that
+    model's provider."""
     needle = json.dumps(marker)[1:-1].encode()
     out = []
     for r in list(upstream.requests):
         chat = r.path.endswith("/chat/completions") and needle in r.body
-        if chat and json.loads(r.body)["model"] == model:
+        if (
+            chat
+            and json.loads(r.body)["model"] == model
+            and (r.path == EYE_PATH) == (model == "brain-eye")
+        ):
             out.append(r.body)
     return out
 
@@ -189,7 +209,9 @@ output = 500.0
 def priced_config(upstream: FakeUpstream, db: Path) -> str:
     text = brain_config(upstream.base_url, db=db, extra=f'auth_token = "{OPERATOR}"')
     return (
-        text + MODELS.replace("vision = true", "vision = true\nmax_output_tokens = 1000") + (PRICED)
+        text
+        + models(upstream).replace("vision = true", "vision = true\nmax_output_tokens = 1000")
+        + PRICED
     )
 
 

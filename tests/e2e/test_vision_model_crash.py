@@ -26,7 +26,7 @@ from tests.e2e.test_crash_recovery import (
     upstream,
     user_run_request,
 )
-from tests.e2e.test_vision_model import MODELS, SEEN, TEXT_MODEL, upstream_bodies
+from tests.e2e.test_vision_model import SEEN, TEXT_MODEL, models, upstream_bodies
 from tests.support.brain import answer
 from tests.support.images import PNG
 from tests.support.upstream import FakeUpstream
@@ -78,7 +78,7 @@ async def test_kill9_while_describing_sends_the_description_call_again_once(
 ) -> None:
     conversation = f"conv-vision-{comeback}"
     text = f"what is on this screenshot? {conversation}"
-    crashable.models = MODELS
+    crashable.models = models(upstream)
     crashable.start()
     upstream.push(partial_then_hang("HALF-A-DESCRIPTION " * 3))
     run1 = await crash_while(crashable, upstream, conversation, text, "brain-eye", "WaitingLLM")
@@ -109,7 +109,7 @@ async def test_kill9_after_the_description_never_describes_again(
 ) -> None:
     conversation = "conv-vision-after"
     text = f"and this one? {conversation}"
-    crashable.models = MODELS
+    crashable.models = models(upstream)
     crashable.start()
     upstream.push(answer, partial_then_hang("HALF-AN-ANSWER " * 3))
     await crash_while(crashable, upstream, conversation, text, "brain-1", "WaitingLLM")
