@@ -30,7 +30,7 @@ from cursor_byok.llm.types import UserMessage as LLMUserMessage
 from . import ids
 from .commands import CONTINUE_LLM, CallLLM, Canceled
 from .context import TurnContext
-from .model_calls import call_llm
+from .model_calls import first_call
 from .state import AwaitLLM, ConversationState, Describing, ImageMark, RuntimeState, Status
 from .step import CallEnd, CallOutcome, Transition, commit, flush_queue, settle, with_messages
 
@@ -206,9 +206,9 @@ def _failed(c: ConversationState, waiting: AwaitLLM, d: Describing, why: str) ->
 
 def _joined(c: ConversationState, message: LLMUserMessage, end: CallEnd, notice: str) -> Transition:
     """The opening message joins the history (steering that came meanwhile after it), then
-    the turn's call."""
+    the turn's first call (after its MCP definition files, when it needs some)."""
     c2 = _replace(flush_queue(with_messages(c, message)), waiting=None)
-    t = call_llm(c2)
+    t = first_call(c2)
     return _replace(t, call_end=end, notices=(notice, *t.notices))
 
 

@@ -8,12 +8,13 @@ import msgspec
 from cursor_byok.llm.types import TextContent, ToolResultMessage
 from cursor_byok.llm.types import UserMessage as LLMUserMessage
 
+from . import definitions as files
 from . import derived, ids
 from .commands import WAIT_INPUT, Final
 from .context import TurnContext
 from .images import describe, describes, held_message, withhold_images
-from .inputs import Note, Start, UserMessage
-from .model_calls import call_llm
+from .inputs import DefinitionsRead, Note, Start, UserMessage
+from .model_calls import call_llm, first_call
 from .results import (
     CALL_SUPERSEDED,
     CANCELED_RESULT_TEXT,
@@ -23,6 +24,7 @@ from .results import (
 )
 from .state import (
     AwaitClient,
+    AwaitDefinitions,
     AwaitLLM,
     AwaitSummary,
     ConversationState,
@@ -33,11 +35,14 @@ from .state import (
 from .step import (
     CallEnd,
     CallOutcome,
+    Ignored,
     LocalResult,
     Transition,
     commit,
     content_index,
     context_of,
+    flush_queue,
+    ignore,
     prepend,
     settle,
     take_early,
@@ -68,7 +73,7 @@ def _opened_turn(c: ConversationState, context: TurnContext) -> ConversationStat
         derived.opened(c),
         turn=turn,
         turn_id=ids.turn_id(c.conversation_id, turn),
-        context=without_supplements(context),
+        context=without_supplements(files.filled(context, c.definitions)),
         llm_calls=0,
         waiting=None,
         queued=(),
@@ -77,7 +82,9 @@ def _opened_turn(c: ConversationState, context: TurnContext) -> ConversationStat
 
 
 def begin_turn(c: ConversationState, context: TurnContext, message: LLMUserMessage) -> Transition:
-    return call_llm(with_messages(_opened_turn(c, context), message))
+    """Open a turn with `message`; its first model call goes out now, or once the MCP
+    definition files its tools need and the run has not read are read (definitions.py)."""
+    return first_call(with_messages(_opened_turn(c, context), message))
 
 
 def open_turn(c: ConversationState, context: TurnContext, said: LLMUserMessage) -> Transition:
@@ -87,6 +94,19 @@ def open_turn(c: ConversationState, context: TurnContext, said: LLMUserMessage) 
         return describe(_opened_turn(c, context), opening_message(context, said), said)
     said, notices = withhold_images(context, said)
     return _told(begin_turn(c, context, opening_message(context, said)), notices)
+
+
+def on_definitions_read(state: RuntimeState, input: DefinitionsRead) -> Transition:
+    """The definition files the turn waited on: kept for the run, per path, and the turn's
+    tools offered with what they say (a failed read with a note); then the first model call,
+    after the follow-ups that came meanwhile."""
+    c = state.committed
+    waiting = c.waiting
+    if c.status != Status.READING or not isinstance(waiting, AwaitDefinitions):
+        return ignore(state, Ignored.NOT_AWAITED)
+    read = (*c.definitions, *files.answered(waiting.paths, input.files))
+    c2 = flush_queue(_replace(c, definitions=read, waiting=None))
+    return call_llm(_replace(c2, context=files.filled(context_of(c2), read)))
 
 
 def close_turn(
@@ -129,6 +149,8 @@ def on_start(state: RuntimeState, input: Start) -> Transition:
     if c.busy:
         # Closed without cards: the tool calls belonged to another run's client stream.
         c, _, call_end = close_turn(c, CALL_SUPERSEDED)
+    if c.definitions:  # what a run read is its own: this run reads its files again
+        c = _replace(c, definitions=())
     if not c.log and input.history:
         c = with_messages(c, *input.history)
     if c.commit == 0 and c.log:  # the client's history and list, for a conversation new to us
@@ -180,7 +202,7 @@ def _follow_up_context(c: ConversationState, input: UserMessage) -> TurnContext 
         base = kept_place(base, c.context)
     if input.mode is not None and input.mode != base.mode:
         base = _replace(base, mode=input.mode)
-    return base
+    return files.filled(base, c.definitions)  # the files this run read (definitions.py)
 
 
 def on_user_message(state: RuntimeState, input: UserMessage) -> Transition:
