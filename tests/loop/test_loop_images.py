@@ -275,3 +275,30 @@ def test_steering_while_describing_joins_after_the_described_message() -> None:
     assert "described it for you" in done.appended[0].text
     assert done.appended[1] == notes_of(pasted(SECOND, text="and this one"))
     assert isinstance(done.command, CallLLM) and done.command.request.messages == done.appended
+
+
+def test_after_the_description_the_turn_reads_its_mcp_definition_files_first() -> None:
+    from cursor_byok.loop import (
+        DefinitionFile,
+        DefinitionsRead,
+        McpServerInfo,
+        McpToolInfo,
+        ReadDefinitions,
+    )
+
+    path = "/ws/mcps/kb/tools/find.json"
+    server = McpServerInfo(
+        identifier="kb", name="kb", tools=(McpToolInfo(name="find", definition_path=path),)
+    )
+    context = msgspec.structs.replace(TEXT_ONLY, mcp_servers=(server,))
+    t = opened(pasted(IMAGE), context)
+    assert isinstance(t.command, CallLLM) and t.command.model == VISION  # the images first
+    ts, _ = stream(t.state, FauxResponse.text(DESCRIPTION))
+    done = ts[-1]
+    assert done.command == ReadDefinitions(paths=(path,))
+    assert done.state.committed.status == Status.READING
+    assert len(done.appended) == 1 and "described it for you" in done.appended[0].text
+    read = DefinitionFile(path=path, description="Find it.", parameters={"type": "object"})
+    after = transition(done.state, DefinitionsRead(files=(read,)))
+    assert isinstance(after.command, CallLLM) and after.command.call_id == "conv:1:llm2"
+    assert after.command.request.messages == done.appended
