@@ -213,6 +213,9 @@ class RunRecord(msgspec.Struct, frozen=True, kw_only=True):
     conversation_id: str
     request: bytes
     created_at_ms: int
+    # The person whose token the run is made under (None: the operator's): who else's
+    # appends a replica that does not hold the run refuses (migration 0016).
+    owner_id: str | None = None
 
 
 class SubagentLink(msgspec.Struct, frozen=True, kw_only=True):
@@ -424,6 +427,13 @@ class Store(Protocol):
     async def list_subagent_links(
         self, parent_conversation_id: str
     ) -> tuple[SubagentLink, ...]: ...
+
+    async def note_clone(self, conversation_id: str, source: str, at_ms: int) -> SaveResult:
+        """NotifyConversationClone's note, append-only: the first note of a conversation wins
+        (another source is `ignored`). Not durable on its own, like `save_run`."""
+        ...
+
+    async def clone_source(self, conversation_id: str) -> str | None: ...
 
     async def save_turn_marks(
         self, conversation_id: str, marks: Sequence[TurnMark], *, unchanged: int = 0
