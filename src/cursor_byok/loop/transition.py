@@ -42,6 +42,7 @@ from .inputs import (
     Suspend,
     ToolLost,
     ToolResult,
+    TurnMarksFound,
     UserMessage,
 )
 from .recovery import (
@@ -51,6 +52,7 @@ from .recovery import (
     on_resume,
     on_rewind,
     on_suspend,
+    on_turn_marks_found,
 )
 from .results import CALL_STREAM_CLOSED, CALL_SUPERSEDED, canceled_call, not_reopened
 from .state import RuntimeState
@@ -112,6 +114,8 @@ def transition(state: RuntimeState, input: Input) -> Transition:
             t = on_call_refused(state, input)
         case DefinitionsRead():
             t = on_definitions_read(state, input)
+        case TurnMarksFound():
+            t = on_turn_marks_found(state, input)
         case _:
             assert_never(input)
     after = t.state.committed.log

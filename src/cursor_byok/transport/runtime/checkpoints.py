@@ -8,7 +8,10 @@ and the loop gets `Rewind(turns=k)`. A checkpoint goes out after each model call
 the history (the loop's `Transition.checkpoint`, with the calls still unanswered) and at the
 end of each turn; its meter is the one of the state's last model call (`meter_basis`), no pass
 over the history. The marks the client was told at the end of a turn are also saved to the
-store (a record of what was published); nothing reads them back to decide.
+store (a record of what was published). They are read back for two things, none a decision: a
+turn whose end is the one recorded keeps the id it was published with (an earlier blob
+format), and a state stored before the loop kept its marks hands them to the loop
+(`TurnMarksFound`), which rebuilds its marks from them.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ import hashlib
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
-from ...loop import ConversationState, Span
+from ...loop import ConversationState, Span, TurnMarksFound, wants_turn_marks
 from ...loop import view as views
 from ...loop.derived import plans_in_view, turn_ends
 from ...loop.meter import meter_of_state
@@ -66,6 +69,8 @@ class Checkpoints:
         self.channel = channel
         self._background = background
         self._saved: list[TurnMark] | None = None  # the store's marks; None: not read yet
+        # The store's marks by turn: (end view, the blob id it was published with).
+        self._recorded: dict[int, tuple[tuple[Span, ...], bytes]] | None = None
         # Each turn's blob and id by its end view: a turn's id is computed once per run.
         self._blobs: dict[tuple[str, int, tuple[Span, ...]], tuple[bytes, bytes]] = {}
         # The client's helper fields of its last checkpoint: published back unchanged.
@@ -88,15 +93,34 @@ class Checkpoints:
         return found
 
     def published(self, state: ConversationState) -> tuple[list[bytes], bytes]:
-        """Every turn's blob id, in order, and the last turn's blob (b"" with no turns). A
-        turn made in another conversation (a fork's first turns) has that one's blob."""
+        """Every turn's blob id, in order, and the last turn's blob (b"" with no turns, or
+        when the last turn keeps an id the client holds already). A turn made in another
+        conversation (a fork's first turns) has that one's blob; a turn the store recorded as
+        published with the same end keeps the id it was published with (a blob of an earlier
+        format, for a conversation stored before the loop's marks: the client's checkpoints
+        of those turns name it)."""
         ends = turn_ends(state)
+        recorded = self._recorded or {}
         ids: list[bytes] = []
         blob = b""
         for k, (mark, end) in enumerate(zip(state.turn_starts, ends, strict=True), start=1):
-            blob, digest = self._blob(mark.conversation or self.conversation_id, k, end)
+            found = recorded.get(k)
+            if found is not None and found[0] == end:
+                blob, digest = b"", found[1]
+            else:
+                blob, digest = self._blob(mark.conversation or self.conversation_id, k, end)
             ids.append(digest)
         return ids, blob
+
+    async def marks_found(self, state: ConversationState, version: int) -> TurnMarksFound | None:
+        """Read the store's record of the published turns (once per run, before the client's
+        checkpoint is compared with ours); for a state stored before the loop kept its marks
+        (the loop says which), the input that hands the loop their ends, in turn order."""
+        await self._saved_marks(version)
+        if not wants_turn_marks(state):
+            return None
+        recorded = self._recorded or {}
+        return TurnMarksFound(ends=tuple(recorded[k][0] for k in sorted(recorded)))
 
     # -- a later run's checkpoint -------------------------------------------------------------
 
@@ -131,7 +155,7 @@ class Checkpoints:
         await self._saved_marks(version)
         ids, blob = self.published(state)
         if not blob:
-            return PendingBlob(ids, (), 0, None)
+            return PendingBlob(ids, turn_ends(state), 0, None)
         kv_id, reply = self.requests.store_blob(blob)
         return PendingBlob(ids, turn_ends(state), kv_id, reply)
 
@@ -165,9 +189,13 @@ class Checkpoints:
         if unchanged == len(marks) == len(saved):
             return
         self._saved = marks
+        self._recorded = {
+            m.turn: (end, m.blob_id) for m, end in zip(marks, pending.ends, strict=True)
+        }
         self.states.set_turn_marks(self.conversation_id, version, marks)
         # The turn ends without waiting for the write: the marks only record what was
-        # published (the next run's turns come from the loop's state).
+        # published (the next run's turns come from the loop's state; their ids, for the
+        # turns whose end is the one recorded, from here).
         self._background(
             self.store.save_turn_marks(self.conversation_id, marks, unchanged=unchanged),
             "turn marks",
@@ -180,6 +208,11 @@ class Checkpoints:
                 marks = list(await self.store.list_turn_marks(self.conversation_id))
                 self.states.set_turn_marks(self.conversation_id, version, marks)
             self._saved = marks
+        if self._recorded is None:
+            self._recorded = {
+                m.turn: (records.decode_view(m.view, m.message_count), m.blob_id)
+                for m in self._saved
+            }
         return list(self._saved)
 
     def _send(
