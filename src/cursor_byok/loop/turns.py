@@ -10,12 +10,12 @@ from cursor_byok.llm.types import UserMessage as LLMUserMessage
 
 from . import definitions as files
 from . import derived, ids
-from .commands import WAIT_INPUT, Final, ReadDefinitions
+from .commands import WAIT_INPUT, Final
 from .context import TurnContext
 from .forks import forked
-from .images import withhold_images
+from .images import describe, describes, held_message, withhold_images
 from .inputs import DefinitionsRead, Note, Start, UserMessage
-from .model_calls import call_llm
+from .model_calls import call_llm, first_call
 from .results import (
     CALL_SUPERSEDED,
     CANCELED_RESULT_TEXT,
@@ -67,13 +67,11 @@ def without_supplements(context: TurnContext) -> TurnContext:
     return _replace(context, supplements=()) if context.supplements else context
 
 
-def begin_turn(c: ConversationState, context: TurnContext, message: LLMUserMessage) -> Transition:
-    """Open a turn with `message`; its first model call goes out now, or once the MCP
-    definition files its tools need and the run has not read are read (definitions.py)."""
+def _opened_turn(c: ConversationState, context: TurnContext) -> ConversationState:
+    """`c` with a new turn begun (its mark, id and context), nothing appended yet."""
     turn = c.turn + 1
-    paths = files.needed(context, c.definitions)
-    c2 = _replace(
-        with_messages(derived.opened(c), message),
+    return _replace(
+        derived.opened(c),
         turn=turn,
         turn_id=ids.turn_id(c.conversation_id, turn),
         context=without_supplements(files.filled(context, c.definitions)),
@@ -82,10 +80,21 @@ def begin_turn(c: ConversationState, context: TurnContext, message: LLMUserMessa
         queued=(),
         queued_context=None,
     )
-    if paths:
-        c3 = commit(c2, status=Status.READING, waiting=AwaitDefinitions(paths=paths))
-        return settle(c3, (), ReadDefinitions(paths=paths))
-    return call_llm(c2)
+
+
+def begin_turn(c: ConversationState, context: TurnContext, message: LLMUserMessage) -> Transition:
+    """Open a turn with `message`; its first model call goes out now, or once the MCP
+    definition files its tools need and the run has not read are read (definitions.py)."""
+    return first_call(with_messages(_opened_turn(c, context), message))
+
+
+def open_turn(c: ConversationState, context: TurnContext, said: LLMUserMessage) -> Transition:
+    """A new turn for the user's message `said`: its pasted images described first for a
+    model without vision that has a vision_model, else noted (loop/images.py)."""
+    if describes(context, said):
+        return describe(_opened_turn(c, context), opening_message(context, said), said)
+    said, notices = withhold_images(context, said)
+    return _told(begin_turn(c, context, opening_message(context, said)), notices)
 
 
 def on_definitions_read(state: RuntimeState, input: DefinitionsRead) -> Transition:
@@ -122,6 +131,9 @@ def close_turn(
             closing.append(found)
         return with_messages(c, *closing), tuple(local), None
     if c.status == Status.WAITING_LLM and isinstance(waiting, AwaitLLM):
+        held = held_message(waiting)  # the opening message, its images being described
+        if held is not None:
+            c = with_messages(c, held)
         return c, (), CallEnd(waiting.call_id, CallOutcome.CANCELED, reason)
     if c.status == Status.SUMMARIZING and isinstance(waiting, AwaitSummary):
         # The summary is dropped; the history stays as it was, unsummarized.
@@ -157,9 +169,7 @@ def on_start(state: RuntimeState, input: Start) -> Transition:
             reset = TodoReset(at=len(c.log), todos=plan.todos)
             c = _replace(c, todos=plan.todos, todo_resets=(*c.todo_resets, reset))
     context = start_context(input, state.committed)
-    message, notices = withhold_images(context, message)
-    t = begin_turn(c, context, opening_message(context, message))
-    return _told(prepend((), t, call_end), notices)
+    return prepend((), open_turn(c, context, message), call_end)
 
 
 def _told(t: Transition, notices: tuple[str, ...]) -> Transition:
@@ -203,13 +213,13 @@ def on_user_message(state: RuntimeState, input: UserMessage) -> Transition:
     c = state.committed
     asked = _follow_up_context(c, input)
     context = asked if asked is not None else context_of(c)
+    if not c.busy:
+        return open_turn(c, context, input.message)
+    # Steering: joins the history before the turn's next model call (its images noted).
     said, notices = withhold_images(context, input.message)
-    message = opening_message(context, said)
-    if c.busy:  # steering: joins the history before the turn's next model call
-        c2 = commit(
-            c,
-            queued=(*c.queued, message),
-            queued_context=(without_supplements(asked) if asked is not None else c.queued_context),
-        )
-        return Transition(RuntimeState(c2, state.pending_response), (), WAIT_INPUT, notices=notices)
-    return _told(begin_turn(c, context, message), notices)
+    c2 = commit(
+        c,
+        queued=(*c.queued, opening_message(context, said)),
+        queued_context=(without_supplements(asked) if asked is not None else c.queued_context),
+    )
+    return Transition(RuntimeState(c2, state.pending_response), (), WAIT_INPUT, notices=notices)

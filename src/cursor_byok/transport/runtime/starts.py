@@ -34,16 +34,22 @@ from .subagents import Expected, helper_of, helper_reports, link_of, with_choice
 @dataclass(frozen=True, slots=True)
 class ModelTraits:
     """What the loop reads of the run's model besides its budget: whether it reads images
-    (loop/images.py), the efforts it offers and the one the run's picker asked for
-    (loop/effort.py)."""
+    and the model that describes them for it (loop/images.py), the efforts it offers and the
+    one the run's picker asked for (loop/effort.py)."""
 
     images: bool | None = None
     effort: str = ""
     efforts: tuple[str, ...] = ()
+    vision_model: str = ""
 
     @classmethod
     def of(cls, model: Model, effort: str) -> ModelTraits:
-        return cls(images=model.vision, effort=effort, efforts=model.efforts)
+        return cls(
+            images=model.vision,
+            effort=effort,
+            efforts=model.efforts,
+            vision_model=model.vision_model or "",
+        )
 
 
 def with_budget(
@@ -55,13 +61,18 @@ def with_budget(
     """The turn's context with the run's model budget, the model's fallbacks and traits."""
     if context.fallbacks != fallbacks:
         context = msgspec.structs.replace(context, fallbacks=fallbacks)
-    if traits is not None and (context.images, context.effort, context.efforts) != (
-        traits.images,
-        traits.effort,
-        traits.efforts,
-    ):
+    if traits is not None and (
+        context.images,
+        context.effort,
+        context.efforts,
+        context.vision_model,
+    ) != (traits.images, traits.effort, traits.efforts, traits.vision_model):
         context = msgspec.structs.replace(
-            context, images=traits.images, effort=traits.effort, efforts=traits.efforts
+            context,
+            images=traits.images,
+            effort=traits.effort,
+            efforts=traits.efforts,
+            vision_model=traits.vision_model,
         )
     if window is None or context.window == window:
         return context
