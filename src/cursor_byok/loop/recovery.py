@@ -241,25 +241,32 @@ def on_rewind(state: RuntimeState, input: Rewind) -> Transition:
         len(kept) == len(c.turn_starts)
     ):
         return ignore(state, Ignored.ALREADY_THERE)
-    messages = view.materialize(restored, c.log)
-    c2 = _replace(
-        c,
-        view=restored,
-        messages=messages,
-        fresh_from=derived.fresh_from(c, restored),  # a turn of another epoch, or none
-        todos=derived.todos_in_view(c, restored),  # the list as it was at the kept turn
-        plan=derived.plan_in_view(c, restored),  # and the plan
-        turn_starts=kept,
-    )
     c2 = commit(
-        c2,
-        meter_basis=meter.basis_of(c2),  # the meter of the restored view: measured once here
+        restored_view(c, restored, kept),
         status=Status.READY,
         waiting=None,
         queued=(),
         queued_context=None,
     )
     return settle(c2, (), WAIT_INPUT)
+
+
+def restored_view(
+    c: ConversationState, restored: tuple[Span, ...], kept: tuple[TurnStart, ...]
+) -> ConversationState:
+    """`c` with `restored` (a reopened view) as its active history and `kept` as its turn
+    marks, and what the view implies (uncommitted)."""
+    c2 = _replace(
+        c,
+        view=restored,
+        messages=view.materialize(restored, c.log),
+        fresh_from=derived.fresh_from(c, restored),  # a turn of another epoch, or none
+        todos=derived.todos_in_view(c, restored),  # the list as it was at the kept turn
+        plan=derived.plan_in_view(c, restored),  # and the plan
+        turn_starts=kept,
+    )
+    # The meter of the restored view: measured once here.
+    return _replace(c2, meter_basis=meter.basis_of(c2))
 
 
 def wants_turn_marks(c: ConversationState) -> bool:
