@@ -30,7 +30,7 @@ def on_call_refused(state: RuntimeState, input: CallRefused) -> Transition:
     waiting = c.waiting
     calling = c.status == Status.WAITING_LLM and isinstance(waiting, AwaitLLM)
     summarizing = c.status == Status.SUMMARIZING and isinstance(waiting, AwaitSummary)
-    if not (calling or summarizing) or waiting is None:
+    if not (calling or summarizing) or not isinstance(waiting, AwaitLLM | AwaitSummary):
         return ignore(state, Ignored.NOT_AWAITED)
     if waiting.call_id != input.call_id:
         return ignore(state, Ignored.OTHER_CALL)

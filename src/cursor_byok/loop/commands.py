@@ -104,6 +104,14 @@ class CallClients(_Command, frozen=True, tag="call_clients"):
     calls: tuple[CallClient, ...]
 
 
+class ReadDefinitions(_Command, frozen=True, tag="read_definitions"):
+    """Read each of `paths` (MCP tool definition files, loop/definitions.py) through the client
+    at once, before the turn's first model call, and feed back one DefinitionsRead with what
+    each read gave (a file not answered within the client's deadline is a failed read)."""
+
+    paths: tuple[str, ...]
+
+
 class WaitInput(_Command, frozen=True, tag="wait_input"):
     """Nothing to do until the next external input."""
 
@@ -146,6 +154,7 @@ Command: TypeAlias = (
     | Summarize
     | CallClient
     | FindHelper
+    | ReadDefinitions
     | WaitInput
     | Final
     | Failed

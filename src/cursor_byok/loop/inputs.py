@@ -12,6 +12,7 @@ from cursor_byok.llm import types as llm
 from cursor_byok.llm.events import ResponseEvent
 
 from .context import DEFAULT_CONTEXT, TurnContext
+from .definitions import DefinitionFile
 from .limits import Limit
 from .todos import TodoItem
 from .view import Span
@@ -262,6 +263,13 @@ ADMITTED = Admitted()
 Admission: TypeAlias = Admitted | CallRefused
 
 
+class DefinitionsRead(_Input, frozen=True, tag="definitions_read"):
+    """The runtime's answer to ReadDefinitions: what each file's read gave (a path the
+    command named and `files` does not is a failed read)."""
+
+    files: tuple[DefinitionFile, ...]
+
+
 class Rewind(_Input, frozen=True, tag="rewind"):
     """The client's checkpoint is behind ours: it went back to the end of an earlier turn.
     `turns`: its checkpoint lists our first `turns` turns; the loop restores the end of the
@@ -290,6 +298,7 @@ Input: TypeAlias = (
     | SummaryFailed
     | Compact
     | CallRefused
+    | DefinitionsRead
 )
 
 # The same class, for callers that also import the LLM's UserMessage.

@@ -24,6 +24,7 @@ from cursor_byok.llm.types import Message, ToolCall, ToolResultMessage, UserMess
 from . import ids
 from .categories import PromptChars
 from .context import TurnContext
+from .definitions import DefinitionFile
 from .inputs import ToolEffect
 from .todos import TodoItem
 from .view import WHOLE_LOG, Span
@@ -39,12 +40,15 @@ class Status(enum.StrEnum):
     FAILED = "Failed"  # the last turn failed
     CANCELED = "Canceled"  # the last turn was canceled (or superseded)
     SUMMARIZING = "Summarizing"  # a compaction's summary call is in flight
+    READING = "ReadingDefinitions"  # the turn's MCP definition files are read (definitions.py)
 
 
 BlockKind: TypeAlias = Literal["text", "thinking", "toolCall"]
 
 # Statuses of a turn in progress: an LLM call or a client operation is outstanding.
-BUSY: frozenset[Status] = frozenset({Status.WAITING_LLM, Status.WAITING_CLIENT, Status.SUMMARIZING})
+BUSY: frozenset[Status] = frozenset(
+    {Status.WAITING_LLM, Status.WAITING_CLIENT, Status.SUMMARIZING, Status.READING}
+)
 # Statuses in which a new turn may simply start.
 IDLE: frozenset[Status] = frozenset({Status.READY, Status.FINAL, Status.FAILED, Status.CANCELED})
 
@@ -136,7 +140,14 @@ class AwaitClient(_Waiting, frozen=True, tag="client"):
         return (self.operation_id,)
 
 
-Waiting: TypeAlias = AwaitLLM | AwaitClient | AwaitSummary
+class AwaitDefinitions(_Waiting, frozen=True, tag="definitions"):
+    """The turn began and its first model call waits on the read of `paths`, the MCP
+    definition files its tools need (definitions.py): one DefinitionsRead answers them."""
+
+    paths: tuple[str, ...]
+
+
+Waiting: TypeAlias = AwaitLLM | AwaitClient | AwaitSummary | AwaitDefinitions
 
 
 class PlanRecord(_Value, frozen=True):
@@ -239,6 +250,9 @@ class ConversationState(_Value, frozen=True):
     # The context meter of the last model call of the active history; None: none yet (or a
     # state stored before it was kept): meter_of_state then measures the history once.
     meter_basis: MeterBasis | None = None
+    # The MCP definition files this run read (definitions.py), per path: the run's Start
+    # empties it, its later turns (follow-ups) take their tools' files from it.
+    definitions: tuple[DefinitionFile, ...] = ()
 
     @classmethod
     def new(cls, conversation_id: str) -> ConversationState:

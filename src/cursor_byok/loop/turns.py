@@ -8,11 +8,12 @@ import msgspec
 from cursor_byok.llm.types import TextContent, ToolResultMessage
 from cursor_byok.llm.types import UserMessage as LLMUserMessage
 
+from . import definitions as files
 from . import derived, ids
-from .commands import WAIT_INPUT, Final
+from .commands import WAIT_INPUT, Final, ReadDefinitions
 from .context import TurnContext
 from .images import withhold_images
-from .inputs import Note, Start, UserMessage
+from .inputs import DefinitionsRead, Note, Start, UserMessage
 from .model_calls import call_llm
 from .results import (
     CALL_SUPERSEDED,
@@ -23,6 +24,7 @@ from .results import (
 )
 from .state import (
     AwaitClient,
+    AwaitDefinitions,
     AwaitLLM,
     AwaitSummary,
     ConversationState,
@@ -33,11 +35,14 @@ from .state import (
 from .step import (
     CallEnd,
     CallOutcome,
+    Ignored,
     LocalResult,
     Transition,
     commit,
     content_index,
     context_of,
+    flush_queue,
+    ignore,
     prepend,
     settle,
     take_early,
@@ -62,18 +67,37 @@ def without_supplements(context: TurnContext) -> TurnContext:
 
 
 def begin_turn(c: ConversationState, context: TurnContext, message: LLMUserMessage) -> Transition:
+    """Open a turn with `message`; its first model call goes out now, or once the MCP
+    definition files its tools need and the run has not read are read (definitions.py)."""
     turn = c.turn + 1
+    paths = files.needed(context, c.definitions)
     c2 = _replace(
         with_messages(derived.opened(c), message),
         turn=turn,
         turn_id=ids.turn_id(c.conversation_id, turn),
-        context=without_supplements(context),
+        context=without_supplements(files.filled(context, c.definitions)),
         llm_calls=0,
         waiting=None,
         queued=(),
         queued_context=None,
     )
+    if paths:
+        c3 = commit(c2, status=Status.READING, waiting=AwaitDefinitions(paths=paths))
+        return settle(c3, (), ReadDefinitions(paths=paths))
     return call_llm(c2)
+
+
+def on_definitions_read(state: RuntimeState, input: DefinitionsRead) -> Transition:
+    """The definition files the turn waited on: kept for the run, per path, and the turn's
+    tools offered with what they say (a failed read with a note); then the first model call,
+    after the follow-ups that came meanwhile."""
+    c = state.committed
+    waiting = c.waiting
+    if c.status != Status.READING or not isinstance(waiting, AwaitDefinitions):
+        return ignore(state, Ignored.NOT_AWAITED)
+    read = (*c.definitions, *files.answered(waiting.paths, input.files))
+    c2 = flush_queue(_replace(c, definitions=read, waiting=None))
+    return call_llm(_replace(c2, context=files.filled(context_of(c2), read)))
 
 
 def close_turn(
@@ -113,6 +137,8 @@ def on_start(state: RuntimeState, input: Start) -> Transition:
     if c.busy:
         # Closed without cards: the tool calls belonged to another run's client stream.
         c, _, call_end = close_turn(c, CALL_SUPERSEDED)
+    if c.definitions:  # what a run read is its own: this run reads its files again
+        c = _replace(c, definitions=())
     if not c.log and input.history:
         c = with_messages(c, *input.history)
     if c.commit == 0 and c.log:  # the client's history and list, for a conversation new to us
@@ -166,7 +192,7 @@ def _follow_up_context(c: ConversationState, input: UserMessage) -> TurnContext 
         base = kept_place(base, c.context)
     if input.mode is not None and input.mode != base.mode:
         base = _replace(base, mode=input.mode)
-    return base
+    return files.filled(base, c.definitions)  # the files this run read (definitions.py)
 
 
 def on_user_message(state: RuntimeState, input: UserMessage) -> Transition:

@@ -213,6 +213,9 @@ class RunRecord(msgspec.Struct, frozen=True, kw_only=True):
     conversation_id: str
     request: bytes
     created_at_ms: int
+    # The person whose token the run is made under (None: the operator's): who else's
+    # appends a replica that does not hold the run refuses (migration 0016).
+    owner_id: str | None = None
 
 
 class SubagentLink(msgspec.Struct, frozen=True, kw_only=True):

@@ -217,9 +217,15 @@ def save_run(conn: Conn, record: RunRecord) -> SaveResult:
             return SaveResult(outcome="unchanged")
         return SaveResult(outcome="ignored", reason="another request has this id")
     conn.execute(
-        "INSERT INTO runs (request_id, conversation_id, request, created_at_ms) "
-        "VALUES (?, ?, ?, ?)",
-        (record.request_id, record.conversation_id, record.request, record.created_at_ms),
+        "INSERT INTO runs (request_id, conversation_id, request, created_at_ms, owner_id) "
+        "VALUES (?, ?, ?, ?, ?)",
+        (
+            record.request_id,
+            record.conversation_id,
+            record.request,
+            record.created_at_ms,
+            record.owner_id,
+        ),
     )
     return SaveResult(outcome="inserted")
 

@@ -137,13 +137,18 @@ def get_operation(conn: Conn, operation_id: str) -> ClientOperationRecord | None
 
 def find_run(conn: Conn, request_id: str) -> RunRecord | None:
     row = conn.execute(
-        "SELECT request_id, conversation_id, request, created_at_ms FROM runs WHERE request_id = ?",
+        "SELECT request_id, conversation_id, request, created_at_ms, owner_id FROM runs "
+        "WHERE request_id = ?",
         (request_id,),
     ).fetchone()
     if row is None:
         return None
     return RunRecord(
-        request_id=row[0], conversation_id=row[1], request=bytes(row[2]), created_at_ms=row[3]
+        request_id=row[0],
+        conversation_id=row[1],
+        request=bytes(row[2]),
+        created_at_ms=row[3],
+        owner_id=row[4],
     )
 
 

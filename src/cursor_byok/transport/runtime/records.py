@@ -26,6 +26,7 @@ from ...loop import (
     Failed,
     Final,
     FindHelper,
+    ReadDefinitions,
     ResendLLM,
     Span,
     Summarize,
@@ -120,6 +121,7 @@ def command_record(command: Command) -> bytes:
             ResendLLM()
             | CallClient()
             | FindHelper()
+            | ReadDefinitions()
             | CallClients()
             | WaitInput()
             | Final()

@@ -146,6 +146,7 @@ class Run:
             channel=channel,
             publisher=self.publisher,
             tools=self.tools,
+            requests=self.requests,
             route=self._route,
             inbox=self._inbox,
             helpers=self.helpers,
@@ -172,7 +173,9 @@ class Run:
             self._adopt(request)
             if self.resumable:  # only a RunSSE can be reopened by request_id after a restart
                 now = self.services.now_ms()
-                self._run_saved = save_run_request(self.store, self.channel, first, cid, now)
+                self._run_saved = save_run_request(
+                    self.store, self.channel, first, cid, now, self.person
+                )
             if ROUTES[request.action].route is Route.CANCEL_CHILD:
                 # Before the claim: the parent's own run, still going, must stay alive.
                 self._cancel_child(request)

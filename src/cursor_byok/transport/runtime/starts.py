@@ -6,7 +6,7 @@ loop reads to decide compaction and a fallback."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import msgspec
@@ -25,7 +25,6 @@ from ..cursor import (
 )
 from .context import context_parts, turn_context, with_kept
 from .forks import history_of_new, take_pre_fetched
-from .mcp_definitions import Read, read_definitions, with_definitions
 from .requests import ClientRequests
 from .run_parts import RunParts
 from .runner import Runner
@@ -79,9 +78,6 @@ class TurnStart:
     parts: tuple[ContextPart, ...]
     mcp_tools: tuple[McpDefinition, ...]
     parent_call: Expected | None
-    # The MCP definition files this run read (mcp_definitions.py): a follow-up's context
-    # reuses them.
-    definitions: Read = field(default_factory=dict)
 
 
 async def start_of(
@@ -128,9 +124,6 @@ async def start_of(
         link = link_of(parent_call, request.conversation_id, child.subagent_type, services.now_ms())
         await services.store.save_subagent_link(link)
     context = with_kept(context, parts, kept)  # the blobs later turns may need
-    definitions: Read = {}
-    await read_definitions(context, requests, definitions)  # before the first model call
-    context = with_definitions(context, definitions)
     start = Start(
         # A Build has no user message: the loop opens its turn with the plan.
         user_message=request.user_message or UserMessage(content=()),
@@ -141,7 +134,7 @@ async def start_of(
         helper=helper,
         reports=reports,
     )
-    return TurnStart(start, parts, request.mcp_tools, parent_call, definitions)
+    return TurnStart(start, parts, request.mcp_tools, parent_call)
 
 
 def follow_up_context(
@@ -171,6 +164,4 @@ def follow_up_context(
         image_generation=services.image_generation,
     )
     kept = with_kept(merged, parts, stored.kept_parts if stored is not None else ())
-    if started is not None:
-        kept = with_definitions(kept, started.definitions)
     return with_budget(kept, window, fallbacks, traits)
