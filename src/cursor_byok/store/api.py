@@ -399,7 +399,9 @@ class Store(Protocol):
     ) -> ReservationTotals:
         """Save `record` (a charge in flight, its `reserved_usd` set) in one transaction with
         the check of `reserve` (see Reservation), only when it fits: the totals say whether
-        (`refused_by` None) and what they were."""
+        (`refused_by` None) and what they were. A stored call planned again (a call resumed
+        after a restart) takes the record's later `created_at_ms`: it counts toward the rate
+        of the minute it is sent again."""
         ...
 
     async def get_llm_call(self, call_id: str) -> LLMCallRecord | None: ...

@@ -156,10 +156,15 @@ def commit_input(
 def reserve_call(
     conn: Conn, path: str, record: LLMCallRecord, reserve: Reservation
 ) -> ReservationTotals:
-    """Store.reserve_llm_call: the record saved only when `reserve` fits."""
-    totals = reservation_totals(conn, reserve, ())
-    if totals.refused_by is None:
-        upsert_call(conn, path, record)
+    """Store.reserve_llm_call: the record saved only when `reserve` fits. A call planned again
+    (resumed after a restart) counts from then: its `created_at_ms` moves to the record's;
+    its own earlier row (its earlier reservation, its place in the rate) is not counted."""
+    totals = reservation_totals(conn, reserve, (record,))
+    if totals.refused_by is None and upsert_call(conn, path, record).outcome == "updated":
+        conn.execute(
+            "UPDATE llm_calls SET created_at_ms = ? WHERE call_id = ? AND created_at_ms < ?",
+            (record.created_at_ms, record.call_id, record.created_at_ms),
+        )
     return totals
 
 
