@@ -19,12 +19,13 @@ from .commands import (
     FailureKind,
     Final,
     FindHelper,
+    ReadDefinitions,
     ResendLLM,
 )
 from .inputs import HelperFound, Resume, Rewind, SuspendCause, ToolOperation
 from .model_calls import model_of, summarize_command
 from .results import CALL_MOVED, CALL_SHUTDOWN, loop_failure, unknown_outcome_result
-from .state import AwaitClient, AwaitLLM, AwaitSummary, RuntimeState, Status
+from .state import AwaitClient, AwaitDefinitions, AwaitLLM, AwaitSummary, RuntimeState, Status
 from .step import (
     CallEnd,
     CallOutcome,
@@ -118,6 +119,10 @@ def on_resume(state: RuntimeState, input: Resume) -> Transition:
             # bytes): its answer is applied once, by its input id.
             assert isinstance(waiting, AwaitSummary)
             return Transition(state, (), summarize_command(c, waiting))
+        case Status.READING:
+            # The files again: a read has no side effect, and its answer applies once.
+            assert isinstance(waiting, AwaitDefinitions)
+            return Transition(state, (), ReadDefinitions(paths=waiting.paths))
         case _:
             assert_never(c.status)
 

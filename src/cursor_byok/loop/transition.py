@@ -28,6 +28,7 @@ from .inputs import (
     Cancel,
     ClientGone,
     Compact,
+    DefinitionsRead,
     HelperFound,
     Input,
     LLMEvent,
@@ -67,7 +68,7 @@ from .step import (
 from .streaming import on_llm_event
 from .summaries import on_compact, on_summary_done, on_summary_failed
 from .tool_phase import on_tool_lost, on_tool_result
-from .turns import on_note, on_start, on_user_message, opening_message
+from .turns import on_definitions_read, on_note, on_start, on_user_message, opening_message
 
 
 def transition(state: RuntimeState, input: Input) -> Transition:
@@ -109,6 +110,8 @@ def transition(state: RuntimeState, input: Input) -> Transition:
             t = on_compact(state)
         case CallRefused():
             t = on_call_refused(state, input)
+        case DefinitionsRead():
+            t = on_definitions_read(state, input)
         case _:
             assert_never(input)
     after = t.state.committed.log

@@ -48,8 +48,8 @@ class CallNotResendable(Exception):
 
 
 class UnknownFallback(CallNotResendable):
-    """A call for a model this server no longer serves (a fallback named by a configuration
-    that changed since the call was made)."""
+    """A call for a model this server no longer serves (a fallback or vision model named by
+    a configuration that changed since the call was made)."""
 
 
 @dataclass(slots=True)
@@ -114,12 +114,12 @@ class ModelCalls:
         return Target(model, llm, settings)
 
     def _target(self, model_id: str) -> Target:
-        """The run's own model for "", else the fallback model `model_id`."""
+        """The run's own model for "", else the model `model_id` (a fallback, a vision model)."""
         if not model_id or model_id == self.model.id:
             return self._own
         model = self._models.get(model_id)
         if model is None or self._llm_for is None:
-            raise UnknownFallback(f"the fallback model {model_id!r} is not served any more")
+            raise UnknownFallback(f"the model {model_id!r} is not served any more")
         return self._target_of(model, self._llm_for(model))
 
     def target(self, call_id: str) -> Target:
@@ -127,8 +127,9 @@ class ModelCalls:
         return self._targets.get(call_id, self._own)
 
     def prepare(self, command: CallLLM, *, max_output_tokens: int = 0) -> PreparedRequest:
-        """The call's request bytes; `max_output_tokens` (a summary's bound the loop planned)
-        lowers the model's own answer bound for this call only."""
+        """The call's request bytes; `max_output_tokens` (a summary's bound the loop planned,
+        else the call's own) lowers the model's own answer bound for this call only."""
+        max_output_tokens = max_output_tokens or command.max_output_tokens
         target = self._target(command.model)
         if target is not self._own:
             self._targets[command.call_id] = target

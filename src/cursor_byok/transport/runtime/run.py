@@ -146,6 +146,7 @@ class Run:
             channel=channel,
             publisher=self.publisher,
             tools=self.tools,
+            requests=self.requests,
             route=self._route,
             inbox=self._inbox,
             helpers=self.helpers,
