@@ -19,8 +19,8 @@ before the turn's next call, with no call of its own.
 
 Images already in the history (pasted in a turn of a model that reads them, or a tool's result
 for one) stay stored as they are; a model without vision is sent each such message with a note
-in place of each image (`image_notes.sendable`), the same copy every call, so its requests still extend
-each other byte for byte.
+in place of each image (`image_notes.sendable`), the same copy every call, so its requests
+still extend each other byte for byte.
 """
 
 from __future__ import annotations
