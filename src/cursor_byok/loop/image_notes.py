@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import msgspec
 
+from cursor_byok.llm.prefix_memo import PrefixMemo, fold_history
 from cursor_byok.llm.types import (
     ImageContent,
     Message,
@@ -68,20 +69,44 @@ def _without_images(m: LLMUserMessage | ToolResultMessage) -> Message:
 _text_only: ByIdentity[LLMUserMessage | ToolResultMessage, Message] = ByIdentity(_without_images)
 
 
+class _TextOnly:
+    """The history folded for a model without vision (llm/prefix_memo.py: a longer history
+    feeds only what was appended): the messages from the first one that holds images on,
+    each of those with notes. Until an image comes it holds nothing (a copy costs nothing)."""
+
+    __slots__ = ("fed", "first", "out")
+
+    def __init__(self) -> None:
+        self.fed = 0
+        self.first = -1  # the position of the first message with images; -1: none yet
+        self.out: list[Message] = []
+
+    def copy(self) -> _TextOnly:
+        fold = _TextOnly()
+        fold.fed, fold.first, fold.out = self.fed, self.first, self.out.copy()
+        return fold
+
+    def feed(self, message: Message) -> None:
+        if isinstance(message, LLMUserMessage | ToolResultMessage) and any(
+            isinstance(p, ImageContent) for p in message.content
+        ):
+            if self.first < 0:
+                self.first = self.fed
+            self.out.append(_text_only(message))
+        elif self.first >= 0:
+            self.out.append(message)
+        self.fed += 1
+
+
+_folds: PrefixMemo[_TextOnly] = PrefixMemo()
+
+
 def sendable(context: TurnContext, messages: tuple[Message, ...]) -> tuple[Message, ...]:
     """The history as the run's model may read it: for a model without vision, each stored
     message that holds images with notes in their place (the store keeps the images); the
-    history itself otherwise. One pass over the history, for a model without vision only."""
+    history itself otherwise. Resumed from the previous call's fold: only what was appended
+    since is looked at."""
     if context.images is not False:
         return messages
-    out: list[Message] | None = None
-    for i, m in enumerate(messages):
-        if isinstance(m, LLMUserMessage | ToolResultMessage) and any(
-            isinstance(p, ImageContent) for p in m.content
-        ):
-            if out is None:
-                out = list(messages[:i])
-            out.append(_text_only(m))
-        elif out is not None:
-            out.append(m)
-    return messages if out is None else tuple(out)
+    fold = fold_history(messages, "text-only", _TextOnly, _folds)
+    return messages if fold.first < 0 else (*messages[: fold.first], *fold.out)
