@@ -258,3 +258,28 @@ async def test_the_describing_call_is_charged_to_the_token_and_its_budget_refuse
     # ola: the describing call (priced) and the turn's call; pia: the text-only turn's call.
     completion = max(1, len(SEEN) // 4)
     assert spent == {2: pytest.approx(completion * 500.0 / 1_000_000), 1: 0.0}, usage
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_an_image_pasted_for_a_vision_model_is_a_note_for_a_later_text_only_one(
+    server: ServerProcess, upstream: FakeUpstream, transport: str
+) -> None:
+    """The history keeps the image; switching the chat to a model without vision sends that
+    message with a note in place of the image, never an image_url."""
+    cid = str(uuid.uuid4())
+    text = unique("look at this")
+    first = pasted(text, cid)
+    first.run_request.requested_model.model_id = "brain-eye"
+    async with open_run(server, transport) as (send, reader):
+        await send(first)
+        assert await reader.wait_end() == {}
+    (seen,) = upstream_bodies(upstream, "brain-eye", text)
+    assert B64.encode() in seen  # the vision model read the image itself
+    state = last_checkpoint(reader)
+    later = unique("now without eyes")
+    async with open_run(server, transport) as (send, reader):
+        await send(moded_request(later, "agent", cid, state=state))
+        assert await reader.wait_end() == {}
+    (blind,) = upstream_bodies(upstream, "brain-1", later)
+    assert b"image_url" not in blind and B64.encode() not in blind
+    assert "You cannot see images, so it was not sent to you" in blind.decode()
