@@ -3,7 +3,7 @@
 - `person`: GetMe answers with the person whose token the request carries.
 - `context_meter`: GetPromptContextUsage answers with the meter kept with the conversation's
   latest model call (`llm_calls.prompt_breakdown`, docs/loop.md "Context meter").
-- `conversation_cloned`: NotifyConversationClone's notice, for the runner's forks.
+- `conversation_cloned`: NotifyConversationClone's notice, noted in the store for forks.
 - `chat_name`: NameAgent asks `[server] title_model` for a few words, within
   `title_timeout_s`; the call is recorded and priced like any other model call, under the
   caller's token (so it counts against that token's budget, and a token whose budget is
@@ -34,7 +34,6 @@ from .loop.meter import Meter, PromptChars, measure
 from .store.api import LLMCallRecord, Store
 from .transport.cursor.rpc_base import MeterRefused, Person
 from .transport.runtime.access import TokenLimits
-from .transport.runtime.forks import Clones
 from .transport.runtime.records import (
     decode_call_meter,
     encode_call_meter,
@@ -65,9 +64,7 @@ class RpcAnswers:
         on_llm_call: Callable[[LLMCallRecord], None] | None = None,
         limits: TokenLimits | None = None,
         clock: Callable[[], float] = time.time,
-        clones: Clones | None = None,
     ) -> None:
-        self._clones = clones
         self._store = store
         self._limits = limits
         self._registry = registry
@@ -87,9 +84,15 @@ class RpcAnswers:
 
     # -- NotifyConversationClone ------------------------------------------------------------
 
-    def conversation_cloned(self, conversation_id: str, source_conversation_id: str) -> None:
-        if self._clones is not None:
-            self._clones.note(conversation_id, source_conversation_id)
+    async def conversation_cloned(self, conversation_id: str, source_conversation_id: str) -> None:
+        """Noted in the store (append-only: the first note of a conversation wins), so the
+        clone's first run finds its source on any process or replica."""
+        if not conversation_id or not source_conversation_id:
+            return
+        if conversation_id == source_conversation_id:
+            return
+        at_ms = int(self._clock() * 1000)
+        await self._store.note_clone(conversation_id, source_conversation_id, at_ms)
 
     # -- GetPromptContextUsage ---------------------------------------------------------------
 

@@ -33,6 +33,7 @@ from .loop_helpers import result, start, stream, tool_call
 from .test_loop_compaction import (
     CTX,
     FIXED,
+    WINDOW,
     answer,
     encode_messages,
     summary_answer,
@@ -88,7 +89,8 @@ def test_a_rewind_to_a_turn_before_the_compaction_restores_its_epoch_and_extends
     assert back.log == c.log  # nothing deleted
     # The meter describes the restored view: turn 2's call, measured by its provider.
     assert back.meter_basis == MeterBasis(chars=second.prompt, used=used(1))
-    assert meter_of_state(back, 10_000) == measure(second.prompt, used=used(1), window=10_000)
+    # Its window is the one the loop decides by (the turn's budget), not the one passed in.
+    assert meter_of_state(back, 10_000) == measure(second.prompt, used=used(1), window=WINDOW.size)
     # The next request extends turn 2's, byte for byte, over the same prompt and tools.
     nxt = transition(t.state, start("again", CTX))
     assert isinstance(nxt.command, CallLLM)
@@ -124,10 +126,15 @@ def test_the_meter_of_a_checkpoint_is_the_last_calls_without_reading_the_history
     assert basis is not None and basis.used == 900
     # A basis that disagrees with the messages wins: nothing is recomputed from them.
     odd = replace(c, meter_basis=MeterBasis(chars=PromptChars(tools=4000), used=77))
-    assert meter_of_state(odd, 1000) == measure(PromptChars(tools=4000), used=77, window=1000)
+    assert meter_of_state(odd, 1000) == measure(
+        PromptChars(tools=4000), used=77, window=WINDOW.size
+    )
     # A state stored before the basis existed is measured from its messages (once).
     legacy = replace(c, meter_basis=None)
-    assert meter_of_state(legacy, 1000) == measure(basis.chars, used=900, window=1000)
+    assert meter_of_state(legacy, 1000) == measure(basis.chars, used=900, window=WINDOW.size)
+    # A state without a budget shows the window passed in (the model's configured one).
+    bare = replace(odd, context=None)
+    assert meter_of_state(bare, 1000) == measure(PromptChars(tools=4000), used=77, window=1000)
 
 
 def test_a_model_call_that_changes_the_history_asks_for_a_checkpoint() -> None:

@@ -7,8 +7,8 @@ Public API (see docs/loop.md):
     inputs     Start, LLMEvent, ToolResult, UserMessage (alias UserMessageInput), Cancel,
                Supersede, ClientGone, Suspend (SuspendCause), Resume (ToolOperation), ToolLost
                (LostCause), Rewind, DefinitionsRead (DefinitionFile), Input; ToolEffect
-               (PlanCreated, ModeSwitched) on a ToolResult; PlanBuild, Helper (ParentCall)
-               and HelperReport on a Start;
+               (PlanCreated, ModeSwitched) on a ToolResult; PlanBuild, Helper (ParentCall),
+               HelperReport and ForkOf on a Start;
                CallRefused (Limit), the admission answer with Admitted (Admission)
     context    TurnContext, Environment, McpRoute, McpServerInfo, McpToolInfo, ContextWindow
     commands   ContinueLLM, CallLLM, ResendLLM, Summarize, CallClient, CallClients, FindHelper
@@ -57,6 +57,7 @@ from .inputs import (
     ClientGone,
     Compact,
     DefinitionsRead,
+    ForkOf,
     Helper,
     HelperFound,
     HelperReport,
@@ -168,6 +169,7 @@ __all__ = [
     "FailureKind",
     "Final",
     "FindHelper",
+    "ForkOf",
     "Helper",
     "HelperFound",
     "HelperReport",

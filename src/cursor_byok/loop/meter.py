@@ -45,6 +45,7 @@ from .state import ConversationState, MeterBasis
 from .tools import NATIVE_BY_NAME
 from .tools_agent import TASK
 from .tools_web import MCP_META_TOOLS
+from .window import shown
 
 __all__ = [
     "CHARS_PER_TOKEN",
@@ -321,7 +322,11 @@ def meter_of_state(state: ConversationState, window: int) -> Meter:
     """The meter a checkpoint shows for `state`: the prompt of the active history's last model
     call, scaled to the provider's usage of it (`meter_basis`, kept by the loop at each answer:
     O(1)). A state without one (no call yet, or stored before it was kept) is measured from
-    its messages: the last measured call, else the estimate of the next request."""
+    its messages: the last measured call, else the estimate of the next request. Its window
+    is the one the loop decides by (window.shown: the provider's when it reported a smaller
+    one); `window`, the configured one, for a state without a budget."""
+    context = state.context
+    window = shown(context.window if context is not None else None, window)
     basis = state.meter_basis
     if basis is not None:
         return measure(basis.chars, used=basis.used, window=window)

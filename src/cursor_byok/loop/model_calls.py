@@ -88,6 +88,7 @@ def call_llm(c: ConversationState, *, compacted: bool = False, measure: bool = T
         catalogue_version=catalogue.CATALOGUE_VERSION,
         prompt=chars,
         effort=call_effort(context),
+        window=window.size if window is not None else 0,
     )
     return settle(c2, (), command)
 

@@ -223,6 +223,9 @@ class TurnStart(_Value, frozen=True, array_like=True):
     end of any turn, in any compaction epoch, finds its view here."""
 
     view: tuple[Span, ...]
+    # The conversation the turn was made in, when it is not this one: a fork's first turns are
+    # its source's, and their checkpoint blobs name the source, as the client holds them.
+    conversation: str = ""
 
 
 class MeterBasis(_Value, frozen=True):

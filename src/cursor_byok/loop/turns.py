@@ -12,6 +12,7 @@ from . import definitions as files
 from . import derived, ids
 from .commands import WAIT_INPUT, Final
 from .context import TurnContext
+from .forks import forked
 from .images import describe, describes, held_message, withhold_images
 from .inputs import DefinitionsRead, Note, Start, UserMessage
 from .model_calls import call_llm, first_call
@@ -151,12 +152,15 @@ def on_start(state: RuntimeState, input: Start) -> Transition:
         c, _, call_end = close_turn(c, CALL_SUPERSEDED)
     if c.definitions:  # what a run read is its own: this run reads its files again
         c = _replace(c, definitions=())
-    if not c.log and input.history:
-        c = with_messages(c, *input.history)
-    if c.commit == 0 and c.log:  # the client's history and list, for a conversation new to us
-        c = _replace(c, todos=input.todos, todo_seed=input.todos, todo_from=len(c.log))
-    elif c.commit == 0 and input.todos:
-        c = _replace(c, todos=input.todos, todo_seed=input.todos)
+    if not c.log and c.commit == 0 and input.fork is not None:
+        c = forked(c, input.fork)  # the source's turns, epochs and list up to the fork
+    else:
+        if not c.log and input.history:
+            c = with_messages(c, *input.history)
+        if c.commit == 0 and c.log:  # the client's history and list, for a new conversation
+            c = _replace(c, todos=input.todos, todo_seed=input.todos, todo_from=len(c.log))
+        elif c.commit == 0 and input.todos:
+            c = _replace(c, todos=input.todos, todo_seed=input.todos)
     message = with_reports(input.user_message, input.reports)
     if input.build is not None:
         plan = derived.plan_to_build(c, input.build)

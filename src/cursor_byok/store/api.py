@@ -428,6 +428,13 @@ class Store(Protocol):
         self, parent_conversation_id: str
     ) -> tuple[SubagentLink, ...]: ...
 
+    async def note_clone(self, conversation_id: str, source: str, at_ms: int) -> SaveResult:
+        """NotifyConversationClone's note, append-only: the first note of a conversation wins
+        (another source is `ignored`). Not durable on its own, like `save_run`."""
+        ...
+
+    async def clone_source(self, conversation_id: str) -> str | None: ...
+
     async def save_turn_marks(
         self, conversation_id: str, marks: Sequence[TurnMark], *, unchanged: int = 0
     ) -> None:

@@ -50,6 +50,7 @@ from ..api import (
 from ..errors import StoreClosedError
 from ..price_spans import PriceSpan
 from ..sql import Conn, activity, jobs, leases, links, rows, sign_in, tokens
+from .clones import CloneNotes
 from .errors import display_url
 from .pool import Pool
 from .replicas import Holds, Watcher
@@ -63,7 +64,7 @@ def _now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-class PostgresStore(ReplicaSignals):
+class PostgresStore(ReplicaSignals, CloneNotes):
     """The Store protocol over PostgreSQL. Create with `await PostgresStore.open(url)`."""
 
     def __init__(

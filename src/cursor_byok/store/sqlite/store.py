@@ -258,6 +258,19 @@ class SQLiteStore:
             f"listing the helpers of {parent_conversation_id!r}",
         )
 
+    async def note_clone(self, conversation_id: str, source: str, at_ms: int) -> SaveResult:
+        return await self._write(
+            lambda conn: links.note_clone(conn, conversation_id, source, at_ms),
+            f"noting {conversation_id!r} as a clone",
+            durable=False,
+        )
+
+    async def clone_source(self, conversation_id: str) -> str | None:
+        return await self._read(
+            lambda conn: links.clone_source(conn, conversation_id),
+            f"reading the clone note of {conversation_id!r}",
+        )
+
     async def list_turn_marks(self, conversation_id: str) -> tuple[TurnMark, ...]:
         def read(conn: sqlite3.Connection) -> tuple[TurnMark, ...]:
             return rows.list_turn_marks(conn, conversation_id)

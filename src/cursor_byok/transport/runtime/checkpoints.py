@@ -59,7 +59,7 @@ class Checkpoints:
         window: int,
     ) -> None:
         self.conversation_id = conversation_id
-        self.window = window  # the model's context window: the meter's max_tokens
+        self.window = window  # the configured window: the meter's for a state without a budget
         self.store = store
         self.states = states
         self.requests = requests
@@ -67,7 +67,7 @@ class Checkpoints:
         self._background = background
         self._saved: list[TurnMark] | None = None  # the store's marks; None: not read yet
         # Each turn's blob and id by its end view: a turn's id is computed once per run.
-        self._blobs: dict[tuple[int, tuple[Span, ...]], tuple[bytes, bytes]] = {}
+        self._blobs: dict[tuple[str, int, tuple[Span, ...]], tuple[bytes, bytes]] = {}
         # The client's helper fields of its last checkpoint: published back unchanged.
         self.carried = b""
 
@@ -75,24 +75,26 @@ class Checkpoints:
         """A conversation new to this server has no turns saved yet."""
         self._saved = []
 
-    def _blob(self, turn: int, end: tuple[Span, ...]) -> tuple[bytes, bytes]:
-        """(blob, id) of turn `turn` (1-based) ending with the closed view `end`."""
-        key = (turn, end)
+    def _blob(self, conversation: str, turn: int, end: tuple[Span, ...]) -> tuple[bytes, bytes]:
+        """(blob, id) of turn `turn` (1-based) of `conversation` ending with the closed view
+        `end`."""
+        key = (conversation, turn, end)
         found = self._blobs.get(key)
         if found is None:
             spans = [(s.start, s.end if s.end is not None else s.start) for s in end]
-            blob = turn_blob(self.conversation_id, turn, spans)
+            blob = turn_blob(conversation, turn, spans)
             found = (blob, hashlib.sha256(blob).digest())
             self._blobs[key] = found
         return found
 
     def published(self, state: ConversationState) -> tuple[list[bytes], bytes]:
-        """Every turn's blob id, in order, and the last turn's blob (b"" with no turns)."""
+        """Every turn's blob id, in order, and the last turn's blob (b"" with no turns). A
+        turn made in another conversation (a fork's first turns) has that one's blob."""
         ends = turn_ends(state)
         ids: list[bytes] = []
         blob = b""
-        for k, end in enumerate(ends, start=1):
-            blob, digest = self._blob(k, end)
+        for k, (mark, end) in enumerate(zip(state.turn_starts, ends, strict=True), start=1):
+            blob, digest = self._blob(mark.conversation or self.conversation_id, k, end)
             ids.append(digest)
         return ids, blob
 

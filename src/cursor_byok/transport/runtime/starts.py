@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 import msgspec
 
@@ -24,7 +23,7 @@ from ..cursor import (
     recognise_child,
 )
 from .context import context_parts, turn_context, with_kept
-from .forks import history_of_new, take_pre_fetched
+from .forks import NewHistory, history_of_new, take_pre_fetched
 from .requests import ClientRequests
 from .run_parts import RunParts
 from .runner import Runner
@@ -110,13 +109,11 @@ async def start_of(
     person = equipped.conv.viewer  # the run's person: their own blobs and forks only
     if isinstance(request.payload, BackgroundCompletions):
         reports = await helper_reports(request.payload, services.store, runner.committed_states)
-    history: tuple[Any, ...] = ()
+    history = NewHistory()
     blobs = runner.client_blobs.scoped(person)  # what this person's runs fetched
     take_pre_fetched(request, blobs)  # what the client sent along is read without asking
     if new_conversation:  # what its client holds, or a fork of one of ours (forks.py)
-        history = await history_of_new(
-            request, services.store, requests, blobs, runner.clones, person
-        )
+        history = await history_of_new(request, services.store, requests, blobs, person)
     kept = stored.kept_parts if stored is not None else ()
     parts = await context_parts(request, requests, blobs, kept)
     context = await turn_context(
@@ -139,7 +136,8 @@ async def start_of(
         # A Build has no user message: the loop opens its turn with the plan.
         user_message=request.user_message or UserMessage(content=()),
         context=with_budget(context, window, fallbacks, traits),
-        history=history,
+        history=history.messages,
+        fork=history.fork,
         todos=request.history.todos if new_conversation else (),  # our own list wins
         build=request.build,
         helper=helper,
