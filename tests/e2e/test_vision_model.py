@@ -199,7 +199,8 @@ async def test_available_models_says_a_model_with_a_vision_model_takes_images(
 
 
 OPERATOR = "PLANTED-operator-token-vision"
-# The describing call's bound: 1,000 output tokens at $500 a million, $0.50 and its input.
+# The describing call's bound: its own 2,048 output tokens at $500 a million, $1.02 (the
+# vision model's whole window, 128,000 tokens, would be $64: more than either budget).
 PRICED = """
 [models."brain-eye".prices]
 output = 500.0
@@ -208,11 +209,7 @@ output = 500.0
 
 def priced_config(upstream: FakeUpstream, db: Path) -> str:
     text = brain_config(upstream.base_url, db=db, extra=f'auth_token = "{OPERATOR}"')
-    return (
-        text
-        + models(upstream).replace("vision = true", "vision = true\nmax_output_tokens = 1000")
-        + PRICED
-    )
+    return text + models(upstream) + PRICED
 
 
 async def shim_turn(server: ServerProcess, token: str, message: Any) -> dict[str, Any]:

@@ -210,7 +210,8 @@ class Admissions:
         if self._record is None or prepared is None or not isinstance(command, CallLLM | Summarize):
             return None
         model = self._model_of(command)
-        return reservation(self._record, model, prepared, self._limits.now_ms())
+        bound = command.max_output_tokens  # a summary's or a description's own bound
+        return reservation(self._record, model, prepared, self._limits.now_ms(), bound)
 
     def refused(
         self, command: CallLLM | Summarize, reserve: Reservation, totals: ReservationTotals
