@@ -173,7 +173,8 @@ class Admissions:
         if not isinstance(command, CallLLM | ResendLLM | Summarize):
             return None
         model = self._model_of(command)
-        return reservation(self._record, model, prepared, self._limits.now_ms())
+        bound = command.max_output_tokens  # a summary's or a description's own bound
+        return reservation(self._record, model, prepared, self._limits.now_ms(), bound)
 
     def refused(
         self,
