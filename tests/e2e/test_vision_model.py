@@ -199,7 +199,8 @@ async def test_available_models_says_a_model_with_a_vision_model_takes_images(
 
 
 OPERATOR = "PLANTED-operator-token-vision"
-# The describing call's bound: 1,000 output tokens at $500 a million, $0.50 and its input.
+# The describing call's bound: its own 2,048 output tokens at $500 a million, $1.02 (the
+# vision model's whole window, 128,000 tokens, would be $64: more than either budget).
 PRICED = """
 [models."brain-eye".prices]
 output = 500.0
@@ -208,11 +209,7 @@ output = 500.0
 
 def priced_config(upstream: FakeUpstream, db: Path) -> str:
     text = brain_config(upstream.base_url, db=db, extra=f'auth_token = "{OPERATOR}"')
-    return (
-        text
-        + models(upstream).replace("vision = true", "vision = true\nmax_output_tokens = 1000")
-        + PRICED
-    )
+    return text + models(upstream) + PRICED
 
 
 async def shim_turn(server: ServerProcess, token: str, message: Any) -> dict[str, Any]:
@@ -258,3 +255,28 @@ async def test_the_describing_call_is_charged_to_the_token_and_its_budget_refuse
     # ola: the describing call (priced) and the turn's call; pia: the text-only turn's call.
     completion = max(1, len(SEEN) // 4)
     assert spent == {2: pytest.approx(completion * 500.0 / 1_000_000), 1: 0.0}, usage
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_an_image_pasted_for_a_vision_model_is_a_note_for_a_later_text_only_one(
+    server: ServerProcess, upstream: FakeUpstream, transport: str
+) -> None:
+    """The history keeps the image; switching the chat to a model without vision sends that
+    message with a note in place of the image, never an image_url."""
+    cid = str(uuid.uuid4())
+    text = unique("look at this")
+    first = pasted(text, cid)
+    first.run_request.requested_model.model_id = "brain-eye"
+    async with open_run(server, transport) as (send, reader):
+        await send(first)
+        assert await reader.wait_end() == {}
+    (seen,) = upstream_bodies(upstream, "brain-eye", text)
+    assert B64.encode() in seen  # the vision model read the image itself
+    state = last_checkpoint(reader)
+    later = unique("now without eyes")
+    async with open_run(server, transport) as (send, reader):
+        await send(moded_request(later, "agent", cid, state=state))
+        assert await reader.wait_end() == {}
+    (blind,) = upstream_bodies(upstream, "brain-1", later)
+    assert b"image_url" not in blind and B64.encode() not in blind
+    assert "You cannot see images, so it was not sent to you" in blind.decode()

@@ -36,13 +36,13 @@ from cursor_byok.loop import (
     admit,
     transition,
 )
+from cursor_byok.loop.image_notes import image_note
 from cursor_byok.loop.images import (
     DESCRIBE_SYSTEM,
     DESCRIBE_TEXT,
     DESCRIPTION_TOKENS,
     USER_NOTICE,
     described_message,
-    image_note,
 )
 from cursor_byok.loop.results import loop_failure
 from tests.loop.loop_helpers import stream
@@ -302,3 +302,58 @@ def test_after_the_description_the_turn_reads_its_mcp_definition_files_first() -
     after = transition(done.state, DefinitionsRead(files=(read,)))
     assert isinstance(after.command, CallLLM) and after.command.call_id == "conv:1:llm2"
     assert after.command.request.messages == done.appended
+
+
+def test_images_already_in_the_history_reach_a_text_only_model_as_notes() -> None:
+    """An image pasted for a model that reads it stays stored; a later turn on a model
+    without vision is sent that message with a note in its place, the very same copy at
+    every call, so its requests still extend each other."""
+    seeing = TurnContext(images=True)
+    message = pasted(IMAGE)
+    t = opened(message, seeing)
+    ts, _ = stream(t.state, FauxResponse.text("A red square."))
+    blind = TurnContext(images=False)
+    second = transition(
+        ts[-1].state, UserMessage(message=LLMUserMessage.of_text("and?"), context=blind)
+    )
+    assert isinstance(second.command, CallLLM)
+    sent = second.command.request.messages
+    assert second.state.committed.log[0] == message  # the store keeps the image
+    assert sent[0] == notes_of(message) and sent[1:] == second.state.committed.messages[1:]
+    ts, _ = stream(second.state, FauxResponse.text("Nothing more."))
+    third = transition(ts[-1].state, UserMessage(message=LLMUserMessage.of_text("ok")))
+    assert isinstance(third.command, CallLLM)
+    again = third.command.request.messages
+    assert again[: len(sent)] == sent and again[0] is sent[0]  # the same copy, extended
+    # The model that reads images gets the image again.
+    back = transition(
+        ts[-1].state, UserMessage(message=LLMUserMessage.of_text("x"), context=seeing)
+    )
+    assert isinstance(back.command, CallLLM) and back.command.request.messages[0] == message
+
+
+def test_a_tool_results_image_is_a_line_for_a_text_only_model() -> None:
+    from cursor_byok.llm.types import ToolResultMessage
+    from cursor_byok.loop.image_notes import sendable
+
+    shown = ToolResultMessage(
+        tool_call_id="r1", tool_name="Read", content=(TextContent(text="a.png:"), IMAGE)
+    )
+    history = (LLMUserMessage.of_text("read it"), shown)
+    assert sendable(TurnContext(images=True), history) is history
+    assert sendable(TurnContext(), history) is history  # not said: as it is
+    (asked, line) = sendable(TurnContext(images=False), history)
+    assert asked is history[0]
+    kb = len(IMAGE.data) * 3 // 4 // 1024
+    assert line == ToolResultMessage(
+        tool_call_id="r1",
+        tool_name="Read",
+        content=(
+            TextContent(text="a.png:"),
+            TextContent(
+                text=f"[The tool returned an image (image/png, about {kb} KB); this model "
+                "cannot view images: not shown]"
+            ),
+        ),
+    )
+    assert sendable(TurnContext(images=False), history)[1] is line  # one copy per message

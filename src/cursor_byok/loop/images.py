@@ -16,6 +16,11 @@ Which models read images is configuration (`vision`), handed to the loop as
 
 A steering message (sent while a turn is busy) gets the notes: it joins the history right
 before the turn's next call, with no call of its own.
+
+Images already in the history (pasted in a turn of a model that reads them, or a tool's result
+for one) stay stored as they are; a model without vision is sent each such message with a note
+in place of each image (`image_notes.sendable`), the same copy every call, so its requests
+still extend each other byte for byte.
 """
 
 from __future__ import annotations
@@ -24,14 +29,15 @@ import msgspec
 
 from cursor_byok.llm.canonical import messages_hash
 from cursor_byok.llm.events import DoneEvent, ErrorEvent, ResponseEvent
-from cursor_byok.llm.types import ImageContent, RequestMessages, TextContent, UserContent
+from cursor_byok.llm.types import ImageContent, RequestMessages, TextContent
 from cursor_byok.llm.types import UserMessage as LLMUserMessage
 
 from . import ids
 from .commands import CONTINUE_LLM, CallLLM, Canceled
 from .context import TurnContext
+from .image_notes import noted
 from .model_calls import first_call
-from .state import AwaitLLM, ConversationState, Describing, ImageMark, RuntimeState, Status
+from .state import AwaitLLM, ConversationState, Describing, RuntimeState, Status
 from .step import CallEnd, CallOutcome, Transition, commit, flush_queue, settle, with_messages
 
 _replace = msgspec.structs.replace
@@ -62,33 +68,6 @@ def _has_images(message: LLMUserMessage) -> bool:
     return any(isinstance(p, ImageContent) for p in message.content)
 
 
-def _kb(image: ImageContent) -> int:
-    return max(1, len(image.data) * 3 // 4 // 1024)
-
-
-def image_note(image: ImageContent) -> TextContent:
-    return TextContent(
-        text=(
-            f"[The user attached an image ({image.mime_type}, about {_kb(image)} KB). You "
-            "cannot see images, so it was not sent to you: say so, and ask the user to "
-            "describe it if it matters.]"
-        )
-    )
-
-
-def _noted(message: LLMUserMessage) -> tuple[LLMUserMessage, tuple[ImageMark, ...]]:
-    """`message` with a note in place of each image, and where the images were."""
-    parts: list[UserContent] = []
-    marks: list[ImageMark] = []
-    for i, p in enumerate(message.content):
-        if isinstance(p, ImageContent):
-            marks.append(ImageMark(at=i, mime_type=p.mime_type, kb=_kb(p)))
-            parts.append(image_note(p))
-        else:
-            parts.append(p)
-    return LLMUserMessage(content=tuple(parts)), tuple(marks)
-
-
 def withhold_images(
     context: TurnContext, message: LLMUserMessage
 ) -> tuple[LLMUserMessage, tuple[str, ...]]:
@@ -96,7 +75,7 @@ def withhold_images(
     the user."""
     if context.images is not False or not _has_images(message):
         return message, ()
-    return _noted(message)[0], (USER_NOTICE,)
+    return noted(message)[0], (USER_NOTICE,)
 
 
 def describes(context: TurnContext, said: LLMUserMessage) -> bool:
@@ -123,7 +102,7 @@ def describe(c: ConversationState, message: LLMUserMessage, said: LLMUserMessage
     """The describing call for a turn just begun (`c`: its mark and context set, nothing
     appended yet); `message` opens the turn once the call ends, `said` is the user's part."""
     model = c.context.vision_model if c.context is not None else ""
-    notes, marks = _noted(message)
+    notes, marks = noted(message)
     n = c.llm_calls + 1
     call = ids.vision_call_id(c.turn_id, n)
     request = describe_request(said)

@@ -17,6 +17,7 @@ from . import window as window_rule
 from .commands import CallLLM, FailureKind, ReadDefinitions, Summarize
 from .context import ContextWindow, TurnContext
 from .effort import call_effort
+from .image_notes import sendable
 from .meter import prompt_chars
 from .prompt import render_prompt, render_tools
 from .results import loop_failure
@@ -69,7 +70,9 @@ def call_llm(c: ConversationState, *, compacted: bool = False, measure: bool = T
             return fail(c, loop_failure(refused.message()), kind=FailureKind.BAD_REQUEST)
     n = c.llm_calls + 1
     call = ids.call_id(c.turn_id, n)
-    request = RequestMessages(system_prompt=system_prompt, messages=c.messages, tools=tools)
+    request = RequestMessages(
+        system_prompt=system_prompt, messages=sendable(context, c.messages), tools=tools
+    )
     digest = messages_hash(c.messages)
     chars = prompt_chars(request, context, summary_messages=first_summarizable(c))
     c2 = commit(
@@ -103,7 +106,7 @@ def first_call(c: ConversationState) -> Transition:
 def request_of(c: ConversationState, context: TurnContext) -> RequestMessages:
     return RequestMessages(
         system_prompt=render_prompt(context),
-        messages=c.messages,
+        messages=sendable(context, c.messages),
         tools=render_tools(context),
     )
 

@@ -17,7 +17,6 @@ format), and a state stored before the loop kept its marks hands them to the loo
 from __future__ import annotations
 
 import asyncio
-import hashlib
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
@@ -28,11 +27,12 @@ from ...loop.meter import meter_of_state
 from ...store.api import Store, TurnMark
 from ..connect.channel import RunChannel
 from ..cursor import checkpoint as checkpoint_frame
-from ..cursor import rewound_to, turn_blob
+from ..cursor import rewound_to
 from . import records
 from .committed_states import CommittedStates
 from .requests import Answer, ClientRequests
 from .summaries import summary_records
+from .turn_ids import TurnIds, turn_ids
 
 # How long a turn waits for the client to store its checkpoint blob (a client that keeps no
 # blobs gets no checkpoint; the turn still ends well).
@@ -69,10 +69,9 @@ class Checkpoints:
         self.channel = channel
         self._background = background
         self._saved: list[TurnMark] | None = None  # the store's marks; None: not read yet
+        self._turn_ids: TurnIds | None = None
         # The store's marks by turn: (end view, the blob id it was published with).
         self._recorded: dict[int, tuple[tuple[Span, ...], bytes]] | None = None
-        # Each turn's blob and id by its end view: a turn's id is computed once per run.
-        self._blobs: dict[tuple[str, int, tuple[Span, ...]], tuple[bytes, bytes]] = {}
         # The client's helper fields of its last checkpoint: published back unchanged.
         self.carried = b""
 
@@ -80,36 +79,25 @@ class Checkpoints:
         """A conversation new to this server has no turns saved yet."""
         self._saved = []
 
-    def _blob(self, conversation: str, turn: int, end: tuple[Span, ...]) -> tuple[bytes, bytes]:
-        """(blob, id) of turn `turn` (1-based) of `conversation` ending with the closed view
-        `end`."""
-        key = (conversation, turn, end)
-        found = self._blobs.get(key)
-        if found is None:
-            spans = [(s.start, s.end if s.end is not None else s.start) for s in end]
-            blob = turn_blob(conversation, turn, spans)
-            found = (blob, hashlib.sha256(blob).digest())
-            self._blobs[key] = found
-        return found
-
     def published(self, state: ConversationState) -> tuple[list[bytes], bytes]:
         """Every turn's blob id, in order, and the last turn's blob (b"" with no turns, or
         when the last turn keeps an id the client holds already). A turn made in another
         conversation (a fork's first turns) has that one's blob; a turn the store recorded as
         published with the same end keeps the id it was published with (a blob of an earlier
         format, for a conversation stored before the loop's marks: the client's checkpoints
-        of those turns name it)."""
-        ends = turn_ends(state)
-        recorded = self._recorded or {}
-        ids: list[bytes] = []
-        blob = b""
-        for k, (mark, end) in enumerate(zip(state.turn_starts, ends, strict=True), start=1):
-            found = recorded.get(k)
-            if found is not None and found[0] == end:
-                blob, digest = b"", found[1]
-            else:
-                blob, digest = self._blob(mark.conversation or self.conversation_id, k, end)
-            ids.append(digest)
+        of those turns name it). The ids of unchanged turns come from the conversation's
+        memo (turn_ids.py)."""
+        cid = self.conversation_id
+        made_in = tuple(mark.conversation or cid for mark in state.turn_starts)
+        memo = turn_ids(made_in, turn_ends(state), self.states.turn_ids(cid) or self._turn_ids)
+        self._turn_ids = memo  # kept by the run too: the cache may have dropped the entry
+        self.states.set_turn_ids(cid, memo)
+        ids, blob = list(memo.ids), memo.last_blob
+        for k, (end, digest) in (self._recorded or {}).items():
+            if k <= len(ids) and digest != ids[k - 1] and memo.ends[k - 1] == end:
+                ids[k - 1] = digest  # published before the marks: the client holds that id
+                if k == len(ids):
+                    blob = b""
         return ids, blob
 
     async def marks_found(self, state: ConversationState, version: int) -> TurnMarksFound | None:
@@ -170,24 +158,33 @@ class Checkpoints:
         ):
             return
         self._send(state, pending.ids, ())
-        marks = [
-            TurnMark(
-                conversation_id=self.conversation_id,
-                turn=k,
-                blob_id=digest,
-                message_count=views.length(end, 0),  # closed spans: the length is theirs
-                view=records.encode_view(end),
-            )
-            for k, (digest, end) in enumerate(zip(pending.ids, pending.ends, strict=True), 1)
-        ]
         saved = await self._saved_marks(version)
         unchanged = 0
-        for old, new in zip(saved, marks, strict=False):
-            if old.blob_id != new.blob_id or old.turn != new.turn:
+        for old, digest in zip(saved, pending.ids, strict=False):
+            if old.blob_id != digest or old.turn != unchanged + 1:
                 break
             unchanged += 1
-        if unchanged == len(marks) == len(saved):
+        if unchanged == len(pending.ids) == len(saved):
             return
+        # The saved marks the store keeps, then the new ones (only those are written).
+        marks = (
+            saved[:unchanged]
+            + [
+                TurnMark(
+                    conversation_id=self.conversation_id,
+                    turn=k,
+                    blob_id=digest,
+                    message_count=views.length(end, 0),  # closed spans: the length is theirs
+                    view=records.encode_view(end),
+                )
+                for k, digest, end in zip(
+                    range(unchanged + 1, len(pending.ids) + 1),
+                    pending.ids[unchanged:],
+                    pending.ends[unchanged:],
+                    strict=True,
+                )
+            ]
+        )
         self._saved = marks
         self._recorded = {
             m.turn: (end, m.blob_id) for m, end in zip(marks, pending.ends, strict=True)
