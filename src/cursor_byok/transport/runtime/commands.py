@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
+from functools import partial
 from typing import assert_never
 
 from ...llm.stream import PreparedRequest
@@ -26,6 +27,7 @@ from ...loop import (
     Transition,
     WaitInput,
 )
+from ...store.api import Reservation, ReservationTotals
 from ..connect.channel import RunChannel
 from ..cursor import Ending, canceled_end, summary_started, text_delta, turn_ended
 from .checkpoints import PendingBlob
@@ -84,10 +86,21 @@ class Commands:
                 parts.calls.open(call_id, prepared or parts.calls.prepare(command))
             case ResendLLM(call_id=call_id):
                 self.publisher.encoder(call_id)
-                await parts.calls.resend(command)
+                refused = await parts.calls.resend(
+                    command,
+                    partial(parts.admissions.reservation, command),
+                    parts.admissions.now_ms(),
+                )
+                self._refused(parts, command, refused)
             case Summarize():
                 self.channel.send(summary_started())
-                await parts.summaries.start(command, prepared)
+                refused = await parts.summaries.start(
+                    command,
+                    prepared,
+                    partial(parts.admissions.reservation, command),
+                    parts.admissions.now_ms(),
+                )
+                self._refused(parts, command, refused)
             case CallClient():
                 self._call_client(parts, command)
             case CallClients(calls=calls):  # every call of the response at once
@@ -131,6 +144,18 @@ class Commands:
                 self.end(canceled_end(reason), "canceled")
             case _:
                 assert_never(command)
+
+    def _refused(
+        self,
+        parts: RunParts,
+        command: ResendLLM | Summarize,
+        refused: tuple[Reservation, ReservationTotals] | None,
+    ) -> None:
+        """A call sent again from its stored request whose reservation the store refused:
+        the loop hears it as the call's admission input, and decides."""
+        if refused is not None:
+            answer = parts.admissions.refused(command, *refused)
+            self.inbox.put_nowait(Work(answer, f"{command.call_id}:refused"))
 
     def _call_client(self, parts: RunParts, command: CallClient) -> None:
         """Send a tool call to the client (unless it is there already)."""
