@@ -379,9 +379,9 @@ def test_a_tool_results_image_is_a_line_for_a_text_only_model() -> None:
         tool_call_id="r1", tool_name="Read", content=(TextContent(text="a.png:"), IMAGE)
     )
     history = (LLMUserMessage.of_text("read it"), shown)
-    assert sendable(TurnContext(images=True), history) is history
-    assert sendable(TurnContext(), history) is history  # not said: as it is
-    (asked, line) = sendable(TurnContext(images=False), history)
+    assert sendable(True, history) is history
+    assert sendable(None, history) is history  # not said: as it is
+    (asked, line) = sendable(False, history)
     assert asked is history[0]
     kb = len(IMAGE.data) * 3 // 4 // 1024
     assert line == ToolResultMessage(
@@ -395,4 +395,22 @@ def test_a_tool_results_image_is_a_line_for_a_text_only_model() -> None:
             ),
         ),
     )
-    assert sendable(TurnContext(images=False), history)[1] is line  # one copy per message
+    assert sendable(False, history)[1] is line  # one copy per message
+
+
+def test_a_fallback_without_vision_is_sent_the_image_as_a_note() -> None:
+    """The run's model reads images, its fallback does not: the fallback's request holds the
+    note; the stored message keeps the image."""
+    context = TurnContext(images=True, fallbacks=("blind",), fallback_images=(False,))
+    message = pasted(IMAGE)
+    t = opened(message, context)
+    assert isinstance(t.command, CallLLM) and t.command.request.messages == (message,)
+    ts, _ = stream(t.state, FauxResponse.error("down", started=False))
+    fallback = ts[-1].command
+    assert isinstance(fallback, CallLLM) and fallback.model == "blind"
+    assert fallback.request.messages == (notes_of(message),)
+    assert ts[-1].state.committed.log == (message,)
+    # A fallback that reads images gets the image.
+    seeing = msgspec.structs.replace(context, fallback_images=(True,))
+    ts, _ = stream(opened(message, seeing).state, FauxResponse.error("down", started=False))
+    assert isinstance(ts[-1].command, CallLLM) and ts[-1].command.request.messages == (message,)
