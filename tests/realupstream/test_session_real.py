@@ -41,6 +41,8 @@ from tests.support.live import ServerProcess, server_process
 # parallel turn and a few padding turns before the threshold.
 WINDOW = 3_600
 TURN_TIMEOUT_S = 150
+# How long the client waits for the rest of a response's execs before it answers any.
+BATCH_WAIT_S = 20.0
 PADDING = "the sea is salty and deep, with tides that follow the moon; " * 16
 PLAN: dict[str, Any] = {
     "plan": "# Tidy the notes\n\n1. Sort the notes.\n2. Count them.",
@@ -128,6 +130,15 @@ class Client:
                 if is_read_exec(m) and e.id not in answered:
                     answered.add(e.id)
                     held.append(e)
+            if held and len(held) < hold:
+                first = next(
+                    t
+                    for t, m in reader.events
+                    if is_read_exec(m) and m.exec_server_message.id == held[0].id
+                )
+                assert time.monotonic() - first < BATCH_WAIT_S, (
+                    f"{len(held)} of {hold} execs sent before any answer: {reader.kinds}"
+                )
             if held and len(held) >= hold:
                 for e in reversed(held):
                     await run.send(self._read(e))
