@@ -94,7 +94,7 @@ async def test_pooled_connections_a_restart_left_are_replaced_and_an_outage_is_u
         assert ending.message == (
             "the server cannot reach its storage right now; try again in a moment"
         )
-        assert await store.fetch_appends("r", 0) == ((0, b"x"),)
+        assert await store.fetch_appends("r", 0) == ((0, b"x", None),)
     finally:
         await store.close()
 

@@ -6,12 +6,14 @@ Public API (see docs/loop.md):
     view       Span (the active history as a view over the append-only log)
     inputs     Start, LLMEvent, ToolResult, UserMessage (alias UserMessageInput), Cancel,
                Supersede, ClientGone, Suspend (SuspendCause), Resume (ToolOperation), ToolLost
-               (LostCause), Rewind, Input; ToolEffect (PlanCreated, ModeSwitched) on a
-               ToolResult; PlanBuild, Helper (ParentCall) and HelperReport on a Start;
+               (LostCause), Rewind, DefinitionsRead (DefinitionFile), TurnMarksFound, Input;
+               ToolEffect (PlanCreated, ModeSwitched) on a ToolResult; PlanBuild, Helper
+               (ParentCall), HelperReport and ForkOf on a Start;
                CallRefused (Limit), the admission answer with Admitted (Admission)
     context    TurnContext, Environment, McpRoute, McpServerInfo, McpToolInfo, ContextWindow
     commands   ContinueLLM, CallLLM, ResendLLM, Summarize, CallClient, CallClients, FindHelper
-               (answered by a HelperFound input), WaitInput, Final, Failed
+               (answered by a HelperFound input), ReadDefinitions (answered by a
+               DefinitionsRead), WaitInput, Final, Failed
                (FailureKind), Canceled, Command
     transition Transition (appended, local_results: LocalResult, call_end: CallEnd with
                CallOutcome, ignored: Ignored), transition, admit, LoopError
@@ -29,6 +31,7 @@ from .commands import (
     FailureKind,
     Final,
     FindHelper,
+    ReadDefinitions,
     ResendLLM,
     Summarize,
     WaitInput,
@@ -44,6 +47,7 @@ from .context import (
     McpToolInfo,
     TurnContext,
 )
+from .definitions import MAX_DEFINITION_CHARS, DefinitionFile
 from .inputs import (
     ADMITTED,
     Admission,
@@ -52,6 +56,8 @@ from .inputs import (
     Cancel,
     ClientGone,
     Compact,
+    DefinitionsRead,
+    ForkOf,
     Helper,
     HelperFound,
     HelperReport,
@@ -75,22 +81,27 @@ from .inputs import (
     ToolLost,
     ToolOperation,
     ToolResult,
+    TurnMarksFound,
     UserMessage,
     UserMessageInput,
 )
 from .inputs import DEFAULT_MAX_DEPTH as DEFAULT_MAX_DEPTH
 from .limits import Limit
 from .prompt import build_prompt, build_tools, render_prompt, render_tools
+from .recovery import wants_turn_marks
 from .state import (
     BUSY,
     IDLE,
     AfterSummary,
     AwaitClient,
+    AwaitDefinitions,
     AwaitLLM,
     AwaitSummary,
     CompactionMark,
     CompactionReason,
     ConversationState,
+    Describing,
+    ImageMark,
     MeterBasis,
     PendingResponse,
     PlanMark,
@@ -122,6 +133,7 @@ __all__ = [
     "DEFAULT_COMPACTION_THRESHOLD",
     "DEFAULT_MAX_LLM_CALLS",
     "IDLE",
+    "MAX_DEFINITION_CHARS",
     "NATIVE_TOOLS",
     "NATIVE_TOOL_NAMES",
     "READ_ONLY_MODES",
@@ -130,6 +142,7 @@ __all__ = [
     "Admitted",
     "AfterSummary",
     "AwaitClient",
+    "AwaitDefinitions",
     "AwaitLLM",
     "AwaitSummary",
     "CallClient",
@@ -150,15 +163,20 @@ __all__ = [
     "ContextWindow",
     "ContinueLLM",
     "ConversationState",
+    "DefinitionFile",
+    "DefinitionsRead",
+    "Describing",
     "Environment",
     "Failed",
     "FailureKind",
     "Final",
     "FindHelper",
+    "ForkOf",
     "Helper",
     "HelperFound",
     "HelperReport",
     "Ignored",
+    "ImageMark",
     "Input",
     "LLMEvent",
     "Limit",
@@ -177,6 +195,7 @@ __all__ = [
     "PlanCreated",
     "PlanMark",
     "PlanRecord",
+    "ReadDefinitions",
     "ResendLLM",
     "Resume",
     "Rewind",
@@ -197,6 +216,7 @@ __all__ = [
     "ToolSpec",
     "Transition",
     "TurnContext",
+    "TurnMarksFound",
     "TurnStart",
     "UserMessage",
     "UserMessageInput",
@@ -210,4 +230,5 @@ __all__ = [
     "render_tools",
     "side_effects",
     "transition",
+    "wants_turn_marks",
 ]

@@ -44,6 +44,11 @@ class CallLLM(_Command, frozen=True, tag="call_llm"):
     # The reasoning effort the IDE's picker chose for this call ("": the model's own setting);
     # only for the run's own model (loop/effort.py).
     effort: str = ""
+    # The window the call's meter shows (window.shown: the one the loop decided by); 0: the
+    # model's configured one (a fallback model's call).
+    window: int = 0
+    # A bound on the answer below the model's own (0: the model's): an image's description.
+    max_output_tokens: int = 0
 
 
 class ResendLLM(_Command, frozen=True, tag="resend_llm"):
@@ -104,6 +109,14 @@ class CallClients(_Command, frozen=True, tag="call_clients"):
     calls: tuple[CallClient, ...]
 
 
+class ReadDefinitions(_Command, frozen=True, tag="read_definitions"):
+    """Read each of `paths` (MCP tool definition files, loop/definitions.py) through the client
+    at once, before the turn's first model call, and feed back one DefinitionsRead with what
+    each read gave (a file not answered within the client's deadline is a failed read)."""
+
+    paths: tuple[str, ...]
+
+
 class WaitInput(_Command, frozen=True, tag="wait_input"):
     """Nothing to do until the next external input."""
 
@@ -146,6 +159,7 @@ Command: TypeAlias = (
     | Summarize
     | CallClient
     | FindHelper
+    | ReadDefinitions
     | WaitInput
     | Final
     | Failed

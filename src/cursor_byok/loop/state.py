@@ -24,6 +24,7 @@ from cursor_byok.llm.types import Message, ToolCall, ToolResultMessage, UserMess
 from . import ids
 from .categories import PromptChars
 from .context import TurnContext
+from .definitions import DefinitionFile
 from .inputs import ToolEffect
 from .todos import TodoItem
 from .view import WHOLE_LOG, Span
@@ -39,12 +40,15 @@ class Status(enum.StrEnum):
     FAILED = "Failed"  # the last turn failed
     CANCELED = "Canceled"  # the last turn was canceled (or superseded)
     SUMMARIZING = "Summarizing"  # a compaction's summary call is in flight
+    READING = "ReadingDefinitions"  # the turn's MCP definition files are read (definitions.py)
 
 
 BlockKind: TypeAlias = Literal["text", "thinking", "toolCall"]
 
 # Statuses of a turn in progress: an LLM call or a client operation is outstanding.
-BUSY: frozenset[Status] = frozenset({Status.WAITING_LLM, Status.WAITING_CLIENT, Status.SUMMARIZING})
+BUSY: frozenset[Status] = frozenset(
+    {Status.WAITING_LLM, Status.WAITING_CLIENT, Status.SUMMARIZING, Status.READING}
+)
 # Statuses in which a new turn may simply start.
 IDLE: frozenset[Status] = frozenset({Status.READY, Status.FINAL, Status.FAILED, Status.CANCELED})
 
@@ -55,6 +59,27 @@ class _Value(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unknown_fie
 
 class _Waiting(_Value, frozen=True, tag_field="kind"):
     pass
+
+
+class ImageMark(_Value, frozen=True, array_like=True):
+    """A pasted image's place in the message that held it: the part's index, its type and
+    size (what stands in for it says them)."""
+
+    at: int
+    mime_type: str
+    kb: int
+
+
+class Describing(_Value, frozen=True):
+    """The call in flight describes the pasted images of the message that opens the turn,
+    for a model without vision (loop/images.py). `message` is that message as the model will
+    read it without a description (a note in place of each image, at `images`); it joins the
+    history when the call ends: with the description once it is in, as it is when the call
+    fails or the turn ends first. `model`: the vision model's id."""
+
+    message: UserMessage
+    images: tuple[ImageMark, ...]
+    model: str
 
 
 class AwaitLLM(_Waiting, frozen=True, tag="llm"):
@@ -69,6 +94,8 @@ class AwaitLLM(_Waiting, frozen=True, tag="llm"):
     compacted: bool = False
     # The call's request per meter category: at its answer it becomes the state's meter.
     prompt: PromptChars | None = None
+    # Set for a call that describes pasted images instead of answering (loop/images.py).
+    describing: Describing | None = None
 
 
 class CompactionReason(enum.StrEnum):
@@ -136,7 +163,14 @@ class AwaitClient(_Waiting, frozen=True, tag="client"):
         return (self.operation_id,)
 
 
-Waiting: TypeAlias = AwaitLLM | AwaitClient | AwaitSummary
+class AwaitDefinitions(_Waiting, frozen=True, tag="definitions"):
+    """The turn began and its first model call waits on the read of `paths`, the MCP
+    definition files its tools need (definitions.py): one DefinitionsRead answers them."""
+
+    paths: tuple[str, ...]
+
+
+Waiting: TypeAlias = AwaitLLM | AwaitClient | AwaitSummary | AwaitDefinitions
 
 
 class PlanRecord(_Value, frozen=True):
@@ -189,6 +223,9 @@ class TurnStart(_Value, frozen=True, array_like=True):
     end of any turn, in any compaction epoch, finds its view here."""
 
     view: tuple[Span, ...]
+    # The conversation the turn was made in, when it is not this one: a fork's first turns are
+    # its source's, and their checkpoint blobs name the source, as the client holds them.
+    conversation: str = ""
 
 
 class MeterBasis(_Value, frozen=True):
@@ -239,6 +276,9 @@ class ConversationState(_Value, frozen=True):
     # The context meter of the last model call of the active history; None: none yet (or a
     # state stored before it was kept): meter_of_state then measures the history once.
     meter_basis: MeterBasis | None = None
+    # The MCP definition files this run read (definitions.py), per path: the run's Start
+    # empties it, its later turns (follow-ups) take their tools' files from it.
+    definitions: tuple[DefinitionFile, ...] = ()
 
     @classmethod
     def new(cls, conversation_id: str) -> ConversationState:

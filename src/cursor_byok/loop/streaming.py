@@ -28,6 +28,7 @@ from cursor_byok.llm.types import AssistantMessage
 from . import compaction
 from . import window as window_rule
 from .commands import CONTINUE_LLM, Canceled, Final
+from .images import on_describing_event
 from .inputs import LLMEvent
 from .meter import prompt_tokens
 from .model_calls import call_llm, compact, fall_back, fallback_window
@@ -75,6 +76,8 @@ def on_llm_event(state: RuntimeState, input: LLMEvent) -> Transition:
     if input.call_id != waiting.call_id:
         return ignore(state, Ignored.OTHER_CALL)
     event = input.event
+    if waiting.describing is not None:  # pasted images described for a text-only model
+        return on_describing_event(state, waiting, waiting.describing, event)
     pending = state.pending_response
     match event:
         case TextDelta() | ThinkingDelta() | ToolCallDelta():

@@ -8,16 +8,26 @@ checks them inside the transaction that would store the row and says which one i
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, NamedTuple
 
 import msgspec
 
 # What storing one append came to: stored; that (request id, seqno) was stored before; or
 # refused, naming the bound it would have passed (nothing stored); "full": the database is at
-# its size cap and the append's run has not started.
+# its size cap and the append's run has not started; "denied": the sender is not the person
+# of the run (migration 0016).
 AppendOutcome = Literal[
-    "stored", "duplicate", "request_full", "client_runs", "client_bytes", "full"
+    "stored", "duplicate", "request_full", "client_runs", "client_bytes", "full", "denied"
 ]
+
+
+class StoredAppend(NamedTuple):
+    """One stored client message of a run, and the person who sent it (None: the operator)."""
+
+    seqno: int
+    payload: bytes
+    person: str | None = None
+
 
 # Rows of a run never started (no `runs` row) this old are dropped by `sweep_appends`: its
 # start timeout (seconds) ended it long before. Rows of a started run that never ended (every

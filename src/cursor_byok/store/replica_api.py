@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Protocol
 
-from .appends import AppendLimits, AppendOutcome
+from .appends import AppendLimits, AppendOutcome, StoredAppend
 
 
 class ConversationClaims(Protocol):
@@ -46,14 +46,15 @@ class Replicas(ConversationClaims, Protocol):
         payload: bytes,
         client: str = "",
         limits: AppendLimits | None = None,
+        person: str | None = None,
     ) -> AppendOutcome:
-        """Store one client message of a run, within `limits`, and tell every replica."""
+        """Store one client message of a run, within `limits`, and tell every replica;
+        `denied` when `person` (None: the operator) is not the run's."""
         ...
 
-    async def fetch_appends(
-        self, request_id: str, from_seqno: int
-    ) -> tuple[tuple[int, bytes], ...]:
-        """The run's stored client messages from `from_seqno` on, in order."""
+    async def fetch_appends(self, request_id: str, from_seqno: int) -> tuple[StoredAppend, ...]:
+        """The run's stored client messages from `from_seqno` on, in order, with who sent
+        each."""
         ...
 
     async def forget_appends(self, request_id: str) -> int:

@@ -8,7 +8,13 @@ it can be passed by at most the pool's connections per replica, never without li
 
 from __future__ import annotations
 
-from ..appends import ORPHAN_ROWS_KEPT_MS, UNSTARTED_ROWS_KEPT_MS, AppendLimits, AppendOutcome
+from ..appends import (
+    ORPHAN_ROWS_KEPT_MS,
+    UNSTARTED_ROWS_KEPT_MS,
+    AppendLimits,
+    AppendOutcome,
+    StoredAppend,
+)
 from ..sql import Conn
 from .replicas import APPENDS_CHANNEL
 
@@ -29,18 +35,33 @@ def publish(
     now_ms: int,
     *,
     full: bool = False,
+    person: str | None = None,
 ) -> AppendOutcome:
     """Store one client message and NOTIFY every replica (the notification goes out with the
-    commit), unless stored before, a bound of `limits` would be passed, or the database is
+    commit), unless `person` (None: the operator, who may append to any run) is not the
+    run's (`denied`: the run's owner once it started, else the person of its first stored
+    append), it was stored before, a bound of `limits` would be passed, or the database is
     `full` (at its size cap) and the message's run has not started: a new run."""
+    run = conn.execute("SELECT owner_id FROM runs WHERE request_id = ?", (request_id,)).fetchone()
+    started = run is not None
+    if person is not None:
+        if started:
+            owner = run[0]
+        else:
+            first = conn.execute(
+                "SELECT person FROM run_appends WHERE request_id = ? ORDER BY seqno LIMIT 1",
+                (request_id,),
+            ).fetchone()
+            owner = person if first is None else first[0]
+        if owner != person:
+            return "denied"
     known = conn.execute(
         "SELECT 1 FROM run_appends WHERE request_id = ? AND seqno = ?", (request_id, seqno)
     ).fetchone()
     if known is not None:
         return "duplicate"
     size = len(payload)
-    started = conn.execute("SELECT 1 FROM runs WHERE request_id = ?", (request_id,)).fetchone()
-    if full and started is None:
+    if full and not started:
         return "full"
     if limits is not None:
         rows, held = conn.execute(
@@ -49,16 +70,17 @@ def publish(
         ).fetchone()
         if rows + 1 > limits.request_rows or held + size > limits.request_bytes:
             return "request_full"
-        if started is None:
+        if not started:
             runs, waiting = conn.execute(_CLIENT_WAITING, (client,)).fetchone()
             if rows == 0 and runs + 1 > limits.client_runs:
                 return "client_runs"
             if waiting + size > limits.client_bytes:
                 return "client_bytes"
     cur = conn.execute(
-        "INSERT INTO run_appends (request_id, seqno, payload, created_at_ms, client, bytes) "
-        "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (request_id, seqno) DO NOTHING",
-        (request_id, seqno, payload, now_ms, client, size),
+        "INSERT INTO run_appends "
+        "(request_id, seqno, payload, created_at_ms, client, bytes, person) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (request_id, seqno) DO NOTHING",
+        (request_id, seqno, payload, now_ms, client, size, person),
     )
     if cur.rowcount != 1:
         return "duplicate"
@@ -66,12 +88,13 @@ def publish(
     return "stored"
 
 
-def fetch(conn: Conn, request_id: str, from_seqno: int) -> tuple[tuple[int, bytes], ...]:
+def fetch(conn: Conn, request_id: str, from_seqno: int) -> tuple[StoredAppend, ...]:
     rows = conn.execute(
-        "SELECT seqno, payload FROM run_appends WHERE request_id = ? AND seqno >= ? ORDER BY seqno",
+        "SELECT seqno, payload, person FROM run_appends WHERE request_id = ? AND seqno >= ? "
+        "ORDER BY seqno",
         (request_id, from_seqno),
     ).fetchall()
-    return tuple((int(r[0]), bytes(r[1])) for r in rows)
+    return tuple(StoredAppend(int(r[0]), bytes(r[1]), r[2]) for r in rows)
 
 
 def forget(conn: Conn, request_id: str) -> int:

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
-from ..appends import AppendLimits, AppendOutcome
+from ..appends import AppendLimits, AppendOutcome, StoredAppend
 from ..sql import Conn
 from . import appends
 from .replicas import APPENDS_CHANNEL, CLAIMS_CHANNEL, Holds, Watcher, lock_key
@@ -101,22 +101,22 @@ class ReplicaSignals:
         payload: bytes,
         client: str = "",
         limits: AppendLimits | None = None,
+        person: str | None = None,
     ) -> AppendOutcome:
-        """Store one client message of a shim run within `limits`, then NOTIFY every replica
-        (in the same transaction: the notification goes out once the row is committed)."""
+        """Store one client message of a shim run within `limits`, sent by `person` (None:
+        the operator), then NOTIFY every replica (in the same transaction: the notification
+        goes out once the row is committed)."""
         now = self._clock()
         full = self.size_cap.full
         return await self._run(
             lambda conn: appends.publish(
-                conn, request_id, seqno, payload, client, limits, now, full=full
+                conn, request_id, seqno, payload, client, limits, now, full=full, person=person
             ),
             f"storing append {seqno} of run {request_id!r}",
             write=True,
         )
 
-    async def fetch_appends(
-        self, request_id: str, from_seqno: int
-    ) -> tuple[tuple[int, bytes], ...]:
+    async def fetch_appends(self, request_id: str, from_seqno: int) -> tuple[StoredAppend, ...]:
         """The run's stored client messages from `from_seqno` on, in order."""
         return await self._run(
             lambda conn: appends.fetch(conn, request_id, from_seqno),

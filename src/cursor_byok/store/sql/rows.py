@@ -119,13 +119,6 @@ def get_call(conn: Conn, call_id: str) -> LLMCallRecord | None:
     return None if row is None else _call_from_row(row)
 
 
-def list_recent_calls(conn: Conn, limit: int) -> tuple[LLMCallRecord, ...]:
-    rows = conn.execute(
-        f"{CALL_SELECT} ORDER BY created_at_ms DESC, call_id LIMIT ?", (limit,)
-    ).fetchall()
-    return tuple(_call_from_row(r) for r in rows)
-
-
 def get_operation(conn: Conn, operation_id: str) -> ClientOperationRecord | None:
     row = conn.execute(f"{OP_SELECT} WHERE operation_id = ?", (operation_id,)).fetchone()
     if row is None:
@@ -137,13 +130,18 @@ def get_operation(conn: Conn, operation_id: str) -> ClientOperationRecord | None
 
 def find_run(conn: Conn, request_id: str) -> RunRecord | None:
     row = conn.execute(
-        "SELECT request_id, conversation_id, request, created_at_ms FROM runs WHERE request_id = ?",
+        "SELECT request_id, conversation_id, request, created_at_ms, owner_id FROM runs "
+        "WHERE request_id = ?",
         (request_id,),
     ).fetchone()
     if row is None:
         return None
     return RunRecord(
-        request_id=row[0], conversation_id=row[1], request=bytes(row[2]), created_at_ms=row[3]
+        request_id=row[0],
+        conversation_id=row[1],
+        request=bytes(row[2]),
+        created_at_ms=row[3],
+        owner_id=row[4],
     )
 
 

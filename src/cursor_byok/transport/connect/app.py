@@ -460,8 +460,9 @@ class ConnectApp:
             await self._check_lingering(request_id, lingering)
         if self.relayed is not None:
             # Stored first, then acknowledged; the replica holding the RunSSE delivers it.
+            person = self.registry.person_of(headers.get(PRINCIPAL_HEADER, ""))
             await self.relayed.publish(
-                request_id, append.seqno, append.payload, append.message, client
+                request_id, append.seqno, append.payload, append.message, client, person
             )
             return
         session, _ = self.registry.get_or_create(

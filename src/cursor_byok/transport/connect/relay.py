@@ -18,10 +18,10 @@ import time
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, Protocol
 
-from ...store.appends import AppendLimits, AppendOutcome
+from ...store.appends import AppendLimits, AppendOutcome, StoredAppend
 from .envelopes import ConnectError
 from .ledger import size_text
-from .session_registry import SessionRegistry
+from .session_registry import SessionRegistry, not_theirs
 from .sessions import Session, TransportLimits
 
 log = logging.getLogger(__name__)
@@ -35,11 +35,10 @@ class AppendRelay(Protocol):
         payload: bytes,
         client: str = "",
         limits: AppendLimits | None = None,
+        person: str | None = None,
     ) -> AppendOutcome: ...
 
-    async def fetch_appends(
-        self, request_id: str, from_seqno: int
-    ) -> Sequence[tuple[int, bytes]]: ...
+    async def fetch_appends(self, request_id: str, from_seqno: int) -> Sequence[StoredAppend]: ...
 
     async def forget_appends(self, request_id: str) -> int: ...
 
@@ -94,13 +93,24 @@ class RelayedAppends:
         registry.on_run_end = self.run_ended
 
     async def publish(
-        self, request_id: str, seqno: int, payload: bytes, message: object, client: str = ""
+        self,
+        request_id: str,
+        seqno: int,
+        payload: bytes,
+        message: object,
+        client: str = "",
+        person: str | None = None,
     ) -> None:
         """Store the append (then acknowledge it); hand it at once to a session of this
-        replica when it holds the run."""
+        replica when it holds the run. `person` sent it (None: the operator): another
+        person's append to a run is refused wherever it lands, by this replica's session when
+        it holds the run, else by the store, which knows the run's owner (`denied`)."""
+        held = self._registry.find(request_id)
+        if held is not None and not self._registry.may_join(held, person):
+            raise not_theirs(request_id)
         try:
             outcome = await self.relay.publish_append(
-                request_id, seqno, payload, client, self._limits
+                request_id, seqno, payload, client, self._limits, person
             )
         except Exception as exc:
             log.warning("run %s: could not store append %d: %s", request_id, seqno, exc)
@@ -115,6 +125,8 @@ class RelayedAppends:
                 "unavailable",
                 "the server's storage is full; try again once its operator has freed space",
             )
+        if outcome == "denied":
+            raise not_theirs(request_id)
         if outcome not in ("stored", "duplicate"):
             raise ConnectError("resource_exhausted", self._refusal(outcome))
         self._maybe_sweep()
@@ -210,7 +222,14 @@ class RelayedAppends:
                 if session.finished or attempt == CATCH_UP_TRIES - 1:
                     return
                 await asyncio.sleep(CATCH_UP_RETRY_S)
-        for seqno, payload in stored:
+        for seqno, payload, person in stored:
+            if not self._registry.may_join(session, person):
+                # Stored by a replica before the run's owner was known there (its first
+                # append came from someone else): never the run's input.
+                log.warning(
+                    "run %s: stored append %d is another person's", session.request_id, seqno
+                )
+                continue
             try:
                 session.append(seqno, payload, self._parse(payload))
             except (ConnectError, ValueError) as exc:

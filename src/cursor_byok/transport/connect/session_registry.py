@@ -19,6 +19,12 @@ from .sessions import Session
 log = logging.getLogger("cursor_byok.transport.connect.sessions")  # its lines as before
 
 
+def not_theirs(request_id: str) -> ConnectError:
+    return ConnectError(
+        "permission_denied", f"request_id {request_id!r} belongs to a run someone else started"
+    )
+
+
 class SessionRegistry:
     """All live and recently finished runs, keyed by request_id."""
 
@@ -103,15 +109,24 @@ class SessionRegistry:
         """A stream reopened or an append to a run belongs to the person who started the run,
         or to the operator (no principal: the server's own token, or an open server), who may
         join any; another person's token is refused (ownership, issue 25)."""
-        info = session.info
         joiner = (headers or {}).get(PRINCIPAL_HEADER, "")
+        info = session.info
         if info is None or not joiner or joiner == info.principal:
             return
-        if self._person_of(joiner) != self._person_of(info.principal):
-            raise ConnectError(
-                "permission_denied",
-                f"request_id {session.request_id!r} belongs to a run someone else started",
-            )
+        if not self.may_join(session, self._person_of(joiner)):
+            raise not_theirs(session.request_id)
+
+    def person_of(self, principal: str) -> str | None:
+        """The person of a request's principal; None for the operator (no principal)."""
+        return self._person_of(principal) if principal else None
+
+    def may_join(self, session: Session, person: str | None) -> bool:
+        """Whether `person` (None: the operator) may append to the session's run: the person
+        of the principal it was started under, or the operator."""
+        info = session.info
+        if person is None or info is None:
+            return True
+        return bool(info.principal) and self._person_of(info.principal) == person
 
     def get_or_create(
         self,

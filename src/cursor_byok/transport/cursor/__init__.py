@@ -56,6 +56,7 @@ from .ends import (
 from .history import DialectError, history_from_root_prompt_blobs
 from .link import ClientLink
 from .mcp import McpDefinition, McpDirectory
+from .mcp_files import definition_file
 from .rpc import RpcSettings, agent_title
 from .service import CursorService
 from .tools import Started as ToolStarted
@@ -137,6 +138,7 @@ __all__ = [
     "canceled_end",
     "checkpoint",
     "decode_request_context_part",
+    "definition_file",
     "history_from_root_prompt_blobs",
     "internal_end",
     "merge_context",

@@ -4,7 +4,8 @@ as the tool's description and argument schema.
 
 [U] The file's shape: JSON with `description` and the schema under `inputSchema` (MCP's own
 name), `input_schema`, `parameters` or `arguments`; a file that is not such JSON is a failed
-read (the tool is offered with a note). Bounded: at most MAX_DEFINITION_CHARS are read.
+read (the tool is offered with a note). Bounded: at most MAX_DEFINITION_CHARS are read (the
+loop's bound on what it keeps, loop/definitions.py).
 """
 
 from __future__ import annotations
@@ -14,9 +15,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...llm import canonical
+from ...loop import MAX_DEFINITION_CHARS, DefinitionFile
 from .proto import agent_pb2
 
-MAX_DEFINITION_CHARS = 64_000
 _SCHEMA_KEYS = ("inputSchema", "input_schema", "parameters", "arguments")
 
 
@@ -72,3 +73,13 @@ def parse_tool_file(text: str) -> McpToolFile | str:
         description=description.strip() if isinstance(description, str) else "",
         parameters=canonical.sorted_value(schema) if schema is not None else {"type": "object"},
     )
+
+
+def definition_file(path: str, text: str | None, error: str) -> DefinitionFile:
+    """The loop's value for the read of `path`: what the file says, or why it failed."""
+    if text is None:
+        return DefinitionFile(path=path, error=error or "no answer")
+    parsed = parse_tool_file(text)
+    if isinstance(parsed, str):
+        return DefinitionFile(path=path, error=parsed)
+    return DefinitionFile(path=path, description=parsed.description, parameters=parsed.parameters)

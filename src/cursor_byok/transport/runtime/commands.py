@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
+from functools import partial
 from typing import assert_never
 
 from ...llm.stream import PreparedRequest
@@ -20,16 +21,20 @@ from ...loop import (
     Failed,
     Final,
     FindHelper,
+    ReadDefinitions,
     ResendLLM,
     Summarize,
     Transition,
     WaitInput,
 )
+from ...store.api import Reservation, ReservationTotals
 from ..connect.channel import RunChannel
 from ..cursor import Ending, canceled_end, summary_started, text_delta, turn_ended
 from .checkpoints import PendingBlob
 from .ending import failure_ending
+from .mcp_definitions import read_definitions
 from .publish import Publisher
+from .requests import ClientRequests
 from .routing import ClientMessages, Work
 from .run_helpers import RunHelpers
 from .run_parts import RunParts
@@ -48,6 +53,7 @@ class Commands:
         channel: RunChannel,
         publisher: Publisher,
         tools: ToolCalls,
+        requests: ClientRequests,
         route: ClientMessages,
         inbox: asyncio.Queue[Work],
         helpers: RunHelpers,
@@ -58,6 +64,7 @@ class Commands:
         self.parts: RunParts | None = None  # once the run request named the model
         self.publisher = publisher
         self.tools = tools
+        self.requests = requests
         self.route = route
         self.inbox = inbox
         self.helpers = helpers
@@ -65,6 +72,7 @@ class Commands:
         self.end = end
         # The final checkpoint's blob, sent before the commit that ends the turn.
         self._pending_blob: PendingBlob | None = None
+        self._reads: asyncio.Task[None] | None = None  # a ReadDefinitions being carried out
 
     async def execute(self, t: Transition, prepared: PreparedRequest | None = None) -> None:
         command = t.command
@@ -78,15 +86,28 @@ class Commands:
                 parts.calls.open(call_id, prepared or parts.calls.prepare(command))
             case ResendLLM(call_id=call_id):
                 self.publisher.encoder(call_id)
-                await parts.calls.resend(command)
+                refused = await parts.calls.resend(
+                    command,
+                    partial(parts.admissions.reservation, command),
+                    parts.admissions.now_ms(),
+                )
+                self._refused(parts, command, refused)
             case Summarize():
                 self.channel.send(summary_started())
-                await parts.summaries.start(command, prepared)
+                refused = await parts.summaries.start(
+                    command,
+                    prepared,
+                    partial(parts.admissions.reservation, command),
+                    parts.admissions.now_ms(),
+                )
+                self._refused(parts, command, refused)
             case CallClient():
                 self._call_client(parts, command)
             case CallClients(calls=calls):  # every call of the response at once
                 for call in calls:
                     self._call_client(parts, call)
+            case ReadDefinitions():
+                self._read(parts, command)
             case FindHelper(operation_id=op):
                 self.helpers.find(
                     command, lambda found: self.inbox.put_nowait(Work(found, f"{op}:helper"))
@@ -124,6 +145,18 @@ class Commands:
             case _:
                 assert_never(command)
 
+    def _refused(
+        self,
+        parts: RunParts,
+        command: ResendLLM | Summarize,
+        refused: tuple[Reservation, ReservationTotals] | None,
+    ) -> None:
+        """A call sent again from its stored request whose reservation the store refused:
+        the loop hears it as the call's admission input, and decides."""
+        if refused is not None:
+            answer = parts.admissions.refused(command, *refused)
+            self.inbox.put_nowait(Work(answer, f"{command.call_id}:refused"))
+
     def _call_client(self, parts: RunParts, command: CallClient) -> None:
         """Send a tool call to the client (unless it is there already)."""
         op = command.operation_id
@@ -143,6 +176,19 @@ class Commands:
             self.route.wake_later(op, started.wake_after_ms)
         elif command.spawns:  # its child run is expected next
             self.helpers.expect(command, state)
+
+    def _read(self, parts: RunParts, command: ReadDefinitions) -> None:
+        """Read the definition files through the client (unless a read is under way); the
+        answers join the inbox as one DefinitionsRead, applied once by its input id."""
+        if self._reads is not None and not self._reads.done():
+            return
+        input_id = f"{parts.conv.state.committed.turn_id}:definitions"
+
+        async def read() -> None:
+            answer = await read_definitions(command, self.requests)
+            self.inbox.put_nowait(Work(answer, input_id))
+
+        self._reads = asyncio.create_task(read(), name=f"definitions {input_id}")
 
     async def send_final_blob(self, t: Transition) -> None:
         """Before the commit that ends a turn: its checkpoint blob goes to the client."""
@@ -168,6 +214,8 @@ class Commands:
         """Abort the run's tool calls (their cards go out) and its model and summary calls."""
         for frame in self.tools.abort_all():
             self.channel.send(frame)
+        if self._reads is not None:
+            self._reads.cancel()
         if self.parts is not None:
             self.parts.calls.close()
             self.parts.summaries.close()

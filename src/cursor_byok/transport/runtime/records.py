@@ -26,6 +26,7 @@ from ...loop import (
     Failed,
     Final,
     FindHelper,
+    ReadDefinitions,
     ResendLLM,
     Span,
     Summarize,
@@ -120,6 +121,7 @@ def command_record(command: Command) -> bytes:
             ResendLLM()
             | CallClient()
             | FindHelper()
+            | ReadDefinitions()
             | CallClients()
             | WaitInput()
             | Final()
@@ -168,7 +170,7 @@ def planned_call(
         model=prepared.model,
         api=model.provider.api,
         catalogue_version=command.catalogue_version or None,
-        prompt_breakdown=_planned_breakdown(command.prompt, model.context_window),
+        prompt_breakdown=_planned_breakdown(command.prompt, command.window or model.context_window),
         process_id=process_id,
         prices=encode_prices(model.prices),
     )

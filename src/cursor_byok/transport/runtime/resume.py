@@ -53,9 +53,15 @@ def consume_exception(future: asyncio.Future[Any]) -> None:
 
 
 def save_run_request(
-    store: Store, channel: RunChannel, first: Incoming, cid: str, now_ms: int
+    store: Store,
+    channel: RunChannel,
+    first: Incoming,
+    cid: str,
+    now_ms: int,
+    person: str | None = None,
 ) -> asyncio.Future[Any]:
-    """Keep a RunSSE's run request, by which a reopened run finds it (`first_message`). Not
+    """Keep a RunSSE's run request, by which a reopened run finds it (`first_message`), and
+    the run's person (None: the operator), whose appends alone replicas take for it. Not
     awaited by the caller at once: queued before the run's first commit, it usually shares
     its transaction; the run awaits it once it has begun."""
     record = RunRecord(
@@ -63,6 +69,7 @@ def save_run_request(
         conversation_id=cid,
         request=first.payload,
         created_at_ms=now_ms,
+        owner_id=person,
     )
     return asyncio.ensure_future(store.save_run(record))
 

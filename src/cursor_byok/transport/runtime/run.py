@@ -146,6 +146,7 @@ class Run:
             channel=channel,
             publisher=self.publisher,
             tools=self.tools,
+            requests=self.requests,
             route=self._route,
             inbox=self._inbox,
             helpers=self.helpers,
@@ -172,7 +173,9 @@ class Run:
             self._adopt(request)
             if self.resumable:  # only a RunSSE can be reopened by request_id after a restart
                 now = self.services.now_ms()
-                self._run_saved = save_run_request(self.store, self.channel, first, cid, now)
+                self._run_saved = save_run_request(
+                    self.store, self.channel, first, cid, now, self.person
+                )
             if ROUTES[request.action].route is Route.CANCEL_CHILD:
                 # Before the claim: the parent's own run, still going, must stay alive.
                 self._cancel_child(request)
@@ -343,17 +346,18 @@ class Run:
         last turn the client lists (its view comes from the loop's own turn marks)."""
         assert self.parts is not None
         checkpoints = self.parts.checkpoints
+        found = await checkpoints.marks_found(self.state.committed, self.conv.version)
+        if found is not None:  # a state stored before the loop's own marks
+            await self._apply(found, f"{input_id}:marks")
         turns = checkpoints.rewind_target(request.history.turn_blob_ids, self.state.committed)
         if turns is None:
             return
         before = self.conv.version
         await self._apply(Rewind(turns=turns), f"{input_id}:rewind")
         if self.conv.version != before:
+            cid, n = self.conversation_id, len(self.state.committed.messages)
             log.info(
-                "conversation %s rewound by the client to turn %d (%d messages)",
-                self.conversation_id,
-                turns,
-                len(self.state.committed.messages),
+                "conversation %s rewound by the client to turn %d (%d messages)", cid, turns, n
             )
 
     async def _resume(self, turn_id: str | None) -> Resume:

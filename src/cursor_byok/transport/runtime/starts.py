@@ -6,8 +6,7 @@ loop reads to decide compaction and a fallback."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
 
 import msgspec
 
@@ -24,8 +23,7 @@ from ..cursor import (
     recognise_child,
 )
 from .context import context_parts, turn_context, with_kept
-from .forks import history_of_new, take_pre_fetched
-from .mcp_definitions import Read, read_definitions, with_definitions
+from .forks import NewHistory, history_of_new, take_pre_fetched
 from .requests import ClientRequests
 from .run_parts import RunParts
 from .runner import Runner
@@ -36,16 +34,22 @@ from .subagents import Expected, helper_of, helper_reports, link_of, with_choice
 @dataclass(frozen=True, slots=True)
 class ModelTraits:
     """What the loop reads of the run's model besides its budget: whether it reads images
-    (loop/images.py), the efforts it offers and the one the run's picker asked for
-    (loop/effort.py)."""
+    and the model that describes them for it (loop/images.py), the efforts it offers and the
+    one the run's picker asked for (loop/effort.py)."""
 
     images: bool | None = None
     effort: str = ""
     efforts: tuple[str, ...] = ()
+    vision_model: str = ""
 
     @classmethod
     def of(cls, model: Model, effort: str) -> ModelTraits:
-        return cls(images=model.vision, effort=effort, efforts=model.efforts)
+        return cls(
+            images=model.vision,
+            effort=effort,
+            efforts=model.efforts,
+            vision_model=model.vision_model or "",
+        )
 
 
 def with_budget(
@@ -57,13 +61,18 @@ def with_budget(
     """The turn's context with the run's model budget, the model's fallbacks and traits."""
     if context.fallbacks != fallbacks:
         context = msgspec.structs.replace(context, fallbacks=fallbacks)
-    if traits is not None and (context.images, context.effort, context.efforts) != (
-        traits.images,
-        traits.effort,
-        traits.efforts,
-    ):
+    if traits is not None and (
+        context.images,
+        context.effort,
+        context.efforts,
+        context.vision_model,
+    ) != (traits.images, traits.effort, traits.efforts, traits.vision_model):
         context = msgspec.structs.replace(
-            context, images=traits.images, effort=traits.effort, efforts=traits.efforts
+            context,
+            images=traits.images,
+            effort=traits.effort,
+            efforts=traits.efforts,
+            vision_model=traits.vision_model,
         )
     if window is None or context.window == window:
         return context
@@ -79,9 +88,6 @@ class TurnStart:
     parts: tuple[ContextPart, ...]
     mcp_tools: tuple[McpDefinition, ...]
     parent_call: Expected | None
-    # The MCP definition files this run read (mcp_definitions.py): a follow-up's context
-    # reuses them.
-    definitions: Read = field(default_factory=dict)
 
 
 async def start_of(
@@ -103,13 +109,11 @@ async def start_of(
     person = equipped.conv.viewer  # the run's person: their own blobs and forks only
     if isinstance(request.payload, BackgroundCompletions):
         reports = await helper_reports(request.payload, services.store, runner.committed_states)
-    history: tuple[Any, ...] = ()
+    history = NewHistory()
     blobs = runner.client_blobs.scoped(person)  # what this person's runs fetched
     take_pre_fetched(request, blobs)  # what the client sent along is read without asking
     if new_conversation:  # what its client holds, or a fork of one of ours (forks.py)
-        history = await history_of_new(
-            request, services.store, requests, blobs, runner.clones, person
-        )
+        history = await history_of_new(request, services.store, requests, blobs, person)
     kept = stored.kept_parts if stored is not None else ()
     parts = await context_parts(request, requests, blobs, kept)
     context = await turn_context(
@@ -128,20 +132,18 @@ async def start_of(
         link = link_of(parent_call, request.conversation_id, child.subagent_type, services.now_ms())
         await services.store.save_subagent_link(link)
     context = with_kept(context, parts, kept)  # the blobs later turns may need
-    definitions: Read = {}
-    await read_definitions(context, requests, definitions)  # before the first model call
-    context = with_definitions(context, definitions)
     start = Start(
         # A Build has no user message: the loop opens its turn with the plan.
         user_message=request.user_message or UserMessage(content=()),
         context=with_budget(context, window, fallbacks, traits),
-        history=history,
+        history=history.messages,
+        fork=history.fork,
         todos=request.history.todos if new_conversation else (),  # our own list wins
         build=request.build,
         helper=helper,
         reports=reports,
     )
-    return TurnStart(start, parts, request.mcp_tools, parent_call, definitions)
+    return TurnStart(start, parts, request.mcp_tools, parent_call)
 
 
 def follow_up_context(
@@ -171,6 +173,4 @@ def follow_up_context(
         image_generation=services.image_generation,
     )
     kept = with_kept(merged, parts, stored.kept_parts if stored is not None else ())
-    if started is not None:
-        kept = with_definitions(kept, started.definitions)
     return with_budget(kept, window, fallbacks, traits)
