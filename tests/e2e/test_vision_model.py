@@ -21,11 +21,11 @@ from typing import Any
 import pytest
 
 from cursor_byok.store import open_store
-from cursor_byok.transport.cursor.proto import aiserver_pb2
+from cursor_byok.transport.cursor.proto import agent_pb2, aiserver_pb2
 from cursor_byok.transport.runtime.reservations import month_window
 from tests.e2e.test_compaction import messages_bytes
 from tests.e2e.test_modes_actions import TRANSPORTS, last_checkpoint, moded_request, open_run
-from tests.e2e.test_shim import ShimRun, http, unique
+from tests.e2e.test_shim import ShimRun, exec_of, http, read_ok, unique
 from tests.e2e.test_tokens import add_token
 from tests.support import connect_client as cc
 from tests.support.images import PNG
@@ -280,3 +280,35 @@ async def test_an_image_pasted_for_a_vision_model_is_a_note_for_a_later_text_onl
     (blind,) = upstream_bodies(upstream, "brain-1", later)
     assert b"image_url" not in blind and B64.encode() not in blind
     assert "You cannot see images, so it was not sent to you" in blind.decode()
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_an_image_sent_while_a_tool_runs_is_described_before_the_next_call(
+    server: ServerProcess, upstream: FakeUpstream, transport: str
+) -> None:
+    """Steering: a follow-up with an image on the running stream waits for the Read's result,
+    has its own describing call, then joins before the model's next call, as text."""
+    path = f"/ws/{uuid.uuid4().hex[:6]}.txt"
+    prompt = unique(f'[tool Read {{"path": "{path}"}}]')
+    steer = unique("and here is the screen")
+    first = moded_request(prompt, "agent")
+    first.run_request.requested_model.model_id = TEXT_MODEL
+    async with open_run(server, transport) as (send, reader):
+        await send(first)
+        read = await reader.wait_for(exec_of("read_args"))
+        follow = agent_pb2.AgentClientMessage()
+        um = follow.conversation_action.user_message_action.user_message
+        um.text = steer
+        um.selected_context.selected_images.add(data=PNG, mime_type="image/png")
+        await send(follow)
+        await asyncio.sleep(0.3)  # the follow-up is queued before the result arrives
+        await send(read_ok(read.exec_server_message.id, path, "hello\n"))
+        assert await reader.wait_end() == {}
+    (seen,) = upstream_bodies(upstream, "brain-eye", steer)
+    assert B64.encode() in seen
+    (after,) = upstream_bodies(upstream, "brain-1", steer)
+    assert b"image_url" not in after and B64.encode() not in after
+    messages = json.loads(after)["messages"]
+    tool_at = next(i for i, m in enumerate(messages) if m["role"] == "tool")
+    steer_at = next(i for i, m in enumerate(messages) if steer in json.dumps(m))
+    assert steer_at > tool_at and SEEN in json.dumps(messages[steer_at])

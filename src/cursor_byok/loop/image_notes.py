@@ -16,7 +16,6 @@ from cursor_byok.llm.types import (
 )
 from cursor_byok.llm.types import UserMessage as LLMUserMessage
 
-from .context import TurnContext
 from .memo import ByIdentity
 from .state import ImageMark
 
@@ -101,12 +100,12 @@ class _TextOnly:
 _folds: PrefixMemo[_TextOnly] = PrefixMemo()
 
 
-def sendable(context: TurnContext, messages: tuple[Message, ...]) -> tuple[Message, ...]:
+def sendable(images: bool | None, messages: tuple[Message, ...]) -> tuple[Message, ...]:
     """The history as the run's model may read it: for a model without vision, each stored
     message that holds images with notes in their place (the store keeps the images); the
     history itself otherwise. Resumed from the previous call's fold: only what was appended
     since is looked at."""
-    if context.images is not False:
+    if images is not False:
         return messages
     fold = fold_history(messages, "text-only", _TextOnly, _folds)
     return messages if fold.first < 0 else (*messages[: fold.first], *fold.out)

@@ -71,7 +71,7 @@ def call_llm(c: ConversationState, *, compacted: bool = False, measure: bool = T
     n = c.llm_calls + 1
     call = ids.call_id(c.turn_id, n)
     request = RequestMessages(
-        system_prompt=system_prompt, messages=sendable(context, c.messages), tools=tools
+        system_prompt=system_prompt, messages=sendable(context.images, c.messages), tools=tools
     )
     digest = messages_hash(c.messages)
     chars = prompt_chars(request, context, summary_messages=first_summarizable(c))
@@ -103,10 +103,14 @@ def first_call(c: ConversationState) -> Transition:
     return call_llm(c)
 
 
-def request_of(c: ConversationState, context: TurnContext) -> RequestMessages:
+def request_of(
+    c: ConversationState, context: TurnContext, images: bool | None = None
+) -> RequestMessages:
+    """The request of the turn's next call over the active history; `images`: whether the
+    model it goes to reads images (None: the run's model's, `context.images`)."""
     return RequestMessages(
         system_prompt=render_prompt(context),
-        messages=sendable(context, c.messages),
+        messages=sendable(context.images if images is None else images, c.messages),
         tools=render_tools(context),
     )
 
@@ -124,7 +128,8 @@ def fall_back(c: ConversationState, waiting: AwaitLLM, end: CallEnd) -> Transiti
     if k > len(context.fallbacks):
         return None
     call = ids.fallback_call_id(ids.call_id(c.turn_id, c.llm_calls), k)
-    request = request_of(c, context)
+    seeing = context.fallback_images
+    request = request_of(c, context, seeing[k - 1] if k <= len(seeing) else None)
     chars = prompt_chars(request, context, summary_messages=first_summarizable(c))
     c2 = commit(
         c,

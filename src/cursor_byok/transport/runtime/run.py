@@ -214,7 +214,7 @@ class Run:
         self._route.close()
         self.tools.abort_all()
         self.helpers.close()
-        self.commands.drop_pending_blob()
+        self.commands.close()
         if self.parts is not None:
             self.parts.calls.close()
             self.parts.summaries.close()
