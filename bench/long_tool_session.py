@@ -210,6 +210,12 @@ class Driver:
         }
 
 
+def proc_stat(pid: int) -> tuple[int, int, int]:
+    """utime and stime (ticks) and minor page faults of a process so far, all threads."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return int(fields[11]), int(fields[12]), int(fields[7])
+
+
 def slope(xs: list[float], ys: list[float]) -> float:
     """Least-squares slope of ys over xs."""
     mx, my = statistics.fmean(xs), statistics.fmean(ys)
@@ -288,11 +294,13 @@ def main(argv: list[str] | None = None) -> int:
                 if profiled:
                     os.kill(pid, signal.SIGUSR1)
                 cpu0, up0 = so.cpu_seconds(pid), so.cpu_seconds(upstream_pid)
+                st0, t_start = proc_stat(pid), time.monotonic()
                 done = []
                 for _ in range(turns_per_window):
                     done.append(await driver.turn(turn))
                     turn += 1
                 cpu, up = so.cpu_seconds(pid) - cpu0, so.cpu_seconds(upstream_pid) - up0
+                st = [b - a for a, b in zip(st0, proc_stat(pid), strict=True)]
                 if profiled:
                     os.kill(pid, signal.SIGUSR2)
                 row = {
@@ -302,6 +310,9 @@ def main(argv: list[str] | None = None) -> int:
                     "total": statistics.median(t["total"] for t in done),
                     "cpu": cpu / turns_per_window * 1000,
                     "upstream_cpu": up / turns_per_window * 1000,
+                    "user": st[0] / so.CLK_TCK / turns_per_window * 1000,
+                    "sys": st[1] / so.CLK_TCK / turns_per_window * 1000,
+                    "faults": st[2] / turns_per_window,
                 }
                 if args.callgrind:
                     _callgrind._control("--dump", str(pid))
@@ -313,7 +324,8 @@ def main(argv: list[str] | None = None) -> int:
                 print(
                     f"window {w + 1}/{windows}: {row['messages']} messages, first "
                     f"{row['first']:.2f} ms, cpu {row['cpu']:.2f} ms"
-                    + (f", {row['instructions'] / 1e6:.2f} M" if args.callgrind else ""),
+                    + (f", {row['instructions'] / 1e6:.2f} M" if args.callgrind else "")
+                    + f" (monotonic {t_start:.2f}-{time.monotonic():.2f})",
                     file=sys.stderr,
                 )
 
@@ -354,24 +366,32 @@ def report(
     else:
         print(
             "| messages at window start | first delta | text after the result | whole turn "
-            "| server CPU/turn | upstream CPU/turn |"
+            "| server CPU/turn (user + sys) | page faults/turn | upstream CPU/turn |"
         )
-        print("|---:|---:|---:|---:|---:|---:|")
+        print("|---:|---:|---:|---:|---:|---:|---:|")
         for r in rows:
             print(
                 f"| {r['messages']:.0f} | {r['first']:.2f} | {r['after_result']:.2f} "
-                f"| {r['total']:.2f} | {r['cpu']:.2f} | {r['upstream_cpu']:.2f} |"
+                f"| {r['total']:.2f} | {r['cpu']:.2f} ({r['user']:.1f} + {r['sys']:.1f}) "
+                f"| {r['faults']:.0f} | {r['upstream_cpu']:.2f} |"
             )
     print()
     if len(rows) >= 2:
         xs = [r["messages"] / 100 for r in rows]
-        keys = ["instructions"] if args.callgrind else ["first", "after_result", "total", "cpu"]
+        keys = (
+            ["instructions"]
+            if args.callgrind
+            else ["first", "after_result", "total", "cpu", "sys", "faults", "upstream_cpu"]
+        )
         names = {
             "instructions": ("server instructions per turn", 1e6, "M"),
             "first": ("first delta", 1.0, "ms"),
             "after_result": ("text after the result", 1.0, "ms"),
             "total": ("whole turn", 1.0, "ms"),
             "cpu": ("server CPU per turn", 1.0, "ms"),
+            "sys": ("of it in the kernel", 1.0, "ms"),
+            "faults": ("page faults per turn", 1.0, ""),
+            "upstream_cpu": ("upstream CPU per turn", 1.0, "ms"),
         }
         parts = []
         for key in keys:

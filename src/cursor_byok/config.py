@@ -559,7 +559,11 @@ def _with_fallbacks(
                 errors.append(f"{key}: {name!r} names {found.model.id!r} a second time")
             else:
                 chain.append(found.model.id)
-        out[model_id] = msgspec.structs.replace(models[model_id], fallbacks=tuple(chain))
+        out[model_id] = msgspec.structs.replace(
+            models[model_id],
+            fallbacks=tuple(chain),
+            fallback_vision=tuple(models[f].vision for f in chain),
+        )
     if errors:
         raise ConfigError(*errors, path=path)
     return out

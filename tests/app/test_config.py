@@ -241,6 +241,9 @@ def test_vision_model_names_a_configured_vision_model() -> None:
     assert cfg.models["eye"].vision_model is None and cfg.models["eye"].takes_images
     plain = parse_config(GOOD, env=ENV).models["gpt-5"]
     assert plain.vision_model is None and not plain.takes_images
+    # A fallback's vision is resolved with it (the loop sends a text-only one notes).
+    cfg = parse_config(GOOD + 'fallbacks = ["seer"]\n' + EYE + "vision = true\n", env=ENV)
+    assert cfg.models["gpt-5"].fallback_vision == (True,)
 
 
 @pytest.mark.parametrize(

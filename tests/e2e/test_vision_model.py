@@ -21,11 +21,11 @@ from typing import Any
 import pytest
 
 from cursor_byok.store import open_store
-from cursor_byok.transport.cursor.proto import aiserver_pb2
+from cursor_byok.transport.cursor.proto import agent_pb2, aiserver_pb2
 from cursor_byok.transport.runtime.reservations import month_window
 from tests.e2e.test_compaction import messages_bytes
 from tests.e2e.test_modes_actions import TRANSPORTS, last_checkpoint, moded_request, open_run
-from tests.e2e.test_shim import ShimRun, http, unique
+from tests.e2e.test_shim import ShimRun, exec_of, http, read_ok, unique
 from tests.e2e.test_tokens import add_token
 from tests.support import connect_client as cc
 from tests.support.images import PNG
@@ -199,7 +199,8 @@ async def test_available_models_says_a_model_with_a_vision_model_takes_images(
 
 
 OPERATOR = "PLANTED-operator-token-vision"
-# The describing call's bound: 1,000 output tokens at $500 a million, $0.50 and its input.
+# The describing call's bound: its own 2,048 output tokens at $500 a million, $1.02 (the
+# vision model's whole window, 128,000 tokens, would be $64: more than either budget).
 PRICED = """
 [models."brain-eye".prices]
 output = 500.0
@@ -208,11 +209,7 @@ output = 500.0
 
 def priced_config(upstream: FakeUpstream, db: Path) -> str:
     text = brain_config(upstream.base_url, db=db, extra=f'auth_token = "{OPERATOR}"')
-    return (
-        text
-        + models(upstream).replace("vision = true", "vision = true\nmax_output_tokens = 1000")
-        + PRICED
-    )
+    return text + models(upstream) + PRICED
 
 
 async def shim_turn(server: ServerProcess, token: str, message: Any) -> dict[str, Any]:
@@ -258,3 +255,60 @@ async def test_the_describing_call_is_charged_to_the_token_and_its_budget_refuse
     # ola: the describing call (priced) and the turn's call; pia: the text-only turn's call.
     completion = max(1, len(SEEN) // 4)
     assert spent == {2: pytest.approx(completion * 500.0 / 1_000_000), 1: 0.0}, usage
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_an_image_pasted_for_a_vision_model_is_a_note_for_a_later_text_only_one(
+    server: ServerProcess, upstream: FakeUpstream, transport: str
+) -> None:
+    """The history keeps the image; switching the chat to a model without vision sends that
+    message with a note in place of the image, never an image_url."""
+    cid = str(uuid.uuid4())
+    text = unique("look at this")
+    first = pasted(text, cid)
+    first.run_request.requested_model.model_id = "brain-eye"
+    async with open_run(server, transport) as (send, reader):
+        await send(first)
+        assert await reader.wait_end() == {}
+    (seen,) = upstream_bodies(upstream, "brain-eye", text)
+    assert B64.encode() in seen  # the vision model read the image itself
+    state = last_checkpoint(reader)
+    later = unique("now without eyes")
+    async with open_run(server, transport) as (send, reader):
+        await send(moded_request(later, "agent", cid, state=state))
+        assert await reader.wait_end() == {}
+    (blind,) = upstream_bodies(upstream, "brain-1", later)
+    assert b"image_url" not in blind and B64.encode() not in blind
+    assert "You cannot see images, so it was not sent to you" in blind.decode()
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_an_image_sent_while_a_tool_runs_is_described_before_the_next_call(
+    server: ServerProcess, upstream: FakeUpstream, transport: str
+) -> None:
+    """Steering: a follow-up with an image on the running stream waits for the Read's result,
+    has its own describing call, then joins before the model's next call, as text."""
+    path = f"/ws/{uuid.uuid4().hex[:6]}.txt"
+    prompt = unique(f'[tool Read {{"path": "{path}"}}]')
+    steer = unique("and here is the screen")
+    first = moded_request(prompt, "agent")
+    first.run_request.requested_model.model_id = TEXT_MODEL
+    async with open_run(server, transport) as (send, reader):
+        await send(first)
+        read = await reader.wait_for(exec_of("read_args"))
+        follow = agent_pb2.AgentClientMessage()
+        um = follow.conversation_action.user_message_action.user_message
+        um.text = steer
+        um.selected_context.selected_images.add(data=PNG, mime_type="image/png")
+        await send(follow)
+        await asyncio.sleep(0.3)  # the follow-up is queued before the result arrives
+        await send(read_ok(read.exec_server_message.id, path, "hello\n"))
+        assert await reader.wait_end() == {}
+    (seen,) = upstream_bodies(upstream, "brain-eye", steer)
+    assert B64.encode() in seen
+    (after,) = upstream_bodies(upstream, "brain-1", steer)
+    assert b"image_url" not in after and B64.encode() not in after
+    messages = json.loads(after)["messages"]
+    tool_at = next(i for i, m in enumerate(messages) if m["role"] == "tool")
+    steer_at = next(i for i, m in enumerate(messages) if steer in json.dumps(m))
+    assert steer_at > tool_at and SEEN in json.dumps(messages[steer_at])

@@ -36,13 +36,13 @@ from cursor_byok.loop import (
     admit,
     transition,
 )
+from cursor_byok.loop.image_notes import image_note
 from cursor_byok.loop.images import (
     DESCRIBE_SYSTEM,
     DESCRIBE_TEXT,
     DESCRIPTION_TOKENS,
     USER_NOTICE,
     described_message,
-    image_note,
 )
 from cursor_byok.loop.results import loop_failure
 from tests.loop.loop_helpers import stream
@@ -263,18 +263,57 @@ def test_a_cancel_while_describing_keeps_the_message_with_its_notes() -> None:
     assert t.call_end.outcome == CallOutcome.CANCELED
 
 
-def test_steering_while_describing_joins_after_the_described_message() -> None:
+def test_steering_while_describing_is_described_in_its_turn_before_the_next_call() -> None:
     describing = opened(pasted(IMAGE)).state
-    steer = UserMessage(message=pasted(SECOND, text="and this one"))
-    queued = transition(describing, steer)
-    # A steering message has no call of its own: its image is noted, the user told.
-    assert queued.notices == (USER_NOTICE,)
+    steer = pasted(SECOND, text="and this one")
+    queued = transition(describing, UserMessage(message=steer))
+    # It waits with its image (for the vision model), and nobody is told anything yet.
+    assert queued.notices == () and queued.state.committed.queued == (steer,)
     ts, _ = stream(queued.state, FauxResponse.text(DESCRIPTION))
+    first = ts[-1]
+    assert len(first.appended) == 1 and "described it for you" in first.appended[0].text
+    # Its own describing call next; the turn's call waits for it.
+    assert isinstance(first.command, CallLLM)
+    assert (first.command.call_id, first.command.model) == ("conv:1:vision2", VISION)
+    assert first.command.request.messages[0].content[1:] == (SECOND,)
+    c = first.state.committed
+    assert c.queued == () and isinstance(c.waiting, AwaitLLM) and c.waiting.describing
+    ts, _ = stream(first.state, FauxResponse.text("A second screenshot."))
     done = ts[-1]
-    assert len(done.appended) == 2
-    assert "described it for you" in done.appended[0].text
-    assert done.appended[1] == notes_of(pasted(SECOND, text="and this one"))
-    assert isinstance(done.command, CallLLM) and done.command.request.messages == done.appended
+    assert len(done.appended) == 1 and "A second screenshot." in done.appended[0].text
+    assert done.appended[0].content[0] == TextContent(text="and this one")
+    assert isinstance(done.command, CallLLM) and done.command.call_id == "conv:1:llm3"
+    assert done.command.request.messages == (*first.appended, *done.appended)
+
+
+def test_steering_with_an_image_while_a_tool_runs_is_described_after_its_result() -> None:
+    from cursor_byok.loop import ToolResult
+    from tests.loop.loop_helpers import result, tool_call
+
+    t = opened(LLMUserMessage.of_text("look around"))
+    ts, _ = stream(t.state, FauxResponse.tool_calls([tool_call("r1")]))
+    steer = pasted(IMAGE, text="this is what I see")
+    queued = transition(ts[-1].state, UserMessage(message=steer))
+    after = transition(queued.state, ToolResult(message=result("r1")))
+    assert len(after.appended) == 1  # the tool's result; the steering message waits
+    assert isinstance(after.command, CallLLM) and after.command.model == VISION
+    assert after.command.call_id == "conv:1:vision2"
+    ts, _ = stream(after.state, FauxResponse.text(DESCRIPTION))
+    done = ts[-1]
+    assert DESCRIPTION in done.appended[0].text
+    assert isinstance(done.command, CallLLM) and done.command.call_id == "conv:1:llm3"
+    sent = done.command.request.messages
+    assert sent[-1] is done.appended[0] and not any(
+        isinstance(p, ImageContent) for m in sent for p in getattr(m, "content", ())
+    )
+
+
+def test_steering_without_a_vision_model_is_noted_at_once() -> None:
+    t = opened(LLMUserMessage.of_text("hi"), TurnContext(images=False))
+    steer = pasted(SECOND, text="and this")
+    queued = transition(t.state, UserMessage(message=steer))
+    assert queued.notices == (USER_NOTICE,)
+    assert queued.state.committed.queued == (notes_of(steer),)
 
 
 def test_after_the_description_the_turn_reads_its_mcp_definition_files_first() -> None:
@@ -302,3 +341,76 @@ def test_after_the_description_the_turn_reads_its_mcp_definition_files_first() -
     after = transition(done.state, DefinitionsRead(files=(read,)))
     assert isinstance(after.command, CallLLM) and after.command.call_id == "conv:1:llm2"
     assert after.command.request.messages == done.appended
+
+
+def test_images_already_in_the_history_reach_a_text_only_model_as_notes() -> None:
+    """An image pasted for a model that reads it stays stored; a later turn on a model
+    without vision is sent that message with a note in its place, the very same copy at
+    every call, so its requests still extend each other."""
+    seeing = TurnContext(images=True)
+    message = pasted(IMAGE)
+    t = opened(message, seeing)
+    ts, _ = stream(t.state, FauxResponse.text("A red square."))
+    blind = TurnContext(images=False)
+    second = transition(
+        ts[-1].state, UserMessage(message=LLMUserMessage.of_text("and?"), context=blind)
+    )
+    assert isinstance(second.command, CallLLM)
+    sent = second.command.request.messages
+    assert second.state.committed.log[0] == message  # the store keeps the image
+    assert sent[0] == notes_of(message) and sent[1:] == second.state.committed.messages[1:]
+    ts, _ = stream(second.state, FauxResponse.text("Nothing more."))
+    third = transition(ts[-1].state, UserMessage(message=LLMUserMessage.of_text("ok")))
+    assert isinstance(third.command, CallLLM)
+    again = third.command.request.messages
+    assert again[: len(sent)] == sent and again[0] is sent[0]  # the same copy, extended
+    # The model that reads images gets the image again.
+    back = transition(
+        ts[-1].state, UserMessage(message=LLMUserMessage.of_text("x"), context=seeing)
+    )
+    assert isinstance(back.command, CallLLM) and back.command.request.messages[0] == message
+
+
+def test_a_tool_results_image_is_a_line_for_a_text_only_model() -> None:
+    from cursor_byok.llm.types import ToolResultMessage
+    from cursor_byok.loop.image_notes import sendable
+
+    shown = ToolResultMessage(
+        tool_call_id="r1", tool_name="Read", content=(TextContent(text="a.png:"), IMAGE)
+    )
+    history = (LLMUserMessage.of_text("read it"), shown)
+    assert sendable(True, history) is history
+    assert sendable(None, history) is history  # not said: as it is
+    (asked, line) = sendable(False, history)
+    assert asked is history[0]
+    kb = len(IMAGE.data) * 3 // 4 // 1024
+    assert line == ToolResultMessage(
+        tool_call_id="r1",
+        tool_name="Read",
+        content=(
+            TextContent(text="a.png:"),
+            TextContent(
+                text=f"[The tool returned an image (image/png, about {kb} KB); this model "
+                "cannot view images: not shown]"
+            ),
+        ),
+    )
+    assert sendable(False, history)[1] is line  # one copy per message
+
+
+def test_a_fallback_without_vision_is_sent_the_image_as_a_note() -> None:
+    """The run's model reads images, its fallback does not: the fallback's request holds the
+    note; the stored message keeps the image."""
+    context = TurnContext(images=True, fallbacks=("blind",), fallback_images=(False,))
+    message = pasted(IMAGE)
+    t = opened(message, context)
+    assert isinstance(t.command, CallLLM) and t.command.request.messages == (message,)
+    ts, _ = stream(t.state, FauxResponse.error("down", started=False))
+    fallback = ts[-1].command
+    assert isinstance(fallback, CallLLM) and fallback.model == "blind"
+    assert fallback.request.messages == (notes_of(message),)
+    assert ts[-1].state.committed.log == (message,)
+    # A fallback that reads images gets the image.
+    seeing = msgspec.structs.replace(context, fallback_images=(True,))
+    ts, _ = stream(opened(message, seeing).state, FauxResponse.error("down", started=False))
+    assert isinstance(ts[-1].command, CallLLM) and ts[-1].command.request.messages == (message,)

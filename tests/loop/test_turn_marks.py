@@ -22,8 +22,11 @@ from cursor_byok.loop import (
     Summarize,
     SummaryDone,
     ToolResult,
+    TurnMarksFound,
     TurnStart,
+    WaitInput,
     transition,
+    wants_turn_marks,
 )
 from cursor_byok.loop import view as views
 from cursor_byok.loop.derived import turn_ends
@@ -151,3 +154,39 @@ def test_a_model_call_that_changes_the_history_asks_for_a_checkpoint() -> None:
     assert t.checkpoint is None and isinstance(t.command, CallLLM)
     ts, _ = stream(t.state, FauxResponse.text("done"))
     assert isinstance(ts[-1].command, Final) and ts[-1].checkpoint is None
+
+
+def test_a_state_stored_before_the_marks_rebuilds_them_from_the_stores_record() -> None:
+    """TurnMarksFound: turn k+1 began where the store says turn k ended; the last end, when it
+    is the current view, is the last turn's; an end outside the log stops the list; a state
+    with marks, or a busy one, takes none."""
+    s, _, _ = compacted()
+    c = s.committed
+    ends = turn_ends(c)
+    legacy = RuntimeState(replace(c, turn_starts=()))
+    assert wants_turn_marks(legacy.committed) and not wants_turn_marks(c)
+    t = transition(legacy, TurnMarksFound(ends=ends))
+    assert isinstance(t.command, WaitInput)
+    rebuilt = (TurnStart(view=()), *(TurnStart(view=e) for e in ends[:-1]))
+    assert t.state.committed == replace(
+        legacy.committed,
+        turn_starts=rebuilt,
+        commit=c.commit + 1,
+        last_commit_id=f"{c.conversation_id}@{c.commit + 1}",
+    )
+    assert turn_ends(t.state.committed) == ends
+    # A rewind to the first turn then works as on a state that kept its marks.
+    back = transition(t.state, Rewind(turns=1)).state.committed
+    assert back.messages == transition(s, Rewind(turns=1)).state.committed.messages
+    # The current view after the last recorded end: a turn of its own.
+    t2 = transition(legacy, TurnMarksFound(ends=ends[:-1]))
+    assert t2.state.committed.turn_starts == rebuilt
+    # An end outside the log, and what follows it, are left out.
+    outside = (ends[0], (Span(0, len(c.log) + 5),), ends[1])
+    t3 = transition(legacy, TurnMarksFound(ends=outside))
+    assert t3.state.committed.turn_starts == (TurnStart(view=()), TurnStart(view=ends[0]))
+    # Marks kept already, a busy state, nothing recorded: ignored, nothing changes.
+    assert transition(s, TurnMarksFound(ends=ends)).ignored is Ignored.ALREADY_THERE
+    busy = transition(legacy, start("more", CTX)).state
+    assert transition(busy, TurnMarksFound(ends=ends)).ignored is Ignored.BUSY
+    assert transition(legacy, TurnMarksFound(ends=())).ignored is Ignored.NOT_AWAITED

@@ -9,6 +9,7 @@ from cursor_byok.llm.types import UserMessage
 from cursor_byok.loop.state import ConversationState
 from cursor_byok.store.api import ConversationSummary, TurnMark
 from cursor_byok.transport.runtime.committed_states import CommittedStates, memory_cost
+from cursor_byok.transport.runtime.turn_ids import TurnIds
 
 
 def state(conversation_id: str, n: int) -> ConversationState:
@@ -90,3 +91,16 @@ def test_turn_marks_ride_along_at_their_version() -> None:
     assert states.turn_marks("c", 2) == [mark]
     states.remember("c", 3, state("c", 6), 30)  # loaded again: not known until read
     assert states.turn_marks("c", 3) is None
+
+
+def test_the_turn_ids_memo_rides_along_across_commits() -> None:
+    states = CommittedStates()
+    memo = TurnIds(ends=(), ids=(), last_blob=b"")
+    states.set_turn_ids("c", memo)  # nothing kept: ignored
+    assert states.turn_ids("c") is None
+    states.remember("c", 1, state("c", 2), 10)
+    states.set_turn_ids("c", memo)
+    states.advance("c", 1, 2, state("c", 4), 10)  # the next turn's run finds it
+    assert states.turn_ids("c") is memo
+    states.forget("c")
+    assert states.turn_ids("c") is None

@@ -109,6 +109,7 @@ class Model(msgspec.Struct, frozen=True):
     # (after its retries); resolved from ids or aliases by the configuration loader. Flat: a
     # fallback's own fallbacks are not followed.
     fallbacks: tuple[str, ...] = ()
+    fallback_vision: tuple[bool, ...] = ()  # whether each of `fallbacks` reads images
     compaction_threshold: float = 0.9  # share of the window that starts a compaction
     compaction_model: str | None = None  # the model id that writes summaries; None: this one
     # Where `prices` and `context_window` came from ("config", "catalogue", "local": zero on

@@ -14,25 +14,43 @@ Which models read images is configuration (`vision`), handed to the loop as
   is told (a server notice) once per message. A turn that ends while its images are being
   described (a cancel, a newer run) keeps the message with the notes.
 
-A steering message (sent while a turn is busy) gets the notes: it joins the history right
-before the turn's next call, with no call of its own.
+A steering message (sent while a turn is busy) waits in the queue with its images when a
+vision model will describe them: it joins the history before the turn's next call, after its
+own describing call (`after_queue`); without a vision model it waits with the notes.
+
+Images already in the history (pasted in a turn of a model that reads them, or a tool's result
+for one) stay stored as they are; a model without vision is sent each such message with a note
+in place of each image (`image_notes.sendable`), the same copy every call, so its requests
+still extend each other byte for byte.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import msgspec
 
 from cursor_byok.llm.canonical import messages_hash
 from cursor_byok.llm.events import DoneEvent, ErrorEvent, ResponseEvent
-from cursor_byok.llm.types import ImageContent, RequestMessages, TextContent, UserContent
+from cursor_byok.llm.types import ImageContent, RequestMessages, TextContent
 from cursor_byok.llm.types import UserMessage as LLMUserMessage
 
 from . import ids
 from .commands import CONTINUE_LLM, CallLLM, Canceled
 from .context import TurnContext
-from .model_calls import first_call
-from .state import AwaitLLM, ConversationState, Describing, ImageMark, RuntimeState, Status
-from .step import CallEnd, CallOutcome, Transition, commit, flush_queue, settle, with_messages
+from .image_notes import noted
+from .model_calls import call_llm, first_call
+from .state import AwaitLLM, ConversationState, Describing, RuntimeState, Status
+from .step import (
+    CallEnd,
+    CallOutcome,
+    Transition,
+    commit,
+    context_of,
+    flush_queue,
+    settle,
+    with_messages,
+)
 
 _replace = msgspec.structs.replace
 
@@ -62,33 +80,6 @@ def _has_images(message: LLMUserMessage) -> bool:
     return any(isinstance(p, ImageContent) for p in message.content)
 
 
-def _kb(image: ImageContent) -> int:
-    return max(1, len(image.data) * 3 // 4 // 1024)
-
-
-def image_note(image: ImageContent) -> TextContent:
-    return TextContent(
-        text=(
-            f"[The user attached an image ({image.mime_type}, about {_kb(image)} KB). You "
-            "cannot see images, so it was not sent to you: say so, and ask the user to "
-            "describe it if it matters.]"
-        )
-    )
-
-
-def _noted(message: LLMUserMessage) -> tuple[LLMUserMessage, tuple[ImageMark, ...]]:
-    """`message` with a note in place of each image, and where the images were."""
-    parts: list[UserContent] = []
-    marks: list[ImageMark] = []
-    for i, p in enumerate(message.content):
-        if isinstance(p, ImageContent):
-            marks.append(ImageMark(at=i, mime_type=p.mime_type, kb=_kb(p)))
-            parts.append(image_note(p))
-        else:
-            parts.append(p)
-    return LLMUserMessage(content=tuple(parts)), tuple(marks)
-
-
 def withhold_images(
     context: TurnContext, message: LLMUserMessage
 ) -> tuple[LLMUserMessage, tuple[str, ...]]:
@@ -96,7 +87,7 @@ def withhold_images(
     the user."""
     if context.images is not False or not _has_images(message):
         return message, ()
-    return _noted(message)[0], (USER_NOTICE,)
+    return noted(message)[0], (USER_NOTICE,)
 
 
 def describes(context: TurnContext, said: LLMUserMessage) -> bool:
@@ -123,7 +114,7 @@ def describe(c: ConversationState, message: LLMUserMessage, said: LLMUserMessage
     """The describing call for a turn just begun (`c`: its mark and context set, nothing
     appended yet); `message` opens the turn once the call ends, `said` is the user's part."""
     model = c.context.vision_model if c.context is not None else ""
-    notes, marks = _noted(message)
+    notes, marks = noted(message)
     n = c.llm_calls + 1
     call = ids.vision_call_id(c.turn_id, n)
     request = describe_request(said)
@@ -205,11 +196,40 @@ def _failed(c: ConversationState, waiting: AwaitLLM, d: Describing, why: str) ->
 
 
 def _joined(c: ConversationState, message: LLMUserMessage, end: CallEnd, notice: str) -> Transition:
-    """The opening message joins the history (steering that came meanwhile after it), then
-    the turn's first call (after its MCP definition files, when it needs some)."""
-    c2 = _replace(flush_queue(with_messages(c, message)), waiting=None)
-    t = first_call(c2)
+    """The described message joins the history (steering that came meanwhile after it), then
+    the turn's next call (a turn's first after its MCP definition files, when it needs some)."""
+    t = after_queue(_replace(with_messages(c, message), waiting=None), first_call)
     return _replace(t, call_end=end, notices=(notice, *t.notices))
+
+
+def after_queue(
+    c: ConversationState, then: Callable[[ConversationState], Transition] = call_llm
+) -> Transition:
+    """Steering: the queued messages join the history before the turn's next call (`then`).
+    A queued message with images (kept for a vision_model, `queued_for`) has them described
+    first: the messages before it join now, those after it once it has joined."""
+    queued = c.queued
+    at = next((i for i, m in enumerate(queued) if _has_images(m)), -1)
+    if at < 0:
+        return then(flush_queue(c))
+    c2 = _replace(flush_queue(_replace(c, queued=queued[:at])), queued=queued[at + 1 :])
+    message = queued[at]
+    context = context_of(c2)
+    if describes(context, message):
+        return describe(c2, message, message)
+    said, notices = withhold_images(context, message)  # the model changed meanwhile
+    t = after_queue(with_messages(c2, said), then)
+    return _replace(t, notices=(*notices, *t.notices)) if notices else t
+
+
+def queued_for(
+    context: TurnContext, said: LLMUserMessage
+) -> tuple[LLMUserMessage, tuple[str, ...]]:
+    """A steering message as it waits in the queue: with its images when a vision model will
+    describe them before it joins (`after_queue`), else with the notes, and the notices."""
+    if describes(context, said):
+        return said, ()
+    return withhold_images(context, said)
 
 
 def held_message(waiting: object) -> LLMUserMessage | None:

@@ -288,6 +288,15 @@ class DefinitionsRead(_Input, frozen=True, tag="definitions_read"):
     files: tuple[DefinitionFile, ...]
 
 
+class TurnMarksFound(_Input, frozen=True, tag="turn_marks_found"):
+    """The turns the store recorded as published for a conversation stored before the loop
+    kept its own marks (`turn_starts`): `ends`, the closed view at the end of each, oldest
+    first. The loop rebuilds its marks from them (recovery.on_turn_marks_found), so a rewind
+    to those turns works again."""
+
+    ends: tuple[tuple[Span, ...], ...]
+
+
 class Rewind(_Input, frozen=True, tag="rewind"):
     """The client's checkpoint is behind ours: it went back to the end of an earlier turn.
     `turns`: its checkpoint lists our first `turns` turns; the loop restores the end of the
@@ -317,6 +326,7 @@ Input: TypeAlias = (
     | Compact
     | CallRefused
     | DefinitionsRead
+    | TurnMarksFound
 )
 
 # The same class, for callers that also import the LLM's UserMessage.

@@ -17,6 +17,7 @@ from . import window as window_rule
 from .commands import CallLLM, FailureKind, ReadDefinitions, Summarize
 from .context import ContextWindow, TurnContext
 from .effort import call_effort
+from .image_notes import sendable
 from .meter import prompt_chars
 from .prompt import render_prompt, render_tools
 from .results import loop_failure
@@ -69,7 +70,9 @@ def call_llm(c: ConversationState, *, compacted: bool = False, measure: bool = T
             return fail(c, loop_failure(refused.message()), kind=FailureKind.BAD_REQUEST)
     n = c.llm_calls + 1
     call = ids.call_id(c.turn_id, n)
-    request = RequestMessages(system_prompt=system_prompt, messages=c.messages, tools=tools)
+    request = RequestMessages(
+        system_prompt=system_prompt, messages=sendable(context.images, c.messages), tools=tools
+    )
     digest = messages_hash(c.messages)
     chars = prompt_chars(request, context, summary_messages=first_summarizable(c))
     c2 = commit(
@@ -100,10 +103,14 @@ def first_call(c: ConversationState) -> Transition:
     return call_llm(c)
 
 
-def request_of(c: ConversationState, context: TurnContext) -> RequestMessages:
+def request_of(
+    c: ConversationState, context: TurnContext, images: bool | None = None
+) -> RequestMessages:
+    """The request of the turn's next call over the active history; `images`: whether the
+    model it goes to reads images (None: the run's model's, `context.images`)."""
     return RequestMessages(
         system_prompt=render_prompt(context),
-        messages=c.messages,
+        messages=sendable(context.images if images is None else images, c.messages),
         tools=render_tools(context),
     )
 
@@ -121,7 +128,8 @@ def fall_back(c: ConversationState, waiting: AwaitLLM, end: CallEnd) -> Transiti
     if k > len(context.fallbacks):
         return None
     call = ids.fallback_call_id(ids.call_id(c.turn_id, c.llm_calls), k)
-    request = request_of(c, context)
+    seeing = context.fallback_images
+    request = request_of(c, context, seeing[k - 1] if k <= len(seeing) else None)
     chars = prompt_chars(request, context, summary_messages=first_summarizable(c))
     c2 = commit(
         c,

@@ -13,7 +13,7 @@ from . import derived, ids
 from .commands import WAIT_INPUT, Final
 from .context import TurnContext
 from .forks import forked
-from .images import describe, describes, held_message, withhold_images
+from .images import after_queue, describe, describes, held_message, queued_for, withhold_images
 from .inputs import DefinitionsRead, Note, Start, UserMessage
 from .model_calls import call_llm, first_call
 from .results import (
@@ -42,7 +42,6 @@ from .step import (
     commit,
     content_index,
     context_of,
-    flush_queue,
     ignore,
     prepend,
     settle,
@@ -106,8 +105,11 @@ def on_definitions_read(state: RuntimeState, input: DefinitionsRead) -> Transiti
     if c.status != Status.READING or not isinstance(waiting, AwaitDefinitions):
         return ignore(state, Ignored.NOT_AWAITED)
     read = (*c.definitions, *files.answered(waiting.paths, input.files))
-    c2 = flush_queue(_replace(c, definitions=read, waiting=None))
-    return call_llm(_replace(c2, context=files.filled(context_of(c2), read)))
+
+    def then(c2: ConversationState) -> Transition:
+        return call_llm(_replace(c2, context=files.filled(context_of(c2), read)))
+
+    return after_queue(_replace(c, definitions=read, waiting=None), then)
 
 
 def close_turn(
@@ -215,8 +217,8 @@ def on_user_message(state: RuntimeState, input: UserMessage) -> Transition:
     context = asked if asked is not None else context_of(c)
     if not c.busy:
         return open_turn(c, context, input.message)
-    # Steering: joins the history before the turn's next model call (its images noted).
-    said, notices = withhold_images(context, input.message)
+    # Steering: joins the history before the turn's next model call (images: queued_for).
+    said, notices = queued_for(context, input.message)
     c2 = commit(
         c,
         queued=(*c.queued, opening_message(context, said)),

@@ -26,7 +26,7 @@ from .request import (
     DEFAULT_THINKING_BUDGET,
     INTERLEAVED_THINKING_BETA,
     AnthropicHistory,
-    body_of,
+    encode_body,
     messages_url,
     provider_messages,
     request_headers,
@@ -47,8 +47,6 @@ __all__ = [
 
 API = "anthropic"
 
-_encoder = msgspec.json.Encoder()
-
 
 class AnthropicAdapter(HttpAdapter):
     """`AnthropicAdapter(provider: ProviderSettings)`."""
@@ -64,10 +62,9 @@ class AnthropicAdapter(HttpAdapter):
         history = fold_history(
             request.messages, target, lambda: AnthropicHistory(target), self.histories
         )
-        body = body_of(request, settings, history.converted())
         return PreparedRequest(
             url=messages_url(self.provider.base_url),
-            body=_encoder.encode(body),
+            body=encode_body(request, settings, history),
             model=settings.model,
             headers=request_headers(settings),
         )

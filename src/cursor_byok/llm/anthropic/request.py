@@ -34,6 +34,7 @@ from typing import Any
 
 import msgspec
 
+from ..encoded_items import PLACEHOLDER, EncodedItems, splice
 from ..settings import ModelSettings
 from ..transforms import HistoryTransform, Target, sanitize_id, strip_surrogates
 from ..types import (
@@ -68,6 +69,7 @@ EFFORT_BUDGETS: dict[str, int] = {
 MAX_TOOL_ID_LENGTH = 64
 
 _sorted_encoder = msgspec.json.Encoder(order="deterministic")
+_encoder = msgspec.json.Encoder()
 
 
 def messages_url(base_url: str) -> str:
@@ -250,23 +252,26 @@ class AnthropicHistory:
     a longer history of the same conversation resumes from (prefix_memo.py). The dicts it
     built are shared by later requests: `mark_last_block` copies what it marks."""
 
-    __slots__ = ("group", "messages", "transform")
+    __slots__ = ("encoded", "group", "messages", "transform")
 
     def __init__(self, target: Target) -> None:
         self.transform = HistoryTransform(target, normalize_tool_id)
         self.messages: list[dict[str, Any]] = []
         self.group: list[ToolResultMessage] = []  # tool results waiting for the group's end
+        self.encoded = EncodedItems()  # messages[i] as JSON, unmarked, encoded once
 
     def copy(self) -> AnthropicHistory:
         other = AnthropicHistory.__new__(AnthropicHistory)
         other.transform = self.transform.copy()
         other.messages = list(self.messages)
         other.group = list(self.group)
+        other.encoded = self.encoded.copy()
         return other
 
     def feed(self, message: Message) -> None:
         for m in self.transform.feed(message):
             _append_provider(m, self.messages, self.group)
+        self.encoded.sync(self.messages)
 
     def finish(self) -> list[dict[str, Any]]:
         """What the end of the history adds (the state stays as it is)."""
@@ -318,6 +323,30 @@ def body_of(
     request: RequestMessages, settings: ModelSettings, converted: list[dict[str, Any]]
 ) -> dict[str, Any]:
     """The request body in a fixed key order around the provider messages."""
+    mark_last_block(converted)
+    return _body(request, settings, converted)
+
+
+def encode_body(
+    request: RequestMessages, settings: ModelSettings, history: AnthropicHistory
+) -> bytes:
+    """`body_of(request, settings, history.converted())` as JSON, byte for byte, without
+    encoding the history again (encoded_items.py): the messages before the breakpoint as the
+    fold encoded them, the marked last one and what the end adds encoded now."""
+    tail = history.finish()
+    count = len(history.encoded)
+    if not tail and count:  # the last built message takes the breakpoint
+        count -= 1
+        tail = [history.messages[-1]]
+    mark_last_block(tail)
+    pieces = [history.encoded.joined(count), *(_encoder.encode(m) for m in tail)]
+    body = splice(_encoder, _body(request, settings, PLACEHOLDER), "messages", pieces)
+    if body is None:
+        return _encoder.encode(body_of(request, settings, history.converted()))
+    return body
+
+
+def _body(request: RequestMessages, settings: ModelSettings, messages: Any) -> dict[str, Any]:
     thinking = thinking_enabled(settings)
     max_tokens = settings.max_output_tokens or DEFAULT_MAX_TOKENS
     budget = thinking_budget(settings) if thinking else 0
@@ -327,8 +356,7 @@ def body_of(
     system = system_blocks(request.system_prompt)
     if system is not None:
         body["system"] = system
-    mark_last_block(converted)
-    body["messages"] = converted
+    body["messages"] = messages
     tools = tool_definitions(request.tools)
     if tools is not None:
         body["tools"] = tools

@@ -25,6 +25,7 @@ from .request import (
     GeminiHistory,
     build_body,
     build_contents,
+    encode_body,
     generated_tool_call_id,
     is_valid_signature,
     normalize_tool_call_id,
@@ -32,7 +33,6 @@ from .request import (
 )
 from .stream import GeminiDecoder, error_text
 
-_encoder = msgspec.json.Encoder()
 _decoder = msgspec.json.Decoder()
 
 
@@ -46,12 +46,12 @@ class GeminiAdapter(HttpAdapter):
         self.histories: PrefixMemo[GeminiHistory] = PrefixMemo()
 
     def prepare(self, request: RequestMessages, settings: ModelSettings) -> PreparedRequest:
-        body = build_body(request, settings, self.provider.name, self.histories)
+        body = encode_body(request, settings, self.provider.name, self.histories)
         headers = [("content-type", "application/json"), ("accept", "text/event-stream")]
         headers.extend(settings.extra_headers.items())
         return PreparedRequest(
             url=stream_url(self.provider.base_url, settings.model),
-            body=_encoder.encode(body),
+            body=body,
             model=settings.model,
             headers=tuple(headers),
         )

@@ -14,7 +14,10 @@ from collections.abc import Sequence
 from typing import Any, TypeAlias
 from urllib.parse import quote
 
+import msgspec
+
 from ..canonical import sorted_value
+from ..encoded_items import PLACEHOLDER, EncodedItems, splice
 from ..prefix_memo import PrefixMemo, fold_history
 from ..settings import ModelSettings
 from ..transforms import HistoryTransform, Target, sanitize_id, strip_surrogates
@@ -231,7 +234,7 @@ class GeminiHistory:
     longer history of the same conversation resumes from (prefix_memo.py). The contents it
     built are shared by later requests and never changed."""
 
-    __slots__ = ("contents", "echoed", "gemini3", "results", "transform")
+    __slots__ = ("contents", "echoed", "encoded", "gemini3", "results", "transform")
 
     def __init__(self, target: Target) -> None:
         self.transform = HistoryTransform(target, normalize_tool_call_id)
@@ -239,6 +242,7 @@ class GeminiHistory:
         self.contents: list[Json] = []
         self.results: list[ToolResultMessage] = []  # waiting for the end of their run
         self.echoed: set[str] = set()  # call ids sent to the model, so their results too
+        self.encoded = EncodedItems()  # contents[i] as JSON, encoded once (encode_body)
 
     def copy(self) -> GeminiHistory:
         other = GeminiHistory.__new__(GeminiHistory)
@@ -247,12 +251,14 @@ class GeminiHistory:
         other.contents = list(self.contents)
         other.results = list(self.results)
         other.echoed = set(self.echoed)
+        other.encoded = self.encoded.copy()
         return other
 
     def feed(self, message: Message) -> None:
         target = self.transform.target
         for m in self.transform.feed(message):
             _append_content(m, target, self.gemini3, self.contents, self.results, self.echoed)
+        self.encoded.sync(self.contents)
 
     def finish(self) -> list[Json]:
         """What the end of the history adds (the state stays as it is)."""
@@ -307,14 +313,45 @@ def build_body(
 ) -> Json:
     """The request body in a fixed key order; `extra_body` keys last, sorted. With `memo`,
     the history's conversion continues from the conversation's previous call."""
+    return _body(request, settings, _history(request, settings, provider, memo).converted())
+
+
+def encode_body(
+    request: RequestMessages,
+    settings: ModelSettings,
+    provider: str,
+    memo: PrefixMemo[GeminiHistory] | None = None,
+) -> bytes:
+    """`build_body` as JSON, byte for byte, without encoding the history again: each content
+    was encoded once when the fold built it (encoded_items.py)."""
+    history = _history(request, settings, provider, memo)
+    pieces = [history.encoded.joined(), *(_encoder.encode(c) for c in history.finish())]
+    body = splice(_encoder, _body(request, settings, PLACEHOLDER), "contents", pieces)
+    if body is None:
+        return _encoder.encode(_body(request, settings, history.converted()))
+    return body
+
+
+_encoder = msgspec.json.Encoder()
+
+
+def _history(
+    request: RequestMessages,
+    settings: ModelSettings,
+    provider: str,
+    memo: PrefixMemo[GeminiHistory] | None,
+) -> GeminiHistory:
     target = Target(api=API, provider=provider, model=settings.model)
-    history = fold_history(request.messages, target, lambda: GeminiHistory(target), memo)
+    return fold_history(request.messages, target, lambda: GeminiHistory(target), memo)
+
+
+def _body(request: RequestMessages, settings: ModelSettings, contents: Any) -> Json:
     body: Json = {}
     if request.system_prompt:
         body["systemInstruction"] = {"parts": [{"text": _text(request.system_prompt)}]}
     if request.tools:
         body["tools"] = [{"functionDeclarations": [tool_declaration(t) for t in request.tools]}]
-    body["contents"] = history.converted()
+    body["contents"] = contents
     config = generation_config(settings)
     if config:
         body["generationConfig"] = config

@@ -32,8 +32,10 @@ from urllib.parse import urlsplit
 
 import msgspec
 
+from ..encoded_items import EncodedItems
 from ..prefix_memo import PrefixMemo, fold_history
 from ..settings import ModelSettings, ProviderSettings
+from ..tools_json import ToolsJson
 from ..transforms import HistoryTransform, Target, sanitize_id, strip_surrogates
 from ..types import (
     AssistantMessage,
@@ -253,6 +255,9 @@ def tool_definition(tool: ToolDefinition) -> dict[str, Any]:
     }
 
 
+_tools_json = ToolsJson(tool_definition)
+
+
 def convert_messages(
     messages: Sequence[Message], compat: ChatCompat = GENERIC
 ) -> list[dict[str, Any]]:
@@ -298,7 +303,7 @@ class ChatHistory:
         self.compat = compat
         self.messages: list[dict[str, Any]] = []
         # messages[i] as JSON, encoded once when it was built (encode_body joins them)
-        self.encoded: list[bytes] = []
+        self.encoded = EncodedItems()
         self.images: list[ImageContent] = []
         self.tool_history = False  # a tool call or result was sent (`tools: []` needs it)
 
@@ -307,7 +312,7 @@ class ChatHistory:
         other.transform = self.transform.copy()
         other.compat = self.compat
         other.messages = list(self.messages)
-        other.encoded = list(self.encoded)
+        other.encoded = self.encoded.copy()
         other.images = list(self.images)
         other.tool_history = self.tool_history
         return other
@@ -316,7 +321,7 @@ class ChatHistory:
         for m in self.transform.feed(message):
             self._note(m)
             _append_chat(m, self.messages, self.images, self.compat)
-        self.encoded.extend(_encode(d) for d in self.messages[len(self.encoded) :])
+        self.encoded.sync(self.messages, _encode)
 
     def finish(self) -> list[dict[str, Any]]:
         """What the end of the history adds: results for calls left unanswered, images
@@ -386,11 +391,16 @@ def encode_body(
     """`build_body` as JSON, byte for byte, without encoding the history again: each
     converted message was encoded once when the fold built it, and the body is joined from
     those bytes (issue 28: the whole history was encoded on every call)."""
+    if "model" in settings.extra_body or "messages" in settings.extra_body:
+        # they replace the keys this writes itself, where they stand: the whole body
+        return _encode(build_body(request, settings, provider_name, compat, memo))
     history = _history(request, settings, provider_name, compat, memo)
     parts = [_encode(_system(request, settings, compat))] if request.system_prompt else []
-    parts += history.encoded
+    joined = history.encoded.joined()  # the previous call's join, extended (encoded_items.py)
+    if joined:
+        parts.append(joined)
     parts += [_encode(m) for m in history.finish()]
-    options = _encode(_options(request, settings, compat, history))  # b'{"stream":true,...}'
+    options = _encode(_options(request, settings, compat, history, raw_tools=True))  # {"stream"
     head = b'{"model":' + _encode(settings.model) + b',"messages":['
     return b"".join((head, b",".join(parts), b"],", options[1:]))
 
@@ -414,9 +424,15 @@ def _system(request: RequestMessages, settings: ModelSettings, compat: ChatCompa
 
 
 def _options(
-    request: RequestMessages, settings: ModelSettings, compat: ChatCompat, history: ChatHistory
+    request: RequestMessages,
+    settings: ModelSettings,
+    compat: ChatCompat,
+    history: ChatHistory,
+    *,
+    raw_tools: bool = False,
 ) -> dict[str, Any]:
-    """Every key of the body after `messages`, in wire order (never empty: `stream`)."""
+    """Every key of the body after `messages`, in wire order (never empty: `stream`).
+    `raw_tools`: the tool list as its JSON, encoded once per tools tuple (tools_json.py)."""
     body: dict[str, Any] = {"stream": True, "stream_options": {"include_usage": True}}
     if settings.max_output_tokens is not None:
         body[compat.max_tokens_field] = settings.max_output_tokens
@@ -424,7 +440,8 @@ def _options(
         body["temperature"] = settings.temperature
     body.update(_reasoning_params(settings, compat))
     if request.tools:
-        body["tools"] = [tool_definition(t) for t in request.tools]
+        tools = request.tools
+        body["tools"] = _tools_json(tools) if raw_tools else [tool_definition(t) for t in tools]
     elif compat.empty_tools_for_tool_history and history.tool_history:
         body["tools"] = []
     if settings.cache_key and compat.send_prompt_cache_key:

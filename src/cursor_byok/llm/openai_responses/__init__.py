@@ -33,8 +33,6 @@ Decisions (the wire leaves these open):
 
 from __future__ import annotations
 
-import msgspec
-
 from .. import context_errors
 from ..assembler import MessageAssembler
 from ..events import ContextLimit, ErrorKind
@@ -47,7 +45,7 @@ from .request import (
     API,
     ENDPOINT,
     ResponsesHistory,
-    build_body,
+    encode_body,
     normalize_tool_call_id,
     tool_result_item,
 )
@@ -62,8 +60,6 @@ __all__ = [
     "tool_result_item",
 ]
 
-_encoder = msgspec.json.Encoder()
-
 
 class OpenAIResponsesAdapter(HttpAdapter):
     """`OpenAIResponsesAdapter(ProviderSettings(api="openai-responses", ...))`."""
@@ -75,7 +71,7 @@ class OpenAIResponsesAdapter(HttpAdapter):
         self.histories: PrefixMemo[ResponsesHistory] = PrefixMemo()
 
     def prepare(self, request: RequestMessages, settings: ModelSettings) -> PreparedRequest:
-        body = build_body(request, settings, self.provider.name, self.histories)
+        body = encode_body(request, settings, self.provider.name, self.histories)
         headers: list[tuple[str, str]] = [
             ("content-type", "application/json"),
             ("accept", "text/event-stream"),
@@ -85,7 +81,7 @@ class OpenAIResponsesAdapter(HttpAdapter):
         headers.extend(sorted(settings.extra_headers.items()))
         return PreparedRequest(
             url=self.provider.base_url.rstrip("/") + ENDPOINT,
-            body=_encoder.encode(body),
+            body=body,
             model=settings.model,
             headers=tuple(headers),
         )

@@ -16,6 +16,7 @@ from typing import Any
 
 import msgspec
 
+from ..encoded_items import PLACEHOLDER, EncodedItems, splice
 from ..prefix_memo import PrefixMemo, fold_history
 from ..settings import ModelSettings
 from ..transforms import HistoryTransform, Target, sanitize_id, strip_surrogates
@@ -212,21 +213,24 @@ class ResponsesHistory:
     longer history of the same conversation resumes from (prefix_memo.py). The items it
     built are shared by later requests and never changed."""
 
-    __slots__ = ("items", "transform")
+    __slots__ = ("encoded", "items", "transform")
 
     def __init__(self, target: Target) -> None:
         self.transform = HistoryTransform(target, normalize_tool_call_id)
         self.items: list[Any] = []
+        self.encoded = EncodedItems()  # items[i] as JSON, encoded once (encode_body)
 
     def copy(self) -> ResponsesHistory:
         other = ResponsesHistory.__new__(ResponsesHistory)
         other.transform = self.transform.copy()
         other.items = list(self.items)
+        other.encoded = self.encoded.copy()
         return other
 
     def feed(self, message: Message) -> None:
         for m in self.transform.feed(message):
             self.items.extend(message_items(m, self.transform.target))
+        self.encoded.sync(self.items)
 
     def finish(self) -> list[Any]:
         target = self.transform.target
@@ -246,12 +250,43 @@ def build_body(
     """The request body in its fixed key order; `extra_body` keys go last, sorted, and replace
     (not deep-merge) a key of the same name. With `memo`, the history's conversion continues
     from the conversation's previous call."""
-    target = Target(api=API, provider=provider, model=settings.model)
+    history = _history(request, settings, provider, memo)
     items: list[Any] = []
     if request.system_prompt:
         items.append(system_item(request.system_prompt, settings.reasoning))
-    history = fold_history(request.messages, target, lambda: ResponsesHistory(target), memo)
     items.extend(history.converted())
+    return _body(request, settings, items)
+
+
+def encode_body(
+    request: RequestMessages,
+    settings: ModelSettings,
+    provider: str,
+    memo: PrefixMemo[ResponsesHistory] | None = None,
+) -> bytes:
+    """`build_body` as JSON, byte for byte, without encoding the history again: each item was
+    encoded once when the fold built it (encoded_items.py)."""
+    history = _history(request, settings, provider, memo)
+    pieces: list[bytes] = []
+    if request.system_prompt:
+        pieces.append(_encoder.encode(system_item(request.system_prompt, settings.reasoning)))
+    pieces.append(history.encoded.joined())
+    pieces.extend(_encoder.encode(item) for item in history.finish())
+    body = splice(_encoder, _body(request, settings, PLACEHOLDER), "input", pieces)
+    return body if body is not None else _encoder.encode(build_body(request, settings, provider))
+
+
+def _history(
+    request: RequestMessages,
+    settings: ModelSettings,
+    provider: str,
+    memo: PrefixMemo[ResponsesHistory] | None,
+) -> ResponsesHistory:
+    target = Target(api=API, provider=provider, model=settings.model)
+    return fold_history(request.messages, target, lambda: ResponsesHistory(target), memo)
+
+
+def _body(request: RequestMessages, settings: ModelSettings, items: Any) -> dict[str, Any]:
     body: dict[str, Any] = {"model": settings.model, "input": items, "stream": True, "store": False}
     if settings.cache_key:
         body["prompt_cache_key"] = settings.cache_key

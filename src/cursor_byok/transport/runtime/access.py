@@ -173,7 +173,9 @@ class Admissions:
         if not isinstance(command, CallLLM | ResendLLM | Summarize):
             return None
         model = self._model_of(command)
-        return reservation(self._record, model, prepared, self._limits.now_ms())
+        # A summary's or a description's own bound; a resent call reserves its model's (more).
+        bound = 0 if isinstance(command, ResendLLM) else command.max_output_tokens
+        return reservation(self._record, model, prepared, self._limits.now_ms(), bound)
 
     def refused(
         self,

@@ -8,28 +8,31 @@ and the loop gets `Rewind(turns=k)`. A checkpoint goes out after each model call
 the history (the loop's `Transition.checkpoint`, with the calls still unanswered) and at the
 end of each turn; its meter is the one of the state's last model call (`meter_basis`), no pass
 over the history. The marks the client was told at the end of a turn are also saved to the
-store (a record of what was published); nothing reads them back to decide.
+store (a record of what was published). They are read back for two things, none a decision: a
+turn whose end is the one recorded keeps the id it was published with (an earlier blob
+format), and a state stored before the loop kept its marks hands them to the loop
+(`TurnMarksFound`), which rebuilds its marks from them.
 """
 
 from __future__ import annotations
 
 import asyncio
-import hashlib
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
-from ...loop import ConversationState, Span
+from ...loop import ConversationState, Span, TurnMarksFound, wants_turn_marks
 from ...loop import view as views
 from ...loop.derived import plans_in_view, turn_ends
 from ...loop.meter import meter_of_state
 from ...store.api import Store, TurnMark
 from ..connect.channel import RunChannel
 from ..cursor import checkpoint as checkpoint_frame
-from ..cursor import rewound_to, turn_blob
+from ..cursor import rewound_to
 from . import records
 from .committed_states import CommittedStates
 from .requests import Answer, ClientRequests
 from .summaries import summary_records
+from .turn_ids import TurnIds, turn_ids
 
 # How long a turn waits for the client to store its checkpoint blob (a client that keeps no
 # blobs gets no checkpoint; the turn still ends well).
@@ -66,8 +69,9 @@ class Checkpoints:
         self.channel = channel
         self._background = background
         self._saved: list[TurnMark] | None = None  # the store's marks; None: not read yet
-        # Each turn's blob and id by its end view: a turn's id is computed once per run.
-        self._blobs: dict[tuple[str, int, tuple[Span, ...]], tuple[bytes, bytes]] = {}
+        self._turn_ids: TurnIds | None = None
+        # The store's marks by turn: (end view, the blob id it was published with).
+        self._recorded: dict[int, tuple[tuple[Span, ...], bytes]] | None = None
         # The client's helper fields of its last checkpoint: published back unchanged.
         self.carried = b""
 
@@ -75,28 +79,36 @@ class Checkpoints:
         """A conversation new to this server has no turns saved yet."""
         self._saved = []
 
-    def _blob(self, conversation: str, turn: int, end: tuple[Span, ...]) -> tuple[bytes, bytes]:
-        """(blob, id) of turn `turn` (1-based) of `conversation` ending with the closed view
-        `end`."""
-        key = (conversation, turn, end)
-        found = self._blobs.get(key)
-        if found is None:
-            spans = [(s.start, s.end if s.end is not None else s.start) for s in end]
-            blob = turn_blob(conversation, turn, spans)
-            found = (blob, hashlib.sha256(blob).digest())
-            self._blobs[key] = found
-        return found
-
     def published(self, state: ConversationState) -> tuple[list[bytes], bytes]:
-        """Every turn's blob id, in order, and the last turn's blob (b"" with no turns). A
-        turn made in another conversation (a fork's first turns) has that one's blob."""
-        ends = turn_ends(state)
-        ids: list[bytes] = []
-        blob = b""
-        for k, (mark, end) in enumerate(zip(state.turn_starts, ends, strict=True), start=1):
-            blob, digest = self._blob(mark.conversation or self.conversation_id, k, end)
-            ids.append(digest)
+        """Every turn's blob id, in order, and the last turn's blob (b"" with no turns, or
+        when the last turn keeps an id the client holds already). A turn made in another
+        conversation (a fork's first turns) has that one's blob; a turn the store recorded as
+        published with the same end keeps the id it was published with (a blob of an earlier
+        format, for a conversation stored before the loop's marks: the client's checkpoints
+        of those turns name it). The ids of unchanged turns come from the conversation's
+        memo (turn_ids.py)."""
+        cid = self.conversation_id
+        made_in = tuple(mark.conversation or cid for mark in state.turn_starts)
+        memo = turn_ids(made_in, turn_ends(state), self.states.turn_ids(cid) or self._turn_ids)
+        self._turn_ids = memo  # kept by the run too: the cache may have dropped the entry
+        self.states.set_turn_ids(cid, memo)
+        ids, blob = list(memo.ids), memo.last_blob
+        for k, (end, digest) in (self._recorded or {}).items():
+            if k <= len(ids) and digest != ids[k - 1] and memo.ends[k - 1] == end:
+                ids[k - 1] = digest  # published before the marks: the client holds that id
+                if k == len(ids):
+                    blob = b""
         return ids, blob
+
+    async def marks_found(self, state: ConversationState, version: int) -> TurnMarksFound | None:
+        """Read the store's record of the published turns (once per run, before the client's
+        checkpoint is compared with ours); for a state stored before the loop kept its marks
+        (the loop says which), the input that hands the loop their ends, in turn order."""
+        await self._saved_marks(version)
+        if not wants_turn_marks(state):
+            return None
+        recorded = self._recorded or {}
+        return TurnMarksFound(ends=tuple(recorded[k][0] for k in sorted(recorded)))
 
     # -- a later run's checkpoint -------------------------------------------------------------
 
@@ -131,7 +143,7 @@ class Checkpoints:
         await self._saved_marks(version)
         ids, blob = self.published(state)
         if not blob:
-            return PendingBlob(ids, (), 0, None)
+            return PendingBlob(ids, turn_ends(state), 0, None)
         kv_id, reply = self.requests.store_blob(blob)
         return PendingBlob(ids, turn_ends(state), kv_id, reply)
 
@@ -146,28 +158,41 @@ class Checkpoints:
         ):
             return
         self._send(state, pending.ids, ())
-        marks = [
-            TurnMark(
-                conversation_id=self.conversation_id,
-                turn=k,
-                blob_id=digest,
-                message_count=views.length(end, 0),  # closed spans: the length is theirs
-                view=records.encode_view(end),
-            )
-            for k, (digest, end) in enumerate(zip(pending.ids, pending.ends, strict=True), 1)
-        ]
         saved = await self._saved_marks(version)
         unchanged = 0
-        for old, new in zip(saved, marks, strict=False):
-            if old.blob_id != new.blob_id or old.turn != new.turn:
+        for old, digest in zip(saved, pending.ids, strict=False):
+            if old.blob_id != digest or old.turn != unchanged + 1:
                 break
             unchanged += 1
-        if unchanged == len(marks) == len(saved):
+        if unchanged == len(pending.ids) == len(saved):
             return
+        # The saved marks the store keeps, then the new ones (only those are written).
+        marks = (
+            saved[:unchanged]
+            + [
+                TurnMark(
+                    conversation_id=self.conversation_id,
+                    turn=k,
+                    blob_id=digest,
+                    message_count=views.length(end, 0),  # closed spans: the length is theirs
+                    view=records.encode_view(end),
+                )
+                for k, digest, end in zip(
+                    range(unchanged + 1, len(pending.ids) + 1),
+                    pending.ids[unchanged:],
+                    pending.ends[unchanged:],
+                    strict=True,
+                )
+            ]
+        )
         self._saved = marks
+        self._recorded = {
+            m.turn: (end, m.blob_id) for m, end in zip(marks, pending.ends, strict=True)
+        }
         self.states.set_turn_marks(self.conversation_id, version, marks)
         # The turn ends without waiting for the write: the marks only record what was
-        # published (the next run's turns come from the loop's state).
+        # published (the next run's turns come from the loop's state; their ids, for the
+        # turns whose end is the one recorded, from here).
         self._background(
             self.store.save_turn_marks(self.conversation_id, marks, unchanged=unchanged),
             "turn marks",
@@ -180,6 +205,11 @@ class Checkpoints:
                 marks = list(await self.store.list_turn_marks(self.conversation_id))
                 self.states.set_turn_marks(self.conversation_id, version, marks)
             self._saved = marks
+        if self._recorded is None:
+            self._recorded = {
+                m.turn: (records.decode_view(m.view, m.message_count), m.blob_id)
+                for m in self._saved
+            }
         return list(self._saved)
 
     def _send(

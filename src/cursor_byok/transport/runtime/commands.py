@@ -18,6 +18,7 @@ from ...loop import (
     CallLLM,
     Canceled,
     ContinueLLM,
+    DefinitionsRead,
     Failed,
     Final,
     FindHelper,
@@ -185,7 +186,11 @@ class Commands:
         input_id = f"{parts.conv.state.committed.turn_id}:definitions"
 
         async def read() -> None:
-            answer = await read_definitions(command, self.requests)
+            try:
+                answer = await read_definitions(command, self.requests)
+            except Exception as exc:  # the loop gets an answer: every file a failed read
+                log.warning("the MCP definition files could not be read: %s", exc)
+                answer = DefinitionsRead(files=())
             self.inbox.put_nowait(Work(answer, input_id))
 
         self._reads = asyncio.create_task(read(), name=f"definitions {input_id}")
@@ -204,6 +209,12 @@ class Commands:
         if pending is None:
             pending = await checkpoints.send_blob(conv.state.committed, conv.version)
         await checkpoints.publish(pending, conv.state.committed, conv.version)
+
+    def close(self) -> None:
+        """The run is over: its pending blob is dropped and a read under way stops."""
+        self.drop_pending_blob()
+        if self._reads is not None:
+            self._reads.cancel()
 
     def drop_pending_blob(self) -> None:
         pending, self._pending_blob = self._pending_blob, None

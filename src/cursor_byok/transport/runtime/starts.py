@@ -41,6 +41,7 @@ class ModelTraits:
     effort: str = ""
     efforts: tuple[str, ...] = ()
     vision_model: str = ""
+    fallback_images: tuple[bool, ...] = ()
 
     @classmethod
     def of(cls, model: Model, effort: str) -> ModelTraits:
@@ -49,6 +50,7 @@ class ModelTraits:
             effort=effort,
             efforts=model.efforts,
             vision_model=model.vision_model or "",
+            fallback_images=model.fallback_vision,
         )
 
 
@@ -66,13 +68,21 @@ def with_budget(
         context.effort,
         context.efforts,
         context.vision_model,
-    ) != (traits.images, traits.effort, traits.efforts, traits.vision_model):
+        context.fallback_images,
+    ) != (
+        traits.images,
+        traits.effort,
+        traits.efforts,
+        traits.vision_model,
+        traits.fallback_images,
+    ):
         context = msgspec.structs.replace(
             context,
             images=traits.images,
             effort=traits.effort,
             efforts=traits.efforts,
             vision_model=traits.vision_model,
+            fallback_images=traits.fallback_images,
         )
     if window is None or context.window == window:
         return context
