@@ -8,9 +8,9 @@ SmolLM2), with a window small enough that the conversation is compacted after a 
    client together, before either answer; the client reads the files for real and answers in
    reverse order; the next request has both results in call order.
 3. Padding turns until a compaction (a summary epoch).
-4. A rewind to the checkpoint of the turn before the compaction: that view comes back
-   unsummarized, and the request llama-server received extends that epoch's last request byte
-   for byte.
+4. A rewind to the checkpoint two turns before the compaction (one turn before might itself
+   cross the threshold with the new message): that view comes back unsummarized, and the
+   request llama-server received extends that epoch's last request byte for byte.
 5. A fork of the rewound chat (a new conversation id with its checkpoint, as the IDE forks):
    the forked chat's first request carries every turn of that view.
 
