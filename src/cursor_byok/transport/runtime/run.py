@@ -160,7 +160,8 @@ class Run:
     async def serve(self) -> None:
         conversation_id = ""
         try:
-            first = await first_message(self.channel, self.store, resumable=self.resumable)
+            self.person = await person_of(self.store, self.token_id)  # a stored run: theirs only
+            first = await first_message(self.channel, self.store, self.resumable, self.person)
             if first is None:
                 return
             # Replies to what the run asked resolve their waiters the moment they arrive (no
@@ -170,7 +171,6 @@ class Run:
             self.channel.watch_gone(self._route.gone)
             request = run_request_of(self.link, first)
             conversation_id = cid = request.conversation_id
-            self.person = await person_of(self.store, self.token_id)
             self._adopt(request)
             if self.resumable:  # only a RunSSE can be reopened by request_id after a restart
                 now = self.services.now_ms()
