@@ -126,7 +126,6 @@ class App:
                 registry,
                 tokens,
                 on_llm_call=obs.on_llm_call,
-                clones=runner.clones,
                 limits=runner.token_limits,
             ),
             path_key,

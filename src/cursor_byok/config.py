@@ -175,6 +175,9 @@ class ModelConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     vision: bool = (
         False  # reads images: AvailableModels says supports_images, so the IDE sends them
     )
+    # For a model without vision: another [models.Y] (id or alias, with vision = true) that
+    # describes a pasted image, the description standing in for it (loop/images.py).
+    vision_model: str | None = None
     # This model's own ordered list of [web_search.backend.NAME]s (else web_search.backends).
     web_search: list[str] | None = None
     # Models (ids or aliases) tried in order when a call fails before its first output.
@@ -502,7 +505,35 @@ def _resolve_names(
             )
         server = msgspec.structs.replace(server, title_model=title.model.id)
     models = _with_fallbacks(raw, models, names, path)
+    models = _with_vision_models(raw, models, names, path)
     return server, models
+
+
+def _with_vision_models(
+    raw: RawConfig, models: dict[str, Model], names: ModelNames, path: str | None
+) -> dict[str, Model]:
+    """Each model's `vision_model` resolved to a model id: a served model (never the default
+    standing in for an unknown name) that reads images, not the model itself."""
+    errors: list[str] = []
+    out = dict(models)
+    for model_id, m in raw.models.items():
+        if m.vision_model is None or model_id not in models:
+            continue
+        key = f"{key_path('models', model_id)}.vision_model"
+        found = names.resolve(m.vision_model, use_default=False)
+        if isinstance(found, Unknown):
+            errors.append(f"{key}: {found.message()}")
+        elif found.model.id == model_id:
+            errors.append(f"{key}: {m.vision_model!r} is this model itself")
+        elif not found.model.vision:
+            errors.append(
+                f"{key}: {m.vision_model!r} has no `vision = true`, so it cannot read images"
+            )
+        else:
+            out[model_id] = msgspec.structs.replace(models[model_id], vision_model=found.model.id)
+    if errors:
+        raise ConfigError(*errors, path=path)
+    return out
 
 
 def _with_fallbacks(
@@ -528,7 +559,11 @@ def _with_fallbacks(
                 errors.append(f"{key}: {name!r} names {found.model.id!r} a second time")
             else:
                 chain.append(found.model.id)
-        out[model_id] = msgspec.structs.replace(models[model_id], fallbacks=tuple(chain))
+        out[model_id] = msgspec.structs.replace(
+            models[model_id],
+            fallbacks=tuple(chain),
+            fallback_vision=tuple(models[f].vision for f in chain),
+        )
     if errors:
         raise ConfigError(*errors, path=path)
     return out

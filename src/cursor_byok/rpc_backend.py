@@ -3,7 +3,7 @@
 - `person`: GetMe answers with the person whose token the request carries.
 - `context_meter`: GetPromptContextUsage answers with the meter kept with the conversation's
   latest model call (`llm_calls.prompt_breakdown`, docs/loop.md "Context meter").
-- `conversation_cloned`: NotifyConversationClone's notice, for the runner's forks.
+- `conversation_cloned`: NotifyConversationClone's notice, noted in the store for forks.
 - `chat_name`: NameAgent asks `[server] title_model` for a few words, within
   `title_timeout_s`; the call is recorded and priced like any other model call, under the
   caller's token (so it counts against that token's budget, and a token whose budget is
@@ -31,10 +31,9 @@ from .llm.registry import LLMRegistry
 from .llm.types import AssistantMessage, RequestMessages, Usage, UserMessage
 from .loop import ConversationState
 from .loop.meter import Meter, PromptChars, measure
-from .store.api import LLMCallRecord, Store
+from .store.api import AccessTokenRecord, LLMCallRecord, Store
 from .transport.cursor.rpc_base import MeterRefused, Person
 from .transport.runtime.access import TokenLimits
-from .transport.runtime.forks import Clones
 from .transport.runtime.records import (
     decode_call_meter,
     encode_call_meter,
@@ -42,6 +41,7 @@ from .transport.runtime.records import (
     request_hash,
     usage_so_far,
 )
+from .transport.runtime.reservations import refusal_words, reservation
 from .transport.runtime.stored_request import encode_whole
 
 log = logging.getLogger("cursor_byok.titles")
@@ -65,9 +65,7 @@ class RpcAnswers:
         on_llm_call: Callable[[LLMCallRecord], None] | None = None,
         limits: TokenLimits | None = None,
         clock: Callable[[], float] = time.time,
-        clones: Clones | None = None,
     ) -> None:
-        self._clones = clones
         self._store = store
         self._limits = limits
         self._registry = registry
@@ -87,9 +85,15 @@ class RpcAnswers:
 
     # -- NotifyConversationClone ------------------------------------------------------------
 
-    def conversation_cloned(self, conversation_id: str, source_conversation_id: str) -> None:
-        if self._clones is not None:
-            self._clones.note(conversation_id, source_conversation_id)
+    async def conversation_cloned(self, conversation_id: str, source_conversation_id: str) -> None:
+        """Noted in the store (append-only: the first note of a conversation wins), so the
+        clone's first run finds its source on any process or replica."""
+        if not conversation_id or not source_conversation_id:
+            return
+        if conversation_id == source_conversation_id:
+            return
+        at_ms = int(self._clock() * 1000)
+        await self._store.note_clone(conversation_id, source_conversation_id, at_ms)
 
     # -- GetPromptContextUsage ---------------------------------------------------------------
 
@@ -113,16 +117,18 @@ class RpcAnswers:
         model = self._title_model
         if model is None:
             return None
+        token: AccessTokenRecord | None = None
         if principal is not None and self._limits is not None and self._tokens.name_of(principal):
             # The operator's model, like a compaction model: outside the token's models
-            # limit; its budget, rate and revocation apply as to any call.
-            refusal = await self._limits.admit(principal, model, scoped=False)
+            # limit; its budget, rate and revocation apply as to any call (the budget and the
+            # rate reserved with its record, `_ask`).
+            refusal, token = await self._limits.screen(principal, model, scoped=False)
             if refusal is not None:
                 log.info("title model %s not asked: %s", model.id, refusal.message)
                 return None
         try:
             return await asyncio.wait_for(
-                self._ask(model, user_words[:4000], principal), self._title_timeout_s
+                self._ask(model, user_words[:4000], principal, token), self._title_timeout_s
             )
         except TimeoutError:
             log.warning("title model %s did not answer in %.0f s", model.id, self._title_timeout_s)
@@ -130,7 +136,9 @@ class RpcAnswers:
             log.warning("title model %s failed: %s", model.id, exc)
         return None
 
-    async def _ask(self, model: Model, words: str, principal: str | None) -> str | None:
+    async def _ask(
+        self, model: Model, words: str, principal: str | None, token: AccessTokenRecord | None
+    ) -> str | None:
         llm = self._registry.llm(model.provider)
         request = RequestMessages(
             system_prompt=TITLE_PROMPT, messages=(UserMessage.of_text(words),)
@@ -162,7 +170,21 @@ class RpcAnswers:
                 chars, measure(chars, used=0, window=model.context_window)
             ),
         )
-        await self._store.save_llm_call(record)
+        # Its bound as any call's, its output cap the title's.
+        capped = msgspec.structs.replace(model, settings=settings)
+        reserve = reservation(token, capped, prepared, now) if token is not None else None
+        if token is None or reserve is None:
+            await self._store.save_llm_call(record)
+        else:
+            # One atomic step of the store, as a run's call reserves in its commit: the bound
+            # of its cost against the person's budget, one call against the shared rate.
+            if reserve.budget_usd is not None:
+                record = msgspec.structs.replace(record, reserved_usd=reserve.amount_usd)
+            totals = await self._store.reserve_llm_call(record, reserve)
+            if totals.refused_by is not None:
+                _, why = refusal_words(token, reserve, totals, now)
+                log.info("title model %s not asked: %s", model.id, why)
+                return None
         started = time.monotonic()
         message: AssistantMessage | None = None
         error: str | None = None

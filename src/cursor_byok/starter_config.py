@@ -70,7 +70,8 @@ log_level = "info"            # debug, info, warning or error (cursor-byok serve
 # offers low, medium, high unless set), reasoning_budget, temperature, extra_body,
 # extra_headers, context_window and prices = { input = ..., output = ..., cache_read = ...,
 # cache_write = ... } in USD per million tokens (the cost in logs, metrics, the dashboard and
-# budgets).
+# budgets). `vision = true` for a model that reads images; a model without it may name
+# `vision_model = "<a model with vision = true>"`, which describes pasted images for it.
 # context_window and prices default from the model catalogue (the genai-prices package
 # installed with cursor-byok; `cursor-byok models` shows what each model matched): its entry
 # for the provider and the exact upstream name, or `catalogue = "<its name there>"`. Set them
@@ -93,6 +94,7 @@ name = "Local model"
 context_window = 8192         # what your server serves (llama-server -c / --ctx-size, Ollama's
                               # num_ctx; doctor compares them): larger, and long chats
                               # are refused before the server learns the real one
+#vision_model = "gpt-5"       # describes the images you paste (sent to that provider)
 
 # OpenAI (key from https://platform.openai.com/api-keys, exported as OPENAI_API_KEY).
 #[providers.openai]
@@ -105,6 +107,7 @@ context_window = 8192         # what your server serves (llama-server -c / --ctx
 #name = "GPT-5"
 #reasoning = true
 #reasoning_effort = "medium"
+#vision = true                 # it reads images (the local model above may name it)
 {catalogue openai gpt-5}
 
 # Anthropic (key exported as ANTHROPIC_API_KEY).

@@ -227,3 +227,44 @@ def test_web_config_mistakes_are_named() -> None:
     with pytest.raises(ConfigError) as info:
         parse_config(WEB + '[image_generation]\nprovider = "local"\n', env={})
     assert list(info.value.problems) == ["image_generation.model: missing (required)"]
+
+
+EYE = '\n[models."eye"]\nprovider = "openai"\nmodel = "gpt-4o"\naliases = ["seer"]\n'
+
+
+def test_vision_model_names_a_configured_vision_model() -> None:
+    """Issue 24 §6: `vision_model` (an id or an alias) resolves to the model id; the model
+    it serves says supports_images through `takes_images`."""
+    cfg = parse_config(GOOD + 'vision_model = "seer"\n' + EYE + "vision = true\n", env=ENV)
+    assert cfg.models["gpt-5"].vision_model == "eye"
+    assert cfg.models["gpt-5"].takes_images and not cfg.models["gpt-5"].vision
+    assert cfg.models["eye"].vision_model is None and cfg.models["eye"].takes_images
+    plain = parse_config(GOOD, env=ENV).models["gpt-5"]
+    assert plain.vision_model is None and not plain.takes_images
+    # A fallback's vision is resolved with it (the loop sends a text-only one notes).
+    cfg = parse_config(GOOD + 'fallbacks = ["seer"]\n' + EYE + "vision = true\n", env=ENV)
+    assert cfg.models["gpt-5"].fallback_vision == (True,)
+
+
+@pytest.mark.parametrize(
+    ("names", "vision", "error"),
+    [
+        (
+            "nobody",
+            "true",
+            "models.gpt-5.vision_model: unknown model 'nobody'; this server offers: eye",
+        ),
+        (
+            "eye",
+            "false",
+            "models.gpt-5.vision_model: 'eye' has no `vision = true`, so it cannot read images",
+        ),
+        ("gpt-5", "true", "models.gpt-5.vision_model: 'gpt-5' is this model itself"),
+    ],
+)
+def test_a_bad_vision_model_is_one_clear_line(names: str, vision: str, error: str) -> None:
+    text = GOOD + f'vision_model = "{names}"\n' + EYE + f"vision = {vision}\n"
+    with pytest.raises(ConfigError) as info:
+        parse_config(text, env=ENV)
+    assert error in str(info.value)
+    assert KEY not in str(info.value)

@@ -437,6 +437,7 @@ class Crashable:
     _stack: contextlib.ExitStack = field(default_factory=contextlib.ExitStack)
 
     database: str | None = None  # a postgresql:// URL; None: a SQLite file in `root`
+    models: str = ""  # more [models.*] tables for the configuration
 
     @property
     def db(self) -> Path | str:
@@ -450,7 +451,7 @@ class Crashable:
         self.starts += 1
         work = self.root / f"start-{self.starts}"  # one log file per start
         work.mkdir()
-        text = brain_config(self.upstream.base_url, db=self.db)
+        text = brain_config(self.upstream.base_url, db=self.db) + self.models
         self.current = self._stack.enter_context(server_process(text, work, port=self.port))
         self.logs.append(self.current.log_path)
         return self.current

@@ -169,3 +169,54 @@ async def test_history_only_in_pre_fetched_blobs_reaches_the_model(
     forked = _messages(upstream, asked)
     assert [m["role"] for m in forked] == ["user", "assistant", "user"]
     assert earlier in json.dumps(forked[0])
+
+
+def _sent(upstream: FakeUpstream, marker: str) -> bytes:
+    """The raw bytes of the one chat request upstream received whose last message says
+    `marker` (the one that asked it)."""
+    (found,) = [
+        r.body
+        for r in list(upstream.requests)
+        if r.path.endswith("/chat/completions")
+        and marker in json.dumps(json.loads(r.body)["messages"][-1])
+    ]
+    return found
+
+
+async def test_a_rewind_inside_a_fork_to_a_turn_before_the_fork_point(
+    server: ServerProcess, upstream: FakeUpstream
+) -> None:
+    """The fork's checkpoint lists the source's turns first (the blobs the IDE holds for
+    them), then its own: a rewind inside the fork to the source's turn 1, by the checkpoint
+    the IDE kept for it, restores turn 1's history, and the model's next request extends the
+    source's request of turn 2 byte for byte up to turn 2's message."""
+    client = Client(server)
+    _source_id, prompts, checkpoints = await _source(client, upstream)
+    fork = str(uuid.uuid4())
+    asked = unique("fork question")
+    reader = await client.run(moded_request(asked, "agent", fork, state=checkpoints[-1]))
+    state = last_checkpoint(reader)
+    assert len(state.turns) == 3
+    assert list(state.turns[:2]) == list(checkpoints[-1].turns)  # the source's own blobs
+
+    # Back to the end of turn 1, inside the fork: the IDE sends the checkpoint of that turn.
+    again = unique("fork back at turn one")
+    back = await client.run(moded_request(again, "agent", fork, state=checkpoints[0]))
+    body = _sent(upstream, again)
+    said = [m["content"] for m in json.loads(body)["messages"] if m["role"] == "user"]
+    assert [prompts[0] in json.dumps(said[0]), len(said)] == [True, 2]
+    assert again in json.dumps(said[1]) and asked not in body.decode()
+    # Byte for byte: the source's turn-2 request up to turn 2's own message is this one's
+    # up to the new message (the same system prompt, tools and turn 1).
+    source_two = _sent(upstream, prompts[1])
+    cut = source_two.index(json.dumps(prompts[1])[1:12].encode())
+    head = source_two[: source_two.rindex(b"{", 0, cut)]
+    assert body.startswith(head), (head[-200:], body[: len(head)][-200:])
+    # The fork's checkpoint now: turn 1 (the source's blob), then the new turn.
+    rewound = last_checkpoint(back)
+    assert len(rewound.turns) == 2 and rewound.turns[0] == checkpoints[0].turns[0]
+    # and the fork goes on from there: its next turn extends this request byte for byte.
+    more = unique("fork after the rewind")
+    await client.run(moded_request(more, "agent", fork, state=rewound))
+    nxt = _sent(upstream, more)
+    assert nxt.startswith(body[: body.rindex(b"{", 0, body.index(again.encode()))])

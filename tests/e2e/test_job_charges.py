@@ -10,7 +10,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from cursor_byok.store import open_store
 from cursor_byok.transport.cursor.proto import agent_pb2 as a
@@ -19,6 +21,7 @@ from tests.e2e.test_queries import query_of, respond, tool_prompt
 from tests.e2e.test_shim import ShimRun, chat_requests, exec_of, exec_reply, http, run_request
 from tests.e2e.test_tokens import add_token
 from tests.e2e.test_web_tools import images_answer
+from tests.support import connect_client as cc
 from tests.support.live import ServerProcess, ThreadedUpstream, server_process
 from tests.support.upstream import FakeUpstream
 
@@ -106,6 +109,20 @@ async def image_turn(
     return prompt, end
 
 
+def job_series(text: str) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
+    """The /metrics samples of priced jobs (and the LLM calls' providers), by name and labels."""
+    found = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if "job" in sample.name or sample.name == "cursor_byok_llm_calls_total":
+                found[(sample.name, frozenset(sample.labels.items()))] = sample.value
+    return found
+
+
+def series(**labels: str) -> frozenset[tuple[str, str]]:
+    return frozenset(labels.items())
+
+
 async def spend(db: Path) -> tuple[float, list[Any]]:
     store = await open_store(str(db))
     try:
@@ -138,3 +155,16 @@ async def test_images_are_charged_to_the_token_and_its_budget_holds(
     assert "has too little of its monthly budget left" in str(tool["content"]), tool
     after, charges = await spend(db)
     assert len(charges) == 2 and after <= BUDGET
+    # In /metrics (the operator's only): the two images made, their cost, by token name too;
+    # never counted as LLM calls.
+    async with httpx.AsyncClient(base_url=server.url, timeout=10) as client:
+        assert (await client.get("/metrics", headers=cc.auth_headers(secret))).status_code == 401
+        got = job_series((await client.get("/metrics", headers=cc.auth_headers(OPERATOR))).text)
+    image = {"kind": "image", "provider": "images", "model": "img-test-1"}
+    assert got[("cursor_byok_job_charges_total", series(**image, outcome="ok"))] == 2
+    assert got[("cursor_byok_job_cost_usd_total", series(**image))] == 2 * PRICE_PER_IMAGE
+    ivy = series(token="ivy", kind="image")
+    assert got[("cursor_byok_token_job_charges_total", ivy)] == 2
+    assert got[("cursor_byok_token_job_cost_usd_total", ivy)] == 2 * PRICE_PER_IMAGE
+    llm = [labels for name, labels in got if name == "cursor_byok_llm_calls_total"]
+    assert llm and all(("provider", "images") not in labels for labels in llm), llm

@@ -11,9 +11,11 @@ import json
 import uuid
 from collections.abc import Iterator
 
+import httpx
 import pytest
 
 from cursor_byok.store import open_store
+from tests.e2e.test_job_charges import job_series, series
 from tests.e2e.test_queries import TRANSPORTS, cards, ide, query_of, respond, tool_messages
 from tests.e2e.test_shim import chat_requests
 from tests.e2e.test_web_search import APPROVED, search_request
@@ -117,6 +119,14 @@ async def test_an_approved_search_is_answered_by_the_providers_own_search(
         if c.api == "search" and term.encode() in c.request
     ]
     assert rows == [("committed", 0.01, "claude-search")]
+    # In /metrics: every search charged so far (one per transport), never as an LLM call.
+    done = sum(c.api == "search" and c.status == "committed" for c in calls)
+    async with httpx.AsyncClient(base_url=pserver.url, timeout=10) as client:
+        got = job_series((await client.get("/metrics")).text)
+    search = {"kind": "search", "provider": "web_search", "model": "claude-search"}
+    assert got[("cursor_byok_job_charges_total", series(**search, outcome="ok"))] == done
+    assert got[("cursor_byok_job_cost_usd_total", series(**search))] == pytest.approx(0.01 * done)
+    assert not [n for n, labels in got if ("model", "claude-search") in labels and "llm" in n]
 
 
 async def test_a_provider_error_is_an_error_result_the_model_reads(

@@ -62,3 +62,23 @@ def test_each_call_encodes_only_what_was_appended() -> None:
             encode_body(RequestMessages("sys", history), options, "p", ChatCompat(), memo)
             # the new message, the system message, the model name and the options
             assert encoded.call_count - before == 4, turn
+
+
+def test_a_tools_tuple_is_converted_and_encoded_once() -> None:
+    # The loop hands every call the same tuple for the same context fields: its JSON is kept
+    # by the tuple's identity (tools_json.py) and is the built body's, byte for byte.
+    tools = (TOOL, ToolDefinition(name="Write", description="w", parameters={"type": "object"}))
+    options = ModelSettings(model="m")
+    compat = ChatCompat()
+    convert = mock.Mock(wraps=chat.tool_definition)
+    with (
+        mock.patch.object(chat, "_tools_json", chat.ToolsJson(convert)),
+        mock.patch.object(chat, "tool_definition", convert),
+    ):
+        for turn in range(5):
+            message = UserMessage(content=(TextContent(text=f"{turn}"),))
+            request = RequestMessages("s", (message,), tools)
+            body = encode_body(request, options, "p", compat, None)
+            assert body == msgspec.json.encode(build_body(request, options, "p", compat, None))
+    # build_body converts on each call (5 x 2); the encoded list was converted once (2)
+    assert convert.call_count == 5 * 2 + 2

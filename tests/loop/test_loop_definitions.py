@@ -13,13 +13,16 @@ from cursor_byok.loop import (
     AwaitDefinitions,
     AwaitLLM,
     CallLLM,
+    CallRefused,
     Cancel,
     Canceled,
     ConversationState,
     DefinitionFile,
     DefinitionsRead,
+    Failed,
     Final,
     Ignored,
+    Limit,
     McpServerInfo,
     McpToolInfo,
     ReadDefinitions,
@@ -31,6 +34,7 @@ from cursor_byok.loop import (
     TurnStart,
     UserMessage,
     WaitInput,
+    admit,
     ids,
     render_prompt,
     transition,
@@ -276,3 +280,31 @@ def test_a_start_whose_tools_need_no_file_calls_the_model_at_once() -> None:
     t = transition(RuntimeState.new(CID), start("hi", ctx))
     assert isinstance(t.command, CallLLM)
     assert t.state.committed.definitions == () and t.state.committed.context == ctx
+
+
+def test_a_refused_first_call_after_the_reads_leaves_the_turn_unbegun() -> None:
+    """Admission refuses the turn's first model call, which waited on the definition files:
+    as for a run request refused at once, the turn does not begin (its opening leaves the
+    view, the log keeps it) and the run fails with the limit's error."""
+    before = finished(
+        transition(
+            reading((BROKEN, GOOD))[0], DefinitionsRead(files=(GOOD_FILE, BROKEN_FILE))
+        ).state
+    )
+    t = transition(before, start("over the budget", CTX))
+    assert isinstance(t.command, ReadDefinitions)
+    opened = t.state
+    planned = transition(opened, DefinitionsRead(files=(GOOD_FILE, BROKEN_FILE)))
+    assert isinstance(planned.command, CallLLM)
+    refusal = CallRefused(call_id=planned.command.call_id, limit=Limit.BUDGET, message="over")
+    out = admit(opened, planned, refusal)
+    assert isinstance(out.command, Failed) and out.command.limit is Limit.BUDGET
+    c, b = out.state.committed, before.committed
+    assert c.messages == b.messages  # the history the model sees is as before the turn
+    assert c.log == (*b.log, user("over the budget"))  # the opening stays in the log
+    assert c.turn_starts == b.turn_starts and c.status == Status.FAILED
+    assert c.definitions == (BROKEN_FILE, GOOD_FILE)
+    # The client sends the same message again: it opens the turn once, in the view.
+    again = transition(out.state, start("over the budget", CTX))
+    assert isinstance(again.command, ReadDefinitions)
+    assert again.state.committed.messages == (*b.messages, user("over the budget"))

@@ -217,6 +217,15 @@ def test_the_categories_always_sum_to_used(chars: PromptChars, used: int) -> Non
     for c in meter.categories:
         if estimate_tokens(chars, c.category) == 0 and chars.total + chars.images:
             assert c.tokens == 0
+    # unmeasured, each category is its own estimate, and the whole is their sum
+    estimated = measure(chars, used=0, window=128_000)
+    assert [c.tokens for c in estimated.categories] == [
+        estimate_tokens(chars, c.category) for c in estimated.categories
+    ]
+    assert [c.chars for c in estimated.categories] == [
+        chars.of(c.category) for c in estimated.categories
+    ]
+    assert estimated.used_tokens == estimate_tokens(chars)
 
 
 def test_prompt_tokens_is_input_plus_cache() -> None:

@@ -22,8 +22,11 @@ from cursor_byok.loop import (
     Summarize,
     SummaryDone,
     ToolResult,
+    TurnMarksFound,
     TurnStart,
+    WaitInput,
     transition,
+    wants_turn_marks,
 )
 from cursor_byok.loop import view as views
 from cursor_byok.loop.derived import turn_ends
@@ -33,6 +36,7 @@ from .loop_helpers import result, start, stream, tool_call
 from .test_loop_compaction import (
     CTX,
     FIXED,
+    WINDOW,
     answer,
     encode_messages,
     summary_answer,
@@ -88,7 +92,8 @@ def test_a_rewind_to_a_turn_before_the_compaction_restores_its_epoch_and_extends
     assert back.log == c.log  # nothing deleted
     # The meter describes the restored view: turn 2's call, measured by its provider.
     assert back.meter_basis == MeterBasis(chars=second.prompt, used=used(1))
-    assert meter_of_state(back, 10_000) == measure(second.prompt, used=used(1), window=10_000)
+    # Its window is the one the loop decides by (the turn's budget), not the one passed in.
+    assert meter_of_state(back, 10_000) == measure(second.prompt, used=used(1), window=WINDOW.size)
     # The next request extends turn 2's, byte for byte, over the same prompt and tools.
     nxt = transition(t.state, start("again", CTX))
     assert isinstance(nxt.command, CallLLM)
@@ -124,10 +129,15 @@ def test_the_meter_of_a_checkpoint_is_the_last_calls_without_reading_the_history
     assert basis is not None and basis.used == 900
     # A basis that disagrees with the messages wins: nothing is recomputed from them.
     odd = replace(c, meter_basis=MeterBasis(chars=PromptChars(tools=4000), used=77))
-    assert meter_of_state(odd, 1000) == measure(PromptChars(tools=4000), used=77, window=1000)
+    assert meter_of_state(odd, 1000) == measure(
+        PromptChars(tools=4000), used=77, window=WINDOW.size
+    )
     # A state stored before the basis existed is measured from its messages (once).
     legacy = replace(c, meter_basis=None)
-    assert meter_of_state(legacy, 1000) == measure(basis.chars, used=900, window=1000)
+    assert meter_of_state(legacy, 1000) == measure(basis.chars, used=900, window=WINDOW.size)
+    # A state without a budget shows the window passed in (the model's configured one).
+    bare = replace(odd, context=None)
+    assert meter_of_state(bare, 1000) == measure(PromptChars(tools=4000), used=77, window=1000)
 
 
 def test_a_model_call_that_changes_the_history_asks_for_a_checkpoint() -> None:
@@ -144,3 +154,39 @@ def test_a_model_call_that_changes_the_history_asks_for_a_checkpoint() -> None:
     assert t.checkpoint is None and isinstance(t.command, CallLLM)
     ts, _ = stream(t.state, FauxResponse.text("done"))
     assert isinstance(ts[-1].command, Final) and ts[-1].checkpoint is None
+
+
+def test_a_state_stored_before_the_marks_rebuilds_them_from_the_stores_record() -> None:
+    """TurnMarksFound: turn k+1 began where the store says turn k ended; the last end, when it
+    is the current view, is the last turn's; an end outside the log stops the list; a state
+    with marks, or a busy one, takes none."""
+    s, _, _ = compacted()
+    c = s.committed
+    ends = turn_ends(c)
+    legacy = RuntimeState(replace(c, turn_starts=()))
+    assert wants_turn_marks(legacy.committed) and not wants_turn_marks(c)
+    t = transition(legacy, TurnMarksFound(ends=ends))
+    assert isinstance(t.command, WaitInput)
+    rebuilt = (TurnStart(view=()), *(TurnStart(view=e) for e in ends[:-1]))
+    assert t.state.committed == replace(
+        legacy.committed,
+        turn_starts=rebuilt,
+        commit=c.commit + 1,
+        last_commit_id=f"{c.conversation_id}@{c.commit + 1}",
+    )
+    assert turn_ends(t.state.committed) == ends
+    # A rewind to the first turn then works as on a state that kept its marks.
+    back = transition(t.state, Rewind(turns=1)).state.committed
+    assert back.messages == transition(s, Rewind(turns=1)).state.committed.messages
+    # The current view after the last recorded end: a turn of its own.
+    t2 = transition(legacy, TurnMarksFound(ends=ends[:-1]))
+    assert t2.state.committed.turn_starts == rebuilt
+    # An end outside the log, and what follows it, are left out.
+    outside = (ends[0], (Span(0, len(c.log) + 5),), ends[1])
+    t3 = transition(legacy, TurnMarksFound(ends=outside))
+    assert t3.state.committed.turn_starts == (TurnStart(view=()), TurnStart(view=ends[0]))
+    # Marks kept already, a busy state, nothing recorded: ignored, nothing changes.
+    assert transition(s, TurnMarksFound(ends=ends)).ignored is Ignored.ALREADY_THERE
+    busy = transition(legacy, start("more", CTX)).state
+    assert transition(busy, TurnMarksFound(ends=ends)).ignored is Ignored.BUSY
+    assert transition(legacy, TurnMarksFound(ends=())).ignored is Ignored.NOT_AWAITED

@@ -51,6 +51,15 @@ def answer(prompt: int, text: str = "ok") -> Reply:
     return Reply.sse("".join(f"data: {e}\n\n" for e in events).encode())
 
 
+def meter_windows(client: Client) -> list[int]:
+    """The window (`max_tokens`) of each checkpoint's meter the client was sent."""
+    return [
+        m.conversation_checkpoint_update.token_details.max_tokens
+        for m in client.sent
+        if m.HasField("conversation_checkpoint_update")
+    ]
+
+
 def words(n: int, tag: str) -> str:
     return (tag + "xyz ") * n
 
@@ -89,12 +98,19 @@ async def test_a_refusal_with_the_window_compacts_to_fit_it_and_is_kept_per_proc
 
         # Real tokens: a tenth more than the character estimate (Cursor's JSON-heavy tools).
         up.push(answer(int((fixed + 1500 * 5 / 4) * 1.1)))
-        await run("c1", "first question " + words(1500, "a"), "r1")
+        first = await run("c1", "first question " + words(1500, "a"), "r1")
+        assert set(meter_windows(first)) == {128_000}  # nothing reported yet
         # The second turn is over the real window: the provider refuses it and says so.
         prompt = int((fixed + (1500 + 600) * 5 / 4) * 1.1)
         up.push(Reply.json(400, refusal(prompt, n_ctx)), Reply.sse(ok), Reply.sse(ok))
-        await run("c1", "second question " + words(600, "b"), "r2")
+        second = await run("c1", "second question " + words(600, "b"), "r2")
         assert len(up.requests) == 4  # turn 1, the refused call, the summary, the new call
+        # The IDE's meter shows the window the loop now decides by, not the configured one.
+        assert meter_windows(second)[-1] == n_ctx
+        calls = await store.list_conversation_llm_calls("c1", limit=10)
+        newest = next(c for c in calls if c.call_id == "c1:2:llm3")  # after the compaction
+        assert newest.prompt_breakdown is not None
+        assert records.decode_call_meter(newest.prompt_breakdown).meter.max_tokens == n_ctx
 
         record = await store.load("c1")
         assert record is not None
@@ -122,7 +138,8 @@ async def test_a_refusal_with_the_window_compacts_to_fit_it_and_is_kept_per_proc
         # new conversation whose first request would pass it goes out compacted or not at
         # all, never to a second refusal; and no second warning.
         up.push(Reply.sse(ok))
-        await run("c2", "hello", "r3")
+        third = await run("c2", "hello", "r3")
+        assert set(meter_windows(third)) == {n_ctx}
         record2 = await store.load("c2")
         assert record2 is not None
         state2 = records.decode_state(record2.state, record2.messages)

@@ -56,7 +56,7 @@ def test_the_kept_ids_are_the_ids_computed_from_nothing(plan: list) -> None:  # 
         ends = base[: min(keep, len(base))] + tuple(more)
         if copy:
             ends = tuple(copied(e) for e in ends)
-        memo = turn_ids(CID, ends, memo)
+        memo = turn_ids((CID,) * len(ends), ends, memo)
         assert (memo.ids, memo.last_blob) == fresh(ends)
         assert memo.ends == ends
         histories.append(ends)
@@ -79,9 +79,23 @@ def test_a_checkpoint_computes_only_the_turns_that_changed() -> None:
             # the turns so far keep their views; the last one's is recreated each time
             ends = (*ends[:-1], (Span(0, 4 * turn - 4),)) if ends else ()
             ends = (*ends, (Span(0, 4 * turn),))
-            memo = turn_ids(CID, ends, memo)
-            memo = turn_ids(CID, (*ends[:-1], copied(ends[-1])), memo)  # mid-turn, then end
+            memo = turn_ids((CID,) * len(ends), ends, memo)
+            memo = turn_ids(
+                (CID,) * len(ends), (*ends[:-1], copied(ends[-1])), memo
+            )  # mid-turn, then end
     # The first call of a turn computes its previous turn (its end moved) and its own; the
     # second, with an equal last view, none.
     assert blobs.call_count <= 2 * 300
     assert memo is not None and (memo.ids, memo.last_blob) == fresh(ends)
+
+
+def test_a_turn_made_in_another_conversation_has_that_ones_id() -> None:
+    """A fork's first turns keep their source's ids, memo or not; the same view made here
+    is another turn."""
+    ends = ((Span(0, 4),), (Span(0, 8),))
+    forked = turn_ids(("source", CID), ends, None)
+    assert forked.ids[0] == hashlib.sha256(turn_blob("source", 1, [(0, 4)])).digest()
+    assert forked.ids[1] == hashlib.sha256(turn_blob(CID, 2, [(0, 8)])).digest()
+    own = turn_ids((CID, CID), ends, forked)
+    assert own.ids[0] == hashlib.sha256(turn_blob(CID, 1, [(0, 4)])).digest()
+    assert own.ids[1] == forked.ids[1]

@@ -108,3 +108,32 @@ async def test_concurrent_reservations_never_both_take_the_last_room(database: s
     finally:
         for s in stores:
             await s.close()
+
+
+async def test_a_call_planned_again_replaces_its_reservation_and_counts_its_cost(
+    store: AnyStore,
+) -> None:
+    """A call resumed after a restart is planned again through reserve_llm_call: its earlier
+    reservation never counts beside the new one, what its earlier attempt cost does, and it
+    counts from when it is planned again (its created_at_ms moves)."""
+    await store.add_access_token(token("alice", "t1", budget_usd=1.0))
+    assert (await plan(store, "c1", "k1", 0.6)).status == "committed"  # type: ignore[attr-defined]
+    again = call_record("k1", "c1", token_id="t1", reserved_usd=0.6, created_at_ms=5000)
+    totals = await store.reserve_llm_call(again, reserve(0.6))
+    assert totals.refused_by is None and totals.reserved_usd == 0.0, totals
+    stored = await store.get_llm_call("k1")
+    assert stored is not None and stored.created_at_ms == 5000
+    # Its attempt ended costing $0.5: planning it again for $0.6 passes the budget.
+    ended = call_record(
+        "k1",
+        "c1",
+        token_id="t1",
+        reserved_usd=0.6,
+        status="canceled",
+        cost_usd=0.5,
+        created_at_ms=5000,
+    )
+    await store.save_llm_call(ended)
+    later = call_record("k1", "c1", token_id="t1", reserved_usd=0.6, created_at_ms=6000)
+    totals = await store.reserve_llm_call(later, reserve(0.6))
+    assert totals.refused_by == "budget" and totals.spent_usd == 0.5, totals

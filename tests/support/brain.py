@@ -22,6 +22,9 @@ prompt it types into a real client:
 - `[overflow]` / `[overflow-openai]` HTTP 400 "context length exceeded" (llama-server's body /
                                  OpenAI's) while the request holds no compaction summary
 - a summary request (its user message starts "Transcript to summarize:") gets a fixed summary
+- a describing request (its user message starts "Describe the attached image(s).", with the
+  images as image_url parts) gets "BRAIN VISION saw N image(s): MIME (B bytes), ..." counting
+  the images it received; with `[vision-fail]` in the user's text, HTTP 400
 - model `brain-small`: usage reports the request's size (its bytes / 4) as the prompt tokens,
   so a small configured window fills the way a real model's would
 - otherwise                      "You said: <text>"
@@ -81,6 +84,21 @@ OPENAI_OVERFLOW = (
 )
 SUMMARY_REQUEST = "Transcript to summarize:"
 COMPACTED = "[The earlier part of this conversation was compacted"
+VISION_REQUEST = "Describe the attached image(s)."
+VISION_FAILURE = '{"error":{"message":"brain: this image cannot be read","type":"invalid_request"}}'
+
+
+def vision_reply(content: Any, prompt: str) -> Reply:
+    """The describing call's answer: what images it received, each by its data URL."""
+    if "[vision-fail]" in prompt:
+        return Reply.json(400, VISION_FAILURE)
+    urls = [
+        p["image_url"]["url"]
+        for p in content
+        if isinstance(p, dict) and p.get("type") == "image_url"
+    ]
+    seen = [f"{u[5 : u.index(';')]} ({len(u) - u.index(',') - 1} base64 chars)" for u in urls]
+    return text_reply(f"BRAIN VISION saw {len(urls)} image(s): {', '.join(seen)}.")
 
 
 def summary_of(transcript: str) -> str:
@@ -210,6 +228,8 @@ def _respond(received: Received) -> Reply:
         )
     if prompt.startswith(SUMMARY_REQUEST):
         return text_reply(summary_of(prompt))
+    if prompt.startswith(VISION_REQUEST):
+        return vision_reply(messages[last_user]["content"], prompt)
     compacted = any(
         m["role"] == "user" and _text_of(m["content"]).startswith(COMPACTED) for m in messages
     )

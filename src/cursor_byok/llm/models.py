@@ -99,6 +99,9 @@ class Model(msgspec.Struct, frozen=True):
     prices: Prices | None
     aliases: tuple[str, ...] = ()  # other names clients may ask for (llm/model_names.py)
     vision: bool = False  # the model reads images (AvailableModels.supports_images)
+    # The model id that describes pasted images for this one when it has no vision (its
+    # description stands in for the image: loop/images.py); None: a note stands in.
+    vision_model: str | None = None
     # The reasoning efforts the IDE's thinking picker offers for it (AvailableModels
     # parameter_definitions); a run may ask for one of them (requested_model parameters).
     efforts: tuple[str, ...] = ()
@@ -106,6 +109,7 @@ class Model(msgspec.Struct, frozen=True):
     # (after its retries); resolved from ids or aliases by the configuration loader. Flat: a
     # fallback's own fallbacks are not followed.
     fallbacks: tuple[str, ...] = ()
+    fallback_vision: tuple[bool, ...] = ()  # whether each of `fallbacks` reads images
     compaction_threshold: float = 0.9  # share of the window that starts a compaction
     compaction_model: str | None = None  # the model id that writes summaries; None: this one
     # Where `prices` and `context_window` came from ("config", "catalogue", "local": zero on
@@ -115,3 +119,9 @@ class Model(msgspec.Struct, frozen=True):
     context_source: str = "config"
     catalogue: str = ""
     catalogue_note: str = ""
+
+    @property
+    def takes_images(self) -> bool:
+        """Whether the IDE may send it pasted images: it reads them, or its vision_model
+        describes them for it (AvailableModels.supports_images)."""
+        return self.vision or self.vision_model is not None

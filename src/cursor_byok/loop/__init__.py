@@ -6,9 +6,9 @@ Public API (see docs/loop.md):
     view       Span (the active history as a view over the append-only log)
     inputs     Start, LLMEvent, ToolResult, UserMessage (alias UserMessageInput), Cancel,
                Supersede, ClientGone, Suspend (SuspendCause), Resume (ToolOperation), ToolLost
-               (LostCause), Rewind, DefinitionsRead (DefinitionFile), Input; ToolEffect
-               (PlanCreated, ModeSwitched) on a ToolResult; PlanBuild, Helper (ParentCall)
-               and HelperReport on a Start;
+               (LostCause), Rewind, DefinitionsRead (DefinitionFile), TurnMarksFound, Input;
+               ToolEffect (PlanCreated, ModeSwitched) on a ToolResult; PlanBuild, Helper
+               (ParentCall), HelperReport and ForkOf on a Start;
                CallRefused (Limit), the admission answer with Admitted (Admission)
     context    TurnContext, Environment, McpRoute, McpServerInfo, McpToolInfo, ContextWindow
     commands   ContinueLLM, CallLLM, ResendLLM, Summarize, CallClient, CallClients, FindHelper
@@ -57,6 +57,7 @@ from .inputs import (
     ClientGone,
     Compact,
     DefinitionsRead,
+    ForkOf,
     Helper,
     HelperFound,
     HelperReport,
@@ -80,12 +81,14 @@ from .inputs import (
     ToolLost,
     ToolOperation,
     ToolResult,
+    TurnMarksFound,
     UserMessage,
     UserMessageInput,
 )
 from .inputs import DEFAULT_MAX_DEPTH as DEFAULT_MAX_DEPTH
 from .limits import Limit
 from .prompt import build_prompt, build_tools, render_prompt, render_tools
+from .recovery import wants_turn_marks
 from .state import (
     BUSY,
     IDLE,
@@ -97,6 +100,8 @@ from .state import (
     CompactionMark,
     CompactionReason,
     ConversationState,
+    Describing,
+    ImageMark,
     MeterBasis,
     PendingResponse,
     PlanMark,
@@ -160,15 +165,18 @@ __all__ = [
     "ConversationState",
     "DefinitionFile",
     "DefinitionsRead",
+    "Describing",
     "Environment",
     "Failed",
     "FailureKind",
     "Final",
     "FindHelper",
+    "ForkOf",
     "Helper",
     "HelperFound",
     "HelperReport",
     "Ignored",
+    "ImageMark",
     "Input",
     "LLMEvent",
     "Limit",
@@ -208,6 +216,7 @@ __all__ = [
     "ToolSpec",
     "Transition",
     "TurnContext",
+    "TurnMarksFound",
     "TurnStart",
     "UserMessage",
     "UserMessageInput",
@@ -221,4 +230,5 @@ __all__ = [
     "render_tools",
     "side_effects",
     "transition",
+    "wants_turn_marks",
 ]

@@ -22,7 +22,16 @@ from .commands import Failed, FailureKind
 from .inputs import CallRefused
 from .results import loop_failure
 from .state import AwaitLLM, AwaitSummary, RuntimeState, Status
-from .step import CallEnd, CallOutcome, Ignored, Transition, commit, ignore, settle
+from .step import (
+    CallEnd,
+    CallOutcome,
+    Ignored,
+    Transition,
+    commit,
+    ignore,
+    settle,
+    with_messages,
+)
 
 
 def on_call_refused(state: RuntimeState, input: CallRefused) -> Transition:
@@ -34,6 +43,9 @@ def on_call_refused(state: RuntimeState, input: CallRefused) -> Transition:
         return ignore(state, Ignored.NOT_AWAITED)
     if waiting.call_id != input.call_id:
         return ignore(state, Ignored.OTHER_CALL)
+    if isinstance(waiting, AwaitLLM) and waiting.describing is not None:
+        # The user's message stays (with its notes), as every answer the turn had received.
+        c = with_messages(c, waiting.describing.message)
     c2 = commit(c, status=Status.FAILED, waiting=None, queued=(), queued_context=None)
     failed = Failed(
         message=loop_failure(input.message), kind=FailureKind.REFUSED, limit=input.limit

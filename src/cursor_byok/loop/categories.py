@@ -7,7 +7,7 @@ import enum
 
 import msgspec
 
-__all__ = ["LABELS", "Category", "PromptChars"]
+__all__ = ["CATEGORIES", "LABELS", "LABEL_BY_ID", "Category", "PromptChars"]
 
 
 class Category(enum.StrEnum):
@@ -24,6 +24,11 @@ class Category(enum.StrEnum):
     CONVERSATION = "conversation"
 
 
+# Every category in its order, as a tuple: iterating the enum itself and reading a member's
+# `.value` are Python-level calls (three per category in 3.11), and the meter does both several
+# times a turn (issue 28).
+CATEGORIES: tuple[Category, ...] = tuple(Category)
+
 LABELS: dict[Category, str] = {
     Category.SYSTEM_PROMPT: "System prompt",
     Category.TOOLS: "Tool definitions",
@@ -34,6 +39,8 @@ LABELS: dict[Category, str] = {
     Category.SUMMARIZED_CONVERSATION: "Summarized conversation",
     Category.CONVERSATION: "Conversation",
 }
+# The labels by category id: a plain `str` key hashes in C (an Enum member's __hash__ is Python).
+LABEL_BY_ID: dict[str, str] = {str(c): label for c, label in LABELS.items()}
 
 
 class PromptChars(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unknown_fields=True):
@@ -53,9 +60,9 @@ class PromptChars(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unknow
     images: int = 0
 
     def of(self, category: Category) -> int:
-        value: int = getattr(self, category.value)
+        value: int = getattr(self, category)  # a StrEnum member is its field's name
         return value
 
     @property
     def total(self) -> int:
-        return sum(self.of(c) for c in Category)
+        return sum(getattr(self, c) for c in CATEGORIES)

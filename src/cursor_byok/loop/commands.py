@@ -44,6 +44,11 @@ class CallLLM(_Command, frozen=True, tag="call_llm"):
     # The reasoning effort the IDE's picker chose for this call ("": the model's own setting);
     # only for the run's own model (loop/effort.py).
     effort: str = ""
+    # The window the call's meter shows (window.shown: the one the loop decided by); 0: the
+    # model's configured one (a fallback model's call).
+    window: int = 0
+    # A bound on the answer below the model's own (0: the model's): an image's description.
+    max_output_tokens: int = 0
 
 
 class ResendLLM(_Command, frozen=True, tag="resend_llm"):

@@ -227,6 +227,10 @@ class TurnContext(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unknow
     - `debug`: the IDE's debug-mode session (log file, ingest endpoint), in the system prompt.
     - `images`: whether the run's model reads images (its `vision`); False: an image the
       user pastes reaches it as a note, and the user is told (loop/images.py).
+    - `fallback_images`: whether each of `fallbacks` reads images (a fallback without vision
+      is sent the history with notes in place of images, loop/image_notes.py).
+    - `vision_model`: for a model without vision, the model id whose description of a pasted
+      image stands in for the image ("": none, the note stands in; loop/images.py).
     """
 
     rules: tuple[str, ...] = ()
@@ -246,6 +250,8 @@ class TurnContext(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unknow
     window: ContextWindow | None = None
     subagents: Subagents = Subagents()
     images: bool | None = None
+    vision_model: str = ""
+    fallback_images: tuple[bool, ...] = ()
     debug: DebugSession | None = None
     effort: str = ""
     efforts: tuple[str, ...] = ()

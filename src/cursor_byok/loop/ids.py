@@ -7,6 +7,7 @@ the same ids, so the store can deduplicate LLM calls and client operations by id
     call_id       "{turn_id}:llm{n}"                 n = 1, 2, ... within the turn
     fallback      "{call_id}:fb{k}"                  the k-th fallback model for that call
     summary call  "{turn_id}:summary{n}"             counted with the turn's model calls
+    vision call   "{turn_id}:vision{n}"              an image described, counted the same
     operation_id  "{call_id}:{tool_call_id}"         the LLM call whose answer asked for the tool
     commit_id     "{conversation_id}@{commit}"       commit = number of committed state changes
 """
@@ -37,6 +38,10 @@ def fallback_of(call_id: str) -> tuple[str, int] | None:
 
 def summary_call_id(turn_id: str, n: int) -> str:
     return f"{turn_id}:summary{n}"
+
+
+def vision_call_id(turn_id: str, n: int) -> str:
+    return f"{turn_id}:vision{n}"
 
 
 def operation_id(call_id: str, tool_call_id: str) -> str:

@@ -4,7 +4,7 @@ runtime adds the ones it observes itself (a stream event, a tool deadline, a reo
 from __future__ import annotations
 
 import enum
-from typing import TypeAlias
+from typing import TYPE_CHECKING, TypeAlias
 
 import msgspec
 
@@ -16,6 +16,9 @@ from .definitions import DefinitionFile
 from .limits import Limit
 from .todos import TodoItem
 from .view import Span
+
+if TYPE_CHECKING:  # a fork carries its source's state, which is never encoded as an input
+    from .state import ConversationState
 
 
 class _Input(msgspec.Struct, frozen=True, tag_field="input", omit_defaults=True):
@@ -53,6 +56,17 @@ class HelperReport(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     text: str
 
 
+class ForkOf(msgspec.Struct, frozen=True):
+    """A chat forked from a conversation of this server (forks.py): the source's committed
+    state, and the turn of it the fork starts after: `turns` (0: its latest state), whose end
+    view the store's record of the source's checkpoint gave as `view` (the loop checks it
+    against the source's own turn marks)."""
+
+    source: ConversationState
+    turns: int = 0
+    view: tuple[Span, ...] = ()
+
+
 class Start(_Input, frozen=True, tag="start"):
     """A run request: the user's message and the context for this turn.
 
@@ -73,6 +87,10 @@ class Start(_Input, frozen=True, tag="start"):
     helper: Helper | None = None
     # A background completion's finished helpers: their final messages join `user_message`.
     reports: tuple[HelperReport, ...] = ()
+    # A fork of one of ours, for a conversation this server has never seen: the new
+    # conversation opens with a copy of the source's log, turns and epochs up to the fork
+    # (forks.py); `history` is not used then.
+    fork: ForkOf | None = None
 
 
 class Note(_Input, frozen=True, tag="note"):
@@ -270,6 +288,15 @@ class DefinitionsRead(_Input, frozen=True, tag="definitions_read"):
     files: tuple[DefinitionFile, ...]
 
 
+class TurnMarksFound(_Input, frozen=True, tag="turn_marks_found"):
+    """The turns the store recorded as published for a conversation stored before the loop
+    kept its own marks (`turn_starts`): `ends`, the closed view at the end of each, oldest
+    first. The loop rebuilds its marks from them (recovery.on_turn_marks_found), so a rewind
+    to those turns works again."""
+
+    ends: tuple[tuple[Span, ...], ...]
+
+
 class Rewind(_Input, frozen=True, tag="rewind"):
     """The client's checkpoint is behind ours: it went back to the end of an earlier turn.
     `turns`: its checkpoint lists our first `turns` turns; the loop restores the end of the
@@ -299,6 +326,7 @@ Input: TypeAlias = (
     | Compact
     | CallRefused
     | DefinitionsRead
+    | TurnMarksFound
 )
 
 # The same class, for callers that also import the LLM's UserMessage.

@@ -37,7 +37,7 @@ from cursor_byok.llm.types import (
 
 from . import derived
 from .apportion import largest_remainder
-from .categories import LABELS, Category, PromptChars
+from .categories import CATEGORIES, LABEL_BY_ID, LABELS, Category, PromptChars
 from .context import DEFAULT_CONTEXT, TurnContext
 from .memo import ByIdentity
 from .prompt import mcp_section, render_prompt, render_tools, rules_section, skills_section
@@ -45,6 +45,7 @@ from .state import ConversationState, MeterBasis
 from .tools import NATIVE_BY_NAME
 from .tools_agent import TASK
 from .tools_web import MCP_META_TOOLS
+from .window import shown
 
 __all__ = [
     "CHARS_PER_TOKEN",
@@ -80,7 +81,7 @@ class CategoryTokens(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 
     @property
     def label(self) -> str:
-        return LABELS[self.category]
+        return LABEL_BY_ID[str(self.category)]
 
 
 class Meter(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -229,11 +230,21 @@ def prompt_chars(
 def estimate_tokens(chars: PromptChars, category: Category | None = None) -> int:
     """Our estimate of one category's tokens (or the whole request's, without `category`)."""
     if category is None:
-        return sum(estimate_tokens(chars, c) for c in Category)
+        return sum(_estimates(chars))
     tokens = -(-chars.of(category) // CHARS_PER_TOKEN)
     if category is Category.CONVERSATION:
         tokens += chars.images * IMAGE_TOKENS
     return tokens
+
+
+def _estimates(chars: PromptChars) -> list[int]:
+    """`estimate_tokens` of every category, in CATEGORIES' order (one pass, no enum calls)."""
+    out = [-(-getattr(chars, c) // CHARS_PER_TOKEN) for c in CATEGORIES]
+    out[_CONVERSATION] += chars.images * IMAGE_TOKENS
+    return out
+
+
+_CONVERSATION = CATEGORIES.index(Category.CONVERSATION)
 
 
 def prompt_tokens(usage: Usage) -> int:
@@ -245,15 +256,17 @@ def prompt_tokens(usage: Usage) -> int:
 def measure(chars: PromptChars, *, used: int, window: int) -> Meter:
     """The meter of one request: its estimated categories scaled to `used` (the provider's
     prompt tokens), or left as estimated when `used` is 0 (nothing measured)."""
-    estimates = [estimate_tokens(chars, c) for c in Category]
+    estimates = _estimates(chars)
     measured = used > 0
     tokens = largest_remainder(estimates, used) if measured else tuple(estimates)
     return Meter(
         used_tokens=sum(tokens),
         max_tokens=window,
         categories=tuple(
-            CategoryTokens(category=c, tokens=t, chars=chars.of(c))
-            for c, t in zip(Category, tokens, strict=True)
+            [
+                CategoryTokens(category=c, tokens=t, chars=getattr(chars, c))
+                for c, t in zip(CATEGORIES, tokens, strict=True)
+            ]
         ),
         measured=measured,
     )
@@ -321,7 +334,11 @@ def meter_of_state(state: ConversationState, window: int) -> Meter:
     """The meter a checkpoint shows for `state`: the prompt of the active history's last model
     call, scaled to the provider's usage of it (`meter_basis`, kept by the loop at each answer:
     O(1)). A state without one (no call yet, or stored before it was kept) is measured from
-    its messages: the last measured call, else the estimate of the next request."""
+    its messages: the last measured call, else the estimate of the next request. Its window
+    is the one the loop decides by (window.shown: the provider's when it reported a smaller
+    one); `window`, the configured one, for a state without a budget."""
+    context = state.context
+    window = shown(context.window if context is not None else None, window)
     basis = state.meter_basis
     if basis is not None:
         return measure(basis.chars, used=basis.used, window=window)

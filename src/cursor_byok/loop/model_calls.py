@@ -12,14 +12,24 @@ from cursor_byok.llm.canonical import messages_hash
 from cursor_byok.llm.types import RequestMessages
 
 from . import catalogue, compaction, derived, ids
+from . import definitions as files
 from . import window as window_rule
-from .commands import CallLLM, FailureKind, Summarize
+from .commands import CallLLM, FailureKind, ReadDefinitions, Summarize
 from .context import ContextWindow, TurnContext
 from .effort import call_effort
+from .image_notes import sendable
 from .meter import prompt_chars
 from .prompt import render_prompt, render_tools
 from .results import loop_failure
-from .state import AfterSummary, AwaitLLM, AwaitSummary, CompactionReason, ConversationState, Status
+from .state import (
+    AfterSummary,
+    AwaitDefinitions,
+    AwaitLLM,
+    AwaitSummary,
+    CompactionReason,
+    ConversationState,
+    Status,
+)
 from .step import CallEnd, Transition, commit, context_of, fail, settle
 
 _replace = msgspec.structs.replace
@@ -60,7 +70,9 @@ def call_llm(c: ConversationState, *, compacted: bool = False, measure: bool = T
             return fail(c, loop_failure(refused.message()), kind=FailureKind.BAD_REQUEST)
     n = c.llm_calls + 1
     call = ids.call_id(c.turn_id, n)
-    request = RequestMessages(system_prompt=system_prompt, messages=c.messages, tools=tools)
+    request = RequestMessages(
+        system_prompt=system_prompt, messages=sendable(context.images, c.messages), tools=tools
+    )
     digest = messages_hash(c.messages)
     chars = prompt_chars(request, context, summary_messages=first_summarizable(c))
     c2 = commit(
@@ -76,14 +88,29 @@ def call_llm(c: ConversationState, *, compacted: bool = False, measure: bool = T
         catalogue_version=catalogue.CATALOGUE_VERSION,
         prompt=chars,
         effort=call_effort(context),
+        window=window.size if window is not None else 0,
     )
     return settle(c2, (), command)
 
 
-def request_of(c: ConversationState, context: TurnContext) -> RequestMessages:
+def first_call(c: ConversationState) -> Transition:
+    """The first model call of a turn whose opening message is in `c`: now, or once the MCP
+    definition files its tools need and the run has not read are read (definitions.py)."""
+    paths = files.needed(context_of(c), c.definitions)
+    if paths:
+        c2 = commit(c, status=Status.READING, waiting=AwaitDefinitions(paths=paths))
+        return settle(c2, (), ReadDefinitions(paths=paths))
+    return call_llm(c)
+
+
+def request_of(
+    c: ConversationState, context: TurnContext, images: bool | None = None
+) -> RequestMessages:
+    """The request of the turn's next call over the active history; `images`: whether the
+    model it goes to reads images (None: the run's model's, `context.images`)."""
     return RequestMessages(
         system_prompt=render_prompt(context),
-        messages=c.messages,
+        messages=sendable(context.images if images is None else images, c.messages),
         tools=render_tools(context),
     )
 
@@ -101,7 +128,8 @@ def fall_back(c: ConversationState, waiting: AwaitLLM, end: CallEnd) -> Transiti
     if k > len(context.fallbacks):
         return None
     call = ids.fallback_call_id(ids.call_id(c.turn_id, c.llm_calls), k)
-    request = request_of(c, context)
+    seeing = context.fallback_images
+    request = request_of(c, context, seeing[k - 1] if k <= len(seeing) else None)
     chars = prompt_chars(request, context, summary_messages=first_summarizable(c))
     c2 = commit(
         c,
@@ -126,7 +154,10 @@ def fall_back(c: ConversationState, waiting: AwaitLLM, end: CallEnd) -> Transiti
 
 
 def model_of(c: ConversationState, waiting: AwaitLLM) -> str:
-    """The model call `waiting` went to: "" for the run's own, else its fallback's id."""
+    """The model call `waiting` went to: "" for the run's own, else its fallback's id (or
+    the vision model describing pasted images)."""
+    if waiting.describing is not None:
+        return waiting.describing.model
     fallbacks = context_of(c).fallbacks
     return fallbacks[waiting.fallback - 1] if 0 < waiting.fallback <= len(fallbacks) else ""
 

@@ -15,7 +15,7 @@ from .catalogue import Mode, mode_of, offered
 from .context import DEFAULT_CONTEXT, Environment, McpServerInfo, TurnContext
 from .custom_agents import agent_of, allowed_tools
 from .inputs import Input, Start
-from .memo import ByIdentity
+from .memo import ByIdentity, ByValue
 from .state import ConversationState
 from .subagents import start_context
 from .tools import NATIVE_BY_NAME, TASK, task_parameters
@@ -308,7 +308,20 @@ def _render_tools(context: TurnContext) -> tuple[ToolDefinition, ...]:
 
 
 _prompts: ByIdentity[TurnContext, str] = ByIdentity(_render_prompt)
-_tools: ByIdentity[TurnContext, tuple[ToolDefinition, ...]] = ByIdentity(_render_tools)
+
+
+def _tools_key(context: TurnContext) -> object:
+    """What `_render_tools` reads of a context, when it is small: every run decodes a new
+    context, and equal ones share one tool tuple (so the schemas' encodings and sizes, kept by
+    that tuple's identity in the meter, compaction and adapters, are computed once per
+    process, not once per run). MCP tools carry schemas (dicts): no shared tuple for those."""
+    if context.mcp_tools:
+        return None
+    return (context.mode, context.switches, context.subagents)
+
+
+_shared_tools: ByValue[TurnContext, tuple[ToolDefinition, ...]] = ByValue(_render_tools, _tools_key)
+_tools: ByIdentity[TurnContext, tuple[ToolDefinition, ...]] = ByIdentity(_shared_tools)
 
 
 def build_prompt(input: Input | None, state: ConversationState) -> str:

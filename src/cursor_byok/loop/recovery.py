@@ -22,10 +22,19 @@ from .commands import (
     ReadDefinitions,
     ResendLLM,
 )
-from .inputs import HelperFound, Resume, Rewind, SuspendCause, ToolOperation
+from .inputs import HelperFound, Resume, Rewind, SuspendCause, ToolOperation, TurnMarksFound
 from .model_calls import model_of, summarize_command
 from .results import CALL_MOVED, CALL_SHUTDOWN, loop_failure, unknown_outcome_result
-from .state import AwaitClient, AwaitDefinitions, AwaitLLM, AwaitSummary, RuntimeState, Status
+from .state import (
+    AwaitClient,
+    AwaitDefinitions,
+    AwaitLLM,
+    AwaitSummary,
+    ConversationState,
+    RuntimeState,
+    Status,
+    TurnStart,
+)
 from .step import (
     CallEnd,
     CallOutcome,
@@ -42,6 +51,7 @@ from .tool_phase import advance, call_client
 from .tools import side_effects
 from .tools_agent import TASK
 from .turns import close_turn
+from .view import Span
 
 _replace = msgspec.structs.replace
 
@@ -231,22 +241,58 @@ def on_rewind(state: RuntimeState, input: Rewind) -> Transition:
         len(kept) == len(c.turn_starts)
     ):
         return ignore(state, Ignored.ALREADY_THERE)
-    messages = view.materialize(restored, c.log)
-    c2 = _replace(
-        c,
-        view=restored,
-        messages=messages,
-        fresh_from=derived.fresh_from(c, restored),  # a turn of another epoch, or none
-        todos=derived.todos_in_view(c, restored),  # the list as it was at the kept turn
-        plan=derived.plan_in_view(c, restored),  # and the plan
-        turn_starts=kept,
-    )
     c2 = commit(
-        c2,
-        meter_basis=meter.basis_of(c2),  # the meter of the restored view: measured once here
+        restored_view(c, restored, kept),
         status=Status.READY,
         waiting=None,
         queued=(),
         queued_context=None,
     )
     return settle(c2, (), WAIT_INPUT)
+
+
+def restored_view(
+    c: ConversationState, restored: tuple[Span, ...], kept: tuple[TurnStart, ...]
+) -> ConversationState:
+    """`c` with `restored` (a reopened view) as its active history and `kept` as its turn
+    marks, and what the view implies (uncommitted)."""
+    c2 = _replace(
+        c,
+        view=restored,
+        messages=view.materialize(restored, c.log),
+        fresh_from=derived.fresh_from(c, restored),  # a turn of another epoch, or none
+        todos=derived.todos_in_view(c, restored),  # the list as it was at the kept turn
+        plan=derived.plan_in_view(c, restored),  # and the plan
+        turn_starts=kept,
+    )
+    # The meter of the restored view: measured once here.
+    return _replace(c2, meter_basis=meter.basis_of(c2))
+
+
+def wants_turn_marks(c: ConversationState) -> bool:
+    """Whether `c` had turns before the loop kept its marks (a state stored before them): the
+    store's record of its published turns would give them back (TurnMarksFound)."""
+    return c.turn > 0 and not c.turn_starts
+
+
+def on_turn_marks_found(state: RuntimeState, input: TurnMarksFound) -> Transition:
+    """Marks for a state stored before the loop kept its own: turn k+1 began where the store
+    says turn k ended. The ends that name no valid view of the log (rows from before the log
+    was append-only) and everything after the first of them are left out. When the last end
+    is not the current view, the current view is a turn of its own after them."""
+    c = state.committed
+    if c.busy:
+        return ignore(state, Ignored.BUSY)
+    if not wants_turn_marks(c):
+        return ignore(state, Ignored.ALREADY_THERE)
+    ends: list[tuple[Span, ...]] = []
+    for end in input.ends:
+        if view.problem(end, len(c.log)) is not None:
+            break
+        ends.append(end)
+    if not ends:
+        return ignore(state, Ignored.NOT_AWAITED)
+    if ends[-1] == view.closed(c.view, len(c.log)):
+        ends.pop()  # the last turn's end is the current view
+    starts = (TurnStart(view=()), *(TurnStart(view=end) for end in ends))
+    return settle(commit(c, turn_starts=starts), (), WAIT_INPUT)

@@ -61,6 +61,27 @@ class _Waiting(_Value, frozen=True, tag_field="kind"):
     pass
 
 
+class ImageMark(_Value, frozen=True, array_like=True):
+    """A pasted image's place in the message that held it: the part's index, its type and
+    size (what stands in for it says them)."""
+
+    at: int
+    mime_type: str
+    kb: int
+
+
+class Describing(_Value, frozen=True):
+    """The call in flight describes the pasted images of the message that opens the turn,
+    for a model without vision (loop/images.py). `message` is that message as the model will
+    read it without a description (a note in place of each image, at `images`); it joins the
+    history when the call ends: with the description once it is in, as it is when the call
+    fails or the turn ends first. `model`: the vision model's id."""
+
+    message: UserMessage
+    images: tuple[ImageMark, ...]
+    model: str
+
+
 class AwaitLLM(_Waiting, frozen=True, tag="llm"):
     """An LLM call is in flight; only events carrying `call_id` are accepted. `fallback`: 0
     for the run's own model, k for the k-th of the context's `fallbacks`. `compacted`: the
@@ -73,6 +94,8 @@ class AwaitLLM(_Waiting, frozen=True, tag="llm"):
     compacted: bool = False
     # The call's request per meter category: at its answer it becomes the state's meter.
     prompt: PromptChars | None = None
+    # Set for a call that describes pasted images instead of answering (loop/images.py).
+    describing: Describing | None = None
 
 
 class CompactionReason(enum.StrEnum):
@@ -200,6 +223,9 @@ class TurnStart(_Value, frozen=True, array_like=True):
     end of any turn, in any compaction epoch, finds its view here."""
 
     view: tuple[Span, ...]
+    # The conversation the turn was made in, when it is not this one: a fork's first turns are
+    # its source's, and their checkpoint blobs name the source, as the client holds them.
+    conversation: str = ""
 
 
 class MeterBasis(_Value, frozen=True):

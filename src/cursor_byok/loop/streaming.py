@@ -28,9 +28,10 @@ from cursor_byok.llm.types import AssistantMessage
 from . import compaction
 from . import window as window_rule
 from .commands import CONTINUE_LLM, Canceled, Final
+from .images import after_queue, on_describing_event
 from .inputs import LLMEvent
 from .meter import prompt_tokens
-from .model_calls import call_llm, compact, fall_back, fallback_window
+from .model_calls import compact, fall_back, fallback_window
 from .prompt import render_prompt, render_tools
 from .results import validate_response
 from .state import (
@@ -55,7 +56,6 @@ from .step import (
     commit,
     context_of,
     fail,
-    flush_queue,
     ignore,
     prepend,
     settle,
@@ -75,6 +75,8 @@ def on_llm_event(state: RuntimeState, input: LLMEvent) -> Transition:
     if input.call_id != waiting.call_id:
         return ignore(state, Ignored.OTHER_CALL)
     event = input.event
+    if waiting.describing is not None:  # pasted images described for a text-only model
+        return on_describing_event(state, waiting, waiting.describing, event)
     pending = state.pending_response
     match event:
         case TextDelta() | ThinkingDelta() | ToolCallDelta():
@@ -162,8 +164,8 @@ def _answered(
         )
         return with_checkpoint(prepend(emit, advance(c2), done))
     if c.queued:  # steering: the user spoke while the model was answering
-        c2 = _replace(flush_queue(with_messages(c, message)), waiting=None)
-        return with_checkpoint(prepend(emit, call_llm(c2), done))
+        c2 = _replace(with_messages(c, message), waiting=None)
+        return with_checkpoint(prepend(emit, after_queue(c2), done))
     c2 = commit(with_messages(c, message), status=Status.FINAL, waiting=None, queued_context=None)
     return settle(c2, emit, Final(message=message), call_end=done)
 

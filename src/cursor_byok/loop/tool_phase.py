@@ -12,8 +12,8 @@ from cursor_byok.llm.types import AssistantMessage, Message, ToolCall, ToolResul
 
 from . import catalogue, ids, todos
 from .commands import WAIT_INPUT, CallClient, CallClients, Command, Final
+from .images import after_queue
 from .inputs import LostCause, ModeSwitched, PlanCreated, ToolEffect, ToolLost, ToolResult
-from .model_calls import call_llm
 from .prompt import render_tools
 from .results import loop_failure, synthetic_result, timed_out_result, unknown_outcome_result
 from .state import (
@@ -32,7 +32,6 @@ from .step import (
     commit,
     content_index,
     context_of,
-    flush_queue,
     ignore,
     settle,
     take_early,
@@ -153,8 +152,8 @@ def advance(
             todos=todo_list,
         )
         return settle(c2, (), Final(message=answer), local=tuple(answered))
-    c2 = _replace(flush_queue(with_messages(c, *added)), waiting=None, todos=todo_list)
-    return _replace(call_llm(c2), local_results=tuple(answered))
+    c2 = _replace(with_messages(c, *added), waiting=None, todos=todo_list)
+    return _replace(after_queue(c2), local_results=tuple(answered))
 
 
 def _answered(waiting: AwaitClient, call: ToolCall, result: ToolResultMessage) -> AwaitClient:

@@ -20,6 +20,7 @@ from typing import assert_never
 
 import msgspec
 
+from . import view
 from .admission import on_call_refused
 from .inputs import (
     Admission,
@@ -42,6 +43,7 @@ from .inputs import (
     Suspend,
     ToolLost,
     ToolResult,
+    TurnMarksFound,
     UserMessage,
 )
 from .recovery import (
@@ -51,9 +53,11 @@ from .recovery import (
     on_resume,
     on_rewind,
     on_suspend,
+    on_turn_marks_found,
+    restored_view,
 )
 from .results import CALL_STREAM_CLOSED, CALL_SUPERSEDED, canceled_call, not_reopened
-from .state import RuntimeState
+from .state import RuntimeState, Status
 from .step import (
     CallEnd,
     CallOutcome,
@@ -112,6 +116,8 @@ def transition(state: RuntimeState, input: Input) -> Transition:
             t = on_call_refused(state, input)
         case DefinitionsRead():
             t = on_definitions_read(state, input)
+        case TurnMarksFound():
+            t = on_turn_marks_found(state, input)
         case _:
             assert_never(input)
     after = t.state.committed.log
@@ -121,13 +127,22 @@ def transition(state: RuntimeState, input: Input) -> Transition:
     return msgspec.structs.replace(t, appended=after[len(before) :])
 
 
+def _unopened(state: RuntimeState) -> RuntimeState:
+    c = state.committed
+    opened_at = c.turn_starts[-1].view  # where the refused turn began
+    restored = view.reopened(opened_at, len(c.log))
+    return RuntimeState(restored_view(c, restored, c.turn_starts[:-1]))
+
+
 def admit(state: RuntimeState, planned: Transition, admission: Admission) -> Transition:
     """`planned` (what `transition(state, input)` returned, its command a model call) once
     the runtime answered that call's admission, before anything of it is committed.
 
     Admitted: `planned` itself. Refused: when `planned` opened a turn (a run request, a
     follow-up), the turn does not begin: the conversation stays as it was (the client sends
-    the same message again) and the run fails with the limit's error. Otherwise the refusal
+    the same message again) and the run fails with the limit's error; so for the turn's first
+    call after its MCP definition files were read (the turn's opening, committed before the
+    reads, leaves the view; the log keeps it). Otherwise the refusal
     applies to the planned state (admission.py) and the two are one transition, committed
     once: what the turn had received (tool answers, the model's last answer) is kept, then the
     turn fails. The refused call was planned in the same commit, so it never had a record and
@@ -140,6 +155,10 @@ def admit(state: RuntimeState, planned: Transition, admission: Admission) -> Tra
     refused = transition(planned.state, admission)
     if refused.ignored is not None:
         raise LoopError(f"an admission for {admission.call_id!r}, which is not the planned call")
+    if state.committed.status == Status.READING:
+        # The turn's first call, after its MCP definition files: the turn is not begun
+        # either; its opening leaves the view (kept in the log), as if it never came.
+        refused = msgspec.structs.replace(refused, state=_unopened(refused.state))
     resumed = planned.state.committed.commit == state.committed.commit
     return Transition(
         refused.state,

@@ -10,11 +10,12 @@ from cursor_byok.llm.types import UserMessage as LLMUserMessage
 
 from . import definitions as files
 from . import derived, ids
-from .commands import WAIT_INPUT, Final, ReadDefinitions
+from .commands import WAIT_INPUT, Final
 from .context import TurnContext
-from .images import withhold_images
+from .forks import forked
+from .images import after_queue, describe, describes, held_message, queued_for, withhold_images
 from .inputs import DefinitionsRead, Note, Start, UserMessage
-from .model_calls import call_llm
+from .model_calls import call_llm, first_call
 from .results import (
     CALL_SUPERSEDED,
     CANCELED_RESULT_TEXT,
@@ -41,7 +42,6 @@ from .step import (
     commit,
     content_index,
     context_of,
-    flush_queue,
     ignore,
     prepend,
     settle,
@@ -66,13 +66,11 @@ def without_supplements(context: TurnContext) -> TurnContext:
     return _replace(context, supplements=()) if context.supplements else context
 
 
-def begin_turn(c: ConversationState, context: TurnContext, message: LLMUserMessage) -> Transition:
-    """Open a turn with `message`; its first model call goes out now, or once the MCP
-    definition files its tools need and the run has not read are read (definitions.py)."""
+def _opened_turn(c: ConversationState, context: TurnContext) -> ConversationState:
+    """`c` with a new turn begun (its mark, id and context), nothing appended yet."""
     turn = c.turn + 1
-    paths = files.needed(context, c.definitions)
-    c2 = _replace(
-        with_messages(derived.opened(c), message),
+    return _replace(
+        derived.opened(c),
         turn=turn,
         turn_id=ids.turn_id(c.conversation_id, turn),
         context=without_supplements(files.filled(context, c.definitions)),
@@ -81,10 +79,21 @@ def begin_turn(c: ConversationState, context: TurnContext, message: LLMUserMessa
         queued=(),
         queued_context=None,
     )
-    if paths:
-        c3 = commit(c2, status=Status.READING, waiting=AwaitDefinitions(paths=paths))
-        return settle(c3, (), ReadDefinitions(paths=paths))
-    return call_llm(c2)
+
+
+def begin_turn(c: ConversationState, context: TurnContext, message: LLMUserMessage) -> Transition:
+    """Open a turn with `message`; its first model call goes out now, or once the MCP
+    definition files its tools need and the run has not read are read (definitions.py)."""
+    return first_call(with_messages(_opened_turn(c, context), message))
+
+
+def open_turn(c: ConversationState, context: TurnContext, said: LLMUserMessage) -> Transition:
+    """A new turn for the user's message `said`: its pasted images described first for a
+    model without vision that has a vision_model, else noted (loop/images.py)."""
+    if describes(context, said):
+        return describe(_opened_turn(c, context), opening_message(context, said), said)
+    said, notices = withhold_images(context, said)
+    return _told(begin_turn(c, context, opening_message(context, said)), notices)
 
 
 def on_definitions_read(state: RuntimeState, input: DefinitionsRead) -> Transition:
@@ -96,8 +105,11 @@ def on_definitions_read(state: RuntimeState, input: DefinitionsRead) -> Transiti
     if c.status != Status.READING or not isinstance(waiting, AwaitDefinitions):
         return ignore(state, Ignored.NOT_AWAITED)
     read = (*c.definitions, *files.answered(waiting.paths, input.files))
-    c2 = flush_queue(_replace(c, definitions=read, waiting=None))
-    return call_llm(_replace(c2, context=files.filled(context_of(c2), read)))
+
+    def then(c2: ConversationState) -> Transition:
+        return call_llm(_replace(c2, context=files.filled(context_of(c2), read)))
+
+    return after_queue(_replace(c, definitions=read, waiting=None), then)
 
 
 def close_turn(
@@ -121,6 +133,9 @@ def close_turn(
             closing.append(found)
         return with_messages(c, *closing), tuple(local), None
     if c.status == Status.WAITING_LLM and isinstance(waiting, AwaitLLM):
+        held = held_message(waiting)  # the opening message, its images being described
+        if held is not None:
+            c = with_messages(c, held)
         return c, (), CallEnd(waiting.call_id, CallOutcome.CANCELED, reason)
     if c.status == Status.SUMMARIZING and isinstance(waiting, AwaitSummary):
         # The summary is dropped; the history stays as it was, unsummarized.
@@ -139,12 +154,15 @@ def on_start(state: RuntimeState, input: Start) -> Transition:
         c, _, call_end = close_turn(c, CALL_SUPERSEDED)
     if c.definitions:  # what a run read is its own: this run reads its files again
         c = _replace(c, definitions=())
-    if not c.log and input.history:
-        c = with_messages(c, *input.history)
-    if c.commit == 0 and c.log:  # the client's history and list, for a conversation new to us
-        c = _replace(c, todos=input.todos, todo_seed=input.todos, todo_from=len(c.log))
-    elif c.commit == 0 and input.todos:
-        c = _replace(c, todos=input.todos, todo_seed=input.todos)
+    if not c.log and c.commit == 0 and input.fork is not None:
+        c = forked(c, input.fork)  # the source's turns, epochs and list up to the fork
+    else:
+        if not c.log and input.history:
+            c = with_messages(c, *input.history)
+        if c.commit == 0 and c.log:  # the client's history and list, for a new conversation
+            c = _replace(c, todos=input.todos, todo_seed=input.todos, todo_from=len(c.log))
+        elif c.commit == 0 and input.todos:
+            c = _replace(c, todos=input.todos, todo_seed=input.todos)
     message = with_reports(input.user_message, input.reports)
     if input.build is not None:
         plan = derived.plan_to_build(c, input.build)
@@ -153,9 +171,7 @@ def on_start(state: RuntimeState, input: Start) -> Transition:
             reset = TodoReset(at=len(c.log), todos=plan.todos)
             c = _replace(c, todos=plan.todos, todo_resets=(*c.todo_resets, reset))
     context = start_context(input, state.committed)
-    message, notices = withhold_images(context, message)
-    t = begin_turn(c, context, opening_message(context, message))
-    return _told(prepend((), t, call_end), notices)
+    return prepend((), open_turn(c, context, message), call_end)
 
 
 def _told(t: Transition, notices: tuple[str, ...]) -> Transition:
@@ -199,13 +215,13 @@ def on_user_message(state: RuntimeState, input: UserMessage) -> Transition:
     c = state.committed
     asked = _follow_up_context(c, input)
     context = asked if asked is not None else context_of(c)
-    said, notices = withhold_images(context, input.message)
-    message = opening_message(context, said)
-    if c.busy:  # steering: joins the history before the turn's next model call
-        c2 = commit(
-            c,
-            queued=(*c.queued, message),
-            queued_context=(without_supplements(asked) if asked is not None else c.queued_context),
-        )
-        return Transition(RuntimeState(c2, state.pending_response), (), WAIT_INPUT, notices=notices)
-    return _told(begin_turn(c, context, message), notices)
+    if not c.busy:
+        return open_turn(c, context, input.message)
+    # Steering: joins the history before the turn's next model call (images: queued_for).
+    said, notices = queued_for(context, input.message)
+    c2 = commit(
+        c,
+        queued=(*c.queued, opening_message(context, said)),
+        queued_context=(without_supplements(asked) if asked is not None else c.queued_context),
+    )
+    return Transition(RuntimeState(c2, state.pending_response), (), WAIT_INPUT, notices=notices)

@@ -47,6 +47,12 @@ MAX_SCALE = 4.0
 SUMMARY_FRAMING_TOKENS = 64
 
 
+def shown(window: ContextWindow | None, configured: int) -> int:
+    """The window the IDE's context meter shows: W, the one these decisions use (the
+    provider's when it reported a smaller one), `configured` for a turn without a budget."""
+    return window.size if window is not None else configured
+
+
 def over_threshold(window: ContextWindow, prompt: int) -> bool:
     """P + R > T: compact first, when something can be summarized."""
     return prompt + window.reserve > window.limit
@@ -148,6 +154,7 @@ __all__ = [
     "refusal",
     "rooms",
     "scale",
+    "shown",
     "silently_over",
     "summary_room",
     "with_provider_window",

@@ -171,8 +171,8 @@ async def dashboard_data(
     """Recent runs (failed ones with their message), LLM calls and conversations, totals over
     those runs and calls, and per-model series. `viewer`: a person (AccessTokenRecord.person)
     who sees only their own: the conversations they own, the runs of those, the calls made
-    under their tokens and their token (from the server's latest MAX_LIMIT of each); None: the
-    operator, who sees everything.
+    under their tokens and their token (the latest `limit` of their own, filtered in the
+    store's queries); None: the operator, who sees everything.
 
     Never contains a secret: records hold none, and error texts and titles are scrubbed again
     here."""
@@ -217,16 +217,13 @@ async def dashboard_data(
 async def _own(
     store: Store, viewer: str, limit: int
 ) -> tuple[list[LLMCallRecord], list[RunOutcomeRecord], list[ConversationOverview]]:
-    """A person's own calls, runs and conversations, newest first, at most `limit` of each."""
-    tokens = await store.list_access_tokens(include_revoked=True)
-    mine = {t.token_id for t in tokens if t.person == viewer}
-    calls = [c for c in await store.list_recent_llm_calls(MAX_LIMIT) if c.token_id in mine]
-    overviews = await store.list_conversation_overviews(MAX_LIMIT)
-    owned = [o for o in overviews if o.owner_id == viewer]
-    ids = {o.conversation_id for o in owned}
-    runs = await store.list_recent_run_outcomes(MAX_LIMIT)
-    outcomes = [o for o in runs if o.conversation_id in ids]
-    return calls[:limit], outcomes[:limit], owned[:limit]
+    """A person's own calls, runs and conversations, newest first, at most `limit` of each,
+    filtered in the store's queries: however much the others did since, a person sees their
+    own latest `limit`."""
+    calls = await store.list_recent_llm_calls(limit, person=viewer)
+    outcomes = await store.list_recent_run_outcomes(limit, owner=viewer)
+    owned = await store.list_conversation_overviews(limit, owner=viewer)
+    return list(calls), list(outcomes), list(owned)
 
 
 async def dashboard_json(

@@ -56,6 +56,7 @@ _RPC_PATH = re.compile(r"^/?([A-Za-z_][\w.]*\.[A-Za-z_]\w*/[A-Za-z_]\w*)$")
 MAX_RPC_LABELS = 200
 MAX_UNKNOWN_KINDS = 64
 MAX_REMEMBERED_CALLS = 10_000
+JOB_APIS = ("image", "search")  # the `api` of a priced server job's record (runtime/charges.py)
 
 
 def is_summary_call(call_id: str) -> bool:
@@ -247,6 +248,35 @@ class Metrics:
             ["token"],
             registry=r,
         )
+        # The server's priced jobs for a tool call (runtime/charges.py): images made, searches a
+        # priced backend answered. Records of their own (api "image" or "search"), never in
+        # the llm_* series; a person's whole spend is token_cost_usd + token_job_cost_usd.
+        self.job_charges = Counter(
+            f"{PREFIX}_job_charges",
+            "Finished priced server jobs (kind=image|search) by provider, model (the search "
+            "backends tried) and outcome",
+            ["kind", "provider", "model", "outcome"],
+            registry=r,
+        )
+        self.job_cost = Counter(
+            f"{PREFIX}_job_cost_usd",
+            "Cost in USD of priced server jobs (price_per_image, price_per_search)",
+            ["kind", "provider", "model"],
+            registry=r,
+        )
+        self.token_job_charges = Counter(
+            f"{PREFIX}_token_job_charges",
+            "Finished priced server jobs of runs under a person token, by token name and kind",
+            ["token", "kind"],
+            registry=r,
+        )
+        self.token_job_cost = Counter(
+            f"{PREFIX}_token_job_cost_usd",
+            "Cost in USD of priced server jobs of runs under a person token, by token name and "
+            "kind",
+            ["token", "kind"],
+            registry=r,
+        )
 
     def bind_active_runs(self, active_runs: Callable[[], float]) -> None:
         """Read the active-runs gauge from a callback from now on (e.g. the runner's count)."""
@@ -327,6 +357,9 @@ class Metrics:
             if len(self._seen_calls) > MAX_REMEMBERED_CALLS:
                 self._seen_calls.popitem(last=False)
         provider, model = record.provider or "unknown", record.model or "unknown"
+        if record.api in JOB_APIS:
+            self._observe_job(record, outcome, provider, model)
+            return
         self.llm_calls.labels(provider=provider, model=model, outcome=outcome).inc()
         if record.ttft_ms is not None:
             self.llm_ttft.labels(provider=provider, model=model).observe(record.ttft_ms / 1000)
@@ -360,6 +393,16 @@ class Metrics:
             self.compaction_cost.labels(provider=provider, model=model).inc(
                 cost if cost is not None and cost > 0 else 0.0
             )
+
+    def _observe_job(self, record: LLMCallRecord, outcome: str, provider: str, model: str) -> None:
+        kind = record.api
+        cost = record.cost_usd if record.cost_usd is not None and record.cost_usd > 0 else 0.0
+        self.job_charges.labels(kind=kind, provider=provider, model=model, outcome=outcome).inc()
+        self.job_cost.labels(kind=kind, provider=provider, model=model).inc(cost)
+        if record.token_id is not None:
+            token = self.token_name(record.token_id) or "unknown"
+            self.token_job_charges.labels(token=token, kind=kind).inc()
+            self.token_job_cost.labels(token=token, kind=kind).inc(cost)
 
     def observe_compaction(self, summary: CompactionSummary) -> None:
         model = summary.model or "unknown"

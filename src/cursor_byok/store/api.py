@@ -399,7 +399,9 @@ class Store(Protocol):
     ) -> ReservationTotals:
         """Save `record` (a charge in flight, its `reserved_usd` set) in one transaction with
         the check of `reserve` (see Reservation), only when it fits: the totals say whether
-        (`refused_by` None) and what they were."""
+        (`refused_by` None) and what they were. A stored call planned again (a call resumed
+        after a restart) takes the record's later `created_at_ms`: it counts toward the rate
+        of the minute it is sent again."""
         ...
 
     async def get_llm_call(self, call_id: str) -> LLMCallRecord | None: ...
@@ -428,6 +430,13 @@ class Store(Protocol):
         self, parent_conversation_id: str
     ) -> tuple[SubagentLink, ...]: ...
 
+    async def note_clone(self, conversation_id: str, source: str, at_ms: int) -> SaveResult:
+        """NotifyConversationClone's note, append-only: the first note of a conversation wins
+        (another source is `ignored`). Not durable on its own, like `save_run`."""
+        ...
+
+    async def clone_source(self, conversation_id: str) -> str | None: ...
+
     async def save_turn_marks(
         self, conversation_id: str, marks: Sequence[TurnMark], *, unchanged: int = 0
     ) -> None:
@@ -442,7 +451,10 @@ class Store(Protocol):
 
     async def list_turn_marks(self, conversation_id: str) -> tuple[TurnMark, ...]: ...
 
-    async def list_recent_llm_calls(self, limit: int = 50) -> tuple[LLMCallRecord, ...]: ...
+    async def list_recent_llm_calls(
+        self, limit: int = 50, *, person: str | None = None
+    ) -> tuple[LLMCallRecord, ...]:
+        """Newest first; `person`: the calls made under that person's tokens only."""
 
     async def list_price_spans(self, limit: int = 200) -> tuple[PriceSpan, ...]: ...
 
@@ -454,14 +466,16 @@ class Store(Protocol):
         own, like `save_run`."""
         ...
 
-    async def list_recent_run_outcomes(self, limit: int = 50) -> tuple[RunOutcomeRecord, ...]:
-        """Newest first."""
+    async def list_recent_run_outcomes(
+        self, limit: int = 50, *, owner: str | None = None
+    ) -> tuple[RunOutcomeRecord, ...]:
+        """Newest first; `owner`: of that person's conversations only."""
         ...
 
     async def list_conversation_overviews(
-        self, limit: int = 50
+        self, limit: int = 50, *, owner: str | None = None
     ) -> tuple[ConversationOverview, ...]:
-        """The most recently active conversations first (see ConversationOverview)."""
+        """The most recently active first (ConversationOverview); `owner`: that person's only."""
         ...
 
     async def conversation_overview(self, conversation_id: str) -> ConversationOverview | None:

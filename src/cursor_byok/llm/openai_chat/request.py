@@ -35,6 +35,7 @@ import msgspec
 from ..encoded_items import EncodedItems
 from ..prefix_memo import PrefixMemo, fold_history
 from ..settings import ModelSettings, ProviderSettings
+from ..tools_json import ToolsJson
 from ..transforms import HistoryTransform, Target, sanitize_id, strip_surrogates
 from ..types import (
     AssistantMessage,
@@ -254,6 +255,9 @@ def tool_definition(tool: ToolDefinition) -> dict[str, Any]:
     }
 
 
+_tools_json = ToolsJson(tool_definition)
+
+
 def convert_messages(
     messages: Sequence[Message], compat: ChatCompat = GENERIC
 ) -> list[dict[str, Any]]:
@@ -396,7 +400,7 @@ def encode_body(
     if joined:
         parts.append(joined)
     parts += [_encode(m) for m in history.finish()]
-    options = _encode(_options(request, settings, compat, history))  # b'{"stream":true,...}'
+    options = _encode(_options(request, settings, compat, history, raw_tools=True))  # {"stream"
     out = [b'{"model":', _encode(settings.model), b',"messages":[']
     for k, part in enumerate(parts):  # one join: the history's bytes are copied once
         out += (b",", part) if k else (part,)
@@ -423,9 +427,15 @@ def _system(request: RequestMessages, settings: ModelSettings, compat: ChatCompa
 
 
 def _options(
-    request: RequestMessages, settings: ModelSettings, compat: ChatCompat, history: ChatHistory
+    request: RequestMessages,
+    settings: ModelSettings,
+    compat: ChatCompat,
+    history: ChatHistory,
+    *,
+    raw_tools: bool = False,
 ) -> dict[str, Any]:
-    """Every key of the body after `messages`, in wire order (never empty: `stream`)."""
+    """Every key of the body after `messages`, in wire order (never empty: `stream`).
+    `raw_tools`: the tool list as its JSON, encoded once per tools tuple (tools_json.py)."""
     body: dict[str, Any] = {"stream": True, "stream_options": {"include_usage": True}}
     if settings.max_output_tokens is not None:
         body[compat.max_tokens_field] = settings.max_output_tokens
@@ -433,7 +443,8 @@ def _options(
         body["temperature"] = settings.temperature
     body.update(_reasoning_params(settings, compat))
     if request.tools:
-        body["tools"] = [tool_definition(t) for t in request.tools]
+        tools = request.tools
+        body["tools"] = _tools_json(tools) if raw_tools else [tool_definition(t) for t in tools]
     elif compat.empty_tools_for_tool_history and history.tool_history:
         body["tools"] = []
     if settings.cache_key and compat.send_prompt_cache_key:

@@ -50,6 +50,7 @@ from ..api import (
 from ..errors import StoreClosedError
 from ..price_spans import PriceSpan
 from ..sql import Conn, activity, jobs, leases, links, rows, sign_in, tokens
+from .clones import CloneNotes
 from .errors import display_url
 from .pool import Pool
 from .replicas import Holds, Watcher
@@ -63,7 +64,7 @@ def _now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-class PostgresStore(ReplicaSignals):
+class PostgresStore(ReplicaSignals, CloneNotes):
     """The Store protocol over PostgreSQL. Create with `await PostgresStore.open(url)`."""
 
     def __init__(
@@ -320,9 +321,13 @@ class PostgresStore(ReplicaSignals):
             write=False,
         )
 
-    async def list_recent_llm_calls(self, limit: int = 50) -> tuple[LLMCallRecord, ...]:
+    async def list_recent_llm_calls(
+        self, limit: int = 50, *, person: str | None = None
+    ) -> tuple[LLMCallRecord, ...]:
         return await self._run(
-            lambda conn: rows.list_recent_calls(conn, limit), "listing llm calls", write=False
+            lambda conn: activity.recent_calls(conn, limit, person),
+            "listing llm calls",
+            write=False,
         )
 
     async def list_price_spans(self, limit: int = 200) -> tuple[PriceSpan, ...]:
@@ -335,19 +340,19 @@ class PostgresStore(ReplicaSignals):
             lambda conn: rows.list_conversations(conn, limit), "listing conversations", write=False
         )
 
-    async def list_recent_run_outcomes(self, limit: int = 50) -> tuple[RunOutcomeRecord, ...]:
+    async def list_recent_run_outcomes(
+        self, limit: int = 50, *, owner: str | None = None
+    ) -> tuple[RunOutcomeRecord, ...]:
         return await self._run(
-            lambda conn: activity.recent_outcomes(conn, limit), "listing run outcomes", write=False
+            lambda conn: activity.recent_outcomes(conn, limit, owner), "listing runs", write=False
         )
 
     async def list_conversation_overviews(
-        self, limit: int = 50
+        self, limit: int = 50, *, owner: str | None = None
     ) -> tuple[ConversationOverview, ...]:
+        overviews = activity.overviews
         return await self._run(
-            lambda conn: activity.overviews(conn, limit),
-            "listing conversations",
-            write=False,
-            snapshot=True,
+            lambda conn: overviews(conn, limit, owner), "listing chats", write=False, snapshot=True
         )
 
     async def conversation_overview(self, conversation_id: str) -> ConversationOverview | None:

@@ -43,6 +43,23 @@ SELECT conversation_id, MAX(t) AS last FROM (
     SELECT conversation_id, MAX(finished_at_ms) AS t FROM run_outcomes GROUP BY conversation_id
 ) AS activity GROUP BY conversation_id ORDER BY last DESC, conversation_id LIMIT ?
 """
+# The same, of one owner's conversations only (the index conversations_owner): a person's
+# dashboard, whatever the others did since.
+_OWNED_CONVERSATIONS = """
+SELECT conversation_id, MAX(t) AS last FROM (
+    SELECT conversation_id, updated_at_ms AS t FROM conversations WHERE owner_id = ?
+    UNION ALL
+    SELECT o.conversation_id, MAX(o.finished_at_ms) AS t FROM run_outcomes o
+    JOIN conversations c ON c.conversation_id = o.conversation_id
+    WHERE c.owner_id = ? GROUP BY o.conversation_id
+) AS activity GROUP BY conversation_id ORDER BY last DESC, conversation_id LIMIT ?
+"""
+_OWNED = "conversation_id IN (SELECT conversation_id FROM conversations WHERE owner_id = ?)"
+# The calls made under any token of a person (its chain of rotations).
+_PERSONS_TOKENS = (
+    "token_id IN (SELECT token_id FROM access_tokens "
+    "WHERE COALESCE(NULLIF(person_id, ''), token_id) = ?)"
+)
 _FINAL = "('committed', 'failed', 'canceled')"
 _CALL_SUMS = f"""
 SELECT COUNT(*), COUNT(DISTINCT turn_id), SUM(CASE WHEN status = 'failed' THEN 1 ELSE 0 END),
@@ -62,11 +79,25 @@ def save_outcome(conn: Conn, record: RunOutcomeRecord) -> SaveResult:
     return SaveResult(outcome="inserted" if known is None else "updated")
 
 
-def recent_outcomes(conn: Conn, limit: int) -> tuple[RunOutcomeRecord, ...]:
+def recent_outcomes(
+    conn: Conn, limit: int, owner: str | None = None
+) -> tuple[RunOutcomeRecord, ...]:
+    """Newest first; `owner`: of that person's conversations only."""
+    where, args = (f" WHERE {_OWNED}", (owner,)) if owner is not None else ("", ())
     rows = conn.execute(
-        f"{_OUTCOME_SELECT} ORDER BY finished_at_ms DESC, request_id LIMIT ?", (limit,)
+        f"{_OUTCOME_SELECT}{where} ORDER BY finished_at_ms DESC, request_id LIMIT ?",
+        (*args, limit),
     ).fetchall()
     return tuple(_outcome_from_row(r) for r in rows)
+
+
+def recent_calls(conn: Conn, limit: int, person: str | None = None) -> tuple[LLMCallRecord, ...]:
+    """Newest first; `person`: the calls made under that person's tokens only."""
+    where, args = (f" WHERE {_PERSONS_TOKENS}", (person,)) if person is not None else ("", ())
+    rows = conn.execute(
+        f"{CALL_SELECT}{where} ORDER BY created_at_ms DESC, call_id LIMIT ?", (*args, limit)
+    ).fetchall()
+    return tuple(LLMCallRecord(**dict(zip(CALL_FIELDS, r, strict=True))) for r in rows)
 
 
 def conversation_outcomes(
@@ -88,9 +119,13 @@ def conversation_calls(conn: Conn, conversation_id: str, limit: int) -> tuple[LL
     return tuple(LLMCallRecord(**dict(zip(CALL_FIELDS, r, strict=True))) for r in rows)
 
 
-def overviews(conn: Conn, limit: int) -> tuple[ConversationOverview, ...]:
-    """Run inside one read transaction: every sum comes from the same snapshot."""
-    recent = conn.execute(_RECENT_CONVERSATIONS, (limit,)).fetchall()
+def overviews(conn: Conn, limit: int, owner: str | None = None) -> tuple[ConversationOverview, ...]:
+    """Run inside one read transaction: every sum comes from the same snapshot. `owner`: that
+    person's conversations only."""
+    if owner is None:
+        recent = conn.execute(_RECENT_CONVERSATIONS, (limit,)).fetchall()
+    else:
+        recent = conn.execute(_OWNED_CONVERSATIONS, (owner, owner, limit)).fetchall()
     return tuple(_overview(conn, cid, last) for cid, last in recent)
 
 

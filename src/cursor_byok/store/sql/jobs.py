@@ -156,10 +156,20 @@ def commit_input(
 def reserve_call(
     conn: Conn, path: str, record: LLMCallRecord, reserve: Reservation
 ) -> ReservationTotals:
-    """Store.reserve_llm_call: the record saved only when `reserve` fits."""
-    totals = reservation_totals(conn, reserve, ())
-    if totals.refused_by is None:
-        upsert_call(conn, path, record)
+    """Store.reserve_llm_call: the record saved only when `reserve` fits. A call planned again
+    (resumed after a restart) counts from then: its `created_at_ms` moves to the record's.
+    Its earlier row counts as it stands once finished (what its attempt cost, its place in
+    the minute's rate), never its earlier reservation: this one replaces it."""
+    stored = get_call(conn, record.call_id)
+    totals = reservation_totals(conn, reserve, () if stored is None else (stored,))
+    if totals.refused_by is not None:
+        return totals
+    upsert_call(conn, path, record)
+    if stored is not None and stored.created_at_ms < record.created_at_ms:
+        conn.execute(
+            "UPDATE llm_calls SET created_at_ms = ? WHERE call_id = ? AND created_at_ms < ?",
+            (record.created_at_ms, record.call_id, record.created_at_ms),
+        )
     return totals
 
 

@@ -1,4 +1,5 @@
-"""The SQL of the subagent links (migration 0007): parent Task call → child conversation."""
+"""The SQL of the links between conversations: subagent links (migration 0008, parent Task
+call → child conversation) and clone notes (0017, a cloned conversation → its source)."""
 
 from __future__ import annotations
 
@@ -64,3 +65,31 @@ def list_links(conn: Conn, parent_conversation_id: str) -> tuple[SubagentLink, .
         (parent_conversation_id,),
     ).fetchall()
     return tuple(_link(r) for r in rows)
+
+
+def note_clone(
+    conn: Conn, conversation_id: str, source_conversation_id: str, at_ms: int
+) -> SaveResult:
+    """NotifyConversationClone's note (migration 0017): the first note of a conversation wins."""
+    row = conn.execute(
+        "SELECT source_conversation_id FROM clone_notes WHERE conversation_id = ?",
+        (conversation_id,),
+    ).fetchone()
+    if row is not None:
+        if row[0] == source_conversation_id:
+            return SaveResult(outcome="unchanged")
+        return SaveResult(outcome="ignored", reason="that conversation was noted as a clone")
+    conn.execute(
+        "INSERT INTO clone_notes (conversation_id, source_conversation_id, created_at_ms) "
+        "VALUES (?, ?, ?) ON CONFLICT (conversation_id) DO NOTHING",
+        (conversation_id, source_conversation_id, at_ms),
+    )
+    return SaveResult(outcome="inserted")
+
+
+def clone_source(conn: Conn, conversation_id: str) -> str | None:
+    row = conn.execute(
+        "SELECT source_conversation_id FROM clone_notes WHERE conversation_id = ?",
+        (conversation_id,),
+    ).fetchone()
+    return str(row[0]) if row is not None else None

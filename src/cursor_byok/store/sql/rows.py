@@ -119,13 +119,6 @@ def get_call(conn: Conn, call_id: str) -> LLMCallRecord | None:
     return None if row is None else _call_from_row(row)
 
 
-def list_recent_calls(conn: Conn, limit: int) -> tuple[LLMCallRecord, ...]:
-    rows = conn.execute(
-        f"{CALL_SELECT} ORDER BY created_at_ms DESC, call_id LIMIT ?", (limit,)
-    ).fetchall()
-    return tuple(_call_from_row(r) for r in rows)
-
-
 def get_operation(conn: Conn, operation_id: str) -> ClientOperationRecord | None:
     row = conn.execute(f"{OP_SELECT} WHERE operation_id = ?", (operation_id,)).fetchone()
     if row is None:

@@ -183,9 +183,11 @@ class SQLiteStore:
             f"reading client operation {operation_id!r}",
         )
 
-    async def list_recent_llm_calls(self, limit: int = 50) -> tuple[LLMCallRecord, ...]:
+    async def list_recent_llm_calls(
+        self, limit: int = 50, *, person: str | None = None
+    ) -> tuple[LLMCallRecord, ...]:
         return await self._read(
-            lambda conn: rows.list_recent_calls(conn, limit), "listing llm calls"
+            lambda conn: activity.recent_calls(conn, limit, person), "listing llm calls"
         )
 
     async def list_price_spans(self, limit: int = 200) -> tuple[PriceSpan, ...]:
@@ -196,16 +198,20 @@ class SQLiteStore:
             lambda conn: rows.list_conversations(conn, limit), "listing conversations"
         )
 
-    async def list_recent_run_outcomes(self, limit: int = 50) -> tuple[RunOutcomeRecord, ...]:
+    async def list_recent_run_outcomes(
+        self, limit: int = 50, *, owner: str | None = None
+    ) -> tuple[RunOutcomeRecord, ...]:
         return await self._read(
-            lambda conn: activity.recent_outcomes(conn, limit), "listing run outcomes"
+            lambda conn: activity.recent_outcomes(conn, limit, owner), "listing run outcomes"
         )
 
     async def list_conversation_overviews(
-        self, limit: int = 50
+        self, limit: int = 50, *, owner: str | None = None
     ) -> tuple[ConversationOverview, ...]:
         return await self._read(
-            lambda conn: activity.overviews(conn, limit), "listing conversations", snapshot=True
+            lambda conn: activity.overviews(conn, limit, owner),
+            "listing conversations",
+            snapshot=True,
         )
 
     async def conversation_overview(self, conversation_id: str) -> ConversationOverview | None:
@@ -256,6 +262,19 @@ class SQLiteStore:
         return await self._read(
             lambda conn: links.list_links(conn, parent_conversation_id),
             f"listing the helpers of {parent_conversation_id!r}",
+        )
+
+    async def note_clone(self, conversation_id: str, source: str, at_ms: int) -> SaveResult:
+        return await self._write(
+            lambda conn: links.note_clone(conn, conversation_id, source, at_ms),
+            f"noting {conversation_id!r} as a clone",
+            durable=False,
+        )
+
+    async def clone_source(self, conversation_id: str) -> str | None:
+        return await self._read(
+            lambda conn: links.clone_source(conn, conversation_id),
+            f"reading the clone note of {conversation_id!r}",
         )
 
     async def list_turn_marks(self, conversation_id: str) -> tuple[TurnMark, ...]:

@@ -167,7 +167,7 @@ def token_details(meter: Meter) -> agent_pb2.ConversationTokenDetails:
     used, window = _u32(meter.used_tokens), _u32(meter.max_tokens)
     categories = [
         agent_pb2.PromptTokenBreakdownCategory(
-            id=c.category.value,
+            id=str(c.category),
             label=c.label,
             estimated_tokens=_u32(c.tokens),
             character_count=_u32(c.chars),

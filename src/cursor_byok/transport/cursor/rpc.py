@@ -110,7 +110,7 @@ def available_models(
                 default_on=True,
                 supports_agent=True,
                 supports_thinking=m.settings.reasoning,
-                supports_images=m.vision,
+                supports_images=m.takes_images,
                 supports_max_mode=False,
                 supports_non_max_mode=True,
                 supports_plan_mode=True,

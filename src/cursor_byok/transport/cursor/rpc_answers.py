@@ -118,14 +118,14 @@ _SUBMITTED = aiserver_pb2.SubmitLogsResponse(success=True)
 _NO_WINDOW_EXPERIMENT = aiserver_pb2.GetFirstWindowStatsigDecisionResponse(reason="no statsig")
 
 
-def conversation_clone(
+async def conversation_clone(
     req: agent_pb2.NotifyConversationCloneRequest, ctx: UnaryContext
 ) -> agent_pb2.NotifyConversationCloneResponse:
-    """A chat forked in the IDE: noted, so the clone's first run starts with the source's
-    history (docs/dialect.md "Forks")."""
+    """A chat forked in the IDE: noted in the store, so the clone's first run, on any process
+    or replica, starts with the source's history (docs/dialect.md "Forks")."""
     backend = ctx.settings.backend
     if backend is not None:
-        backend.conversation_cloned(req.conversation_id, req.source_conversation_id)
+        await backend.conversation_cloned(req.conversation_id, req.source_conversation_id)
     return agent_pb2.NotifyConversationCloneResponse()
 
 

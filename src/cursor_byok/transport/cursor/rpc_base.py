@@ -52,9 +52,9 @@ class RpcBackend(Protocol):
         text rule answers then)."""
         ...
 
-    def conversation_cloned(self, conversation_id: str, source_conversation_id: str) -> None:
-        """The IDE cloned a conversation (NotifyConversationClone): its first run starts
-        with the source's history (transport/runtime/forks.py)."""
+    async def conversation_cloned(self, conversation_id: str, source_conversation_id: str) -> None:
+        """The IDE cloned a conversation (NotifyConversationClone): noted in the store, its
+        first run starts with the source's history (transport/runtime/forks.py)."""
         ...
 
 

@@ -13,8 +13,10 @@ replica, takes effect at the next call) and checks, in this order:
 4. the monthly budget and the rate: a call the loop plans with a commit (a new call, a
    fallback, a summary call) reserves an upper bound of its cost in that commit, and counts
    toward the rate there (reservations.py: one atomic step in the store, across processes and
-   replicas; spent is `resource_exhausted`). A call resumed from the store (ResendLLM), which
-   commits nothing, is checked against the spend read from the store instead.
+   replicas; spent is `resource_exhausted`). A call resumed from the store (ResendLLM, or a
+   resumed run's summary call), which commits nothing, reserves the same way in the write
+   that plans it again (`Store.reserve_llm_call`, ModelCalls.resend), and counts toward the
+   rate from then; a refusal there reaches the loop as the same admission input.
 
 A call already sent finishes: nothing here stops a stream. A run without a token (the
 server's own `auth_token`, or a loopback server without tokens) has no limits.
@@ -27,13 +29,11 @@ same input (`Admissions.refused`).
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
 
 from ...llm.model_names import ModelNames, Resolved, Via
-from ...llm.models import Model, usd
+from ...llm.models import Model
 from ...llm.stream import PreparedRequest
 from ...loop import ADMITTED, Admission, CallLLM, CallRefused, Command, Limit, ResendLLM, Summarize
 from ...store.api import AccessTokenRecord, Reservation, ReservationTotals, Store
@@ -66,7 +66,6 @@ class TokenLimits:
         self._store = store
         self._names = names
         self._now_ms = now_ms
-        self._recent: dict[str, deque[int]] = {}  # token id -> times of admitted calls
 
     def now_ms(self) -> int:
         return self._now_ms()
@@ -92,46 +91,6 @@ class TokenLimits:
         if record.budget_usd is not None and model.prices is None:
             return _unpriced(record, model), record
         return None, record
-
-    async def admit(self, token_id: str, model: Model, *, scoped: bool = True) -> Refusal | None:
-        """None when a call that commits nothing (one resumed from the store) may go; else
-        which limit refuses it. The checks of `screen`, then the spend read from the store
-        against the budget and this process's count of the last minute's calls."""
-        refusal, record = await self.screen(token_id, model, scoped=scoped)
-        if refusal is not None or record is None:
-            return refusal
-        now = self._now_ms()
-        if record.budget_usd is not None:
-            refusal = await self._budget(record, record.budget_usd, model, now)
-            if refusal is not None:
-                return refusal
-        if record.rpm is not None:
-            recent = self._recent.setdefault(record.token_id, deque())
-            while recent and recent[0] <= now - RATE_WINDOW_MS:
-                recent.popleft()
-            if len(recent) >= record.rpm:
-                wait_s = max(1, -(-(recent[0] + RATE_WINDOW_MS - now) // 1000))
-                return Refusal(
-                    Limit.RATE,
-                    f"token {record.name!r} is over its rate limit of {record.rpm} model "
-                    f"calls per minute; try again in {wait_s} s",
-                )
-            recent.append(now)
-        return None
-
-    async def _budget(
-        self, record: AccessTokenRecord, budget: float, model: Model, now: int
-    ) -> Refusal | None:
-        start, end, month = month_window(now)
-        spent = await self._store.token_spend(record.token_id, start, end)
-        if spent < budget:
-            return None
-        renews = datetime.fromtimestamp(end / 1000, tz=UTC)
-        return Refusal(
-            Limit.BUDGET,
-            f"token {record.name!r} has spent its monthly budget: {usd(spent)} of "
-            f"{usd(budget)} in {month} (UTC); it renews on {renews:%Y-%m-%d}",
-        )
 
 
 async def person_of(store: Store, token_id: str | None) -> str | None:
@@ -187,10 +146,7 @@ class Admissions:
             return ADMITTED
         model = self._model_of(command)
         scoped = model.id == self._model.id
-        if isinstance(command, ResendLLM):
-            refusal = await self._limits.admit(self.token_id, model, scoped=scoped)
-        else:
-            refusal, self._record = await self._limits.screen(self.token_id, model, scoped=scoped)
+        refusal, self._record = await self._limits.screen(self.token_id, model, scoped=scoped)
         if refusal is not None:
             return CallRefused(
                 call_id=command.call_id, limit=refusal.limit, message=refusal.message
@@ -204,16 +160,28 @@ class Admissions:
         named = self._models.get(command.model) if command.model else None
         return named or self._model
 
+    def now_ms(self) -> int:
+        return self._limits.now_ms()
+
     def reservation(self, command: Command, prepared: PreparedRequest | None) -> Reservation | None:
         """What the commit planning `command` (a model or summary call) reserves of the
-        token's budget and rate; None for a run without a token, or a token without either."""
-        if self._record is None or prepared is None or not isinstance(command, CallLLM | Summarize):
+        token's budget and rate, or what planning a call resumed from the store again
+        reserves (ModelCalls.resend); None for a run without a token, or a token without
+        either."""
+        if self._record is None or prepared is None:
+            return None
+        if not isinstance(command, CallLLM | ResendLLM | Summarize):
             return None
         model = self._model_of(command)
-        return reservation(self._record, model, prepared, self._limits.now_ms())
+        # A summary's or a description's own bound; a resent call reserves its model's (more).
+        bound = 0 if isinstance(command, ResendLLM) else command.max_output_tokens
+        return reservation(self._record, model, prepared, self._limits.now_ms(), bound)
 
     def refused(
-        self, command: CallLLM | Summarize, reserve: Reservation, totals: ReservationTotals
+        self,
+        command: CallLLM | ResendLLM | Summarize,
+        reserve: Reservation,
+        totals: ReservationTotals,
     ) -> CallRefused:
         """The admission input for a call whose reservation the store refused."""
         assert self._record is not None

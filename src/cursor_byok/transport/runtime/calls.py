@@ -32,7 +32,7 @@ from ...llm.settings import ModelSettings, with_effort
 from ...llm.stream import LLM, PreparedRequest, ResponseStream, StreamProgress
 from ...llm.types import Usage
 from ...loop import CallEnd, CallLLM, CallOutcome, ResendLLM
-from ...store.api import LLMCallRecord, Store
+from ...store.api import LLMCallRecord, Reservation, ReservationTotals, Store
 from . import records
 from .request_bases import RequestBases
 from .stored_request import StoredRequestError, encode_request, load_request
@@ -48,8 +48,8 @@ class CallNotResendable(Exception):
 
 
 class UnknownFallback(CallNotResendable):
-    """A call for a model this server no longer serves (a fallback named by a configuration
-    that changed since the call was made)."""
+    """A call for a model this server no longer serves (a fallback or vision model named by
+    a configuration that changed since the call was made)."""
 
 
 @dataclass(slots=True)
@@ -114,12 +114,12 @@ class ModelCalls:
         return Target(model, llm, settings)
 
     def _target(self, model_id: str) -> Target:
-        """The run's own model for "", else the fallback model `model_id`."""
+        """The run's own model for "", else the model `model_id` (a fallback, a vision model)."""
         if not model_id or model_id == self.model.id:
             return self._own
         model = self._models.get(model_id)
         if model is None or self._llm_for is None:
-            raise UnknownFallback(f"the fallback model {model_id!r} is not served any more")
+            raise UnknownFallback(f"the model {model_id!r} is not served any more")
         return self._target_of(model, self._llm_for(model))
 
     def target(self, call_id: str) -> Target:
@@ -127,8 +127,9 @@ class ModelCalls:
         return self._targets.get(call_id, self._own)
 
     def prepare(self, command: CallLLM, *, max_output_tokens: int = 0) -> PreparedRequest:
-        """The call's request bytes; `max_output_tokens` (a summary's bound the loop planned)
-        lowers the model's own answer bound for this call only."""
+        """The call's request bytes; `max_output_tokens` (a summary's bound the loop planned,
+        else the call's own) lowers the model's own answer bound for this call only."""
+        max_output_tokens = max_output_tokens or command.max_output_tokens
         target = self._target(command.model)
         if target is not self._own:
             self._targets[command.call_id] = target
@@ -275,10 +276,18 @@ class ModelCalls:
 
         stream.deliver(sink)
 
-    async def resend(self, command: ResendLLM) -> None:
-        """Stream a call again from its stored request (a resumed turn)."""
+    async def resend(
+        self,
+        command: ResendLLM,
+        reserve_of: Callable[[PreparedRequest], Reservation | None] | None = None,
+        now_ms: int = 0,
+    ) -> tuple[Reservation, ReservationTotals] | None:
+        """Stream a call again from its stored request (a resumed turn). `reserve_of`: what
+        planning it again reserves of its token's limits (access.Admissions), taken with its
+        record in one step of the store, as a new call's commit does; when that does not fit,
+        the call is not sent and the reservation and the store's totals come back."""
         if command.call_id in self._streams:
-            return
+            return None
         target = self._target(command.model)
         if target is not self._own:
             self._targets[command.call_id] = target
@@ -293,13 +302,29 @@ class ModelCalls:
         # that died) keeps its usage in the record, and this attempt's is added at its end.
         self._prior[command.call_id] = records.prior_usage(record)
         self._aborted.pop(command.call_id, None)
-        if record.status != "planned" or record.process_id != self.owner:
+        reserve = reserve_of(prepared) if reserve_of is not None else None
+        if reserve is not None:
+            stored = record
+            record = msgspec.structs.replace(
+                record,
+                status="planned",
+                process_id=self.owner,
+                finished_at_ms=None,
+                created_at_ms=max(now_ms, record.created_at_ms),
+                reserved_usd=reserve.amount_usd if reserve.budget_usd is not None else None,
+            )
+            totals = await self.store.reserve_llm_call(record, reserve)
+            if totals.refused_by is not None:
+                self._records[command.call_id] = stored  # finished by the loop's refusal
+                return reserve, totals
+        elif record.status != "planned" or record.process_id != self.owner:
             record = msgspec.structs.replace(
                 record, status="planned", process_id=self.owner, finished_at_ms=None
             )
             await self.store.save_llm_call(record)
         self._records[command.call_id] = record
         self.open(command.call_id, prepared)
+        return None
 
     async def recall(self, call_id: str) -> None:
         """Read call `call_id`'s record from the store, for `finished` (a call resumed from

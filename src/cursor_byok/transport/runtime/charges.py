@@ -68,15 +68,16 @@ class JobCharges:
         outcome = await self._run_job(job)
         cost = self._prices.cost(job, outcome) if self._prices is not None else 0.0
         failed = isinstance(outcome, JobFailed)
-        await store.save_llm_call(
-            msgspec.structs.replace(
-                planned,
-                status="failed" if failed else "committed",
-                cost_usd=cost,
-                error=outcome.message if isinstance(outcome, JobFailed) else None,
-                finished_at_ms=self._services.now_ms(),
-            )
+        finished = msgspec.structs.replace(
+            planned,
+            status="failed" if failed else "committed",
+            cost_usd=cost,
+            error=outcome.message if isinstance(outcome, JobFailed) else None,
+            finished_at_ms=self._services.now_ms(),
         )
+        await store.save_llm_call(finished)
+        if self._services.on_llm_call is not None:  # /metrics' job counters
+            self._services.on_llm_call(finished)
         return outcome
 
     def _record(

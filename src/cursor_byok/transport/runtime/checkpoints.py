@@ -8,7 +8,10 @@ and the loop gets `Rewind(turns=k)`. A checkpoint goes out after each model call
 the history (the loop's `Transition.checkpoint`, with the calls still unanswered) and at the
 end of each turn; its meter is the one of the state's last model call (`meter_basis`), no pass
 over the history. The marks the client was told at the end of a turn are also saved to the
-store (a record of what was published); nothing reads them back to decide.
+store (a record of what was published). They are read back for two things, none a decision: a
+turn whose end is the one recorded keeps the id it was published with (an earlier blob
+format), and a state stored before the loop kept its marks hands them to the loop
+(`TurnMarksFound`), which rebuilds its marks from them.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
-from ...loop import ConversationState, Span
+from ...loop import ConversationState, Span, TurnMarksFound, wants_turn_marks
 from ...loop import view as views
 from ...loop.derived import plans_in_view, turn_ends
 from ...loop.meter import meter_of_state
@@ -59,7 +62,7 @@ class Checkpoints:
         window: int,
     ) -> None:
         self.conversation_id = conversation_id
-        self.window = window  # the model's context window: the meter's max_tokens
+        self.window = window  # the configured window: the meter's for a state without a budget
         self.store = store
         self.states = states
         self.requests = requests
@@ -67,6 +70,8 @@ class Checkpoints:
         self._background = background
         self._saved: list[TurnMark] | None = None  # the store's marks; None: not read yet
         self._turn_ids: TurnIds | None = None
+        # The store's marks by turn: (end view, the blob id it was published with).
+        self._recorded: dict[int, tuple[tuple[Span, ...], bytes]] | None = None
         # The client's helper fields of its last checkpoint: published back unchanged.
         self.carried = b""
 
@@ -75,13 +80,35 @@ class Checkpoints:
         self._saved = []
 
     def published(self, state: ConversationState) -> tuple[list[bytes], bytes]:
-        """Every turn's blob id, in order, and the last turn's blob (b"" with no turns). The
-        ids of unchanged turns come from the conversation's memo (turn_ids.py)."""
+        """Every turn's blob id, in order, and the last turn's blob (b"" with no turns, or
+        when the last turn keeps an id the client holds already). A turn made in another
+        conversation (a fork's first turns) has that one's blob; a turn the store recorded as
+        published with the same end keeps the id it was published with (a blob of an earlier
+        format, for a conversation stored before the loop's marks: the client's checkpoints
+        of those turns name it). The ids of unchanged turns come from the conversation's
+        memo (turn_ids.py)."""
         cid = self.conversation_id
-        memo = turn_ids(cid, turn_ends(state), self.states.turn_ids(cid) or self._turn_ids)
+        made_in = tuple(mark.conversation or cid for mark in state.turn_starts)
+        memo = turn_ids(made_in, turn_ends(state), self.states.turn_ids(cid) or self._turn_ids)
         self._turn_ids = memo  # kept by the run too: the cache may have dropped the entry
         self.states.set_turn_ids(cid, memo)
-        return list(memo.ids), memo.last_blob
+        ids, blob = list(memo.ids), memo.last_blob
+        for k, (end, digest) in (self._recorded or {}).items():
+            if k <= len(ids) and digest != ids[k - 1] and memo.ends[k - 1] == end:
+                ids[k - 1] = digest  # published before the marks: the client holds that id
+                if k == len(ids):
+                    blob = b""
+        return ids, blob
+
+    async def marks_found(self, state: ConversationState, version: int) -> TurnMarksFound | None:
+        """Read the store's record of the published turns (once per run, before the client's
+        checkpoint is compared with ours); for a state stored before the loop kept its marks
+        (the loop says which), the input that hands the loop their ends, in turn order."""
+        await self._saved_marks(version)
+        if not wants_turn_marks(state):
+            return None
+        recorded = self._recorded or {}
+        return TurnMarksFound(ends=tuple(recorded[k][0] for k in sorted(recorded)))
 
     # -- a later run's checkpoint -------------------------------------------------------------
 
@@ -116,7 +143,7 @@ class Checkpoints:
         await self._saved_marks(version)
         ids, blob = self.published(state)
         if not blob:
-            return PendingBlob(ids, (), 0, None)
+            return PendingBlob(ids, turn_ends(state), 0, None)
         kv_id, reply = self.requests.store_blob(blob)
         return PendingBlob(ids, turn_ends(state), kv_id, reply)
 
@@ -159,9 +186,13 @@ class Checkpoints:
             ]
         )
         self._saved = marks
+        self._recorded = {
+            m.turn: (end, m.blob_id) for m, end in zip(marks, pending.ends, strict=True)
+        }
         self.states.set_turn_marks(self.conversation_id, version, marks)
         # The turn ends without waiting for the write: the marks only record what was
-        # published (the next run's turns come from the loop's state).
+        # published (the next run's turns come from the loop's state; their ids, for the
+        # turns whose end is the one recorded, from here).
         self._background(
             self.store.save_turn_marks(self.conversation_id, marks, unchanged=unchanged),
             "turn marks",
@@ -174,6 +205,11 @@ class Checkpoints:
                 marks = list(await self.store.list_turn_marks(self.conversation_id))
                 self.states.set_turn_marks(self.conversation_id, version, marks)
             self._saved = marks
+        if self._recorded is None:
+            self._recorded = {
+                m.turn: (records.decode_view(m.view, m.message_count), m.blob_id)
+                for m in self._saved
+            }
         return list(self._saved)
 
     def _send(

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
+from functools import partial
 from typing import assert_never
 
 from ...llm.stream import PreparedRequest
@@ -17,6 +18,7 @@ from ...loop import (
     CallLLM,
     Canceled,
     ContinueLLM,
+    DefinitionsRead,
     Failed,
     Final,
     FindHelper,
@@ -26,6 +28,7 @@ from ...loop import (
     Transition,
     WaitInput,
 )
+from ...store.api import Reservation, ReservationTotals
 from ..connect.channel import RunChannel
 from ..cursor import Ending, canceled_end, summary_started, text_delta, turn_ended
 from .checkpoints import PendingBlob
@@ -84,10 +87,21 @@ class Commands:
                 parts.calls.open(call_id, prepared or parts.calls.prepare(command))
             case ResendLLM(call_id=call_id):
                 self.publisher.encoder(call_id)
-                await parts.calls.resend(command)
+                refused = await parts.calls.resend(
+                    command,
+                    partial(parts.admissions.reservation, command),
+                    parts.admissions.now_ms(),
+                )
+                self._refused(parts, command, refused)
             case Summarize():
                 self.channel.send(summary_started())
-                await parts.summaries.start(command, prepared)
+                refused = await parts.summaries.start(
+                    command,
+                    prepared,
+                    partial(parts.admissions.reservation, command),
+                    parts.admissions.now_ms(),
+                )
+                self._refused(parts, command, refused)
             case CallClient():
                 self._call_client(parts, command)
             case CallClients(calls=calls):  # every call of the response at once
@@ -132,6 +146,18 @@ class Commands:
             case _:
                 assert_never(command)
 
+    def _refused(
+        self,
+        parts: RunParts,
+        command: ResendLLM | Summarize,
+        refused: tuple[Reservation, ReservationTotals] | None,
+    ) -> None:
+        """A call sent again from its stored request whose reservation the store refused:
+        the loop hears it as the call's admission input, and decides."""
+        if refused is not None:
+            answer = parts.admissions.refused(command, *refused)
+            self.inbox.put_nowait(Work(answer, f"{command.call_id}:refused"))
+
     def _call_client(self, parts: RunParts, command: CallClient) -> None:
         """Send a tool call to the client (unless it is there already)."""
         op = command.operation_id
@@ -160,7 +186,11 @@ class Commands:
         input_id = f"{parts.conv.state.committed.turn_id}:definitions"
 
         async def read() -> None:
-            answer = await read_definitions(command, self.requests)
+            try:
+                answer = await read_definitions(command, self.requests)
+            except Exception as exc:  # the loop gets an answer: every file a failed read
+                log.warning("the MCP definition files could not be read: %s", exc)
+                answer = DefinitionsRead(files=())
             self.inbox.put_nowait(Work(answer, input_id))
 
         self._reads = asyncio.create_task(read(), name=f"definitions {input_id}")
@@ -179,6 +209,12 @@ class Commands:
         if pending is None:
             pending = await checkpoints.send_blob(conv.state.committed, conv.version)
         await checkpoints.publish(pending, conv.state.committed, conv.version)
+
+    def close(self) -> None:
+        """The run is over: its pending blob is dropped and a read under way stops."""
+        self.drop_pending_blob()
+        if self._reads is not None:
+            self._reads.cancel()
 
     def drop_pending_blob(self) -> None:
         pending, self._pending_blob = self._pending_blob, None

@@ -7,8 +7,12 @@ The IDE forks two ways, and both end here for a conversation new to this server:
   last blob (ours: `checkpoint.turn_blob`, it names its conversation and turn) says where the
   fork starts, and the source's turn mark for that blob gives its active history then (a fork
   from an earlier turn gets that turn's history, a compaction epoch included);
-- `AgentService/NotifyConversationClone` (`Clones`, noted per process): the source's current
-  active history, when the run request names no blob of ours.
+- `AgentService/NotifyConversationClone` (noted in the store, `Store.note_clone`, so any
+  process or replica finds it): the source's current active history, when the run request
+  names no blob of ours.
+
+The loop opens the fork from the source's committed state (`ForkOf` on the Start,
+loop/forks.py): the source's turns up to the fork point become the fork's first turns.
 
 Blobs the request carries in `pre_fetched_blobs` are taken into the server's blob cache first
 (each checked against its id), so history that arrives only there is read without asking.
@@ -17,11 +21,10 @@ Blobs the request carries in `pre_fetched_blobs` are taken into the server's blo
 from __future__ import annotations
 
 import logging
-from collections import OrderedDict
 from dataclasses import dataclass
 
 from ...llm.types import Message
-from ...loop import view as views
+from ...loop import ForkOf
 from ...store.api import Store
 from ..cursor import RunRequest, history_from_root_prompt_blobs, read_turn_blob
 from . import records
@@ -32,36 +35,14 @@ from .requests import ClientRequests
 
 log = logging.getLogger("cursor_byok.runtime")
 
-# Clone notices kept per process (new conversation id → source), oldest dropped first.
-MAX_CLONES = 10_000
-
-
-class Clones:
-    """NotifyConversationClone's notices: which conversation a new one was cloned from."""
-
-    def __init__(self, limit: int = MAX_CLONES) -> None:
-        self._limit = limit
-        self._sources: OrderedDict[str, str] = OrderedDict()
-
-    def note(self, conversation_id: str, source_conversation_id: str) -> None:
-        if not conversation_id or not source_conversation_id:
-            return
-        if conversation_id == source_conversation_id:
-            return
-        self._sources[conversation_id] = source_conversation_id
-        self._sources.move_to_end(conversation_id)
-        while len(self._sources) > self._limit:
-            self._sources.popitem(last=False)
-
-    def source_of(self, conversation_id: str) -> str | None:
-        return self._sources.get(conversation_id)
-
 
 @dataclass(frozen=True, slots=True)
-class Fork:
-    source_conversation_id: str
-    turn: int  # the source's turn the fork starts after (0: its latest state)
-    messages: tuple[Message, ...]
+class NewHistory:
+    """What a conversation new to this server opens with: the client's history, or a fork of
+    one of ours (then `messages` is empty)."""
+
+    messages: tuple[Message, ...] = ()
+    fork: ForkOf | None = None
 
 
 def take_pre_fetched(request: RunRequest, cache: BlobCache) -> None:
@@ -82,16 +63,15 @@ async def history_of_new(
     store: Store,
     requests: ClientRequests,
     cache: BlobCache,
-    clones: Clones,
     person: str | None = None,
-) -> tuple[Message, ...]:
+) -> NewHistory:
     """The history a conversation new to this server starts with: its inline history, else a
     fork's (the source's, when the source is ours), else the client's root-prompt blobs. The
     checkpoint's last turn blob and the root-prompt blobs are asked for in one round trip. A
     fork of another person's conversation (`person`: the run's; None: the operator) raises
     NotYours: a token copies only its own person's history."""
     if request.inline_history:
-        return request.inline_history
+        return NewHistory(request.inline_history)
     turns = request.history.turn_blob_ids
     roots = request.history.root_prompt_blob_ids
     asked = [turns[-1], *roots] if turns else list(roots)
@@ -103,20 +83,20 @@ async def history_of_new(
         if named is not None and named[0] == request.conversation_id:
             named = None
     if named is None:
-        noted = clones.source_of(request.conversation_id)
+        noted = await store.clone_source(request.conversation_id)
         named = (noted, 0) if noted is not None else None
     if named is not None:
         fork = await forked_history(request, store, named, person)
         if fork is not None:
-            return fork.messages
-    return history_from_root_prompt_blobs([data for data in fetched if data is not None])
+            return NewHistory(fork=fork)
+    return NewHistory(history_from_root_prompt_blobs([d for d in fetched if d is not None]))
 
 
 async def forked_history(
     request: RunRequest, store: Store, source: tuple[str, int], person: str | None = None
-) -> Fork | None:
-    """The history of the conversation `source` names (at its turn, 0: its latest), when
-    this server holds it and it is `person`'s (None: the operator, whose every one is)."""
+) -> ForkOf | None:
+    """The fork of the conversation `source` names (at its turn, 0: its latest), when this
+    server holds it and it is `person`'s (None: the operator, whose every one is)."""
     source_id, turn = source
     record = await store.load(source_id)
     if record is not None and person is not None and record.owner_id != person:
@@ -129,7 +109,7 @@ async def forked_history(
         )
         return None
     state = records.decode_state(record.state, record.messages)
-    messages = state.messages
+    fork = ForkOf(source=state)
     if turn:
         last = request.history.turn_blob_ids[-1]
         marks = await store.list_turn_marks(source_id)
@@ -145,12 +125,11 @@ async def forked_history(
             turn = 0
         else:
             view = records.decode_view(mark.view, mark.message_count)
-            messages = views.materialize(view, state.log)
+            fork = ForkOf(source=state, turns=mark.turn, view=view)
     log.info(
-        "conversation %s is a fork of %s (turn %s): it starts with %d messages",
+        "conversation %s is a fork of %s (turn %s)",
         request.conversation_id,
         source_id,
         turn or "latest",
-        len(messages),
     )
-    return Fork(source_conversation_id=source_id, turn=turn, messages=messages)
+    return fork

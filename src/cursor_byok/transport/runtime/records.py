@@ -170,7 +170,7 @@ def planned_call(
         model=prepared.model,
         api=model.provider.api,
         catalogue_version=command.catalogue_version or None,
-        prompt_breakdown=_planned_breakdown(command.prompt, model.context_window),
+        prompt_breakdown=_planned_breakdown(command.prompt, command.window or model.context_window),
         process_id=process_id,
         prices=encode_prices(model.prices),
     )

@@ -36,29 +36,39 @@ def month_window(now_ms: int) -> tuple[int, int, str]:
     return int(start.timestamp() * 1000), int(end.timestamp() * 1000), f"{now:%Y-%m}"
 
 
-def call_bound_usd(model: Model, prepared: PreparedRequest) -> float:
-    """The most the request `prepared` can cost on `model` (0 for a model without prices)."""
+def call_bound_usd(model: Model, prepared: PreparedRequest, bound: int = 0) -> float:
+    """The most the request `prepared` can cost on `model` (0 for a model without prices);
+    `bound`: the call's own answer bound when the loop set one below the model's (a
+    summary's, an image's description), else 0."""
     prices = model.prices
     if prices is None:
         return 0.0
     window = max(model.context_window, 1)
     input_tokens = min(-(-len(prepared.body) // BYTES_PER_TOKEN), window)
     output_tokens = model.settings.max_output_tokens or window
+    if 0 < bound < output_tokens:
+        output_tokens = bound
     per_input = max(prices.input, prices.cache_read, prices.cache_write)
     return (input_tokens * per_input + output_tokens * prices.output) / 1_000_000
 
 
 def reservation(
-    record: AccessTokenRecord, model: Model, prepared: PreparedRequest, now_ms: int
+    record: AccessTokenRecord,
+    model: Model,
+    prepared: PreparedRequest,
+    now_ms: int,
+    bound: int = 0,
 ) -> Reservation | None:
     """What the commit planning a call of `record`'s person asks of its limits (None: the
-    token has neither a budget nor a rate)."""
+    token has neither a budget nor a rate); `bound`: the call's own answer bound (0: none)."""
     if record.budget_usd is None and record.rpm is None:
         return None
     start, end, _ = month_window(now_ms)
     return Reservation(
         token_id=record.token_id,
-        amount_usd=call_bound_usd(model, prepared) if record.budget_usd is not None else 0.0,
+        amount_usd=(
+            call_bound_usd(model, prepared, bound) if record.budget_usd is not None else 0.0
+        ),
         budget_usd=record.budget_usd,
         since_ms=start,
         until_ms=max(end, now_ms + 1),

@@ -214,7 +214,7 @@ class Run:
         self._route.close()
         self.tools.abort_all()
         self.helpers.close()
-        self.commands.drop_pending_blob()
+        self.commands.close()
         if self.parts is not None:
             self.parts.calls.close()
             self.parts.summaries.close()
@@ -346,17 +346,18 @@ class Run:
         last turn the client lists (its view comes from the loop's own turn marks)."""
         assert self.parts is not None
         checkpoints = self.parts.checkpoints
+        found = await checkpoints.marks_found(self.state.committed, self.conv.version)
+        if found is not None:  # a state stored before the loop's own marks
+            await self._apply(found, f"{input_id}:marks")
         turns = checkpoints.rewind_target(request.history.turn_blob_ids, self.state.committed)
         if turns is None:
             return
         before = self.conv.version
         await self._apply(Rewind(turns=turns), f"{input_id}:rewind")
         if self.conv.version != before:
+            cid, n = self.conversation_id, len(self.state.committed.messages)
             log.info(
-                "conversation %s rewound by the client to turn %d (%d messages)",
-                self.conversation_id,
-                turns,
-                len(self.state.committed.messages),
+                "conversation %s rewound by the client to turn %d (%d messages)", cid, turns, n
             )
 
     async def _resume(self, turn_id: str | None) -> Resume:

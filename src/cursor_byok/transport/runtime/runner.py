@@ -25,7 +25,6 @@ from ..connect.run_info import RunStartInfo
 from .access import TokenLimits
 from .client_blobs import ClientBlobs
 from .committed_states import CommittedStates
-from .forks import Clones
 from .leases import ProcessLeases
 from .request_bases import RequestBases
 from .services import RunnerServices
@@ -84,7 +83,6 @@ class Runner:
         self._releases: dict[str, asyncio.Task[None]] = {}  # holds being let go
         self.committed_states = CommittedStates()
         self.client_blobs = ClientBlobs()
-        self.clones = Clones()  # NotifyConversationClone's notices (forks.py)
         self.request_bases = RequestBases()
         self.token_limits = TokenLimits(services.store, services.model_names, services.now_ms)
         self._run_tokens: dict[str, str] = {}  # request id -> person token id, while it runs

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 import msgspec
 
@@ -24,7 +23,7 @@ from ..cursor import (
     recognise_child,
 )
 from .context import context_parts, turn_context, with_kept
-from .forks import history_of_new, take_pre_fetched
+from .forks import NewHistory, history_of_new, take_pre_fetched
 from .requests import ClientRequests
 from .run_parts import RunParts
 from .runner import Runner
@@ -35,16 +34,24 @@ from .subagents import Expected, helper_of, helper_reports, link_of, with_choice
 @dataclass(frozen=True, slots=True)
 class ModelTraits:
     """What the loop reads of the run's model besides its budget: whether it reads images
-    (loop/images.py), the efforts it offers and the one the run's picker asked for
-    (loop/effort.py)."""
+    and the model that describes them for it (loop/images.py), the efforts it offers and the
+    one the run's picker asked for (loop/effort.py)."""
 
     images: bool | None = None
     effort: str = ""
     efforts: tuple[str, ...] = ()
+    vision_model: str = ""
+    fallback_images: tuple[bool, ...] = ()
 
     @classmethod
     def of(cls, model: Model, effort: str) -> ModelTraits:
-        return cls(images=model.vision, effort=effort, efforts=model.efforts)
+        return cls(
+            images=model.vision,
+            effort=effort,
+            efforts=model.efforts,
+            vision_model=model.vision_model or "",
+            fallback_images=model.fallback_vision,
+        )
 
 
 def with_budget(
@@ -56,13 +63,26 @@ def with_budget(
     """The turn's context with the run's model budget, the model's fallbacks and traits."""
     if context.fallbacks != fallbacks:
         context = msgspec.structs.replace(context, fallbacks=fallbacks)
-    if traits is not None and (context.images, context.effort, context.efforts) != (
+    if traits is not None and (
+        context.images,
+        context.effort,
+        context.efforts,
+        context.vision_model,
+        context.fallback_images,
+    ) != (
         traits.images,
         traits.effort,
         traits.efforts,
+        traits.vision_model,
+        traits.fallback_images,
     ):
         context = msgspec.structs.replace(
-            context, images=traits.images, effort=traits.effort, efforts=traits.efforts
+            context,
+            images=traits.images,
+            effort=traits.effort,
+            efforts=traits.efforts,
+            vision_model=traits.vision_model,
+            fallback_images=traits.fallback_images,
         )
     if window is None or context.window == window:
         return context
@@ -99,13 +119,11 @@ async def start_of(
     person = equipped.conv.viewer  # the run's person: their own blobs and forks only
     if isinstance(request.payload, BackgroundCompletions):
         reports = await helper_reports(request.payload, services.store, runner.committed_states)
-    history: tuple[Any, ...] = ()
+    history = NewHistory()
     blobs = runner.client_blobs.scoped(person)  # what this person's runs fetched
     take_pre_fetched(request, blobs)  # what the client sent along is read without asking
     if new_conversation:  # what its client holds, or a fork of one of ours (forks.py)
-        history = await history_of_new(
-            request, services.store, requests, blobs, runner.clones, person
-        )
+        history = await history_of_new(request, services.store, requests, blobs, person)
     kept = stored.kept_parts if stored is not None else ()
     parts = await context_parts(request, requests, blobs, kept)
     context = await turn_context(
@@ -128,7 +146,8 @@ async def start_of(
         # A Build has no user message: the loop opens its turn with the plan.
         user_message=request.user_message or UserMessage(content=()),
         context=with_budget(context, window, fallbacks, traits),
-        history=history,
+        history=history.messages,
+        fork=history.fork,
         todos=request.history.todos if new_conversation else (),  # our own list wins
         build=request.build,
         helper=helper,

@@ -30,7 +30,7 @@ from ...loop import (
     compaction,
     derived,
 )
-from ...store.api import LLMCallRecord, Store
+from ...store.api import LLMCallRecord, Reservation, ReservationTotals, Store
 from ..cursor import SummaryRecord
 from .calls import CallNotResendable, ModelCalls
 from .request_bases import RequestBases
@@ -148,20 +148,30 @@ class SummaryCalls:
         )
         return record
 
-    async def start(self, command: Summarize, prepared: PreparedRequest | None) -> None:
+    async def start(
+        self,
+        command: Summarize,
+        prepared: PreparedRequest | None,
+        reserve_of: Callable[[PreparedRequest], Reservation | None] | None = None,
+        now_ms: int = 0,
+    ) -> tuple[Reservation, ReservationTotals] | None:
         """Send the call: `prepared` right after its commit, else (a resumed run) its stored
-        bytes; a call never recorded is prepared again (the request is the same)."""
+        bytes, reserving `reserve_of` as ModelCalls.resend does (the refusal comes back); a
+        call never recorded is prepared again (the request is the same)."""
         if self._calls.streaming(command.call_id):
-            return
+            return None
         if prepared is not None:
             self._calls.open(command.call_id, prepared)
-            return
+            return None
         try:
-            await self._calls.resend(
-                ResendLLM(call_id=command.call_id, messages_hash=command.messages_hash)
+            return await self._calls.resend(
+                ResendLLM(call_id=command.call_id, messages_hash=command.messages_hash),
+                reserve_of,
+                now_ms,
             )
         except CallNotResendable:
             self._calls.open(command.call_id, self.prepare(command))
+        return None
 
     async def _on_event(self, call_id: str, event: ResponseEvent) -> None:
         if isinstance(event, DoneEvent):

@@ -31,6 +31,8 @@ class TurnIds:
     ends: tuple[TurnEnd, ...]
     ids: tuple[bytes, ...]
     last_blob: bytes
+    # The conversation each turn was made in (a fork's first turns: its source's).
+    made_in: tuple[str, ...] = ()
 
 
 EMPTY = TurnIds((), (), b"")
@@ -55,19 +57,30 @@ def _blob(conversation_id: str, turn: int, end: TurnEnd) -> bytes:
     return turn_blob(conversation_id, turn, spans)
 
 
-def turn_ids(conversation_id: str, ends: tuple[TurnEnd, ...], memo: TurnIds | None) -> TurnIds:
-    """The ids of the turns ending with `ends` (oldest first), reusing `memo`'s for the turns
-    it has with the same views."""
+def _same_places(old: Sequence[str], new: Sequence[str], kept: int) -> int:
+    """`kept` cut at the first turn made in another conversation in `old` than in `new`."""
+    for k in range(min(kept, len(old), len(new))):
+        if old[k] != new[k]:
+            return k
+    return min(kept, len(old), len(new))
+
+
+def turn_ids(made_in: tuple[str, ...], ends: tuple[TurnEnd, ...], memo: TurnIds | None) -> TurnIds:
+    """The ids of the turns ending with `ends` (oldest first), each made in the conversation
+    `made_in` names at its index, reusing `memo`'s for the turns it has with the same views
+    made in the same conversation."""
     memo = memo or EMPTY
-    kept = shared_turns(memo.ends, ends)
+    kept = _same_places(memo.made_in, made_in, shared_turns(memo.ends, ends))
     n = len(ends)
     if kept == n == len(memo.ends):
-        return memo if memo.ends is ends else TurnIds(ends, memo.ids, memo.last_blob)
+        if memo.ends is ends and memo.made_in == made_in:
+            return memo
+        return TurnIds(ends, memo.ids, memo.last_blob, made_in)
     ids = list(memo.ids[:kept])
     blob = b""
     for k in range(kept, n):
-        blob = _blob(conversation_id, k + 1, ends[k])
+        blob = _blob(made_in[k], k + 1, ends[k])
         ids.append(hashlib.sha256(blob).digest())
     if n and kept == n:  # a rewind's cut at a turn end: its blob is not kept
-        blob = _blob(conversation_id, n, ends[-1])
-    return TurnIds(ends, tuple(ids), blob)
+        blob = _blob(made_in[n - 1], n, ends[-1])
+    return TurnIds(ends, tuple(ids), blob, made_in)
