@@ -127,6 +127,7 @@ class App:
                 tokens,
                 on_llm_call=obs.on_llm_call,
                 limits=runner.token_limits,
+                process_id=runner.replica,
             ),
             path_key,
             converter,

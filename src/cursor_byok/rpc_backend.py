@@ -65,7 +65,12 @@ class RpcAnswers:
         on_llm_call: Callable[[LLMCallRecord], None] | None = None,
         limits: TokenLimits | None = None,
         clock: Callable[[], float] = time.time,
+        process_id: str | None = None,
     ) -> None:
+        """`process_id`: this process's lease (runtime/leases.py), stored with each title call
+        so that one left in flight by a process that died is finished by another, its
+        reservation let go."""
+        self._process_id = process_id
         self._store = store
         self._limits = limits
         self._registry = registry
@@ -158,7 +163,8 @@ class RpcAnswers:
             request=encode_whole(prepared),
             request_hash=request_hash(prepared),
             messages_hash="",
-            status="streaming",
+            status="planned",  # until it ends; a dead process's is finished by the lease rules
+            process_id=self._process_id,
             created_at_ms=now,
             provider=model.provider.name,
             model=prepared.model,

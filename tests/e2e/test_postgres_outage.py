@@ -169,6 +169,9 @@ async def test_a_restart_mid_tool_the_result_sent_meanwhile_reaches_the_run_once
                 ask = await reader.wait_for(exec_of("read_args"), 20)
                 esm = ask.exec_server_message
                 result = read_ok(esm.id, esm.read_args.path, "outage line one\n")
+                # The client's answers to what came with the tool call (the checkpoint's blob)
+                # are stored first: only the tool's result is sent during the outage.
+                await asyncio.gather(*reader._tasks)
                 await asyncio.to_thread(own_cluster.stop_server)
                 sending = asyncio.create_task(
                     append_until_stored(client_b, run.request_id, 1, result)

@@ -166,3 +166,32 @@ async def test_an_append_stored_before_the_runs_stream_never_reaches_another_per
             await spy.close()
         assert not chat_requests(upstream, prompt), "bob's prompt reached the model"
         assert not any(k == "text" for k in spy.kinds), spy.kinds
+
+
+async def test_another_persons_runsse_reopened_on_the_other_replica_leaves_the_run_alone(
+    pair: Pair, upstream: FakeUpstream
+) -> None:
+    """Alice's run waits on a tool on A. Bob reopens its RunSSE on B, which does not hold it
+    (B would find the run's stored request and resume it under bob's token): refused with
+    `permission_denied` before the run is claimed, so alice's turn goes on, on A."""
+    alice, bob = pair.secrets["alice"], pair.secrets["bob"]
+    cid = str(uuid.uuid4())
+    prompt = unique('[tool Read {"path": "reopened.txt"}]')
+    async with clients(pair) as (on_a, on_b):
+        run = ShimRun(on_a, token=alice)
+        async with run.subscribe() as reader:
+            await run.append(run_request(prompt, cid))
+            ask = await reader.wait_for(exec_of("read_args"), 20)
+            async with cc.runsse(on_b, run.request_id, token=bob) as sse:
+                spy = Reader(sse, lambda _m: asyncio.sleep(0))
+                spy_end = await spy.wait_end(20)
+                heard = spy.kinds
+                await spy.close()
+            await asyncio.sleep(1.0)  # a claim from B would have reached A by now
+            esm = ask.exec_server_message
+            await run.append(read_ok(esm.id, esm.read_args.path, "alice's own\n"))
+            end = await reader.wait_end(20)
+    assert spy_end.get("error", {}).get("code") == "permission_denied", spy_end
+    assert not any(k.startswith("exec") or k.endswith("text_delta") for k in heard), heard
+    assert end == {} and reader.turn_ended, end
+    assert "alice's own" in "".join(reader.texts)

@@ -9,6 +9,7 @@ title calls all passed a budget, and each process allowed the whole rate.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from pathlib import Path
 
 from cursor_byok.rpc_backend import TITLE_CONVERSATION
@@ -94,3 +95,34 @@ async def test_the_title_calls_rate_is_counted_once_for_both_servers(
     assert len(title_calls(shared_database, "rhea")) == 3
     assert end.get("error", {}).get("code") == "resource_exhausted", end
     assert "rate limit of 3 model calls per minute" in end["error"]["message"], end
+
+
+async def test_a_title_call_left_by_a_dead_server_is_finished_and_lets_its_bound_go(
+    upstream: FakeUpstream, tmp_path: Path, shared_database: str
+) -> None:
+    """A slow title call holds its bound (about $1.2) of a $2.10 budget when its server is
+    killed (kill -9). The other server finishes it by the lease rules, as any model call a dead
+    process left in flight (before: it stayed "streaming", its bound held all month), and the
+    person's next title call fits again beside what the dead one cost (two bounds would not)."""
+    text, config = two_servers(upstream, shared_database, tmp_path)
+    secret = await asyncio.to_thread(add_token, config, "ezra", "--budget-usd", "2.1")
+    with server_process(text, tmp_path / "a") as a, server_process(text, tmp_path / "b") as b:
+        await asyncio.sleep(2.5)
+        asking = asyncio.ensure_future(name(a, "[slow 30] Left behind", token=secret))
+        for _ in range(100):
+            if title_calls(shared_database, "ezra"):
+                break
+            await asyncio.sleep(0.1)
+        assert [s for s, _ in title_calls(shared_database, "ezra")] == ["planned"]
+        a.kill9()
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(asking, 10)
+        for _ in range(300):
+            if [s for s, _ in title_calls(shared_database, "ezra")] == ["canceled"]:
+                break
+            await asyncio.sleep(0.1)
+        calls = title_calls(shared_database, "ezra")
+        named = await name(b, "Fix the login bug", token=secret)
+        logs = a.log() + b.log()
+    assert [s for s, _ in calls] == ["canceled"], (calls, logs)
+    assert named == short_title("You said: Fix the login bug"), logs

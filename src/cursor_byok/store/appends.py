@@ -1,4 +1,5 @@
-"""The bounds of the replicas' append buffer (`run_appends`, migrations 0009 and 0014).
+"""The bounds of the replicas' append buffer (`run_appends`, migrations 0009 and 0014) and of
+the runs waiting for their first message (`run_waits`, 0018), per client across replicas.
 
 The rows are the shim's client messages on their way from the replica that received them to
 the one holding their run: a delivery buffer, not history, so they are bounded and deleted
@@ -44,3 +45,6 @@ class AppendLimits(msgspec.Struct, frozen=True, kw_only=True):
     request_bytes: int
     client_runs: int
     client_bytes: int
+    # How long a run whose RunSSE opened counts as waiting (`run_waits`, migration 0018): the
+    # transport's unstarted timeout, past which its replica gave up on it.
+    waiting_ms: int = 10_000

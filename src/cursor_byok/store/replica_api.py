@@ -52,6 +52,13 @@ class Replicas(ConversationClaims, Protocol):
         `denied` when `person` (None: the operator) is not the run's."""
         ...
 
+    async def open_stream(
+        self, request_id: str, client: str, limits: AppendLimits
+    ) -> tuple[AppendOutcome, tuple[StoredAppend, ...]]:
+        """A RunSSE opened: count the run as waiting on `client`'s allowance across replicas
+        unless it started (`client_runs`: the allowance is full), and read its stored appends."""
+        ...
+
     async def fetch_appends(self, request_id: str, from_seqno: int) -> tuple[StoredAppend, ...]:
         """The run's stored client messages from `from_seqno` on, in order, with who sent
         each."""

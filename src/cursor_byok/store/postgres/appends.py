@@ -18,11 +18,33 @@ from ..appends import (
 from ..sql import Conn
 from .replicas import APPENDS_CHANNEL
 
-# Request ids of `client` with rows and no run started, and what their rows hold.
-_CLIENT_WAITING = (
-    "SELECT COUNT(DISTINCT a.request_id), COALESCE(SUM(a.bytes), 0) FROM run_appends a "
-    "WHERE a.client = ? AND NOT EXISTS (SELECT 1 FROM runs r WHERE r.request_id = a.request_id)"
+# The request ids of `client` waiting for their first message, this one left out: with stored
+# appends, or with a RunSSE open somewhere (`run_waits`, younger than the unstarted timeout),
+# and no run started; and what their stored appends hold.
+_WAITING_IDS = """
+SELECT w.request_id FROM (
+    SELECT request_id FROM run_appends WHERE client = ?
+    UNION SELECT request_id FROM run_waits WHERE client = ? AND created_at_ms >= ?
+) w WHERE w.request_id <> ? AND NOT EXISTS (SELECT 1 FROM runs r WHERE r.request_id = w.request_id)
+"""
+_CLIENT_WAITING = f"""
+SELECT (SELECT COUNT(*) FROM ({_WAITING_IDS}) i),
+       (SELECT COALESCE(SUM(a.bytes), 0) FROM run_appends a WHERE a.client = ? AND NOT EXISTS
+            (SELECT 1 FROM runs r WHERE r.request_id = a.request_id))
+"""
+# A RunSSE opened: the run counts as waiting for its client unless it started or the client's
+# bound is full, in one statement (then the stored appends are read, in the same transaction).
+_OPEN = f"""
+WITH s AS (SELECT EXISTS (SELECT 1 FROM runs WHERE request_id = ?) AS started),
+n AS (SELECT COUNT(*) AS others FROM ({_WAITING_IDS}) i),
+ins AS (
+    INSERT INTO run_waits (request_id, client, created_at_ms)
+    SELECT ?, ?, ? FROM s, n WHERE NOT s.started AND n.others < ?
+    ON CONFLICT (request_id) DO UPDATE SET created_at_ms = EXCLUDED.created_at_ms
+    RETURNING 1
 )
+SELECT s.started, n.others FROM s, n
+"""
 
 
 def publish(
@@ -71,8 +93,11 @@ def publish(
         if rows + 1 > limits.request_rows or held + size > limits.request_bytes:
             return "request_full"
         if not started:
-            runs, waiting = conn.execute(_CLIENT_WAITING, (client,)).fetchone()
-            if rows == 0 and runs + 1 > limits.client_runs:
+            since = now_ms - limits.waiting_ms
+            others, waiting = conn.execute(
+                _CLIENT_WAITING, (client, client, since, request_id, client)
+            ).fetchone()
+            if others + 1 > limits.client_runs:
                 return "client_runs"
             if waiting + size > limits.client_bytes:
                 return "client_bytes"
@@ -88,6 +113,20 @@ def publish(
     return "stored"
 
 
+def open_stream(
+    conn: Conn, request_id: str, client: str, limits: AppendLimits, now_ms: int
+) -> tuple[AppendOutcome, tuple[StoredAppend, ...]]:
+    """A RunSSE of `request_id` opened on some replica: unless its run started, it waits for
+    its first message on `client`'s allowance, shared by every replica (`client_runs` when
+    that is full), and the appends stored for it so far are read."""
+    since = now_ms - limits.waiting_ms
+    args = (request_id, client, client, since, request_id, request_id, client, now_ms)
+    started, others = conn.execute(_OPEN, (*args, limits.client_runs)).fetchone()
+    if not started and others + 1 > limits.client_runs:
+        return "client_runs", ()
+    return "stored", fetch(conn, request_id, 0)
+
+
 def fetch(conn: Conn, request_id: str, from_seqno: int) -> tuple[StoredAppend, ...]:
     rows = conn.execute(
         "SELECT seqno, payload, person FROM run_appends WHERE request_id = ? AND seqno >= ? "
@@ -99,6 +138,7 @@ def fetch(conn: Conn, request_id: str, from_seqno: int) -> tuple[StoredAppend, .
 
 def forget(conn: Conn, request_id: str) -> int:
     cur = conn.execute("DELETE FROM run_appends WHERE request_id = ?", (request_id,))
+    conn.execute("DELETE FROM run_waits WHERE request_id = ?", (request_id,))
     return max(cur.rowcount, 0)
 
 
@@ -112,5 +152,8 @@ def sweep(conn: Conn, now_ms: int) -> int:
         "    (SELECT 1 FROM runs r WHERE r.request_id = a.request_id)) "
         "OR a.created_at_ms < ?",
         (now_ms - UNSTARTED_ROWS_KEPT_MS, now_ms - ORPHAN_ROWS_KEPT_MS),
+    )
+    conn.execute(
+        "DELETE FROM run_waits WHERE created_at_ms < ?", (now_ms - UNSTARTED_ROWS_KEPT_MS,)
     )
     return max(cur.rowcount, 0)

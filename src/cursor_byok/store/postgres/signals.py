@@ -116,6 +116,19 @@ class ReplicaSignals:
             write=True,
         )
 
+    async def open_stream(
+        self, request_id: str, client: str, limits: AppendLimits
+    ) -> tuple[AppendOutcome, tuple[StoredAppend, ...]]:
+        """A RunSSE opened: the run waits on `client`'s allowance shared by every replica
+        (`client_runs`: it is full), and its stored appends so far (postgres/appends.py)."""
+        now = self._clock()
+        return await self._run(
+            lambda conn: appends.open_stream(conn, request_id, client, limits, now),
+            f"opening the stream of run {request_id!r}",
+            write=True,
+            durable=False,
+        )
+
     async def fetch_appends(self, request_id: str, from_seqno: int) -> tuple[StoredAppend, ...]:
         """The run's stored client messages from `from_seqno` on, in order."""
         return await self._run(

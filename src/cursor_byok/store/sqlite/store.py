@@ -272,10 +272,12 @@ class SQLiteStore:
         )
 
     async def clone_source(self, conversation_id: str) -> str | None:
-        return await self._read(
-            lambda conn: links.clone_source(conn, conversation_id),
-            f"reading the clone note of {conversation_id!r}",
-        )
+        # Asked for every conversation new to this server: a point read, on the event loop's
+        # thread like `head` (a reader thread's hop cost more than the read, issue 28).
+        def read(conn: sqlite3.Connection) -> str | None:
+            return links.clone_source(conn, conversation_id)
+
+        return await self._read(read, f"reading the clone note of {conversation_id!r}", inline=read)
 
     async def list_turn_marks(self, conversation_id: str) -> tuple[TurnMark, ...]:
         def read(conn: sqlite3.Connection) -> tuple[TurnMark, ...]:

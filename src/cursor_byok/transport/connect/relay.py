@@ -38,6 +38,10 @@ class AppendRelay(Protocol):
         person: str | None = None,
     ) -> AppendOutcome: ...
 
+    async def open_stream(
+        self, request_id: str, client: str, limits: AppendLimits
+    ) -> tuple[AppendOutcome, Sequence[StoredAppend]]: ...
+
     async def fetch_appends(self, request_id: str, from_seqno: int) -> Sequence[StoredAppend]: ...
 
     async def forget_appends(self, request_id: str) -> int: ...
@@ -62,6 +66,7 @@ def append_limits(limits: TransportLimits) -> AppendLimits:
         request_bytes=limits.max_output_bytes,
         client_runs=limits.max_unstarted_per_client,
         client_bytes=limits.max_unstarted_bytes_per_client,
+        waiting_ms=int(limits.unstarted_timeout * 1000),
     )
 
 
@@ -204,6 +209,25 @@ class RelayedAppends:
         for session in self._registry.live():
             self.catch_up(session)
 
+    def opened(self, session: Session, client: str) -> None:
+        """A RunSSE opened a new session here: in the background (no wait before the stream
+        starts), the run counts as waiting on `client`'s allowance shared by every replica, in
+        the transaction that reads its stored appends; past that allowance it fails with
+        `resource_exhausted`, as the local ledger would refuse it."""
+        self._background(self._open(session, client))
+
+    async def _open(self, session: Session, client: str) -> None:
+        try:
+            outcome, stored = await self.relay.open_stream(session.request_id, client, self._limits)
+        except Exception as exc:
+            log.warning("run %s: could not open its stream: %s", session.request_id, exc)
+            await self._catch_up(session)  # what was stored, read again while the run waits
+            return
+        if outcome == "client_runs" and not session.started:
+            session.fail(ConnectError("resource_exhausted", self._refusal(outcome)))
+            return
+        self._deliver(session, stored)
+
     def catch_up(self, session: Session) -> None:
         """Deliver the session's stored appends it has not had yet (in the background)."""
         self._background(self._catch_up(session))
@@ -222,6 +246,9 @@ class RelayedAppends:
                 if session.finished or attempt == CATCH_UP_TRIES - 1:
                     return
                 await asyncio.sleep(CATCH_UP_RETRY_S)
+        self._deliver(session, stored)
+
+    def _deliver(self, session: Session, stored: Sequence[StoredAppend]) -> None:
         for seqno, payload, person in stored:
             if not self._registry.may_join(session, person):
                 # Stored by a replica before the run's owner was known there (its first

@@ -116,9 +116,13 @@ class Streams:
             rid = rid or headers.get("x-request-id", "")
             if not rid:
                 raise ConnectError("invalid_argument", "request_id is missing")
-            session, _ = self.registry.get_or_create(rid, "runsse", headers, client)
-            if self.relayed is not None:
-                self.relayed.catch_up(session)  # what was stored before, here or elsewhere
+            session, created = self.registry.get_or_create(rid, "runsse", headers, client)
+            if self.relayed is not None and created:
+                # What was stored before, here or elsewhere; the client's allowance of runs
+                # waiting to start is counted over every replica as it is read.
+                self.relayed.opened(session, client)
+            elif self.relayed is not None:
+                self.relayed.catch_up(session)
         except ConnectError as err:
             await stream_error(send, start, protocol, err)
             return err.code

@@ -16,14 +16,20 @@ from typing import Any
 from ...store.api import RunRecord, Store
 from ..connect.channel import Incoming, RunChannel
 from ..cursor import ClientLink, Malformed, RunRequest, RunRequested, bad_request_end
+from .conversation import NotYours
 from .ending import RunFailed
 
 log = logging.getLogger("cursor_byok.runtime")
 
 
-async def first_message(channel: RunChannel, store: Store, *, resumable: bool) -> Incoming | None:
+async def first_message(
+    channel: RunChannel, store: Store, resumable: bool, person: str | None = None
+) -> Incoming | None:
     """The run request: from the client, or from the store when this request_id is known.
-    Both are asked at once; the first that has it wins (they hold the same bytes)."""
+    Both are asked at once; the first that has it wins (they hold the same bytes). A stored
+    run is `person`'s to resume only when it was made under their token (None: the operator,
+    who resumes any): refused before it claims its conversation, so another person's stream
+    reopened on another replica never moves the run it names (`NotYours`)."""
     if not resumable:
         return await channel.receive()
     received = asyncio.ensure_future(channel.receive())
@@ -36,6 +42,10 @@ async def first_message(channel: RunChannel, store: Store, *, resumable: bool) -
         if record is None:
             return await received
         received.cancel()  # an inbox get: cancelling it loses nothing
+        if person is not None and record.owner_id != person:
+            raise NotYours(
+                f"request_id {channel.request_id!r} belongs to a run someone else started"
+            )
         # The client counts on from its appends to the server that is gone: its next one is
         # our next input (else its answers wait forever for appends this process never saw).
         channel.continue_client_numbering()

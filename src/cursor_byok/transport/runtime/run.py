@@ -61,6 +61,7 @@ from .actions import ROUTES, Route, log_empty_turn, shell_command_note
 from .commands import Commands
 from .conversation import Conversation
 from .ending import Reports, RunFailed, end_error, ending_of
+from .gate import InputGate
 from .publish import Publisher
 from .resume import (
     BackgroundWrites,
@@ -136,7 +137,7 @@ class Run:
         self.conversation_id = ""
         self.conv = Conversation("", self.store, runner.committed_states)
         self.turn_id: str | None = None  # the turn this run drives, once it began or resumed
-        self._lock = asyncio.Lock()
+        self._lock = InputGate()  # one input at a time (gate.py)
         self._done = False
         self._background = BackgroundWrites(channel.request_id)
         self._run_saved: asyncio.Future[Any] | None = None
@@ -159,7 +160,8 @@ class Run:
     async def serve(self) -> None:
         conversation_id = ""
         try:
-            first = await first_message(self.channel, self.store, resumable=self.resumable)
+            self.person = await person_of(self.store, self.token_id)  # a stored run: theirs only
+            first = await first_message(self.channel, self.store, self.resumable, self.person)
             if first is None:
                 return
             # Replies to what the run asked resolve their waiters the moment they arrive (no
@@ -169,7 +171,6 @@ class Run:
             self.channel.watch_gone(self._route.gone)
             request = run_request_of(self.link, first)
             conversation_id = cid = request.conversation_id
-            self.person = await person_of(self.store, self.token_id)
             self._adopt(request)
             if self.resumable:  # only a RunSSE can be reopened by request_id after a restart
                 now = self.services.now_ms()
@@ -414,10 +415,10 @@ class Run:
         async with self._lock:
             if self._done:
                 return
-            reloaded = False
+            reloaded, conv = False, self.conv
             refused: CallRefused | None = None  # a reservation the store refused
             for _ in range(MAX_CAS_RETRIES):
-                t = transition(self.state, input)
+                t = transition(conv.state, input)
                 if t.ignored is not None and reloaded:
                     # The state changed under this run and the input no longer applies (the
                     # loop says why): the loop says what the run does now.
@@ -433,7 +434,7 @@ class Run:
                     t = await self._admit(parts, t, refused)
                 elif parts is not None and parts.admissions.asks(t.command):
                     t = await self._admit(parts, t)
-                if t.state is self.state:
+                if t.state is conv.state:
                     if t.call_end is not None and parts is not None:
                         # A call ended with nothing to commit (a Suspend): recorded alone.
                         await parts.commits.save_call_end(input, t)
@@ -443,8 +444,8 @@ class Run:
                         self.publisher.compacted(t.compacted)
                     await self.commands.execute(t)
                     return
-                if t.state.committed is self.state.committed:
-                    self.conv.state = t.state  # pending only: in memory, never stored
+                if t.state.committed is conv.state.committed:
+                    conv.state = t.state  # pending only: in memory, never stored
                     self.publisher.publish(t, input)
                     await self.commands.execute(t)
                     return
