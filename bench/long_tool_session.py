@@ -23,6 +23,8 @@ per 100 more messages (a least-squares slope over the windows).
   machine's (about 40x slower; timings then mean nothing and are not printed).
 - `--patch MODULE:ATTR=EXPR`: an ablation (bench/_profile_turns.py), with `--callgrind` the
   instructions the replaced code costs per turn at each size of the history.
+- `--keep-dumps DIR`: with `--callgrind`, each window's dump copied to DIR/windowN.callgrind
+  (callgrind_annotate them to see which C functions grow).
 - `--profile DIR`: cProfile of the event loop's thread for the first and the last window,
   written to DIR/first.pstats and DIR/last.pstats (what grows with the history).
 
@@ -35,6 +37,7 @@ import argparse
 import asyncio
 import contextlib
 import os
+import shutil
 import signal
 import statistics
 import subprocess
@@ -232,6 +235,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--callgrind", action="store_true")
     parser.add_argument("--profile", type=Path, default=None)
     parser.add_argument(
+        "--keep-dumps", type=Path, default=None, help="with --callgrind: copy each window's dump"
+    )
+    parser.add_argument(
         "--patch", action="append", default=[], help="an ablation, as bench/_profile_turns.py"
     )
     parser.add_argument(
@@ -320,6 +326,9 @@ def main(argv: list[str] | None = None) -> int:
                         Path(tmp).glob("callgrind.out.*"), key=lambda p: int(p.suffix[1:])
                     )
                     row["instructions"] = _callgrind.summary(dumps[-1]) / turns_per_window
+                    if args.keep_dumps is not None:
+                        args.keep_dumps.mkdir(parents=True, exist_ok=True)
+                        shutil.copy(dumps[-1], args.keep_dumps / f"window{w + 1}.callgrind")
                 rows.append(row)
                 print(
                     f"window {w + 1}/{windows}: {row['messages']} messages, first "

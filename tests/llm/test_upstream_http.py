@@ -13,12 +13,15 @@ import asyncio
 import gzip
 from typing import Any
 
+import msgspec
 import pytest
+from aiohttp.http_writer import StreamWriter
 
 from cursor_byok.llm.events import DoneEvent, ErrorEvent, ResponseEvent, StartEvent
 from cursor_byok.llm.http import MAX_ERROR_BODY
 from cursor_byok.llm.settings import ProviderSettings
-from cursor_byok.llm.upstream import ConnectFailed, ProtocolError
+from cursor_byok.llm.stream import PreparedRequest
+from cursor_byok.llm.upstream import SPLIT_BODY_FROM, ConnectFailed, ProtocolError
 from tests.llm.test_http import KEY, REQUEST, SETTINGS, ToyAdapter, collect
 from tests.support.raw_server import Act, Step, scripted, split_every_byte
 
@@ -88,6 +91,38 @@ def chunked(*parts: bytes) -> bytes:
 
 
 # -- framings and what is sent -----------------------------------------------------------------
+
+
+class BigBody(ToyAdapter):
+    def prepare(self, request: Any, settings: Any) -> PreparedRequest:
+        prepared = super().prepare(request, settings)
+        return msgspec.structs.replace(prepared, body=b'{"x":"' + b"y" * 300_000 + b'"}')
+
+
+async def test_a_large_body_goes_after_its_head_as_it_is(monkeypatch: pytest.MonkeyPatch) -> None:
+    """From SPLIT_BODY_FROM on the head is written alone and the body is never joined to it
+    (aiohttp's coalescing copies the whole body on every call); the bytes sent are the
+    same."""
+    joined: list[int] = []
+    original = StreamWriter._writelines
+
+    def counting(self: StreamWriter, chunks: Any) -> None:
+        joined.append(sum(len(c) for c in chunks))
+        original(self, chunks)
+
+    monkeypatch.setattr(StreamWriter, "_writelines", counting)
+    async with scripted([OK_SSE]) as server:
+        adapter = BigBody(toy(server.port).provider)
+        assert text_of(await call(adapter)) == "hello"
+        await adapter.aclose()
+    body = adapter.prepare(REQUEST, SETTINGS).body
+    sent = server.requests[0]
+    head, rest = sent.split(b"\r\n\r\n", 1)
+    assert rest == body and len(body) >= SPLIT_BODY_FROM
+    lines = head.lower().split(b"\r\n")
+    assert f"content-length: {len(body)}".encode() in lines
+    assert not any(line.startswith(b"content-type") for line in lines)  # nothing added
+    assert all(n < SPLIT_BODY_FROM for n in joined)  # the body was never coalesced
 
 
 async def test_chunked_length_and_close_bodies_and_the_request_sent() -> None:

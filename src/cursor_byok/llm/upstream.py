@@ -35,6 +35,21 @@ PROXY_VARIABLES = ("https_proxy", "http_proxy", "all_proxy")
 PROXY_SCHEMES = ("http", "https")
 MAX_DESCRIPTION = 400
 DEFAULT_HEADERS = {"user-agent": "cursor-byok", "accept-encoding": "identity"}
+# From this size on a request body is written apart from the request head (`_Body`).
+SPLIT_BODY_FROM = 64 * 1024
+
+
+class _Body(aiohttp.BytesPayload):
+    """A large body written after the request head, not joined to it: aiohttp coalesces the
+    head with the first body chunk into one new buffer (on Python before 3.12.9), a copy of
+    the whole history on every model call of a long conversation. An empty first write sends
+    the head alone; the body then goes to the socket as it is."""
+
+    async def write_with_length(
+        self, writer: aiohttp.abc.AbstractStreamWriter, content_length: int | None
+    ) -> None:
+        await writer.write(b"")
+        await super().write_with_length(writer, content_length)
 
 
 class UpstreamError(Exception):
@@ -229,8 +244,9 @@ class Upstream:
         session, proxies = self._start()
         proxy = proxies.for_url(url)
         try:
+            data = _Body(body) if len(body) >= SPLIT_BODY_FROM else body
             response = await session.request(
-                method, url, data=body, headers=headers, allow_redirects=False, proxy=proxy
+                method, url, data=data, headers=headers, allow_redirects=False, proxy=proxy
             )
         except aiohttp.ConnectionTimeoutError:
             where = urlsplit(url).netloc

@@ -401,8 +401,11 @@ def encode_body(
         parts.append(joined)
     parts += [_encode(m) for m in history.finish()]
     options = _encode(_options(request, settings, compat, history, raw_tools=True))  # {"stream"
-    head = b'{"model":' + _encode(settings.model) + b',"messages":['
-    return b"".join((head, b",".join(parts), b"],", options[1:]))
+    out = [b'{"model":', _encode(settings.model), b',"messages":[']
+    for k, part in enumerate(parts):  # one join: the history's bytes are copied once
+        out += (b",", part) if k else (part,)
+    out += (b"],", options[1:])
+    return b"".join(out)
 
 
 def _history(

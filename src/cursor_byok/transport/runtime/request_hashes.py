@@ -55,23 +55,25 @@ class RequestHashes:
         h = states[-1].copy()
         self.resumed_bytes += start
         offset = start
+        data = memoryview(body)
         while offset + STEP <= len(body):
-            h.update(body[offset : offset + STEP])
+            h.update(data[offset : offset + STEP])
             offset += STEP
             states.append(h.copy())
-        h.update(body[offset:])
+        h.update(data[offset:])
         self._keep(key, _Kept(body, states))
         return h.hexdigest()
 
     def _shared(self, kept: _Kept, body: bytes) -> int:
         """The largest kept offset up to which `body` equals the kept body (0: none)."""
         previous = kept.body
+        view = memoryview(previous)  # compared in place: a slice of bytes is a copy
         limit = min(len(previous), len(body))
         for k in range(min(len(kept.states) - 1, limit // STEP), 0, -1):
             end = k * STEP
             if body[end - _PROBE : end] != previous[end - _PROBE : end]:
                 continue
-            if body.startswith(previous[:end]):
+            if body.startswith(view[:end]):
                 return end
         return 0
 
