@@ -219,7 +219,7 @@ def test_folds_resumed_from_one_kept_fold_are_independent() -> None:
     expected = convert_messages(
         transform_messages(history, target, normalize_tool_call_id), ChatCompat()
     )
-    assert right[0].messages + right[0].finish() == expected
+    assert [*right[0].messages, *right[0].finish()] == expected
     assert [m["role"] for m in right[0].messages] == ["user", "assistant", "tool", "user", "user"]
     assert right[0].finish() == []
     assert right[0].transform.id_map == {} and right[0].transform.pending == []

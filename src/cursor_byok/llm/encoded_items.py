@@ -23,6 +23,8 @@ from typing import Any
 
 import msgspec
 
+from .append_only import Shared
+
 _encode = msgspec.json.encode
 _MARK = b"\x00"
 PLACEHOLDER = msgspec.Raw(_MARK)
@@ -30,19 +32,20 @@ PLACEHOLDER = msgspec.Raw(_MARK)
 
 class EncodedItems:
     """The JSON of a fold's items, in order, and their join up to some count, kept for the
-    next call. Copied with its fold; the join is a pure function of the items, so computing
-    it on a kept fold only caches what any copy would compute."""
+    next call. Copied with its fold (the pieces shared, not copied: append_only.py); the join
+    is a pure function of the items, so computing it on a kept fold only caches what any copy
+    would compute."""
 
     __slots__ = ("_count", "_joined", "parts")
 
     def __init__(self) -> None:
-        self.parts: list[bytes] = []
+        self.parts: Shared[bytes] = Shared()  # shared with copies (append_only.py)
         self._joined = b""  # b",".join(parts[:_count])
         self._count = 0
 
     def copy(self) -> EncodedItems:
         other = EncodedItems.__new__(EncodedItems)
-        other.parts = list(self.parts)
+        other.parts = self.parts.copy()
         other._joined = self._joined
         other._count = self._count
         return other
@@ -50,7 +53,9 @@ class EncodedItems:
     def __len__(self) -> int:
         return len(self.parts)
 
-    def sync(self, items: Sequence[Any], encode: Callable[[Any], bytes] | None = None) -> None:
+    def sync(
+        self, items: Sequence[Any] | Shared[Any], encode: Callable[[Any], bytes] | None = None
+    ) -> None:
         """Encode the items appended since the last sync (`items` only grows)."""
         parts = self.parts
         parts.extend(map(encode or _encode, items[len(parts) :]))

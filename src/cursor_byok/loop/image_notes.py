@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import msgspec
 
+from cursor_byok.llm.append_only import Shared
 from cursor_byok.llm.prefix_memo import PrefixMemo, fold_history
 from cursor_byok.llm.types import (
     ImageContent,
@@ -78,7 +79,7 @@ class _TextOnly:
     def __init__(self) -> None:
         self.fed = 0
         self.first = -1  # the position of the first message with images; -1: none yet
-        self.out: list[Message] = []
+        self.out: Shared[Message] = Shared()  # shared by copies (llm/append_only.py)
 
     def copy(self) -> _TextOnly:
         fold = _TextOnly()

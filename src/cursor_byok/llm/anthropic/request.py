@@ -34,6 +34,7 @@ from typing import Any
 
 import msgspec
 
+from ..append_only import Shared
 from ..encoded_items import PLACEHOLDER, EncodedItems, splice
 from ..settings import ModelSettings
 from ..transforms import HistoryTransform, Target, sanitize_id, strip_surrogates
@@ -232,7 +233,9 @@ def provider_messages(messages: Sequence[Message]) -> list[dict[str, Any]]:
 
 
 def _append_provider(
-    message: Message, out: list[dict[str, Any]], group: list[ToolResultMessage]
+    message: Message,
+    out: list[dict[str, Any]] | Shared[dict[str, Any]],
+    group: list[ToolResultMessage],
 ) -> None:
     if isinstance(message, ToolResultMessage):
         group.append(message)
@@ -256,14 +259,14 @@ class AnthropicHistory:
 
     def __init__(self, target: Target) -> None:
         self.transform = HistoryTransform(target, normalize_tool_id)
-        self.messages: list[dict[str, Any]] = []
+        self.messages: Shared[dict[str, Any]] = Shared()  # shared by copies
         self.group: list[ToolResultMessage] = []  # tool results waiting for the group's end
         self.encoded = EncodedItems()  # messages[i] as JSON, unmarked, encoded once
 
     def copy(self) -> AnthropicHistory:
         other = AnthropicHistory.__new__(AnthropicHistory)
         other.transform = self.transform.copy()
-        other.messages = list(self.messages)
+        other.messages = self.messages.copy()
         other.group = list(self.group)
         other.encoded = self.encoded.copy()
         return other

@@ -16,6 +16,7 @@ from urllib.parse import quote
 
 import msgspec
 
+from ..append_only import Shared
 from ..canonical import sorted_value
 from ..encoded_items import PLACEHOLDER, EncodedItems, splice
 from ..prefix_memo import PrefixMemo, fold_history
@@ -208,7 +209,7 @@ def _append_content(
     message: Message,
     target: Target,
     gemini3: bool,
-    out: list[Json],
+    out: list[Json] | Shared[Json],
     results: list[ToolResultMessage],
     echoed: set[str],
 ) -> None:
@@ -239,7 +240,7 @@ class GeminiHistory:
     def __init__(self, target: Target) -> None:
         self.transform = HistoryTransform(target, normalize_tool_call_id)
         self.gemini3 = (gemini_major_version(target.model) or 0) >= 3
-        self.contents: list[Json] = []
+        self.contents: Shared[Json] = Shared()  # shared by copies
         self.results: list[ToolResultMessage] = []  # waiting for the end of their run
         self.echoed: set[str] = set()  # call ids sent to the model, so their results too
         self.encoded = EncodedItems()  # contents[i] as JSON, encoded once (encode_body)
@@ -248,7 +249,7 @@ class GeminiHistory:
         other = GeminiHistory.__new__(GeminiHistory)
         other.transform = self.transform.copy()
         other.gemini3 = self.gemini3
-        other.contents = list(self.contents)
+        other.contents = self.contents.copy()
         other.results = list(self.results)
         other.echoed = set(self.echoed)
         other.encoded = self.encoded.copy()

@@ -32,6 +32,7 @@ from urllib.parse import urlsplit
 
 import msgspec
 
+from ..append_only import Shared
 from ..encoded_items import EncodedItems
 from ..prefix_memo import PrefixMemo, fold_history
 from ..settings import ModelSettings, ProviderSettings
@@ -274,7 +275,10 @@ def convert_messages(
 
 
 def _append_chat(
-    message: Message, out: list[dict[str, Any]], images: list[ImageContent], compat: ChatCompat
+    message: Message,
+    out: list[dict[str, Any]] | Shared[dict[str, Any]],
+    images: list[ImageContent],
+    compat: ChatCompat,
 ) -> None:
     if not isinstance(message, ToolResultMessage) and images:
         out.append(tool_images_message(images))
@@ -301,7 +305,7 @@ class ChatHistory:
     def __init__(self, target: Target, compat: ChatCompat) -> None:
         self.transform = HistoryTransform(target, normalize_tool_call_id)
         self.compat = compat
-        self.messages: list[dict[str, Any]] = []
+        self.messages: Shared[dict[str, Any]] = Shared()  # shared by copies
         # messages[i] as JSON, encoded once when it was built (encode_body joins them)
         self.encoded = EncodedItems()
         self.images: list[ImageContent] = []
@@ -311,7 +315,7 @@ class ChatHistory:
         other = ChatHistory.__new__(ChatHistory)
         other.transform = self.transform.copy()
         other.compat = self.compat
-        other.messages = list(self.messages)
+        other.messages = self.messages.copy()
         other.encoded = self.encoded.copy()
         other.images = list(self.images)
         other.tool_history = self.tool_history

@@ -16,6 +16,7 @@ from typing import Any
 
 import msgspec
 
+from ..append_only import Shared
 from ..encoded_items import PLACEHOLDER, EncodedItems, splice
 from ..prefix_memo import PrefixMemo, fold_history
 from ..settings import ModelSettings
@@ -217,13 +218,13 @@ class ResponsesHistory:
 
     def __init__(self, target: Target) -> None:
         self.transform = HistoryTransform(target, normalize_tool_call_id)
-        self.items: list[Any] = []
+        self.items: Shared[Any] = Shared()  # shared by copies
         self.encoded = EncodedItems()  # items[i] as JSON, encoded once (encode_body)
 
     def copy(self) -> ResponsesHistory:
         other = ResponsesHistory.__new__(ResponsesHistory)
         other.transform = self.transform.copy()
-        other.items = list(self.items)
+        other.items = self.items.copy()
         other.encoded = self.encoded.copy()
         return other
 
