@@ -152,3 +152,20 @@ def test_a_body_without_its_placeholder_is_not_spliced() -> None:
     assert splice(encoder, {"a": 1, "h": []}, "h", [b"1"]) is None  # replaced by extra_body
     twice = {"h": encoded_items.PLACEHOLDER, "x": encoded_items.PLACEHOLDER}
     assert splice(encoder, twice, "h", [b"1"]) is None
+
+
+def test_runs_join_to_the_history_and_reuse_the_kept_join() -> None:
+    """`runs` is `joined` split at the kept join: the body's own join copies the history, and
+    the kept join is made again only once `REJOIN_AFTER` items lie past it."""
+    items = EncodedItems()
+    things: list[Any] = []
+    kept: list[bytes] = []  # every first run, alive, so no two share an id
+    for k in range(3 * encoded_items.REJOIN_AFTER):
+        things.append({"k": k, "text": "x" * k})
+        items.sync(things)
+        runs = items.runs()
+        assert b",".join(runs) == b",".join(msgspec.json.encode(t) for t in things)
+        assert b",".join(items.runs(k)) == b",".join(msgspec.json.encode(t) for t in things[:k])
+        assert all(runs) and len(runs) <= encoded_items.REJOIN_AFTER
+        kept.append(runs[0])
+    assert len({id(r) for r in kept}) <= 8  # not a new join per call

@@ -342,7 +342,7 @@ def encode_body(
         count -= 1
         tail = [history.messages[-1]]
     mark_last_block(tail)
-    pieces = [history.encoded.joined(count), *(_encoder.encode(m) for m in tail)]
+    pieces = [*history.encoded.runs(count), *(_encoder.encode(m) for m in tail)]
     body = splice(_encoder, _body(request, settings, PLACEHOLDER), "messages", pieces)
     if body is None:
         return _encoder.encode(body_of(request, settings, history.converted()))

@@ -326,7 +326,7 @@ def encode_body(
     """`build_body` as JSON, byte for byte, without encoding the history again: each content
     was encoded once when the fold built it (encoded_items.py)."""
     history = _history(request, settings, provider, memo)
-    pieces = [history.encoded.joined(), *(_encoder.encode(c) for c in history.finish())]
+    pieces = [*history.encoded.runs(), *(_encoder.encode(c) for c in history.finish())]
     body = splice(_encoder, _body(request, settings, PLACEHOLDER), "contents", pieces)
     if body is None:
         return _encoder.encode(_body(request, settings, history.converted()))

@@ -400,9 +400,7 @@ def encode_body(
         return _encode(build_body(request, settings, provider_name, compat, memo))
     history = _history(request, settings, provider_name, compat, memo)
     parts = [_encode(_system(request, settings, compat))] if request.system_prompt else []
-    joined = history.encoded.joined()  # the previous call's join, extended (encoded_items.py)
-    if joined:
-        parts.append(joined)
+    parts += filter(None, history.encoded.runs())  # a kept join and the items after it
     parts += [_encode(m) for m in history.finish()]
     options = _encode(_options(request, settings, compat, history, raw_tools=True))  # {"stream"
     out = [b'{"model":', _encode(settings.model), b',"messages":[']

@@ -271,7 +271,7 @@ def encode_body(
     pieces: list[bytes] = []
     if request.system_prompt:
         pieces.append(_encoder.encode(system_item(request.system_prompt, settings.reasoning)))
-    pieces.append(history.encoded.joined())
+    pieces.extend(history.encoded.runs())
     pieces.extend(_encoder.encode(item) for item in history.finish())
     body = splice(_encoder, _body(request, settings, PLACEHOLDER), "input", pieces)
     return body if body is not None else _encoder.encode(build_body(request, settings, provider))
