@@ -4,13 +4,16 @@ hashing everything, for any sequence of histories, and only the new messages enc
 from __future__ import annotations
 
 import hashlib
+import operator
 from collections.abc import Iterator, Sequence
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from cursor_byok.llm import canonical
+from cursor_byok.llm import canonical, prefix_memo
 from cursor_byok.llm.canonical import encode_message, messages_hash
 from cursor_byok.llm.types import AssistantMessage, Message, ToolCall, UserMessage
 from tests.llm.strategies import messages
@@ -96,3 +99,36 @@ def test_extending_replaces_the_shorter_history() -> None:
         history += (UserMessage.of_text(f"turn {i}"),)
         messages_hash(history)
     assert len(canonical._prefix_hashes) == 1
+
+
+def test_a_pair_of_histories_is_scanned_once_for_every_memo(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The memos of one call (the adapter's, the hash's, the meter's) are asked about the same
+    two histories: the identity scan runs once for the pair, not once per memo."""
+    base = tuple(UserMessage.of_text(f"m{k}") for k in range(50))
+    longer = (*base, UserMessage.of_text("new"))
+    memos: list[prefix_memo.PrefixMemo[Any]] = [prefix_memo.PrefixMemo() for _ in range(3)]
+    for memo in memos:
+        memo.keep(base, None, _Copyable(), extended_from=0)
+    compared = 0
+    real_is = operator.is_
+
+    def counting_is(a: object, b: object) -> bool:
+        nonlocal compared
+        compared += 1
+        return real_is(a, b)
+
+    monkeypatch.setattr(prefix_memo, "operator", SimpleNamespace(is_=counting_is))
+    for memo in memos:
+        resumed = memo.resume(longer, None)
+        assert resumed is not None and resumed[1] == len(base)
+    assert compared == len(base)
+    # equal but other objects before the kept last one: scanned, not taken for the pair
+    other = (*(UserMessage.of_text(f"m{k}") for k in range(49)), base[-1], longer[-1])
+    assert all(memo.resume(other, None) is None for memo in memos)
+
+
+class _Copyable:
+    def copy(self) -> _Copyable:
+        return self

@@ -11,9 +11,16 @@ still serialize differently (1 and 1.0). The memo holds the messages of each ent
 other object can take their ids while it is kept. Bounded by count, least recently used
 first; past that, a walk starts from the beginning, as without the memo.
 
+Every memo of a call is asked about the same history (the adapter's fold, the history's hash,
+the meter's count) and finds an entry kept from the same earlier history, so a pair found to
+share its messages is remembered (`_extends`, the last few pairs, both tuples held so their
+ids stay theirs): one identity scan a call instead of one per memo (25 µs at 1,800 messages).
+
 No lock (the loop imports this through `canonical`, and its contract keeps `threading` out):
 each step is one call on an OrderedDict, atomic under the GIL, and a kept fold is never
-changed, so threads racing on one memo can only lose an entry, never get a wrong fold.
+changed, so threads racing on one memo can only lose an entry, never get a wrong fold. The
+remembered pairs are one tuple, replaced in one store: a race loses a pair, and a pair
+only ever says what a scan of those two immutable tuples found.
 """
 
 from __future__ import annotations
@@ -51,6 +58,26 @@ class _Entry(Generic[F]):
         self.fold = fold
 
 
+_History = tuple[Message, ...]
+VERIFIED_MAX = 8  # (longer, shorter) pairs remembered by `_extends`
+_verified: tuple[tuple[_History, _History], ...] = ()
+
+
+def _extends(longer: _History, shorter: _History) -> bool:
+    """Whether the first messages of `longer` are the very objects of `shorter` (the caller
+    checked that `longer` is at least as long): scanned once per pair of tuples."""
+    global _verified
+    if longer is shorter:
+        return True
+    for a, b in _verified:
+        if a is longer and b is shorter:
+            return True
+    if not all(map(operator.is_, shorter, longer)):
+        return False
+    _verified = ((longer, shorter), *_verified[: VERIFIED_MAX - 1])
+    return True
+
+
 class PrefixMemo(Generic[F]):
     def __init__(self, max_entries: int = HISTORY_MEMO_MAX) -> None:
         self.max_entries = max_entries
@@ -70,7 +97,7 @@ class PrefixMemo(Generic[F]):
                 entry is not None
                 and len(entry.messages) == k
                 and entry.key == key
-                and all(map(operator.is_, entry.messages, messages))
+                and _extends(messages, entry.messages)
             ):
                 with contextlib.suppress(KeyError):  # dropped meanwhile by another thread
                     entries.move_to_end(slot)
