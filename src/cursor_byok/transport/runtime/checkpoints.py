@@ -189,7 +189,7 @@ class Checkpoints:
         self._recorded = {
             m.turn: (end, m.blob_id) for m, end in zip(marks, pending.ends, strict=True)
         }
-        self.states.set_turn_marks(self.conversation_id, version, marks)
+        self.states.set_turn_marks(self.conversation_id, version, marks, self._recorded)
         # The turn ends without waiting for the write: the marks only record what was
         # published (the next run's turns come from the loop's state; their ids, for the
         # turns whose end is the one recorded, from here).
@@ -201,6 +201,8 @@ class Checkpoints:
     async def _saved_marks(self, version: int) -> list[TurnMark]:
         if self._saved is None:
             marks = self.states.turn_marks(self.conversation_id, version)
+            if marks is not None and self._recorded is None:
+                self._recorded = self.states.recorded(self.conversation_id, version)
             if marks is None:
                 marks = list(await self.store.list_turn_marks(self.conversation_id))
                 self.states.set_turn_marks(self.conversation_id, version, marks)

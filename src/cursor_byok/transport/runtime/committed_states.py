@@ -27,6 +27,7 @@ turns/s) while the gauge moved 1 MB/min, and a 64 MiB cap would have let about 6
 from __future__ import annotations
 
 from collections import OrderedDict
+from typing import Any
 
 import msgspec
 
@@ -52,6 +53,8 @@ class _Entry(msgspec.Struct):
     state: ConversationState
     size: int
     marks: tuple[TurnMark, ...] | None = None  # None: not known here
+    # marks' turn -> (decoded view, blob id), the same marks decoded (None: not made here)
+    recorded: dict[int, Any] | None = None
     turn_ids: TurnIds | None = None  # checked against the state's turns on use
 
 
@@ -117,7 +120,7 @@ class CommittedStates:
             return
         self.remember(conversation_id, to_version, state, entry.size + added)
         kept = self._entries[conversation_id]
-        kept.marks, kept.turn_ids = entry.marks, entry.turn_ids
+        kept.marks, kept.turn_ids, kept.recorded = entry.marks, entry.turn_ids, entry.recorded
 
     def turn_marks(self, conversation_id: str, version: int) -> list[TurnMark] | None:
         """The turn marks kept for the conversation at `version`, if known."""
@@ -127,12 +130,26 @@ class CommittedStates:
         return list(entry.marks)
 
     def set_turn_marks(
-        self, conversation_id: str, version: int, marks: list[TurnMark] | tuple[TurnMark, ...]
+        self,
+        conversation_id: str,
+        version: int,
+        marks: list[TurnMark] | tuple[TurnMark, ...],
+        recorded: dict[int, Any] | None = None,
     ) -> None:
-        """`marks` are the conversation's stored (or being stored) marks at `version`."""
+        """`marks` are the conversation's stored (or being stored) marks at `version`;
+        `recorded`, when given, those marks decoded (never changed afterwards): the next run
+        takes it instead of decoding every mark again (issue 28, long sessions)."""
         entry = self._entries.get(conversation_id)
         if entry is not None and entry.version == version:
             entry.marks = tuple(marks)
+            entry.recorded = recorded
+
+    def recorded(self, conversation_id: str, version: int) -> dict[int, Any] | None:
+        """The decoded marks kept with the marks at `version` (None: not known here)."""
+        entry = self._entries.get(conversation_id)
+        if entry is None or entry.version != version or entry.marks is None:
+            return None
+        return entry.recorded
 
     def turn_ids(self, conversation_id: str) -> TurnIds | None:
         """The conversation's memo of published turn ids (None: none here). Whoever uses it
