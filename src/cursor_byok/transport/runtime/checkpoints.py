@@ -72,6 +72,9 @@ class Checkpoints:
         self._turn_ids: TurnIds | None = None
         # The store's marks by turn: (end view, the blob id it was published with).
         self._recorded: dict[int, tuple[tuple[Span, ...], bytes]] | None = None
+        # Those of `_recorded` whose id is not the one computed for their turn (ids of an
+        # earlier blob format), found once per run: the only ones `published` checks.
+        self._legacy: dict[int, tuple[tuple[Span, ...], bytes]] | None = None
         # The client's helper fields of its last checkpoint: published back unchanged.
         self.carried = b""
 
@@ -93,7 +96,13 @@ class Checkpoints:
         self._turn_ids = memo  # kept by the run too: the cache may have dropped the entry
         self.states.set_turn_ids(cid, memo)
         ids, blob = list(memo.ids), memo.last_blob
-        for k, (end, digest) in (self._recorded or {}).items():
+        if self._legacy is None and self._recorded is not None:
+            self._legacy = {
+                k: found
+                for k, found in self._recorded.items()
+                if k > len(ids) or found[1] != ids[k - 1]
+            }
+        for k, (end, digest) in (self._legacy or {}).items():
             if k <= len(ids) and digest != ids[k - 1] and memo.ends[k - 1] == end:
                 ids[k - 1] = digest  # published before the marks: the client holds that id
                 if k == len(ids):

@@ -59,10 +59,13 @@ def _blob(conversation_id: str, turn: int, end: TurnEnd) -> bytes:
 
 def _same_places(old: Sequence[str], new: Sequence[str], kept: int) -> int:
     """`kept` cut at the first turn made in another conversation in `old` than in `new`."""
-    for k in range(min(kept, len(old), len(new))):
+    n = min(kept, len(old), len(new))
+    if old[:n] == new[:n]:  # the usual case, compared in C
+        return n
+    for k in range(n):
         if old[k] != new[k]:
             return k
-    return min(kept, len(old), len(new))
+    return n
 
 
 def turn_ids(made_in: tuple[str, ...], ends: tuple[TurnEnd, ...], memo: TurnIds | None) -> TurnIds:
