@@ -34,6 +34,29 @@ _CALL_INSERT = (
     f"INSERT INTO llm_calls ({', '.join(CALL_FIELDS)}) "
     f"VALUES ({', '.join('?' for _ in CALL_FIELDS)})"
 )
+
+
+def _differs(column: str) -> str:
+    """SQL true when the stored `column` and the one the statement brings differ, NULL
+    included (portable: `IS DISTINCT FROM` is SQLite 3.39+, `IS NOT` SQLite's alone)."""
+    old, new = f"llm_calls.{column}", f"excluded.{column}"
+    return f"({old} <> {new} OR ({old} IS NULL) <> ({new} IS NULL))"
+
+
+# Whether a saved record may take the one it meets: the call is not committed, the fields
+# that never change are the same, and some field that may change differs (else "unchanged",
+# and nothing is written). Any other case writes nothing and is told apart by reading the
+# row (_settle_call); the rules are those of LLMCallRecord.
+_CALL_TAKES = (
+    "llm_calls.status <> 'committed' AND "
+    + " AND ".join(f"llm_calls.{f} = excluded.{f}" for f in _CALL_IMMUTABLE)
+    + f" AND ({' OR '.join(_differs(f) for f in _CALL_MUTABLE)})"
+)
+_CALL_SET = ", ".join(f"{f} = excluded.{f}" for f in _CALL_MUTABLE)
+# A record saved in one statement, the row never read first: inserted when new, updated when
+# _CALL_TAKES lets it.
+_CALL_UPSERT = f"{_CALL_INSERT} ON CONFLICT (call_id) DO UPDATE SET {_CALL_SET} WHERE {_CALL_TAKES}"
+_CALL_INSERT_NEW = f"{_CALL_INSERT} ON CONFLICT (call_id) DO NOTHING"
 _CALL_UPDATE = (
     f"UPDATE llm_calls SET {', '.join(f'{f} = ?' for f in _CALL_MUTABLE)} WHERE call_id = ?"
 )
@@ -143,7 +166,7 @@ def commit_input(
     )
     ignored: list[str] = []
     for call in calls:
-        if upsert_call(conn, path, call).outcome == "ignored":
+        if not save_call(conn, path, call):
             ignored.append(call.call_id)
     for op in operations:
         if upsert_operation(conn, path, op, now).outcome == "ignored":
@@ -164,7 +187,7 @@ def reserve_call(
     totals = reservation_totals(conn, reserve, () if stored is None else (stored,))
     if totals.refused_by is not None:
         return totals
-    upsert_call(conn, path, record)
+    save_call(conn, path, record)
     if stored is not None and stored.created_at_ms < record.created_at_ms:
         conn.execute(
             "UPDATE llm_calls SET created_at_ms = ? WHERE call_id = ? AND created_at_ms < ?",
@@ -174,10 +197,33 @@ def reserve_call(
 
 
 def upsert_call(conn: Conn, path: str, record: LLMCallRecord) -> SaveResult:
+    """Store.save_llm_call: a new record in one statement; one that changes a stored call
+    in two (the insert that meets the row, then the upsert that takes it), so the answer
+    tells an insert from an update. The row is read only when neither wrote it."""
+    values = msgspec.structs.astuple(record)
+    if conn.execute(_CALL_INSERT_NEW, values).rowcount == 1:
+        return _INSERTED
+    if conn.execute(_CALL_UPSERT, values).rowcount == 1:
+        return _UPDATED
+    return _settle_call(conn, path, record)
+
+
+def save_call(conn: Conn, path: str, record: LLMCallRecord) -> bool:
+    """Save a record of a commit in one statement, the row not read first unless the
+    statement wrote nothing (upsert_call's rules); False when the record was ignored (its
+    call is committed)."""
+    if conn.execute(_CALL_UPSERT, msgspec.structs.astuple(record)).rowcount == 1:
+        return True
+    return _settle_call(conn, path, record).outcome != "ignored"
+
+
+def _settle_call(conn: Conn, path: str, record: LLMCallRecord) -> SaveResult:
+    """Why the upsert of `record` wrote nothing: read the row and apply the rules."""
     stored = get_call(conn, record.call_id)
-    if stored is None:
-        conn.execute(_CALL_INSERT, msgspec.structs.astuple(record))
-        return SaveResult(outcome="inserted")
+    if stored is None:  # the upsert met the row: it cannot be gone inside the transaction
+        raise StoreIntegrityError(
+            path, "an llm call vanished while it was saved", f"call {record.call_id!r}"
+        )
     differ = [f for f in _CALL_IMMUTABLE if getattr(stored, f) != getattr(record, f)]
     if differ:
         raise _mismatch(path, "llm call", record.call_id, differ)
@@ -188,8 +234,13 @@ def upsert_call(conn: Conn, path: str, record: LLMCallRecord) -> SaveResult:
             outcome="ignored",
             reason=f"llm call {record.call_id!r} is committed; its record is final",
         )
+    # Equal to SQL, different to Python (a value's type): written as the rules say.
     conn.execute(_CALL_UPDATE, (*(getattr(record, f) for f in _CALL_MUTABLE), record.call_id))
-    return SaveResult(outcome="updated")
+    return _UPDATED
+
+
+_INSERTED = SaveResult(outcome="inserted")
+_UPDATED = SaveResult(outcome="updated")
 
 
 def upsert_operation(conn: Conn, path: str, record: ClientOperationRecord, now: int) -> SaveResult:

@@ -9,6 +9,7 @@ package; the Store protocol (store/api.py) is all another backend implements.
     reads.py   point reads on the caller's thread, the rest on a pool of reader threads
     errors.py  sqlite3 errors mapped to StoreError classes; why a path cannot be opened
     integrity.py  the quick integrity check before serving, bounded in time
+    binding.py identity adapters: None and bytes bound without sqlite3's adapter search
 
 The SQL of every job and read is the portable SQL both backends run (store/sql/).
 

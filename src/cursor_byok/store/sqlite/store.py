@@ -38,6 +38,7 @@ from ..api import (
 from ..errors import StoreClosedError
 from ..price_spans import PriceSpan
 from ..sql import activity, jobs, leases, links, rows, sign_in, tokens
+from . import binding
 from .reads import INLINE_MESSAGES, Reads
 from .writer import Synchronous, Writer, WriterStats
 
@@ -67,6 +68,7 @@ class SQLiteStore:
         `clock` gives the time in ms stored with each write (default: the wall clock)."""
         if synchronous not in ("FULL", "NORMAL"):
             raise ValueError(f"synchronous must be FULL or NORMAL, not {synchronous!r}")
+        binding.install()
         self.path = os.path.abspath(os.fspath(path))
         self.synchronous: Synchronous = synchronous
         self.busy_timeout_ms = busy_timeout_ms
