@@ -13,9 +13,12 @@ from cursor_byok.llm.types import Usage
 from cursor_byok.observability.logs import (
     _BARE_BEARER,
     _HEADER_VALUE,
+    _MAY_HOLD_CREDENTIAL,
     _URL_KEY,
     MASK,
+    MIN_SECRET_LEN,
     RedactingFilter,
+    _may_hold_credential,
     install_redaction,
     log_run,
     redact_text,
@@ -266,6 +269,15 @@ _FRAGMENTS = [
     "=",
     "Bearer",
     "\n",
+    # Letters the regex's case folding matches to ASCII ones (LONG S ~ s, KELVIN SIGN ~ k):
+    # lowering the text does not turn the first into `s`, so such text must take the regex.
+    "https://h/v1?acce\u017fs_token=tok_5678",
+    "x-api-\u212aey: k-10",
+    "?\u212aey=AIza000",
+    "\u017f",
+    "\u212a",
+    "\u00e9",
+    "BEARER",
 ]
 
 
@@ -282,3 +294,39 @@ def test_the_quick_check_never_skips_a_credential(parts: list[str], noise: str) 
         ),
     )
     assert redact_text(text) == full
+
+
+@given(st.text(max_size=30), st.text(max_size=30))
+def test_the_quick_check_agrees_with_its_regex(left: str, right: str) -> None:
+    """The ASCII fast path of the quick check says what the regex says, for any neighbours of
+    any of the words (their case-folding look-alikes included)."""
+    for fragment in _FRAGMENTS:
+        text = left + fragment + right
+        assert _may_hold_credential(text) == bool(_MAY_HOLD_CREDENTIAL.search(text)), text
+
+
+_SECRET_ALPHABET = st.characters(blacklist_characters="*", blacklist_categories=("Cs",))
+
+
+@given(
+    st.lists(
+        st.text(_SECRET_ALPHABET, min_size=MIN_SECRET_LEN, max_size=24), min_size=1, max_size=3
+    ),
+    st.lists(st.text(max_size=12), min_size=2, max_size=5),
+    st.sampled_from(["", "Authorization: Bearer ", "?access_token=", "\u212aey=", "\u00e9"]),
+)
+def test_a_configured_secret_is_masked_wherever_it_sits(
+    secrets: list[str], neighbours: list[str], lead: str
+) -> None:
+    """Secrets embedded anywhere in a record (message, arguments, extras), between any
+    neighbours, ASCII or not, never come out of the filter."""
+    text = lead + secrets[0].join(neighbours) + "".join(secrets)
+    record = logging.LogRecord("t", logging.INFO, "p", 1, "m %s " + text, (text,), None)
+    record.detail = {"k": [text, 3], "n": None}
+    record.note = text
+    RedactingFilter(secrets).filter(record)
+    for secret in secrets:
+        assert secret not in record.getMessage()
+        assert secret not in repr(record.detail)
+        assert secret not in record.note
+        assert secret not in redact_text(text, secrets)
