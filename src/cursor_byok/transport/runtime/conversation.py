@@ -25,6 +25,7 @@ from ...store.api import (
     LLMCallRecord,
     Reservation,
     Store,
+    TurnMark,
 )
 from . import records
 from .committed_states import CommittedStates
@@ -111,10 +112,13 @@ class Conversation:
         operations: Sequence[ClientOperationRecord],
         durable: bool,
         reserve: Reservation | None = None,
+        turn_marks: Sequence[TurnMark] | None = None,
+        unchanged_marks: int = 0,
     ) -> CommitResult:
         """Store what `t` committed (its state, the messages it appended, the records); on
         success it is this conversation's state. A conflict or a duplicate reloads the state
-        the store holds; a refused reservation changes nothing (the caller hears the totals)."""
+        the store holds; a refused reservation changes nothing (the caller hears the totals).
+        `turn_marks` ride along (Store.commit_input), written only if this commits."""
         after = t.state.committed
         appended = [canonical.encode_message(m) for m in t.appended]
         outcome = await self.store.commit_input(
@@ -130,6 +134,8 @@ class Conversation:
             durable=durable,
             owner=self.viewer if self.version == 0 else None,
             reserve=reserve,
+            turn_marks=turn_marks,
+            unchanged_marks=unchanged_marks,
         )
         if outcome.status == "refused":
             return outcome
