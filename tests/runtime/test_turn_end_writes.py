@@ -1,13 +1,27 @@
 """What the end of a turn writes rides with the commit of its answer: the turn marks of its
-checkpoint in that transaction, no write of their own after it."""
+checkpoint and the run's outcome in that transaction, no write of their own after it."""
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import Any
 
-from cursor_byok.store.api import TurnMark
-from tests.runtime.harness import Client, Server, open_server, run_request
+from cursor_byok.config import parse_config
+from cursor_byok.observability.routes import Observability
+from cursor_byok.store.api import RunOutcomeRecord, TurnMark
+from cursor_byok.transport.runtime.summary import RunSummary
+from tests.runtime.harness import MODEL, Client, Server, cancel, open_server, run_request
+
+CONFIG = """
+[providers.p]
+api = "openai-chat"
+api_key = "sk-test"
+
+[models.m]
+provider = "p"
+model = "m"
+"""
 
 
 def spy(server: Server) -> tuple[list[dict[str, Any]], list[tuple[TurnMark, ...]]]:
@@ -93,3 +107,70 @@ async def test_a_conflicting_commit_leaves_the_marks_to_the_one_that_commits(
     assert [m.blob_id for m in marks] == turns
     assert saved == []
     await store.close()
+
+
+async def observed(server: Server) -> tuple[Observability, list[RunOutcomeRecord]]:
+    """The server's runs observed as the composition root does (app.py), each outcome
+    written on its own recorded."""
+    obs = Observability(parse_config(CONFIG), server.store)
+    services = server.runner.services
+    services.on_run_end, services.outcome_row = obs.on_run_end, obs.outcome_row
+    alone: list[RunOutcomeRecord] = []
+    save = server.store.save_run_outcome
+
+    async def save_run_outcome(record: RunOutcomeRecord) -> Any:
+        alone.append(record)
+        return await save(record)
+
+    server.store.save_run_outcome = save_run_outcome  # type: ignore[method-assign]
+    return obs, alone
+
+
+async def test_the_outcome_rides_with_the_answer(tmp_path: Path) -> None:
+    server = await open_server(tmp_path / "db", ["one"], chunk_size=50)
+    commits, _ = spy(server)
+    obs, alone = await observed(server)
+    ended: list[RunSummary] = []
+    on_run_end = obs.on_run_end
+    server.runner.services.on_run_end = lambda s: (ended.append(s), on_run_end(s))[-1]
+    client = Client("r1")
+    client.say(run_request("c1", "q1"))
+    server.start(client)
+    assert await client.ended() is None
+    await asyncio.sleep(0)  # on_run_end runs soon after the end
+    await obs.aclose()
+    row = commits[-1]["run_outcome"]
+    assert (row.request_id, row.conversation_id, row.outcome) == ("r1", "c1", "ok")
+    assert (row.llm_calls, row.title, row.model) == (1, "q1", MODEL.id)
+    # The answer's call counted before its commit: the row says what the run's summary says.
+    (summary,) = ended
+    assert (row.llm_calls, row.unpriced_calls, row.cost_usd) == (
+        summary.llm_calls,
+        summary.unpriced_calls,
+        summary.cost_usd,
+    )
+    assert (row.input_tokens, row.output_tokens) == (summary.usage.input, summary.usage.output)
+    assert summary.outcome_stored == summary.outcome == "ok"
+    assert all(c.get("run_outcome") is None for c in commits[:-1])
+    assert alone == []  # no write of its own
+    assert await server.store.list_recent_run_outcomes() == (row,)
+    await server.store.close()
+
+
+async def test_a_run_without_an_answer_stores_its_outcome_at_its_end(tmp_path: Path) -> None:
+    server = await open_server(tmp_path / "db", ["a long answer " * 20], chunk_size=4, delay=0.02)
+    commits, _ = spy(server)
+    obs, alone = await observed(server)
+    client = Client("r1")
+    client.say(run_request("c1"))
+    server.start(client)
+    await client.until(lambda: len(client.sent) >= 2, "two deltas")
+    client.say(cancel("enough"))
+    assert await client.ended() is not None
+    await asyncio.sleep(0)
+    await obs.aclose()
+    assert all(c.get("run_outcome") is None for c in commits)
+    assert [(r.request_id, r.outcome) for r in alone] == [("r1", "canceled")]
+    stored = await server.store.list_recent_run_outcomes()
+    assert [(r.request_id, r.outcome) for r in stored] == [("r1", "canceled")]
+    await server.store.close()

@@ -116,6 +116,11 @@ class Commits:
             operations.append(self.tools.planned(t.command, after))
         elif isinstance(t.command, CallClients):  # each is recorded as sent before it goes
             operations.extend(self.tools.planned(call, after) for call in t.command.calls)
+        ends = None
+        if isinstance(t.command, Final) and (row := self.services.outcome_row) is not None:
+            # A commit that ends the turn ends the run well (Commands: Final): its outcome
+            # record is written with it, no write of its own after the run.
+            ends = row(self.reports.ending(calls, "ok"), now)
         outcome = await self.conv.commit(
             t,
             input_id,
@@ -127,6 +132,7 @@ class Commits:
             reserve=reserve,
             turn_marks=None if marks is None else marks.marks,
             unchanged_marks=0 if marks is None else marks.unchanged,
+            run_outcome=ends,
         )
         status = outcome.status
         if status == "refused":
@@ -136,6 +142,8 @@ class Commits:
         if status == "committed":
             if marks is not None:
                 self.checkpoints.committed(marks, self.conv.version)
+            if ends is not None:
+                self.reports.stored(ends)
             if on_commit is not None:
                 on_commit()
             self.reports.account(calls, turn_ends=isinstance(t.command, Final))

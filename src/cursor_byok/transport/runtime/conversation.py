@@ -24,6 +24,7 @@ from ...store.api import (
     CommitResult,
     LLMCallRecord,
     Reservation,
+    RunOutcomeRecord,
     Store,
     TurnMark,
 )
@@ -114,11 +115,13 @@ class Conversation:
         reserve: Reservation | None = None,
         turn_marks: Sequence[TurnMark] | None = None,
         unchanged_marks: int = 0,
+        run_outcome: RunOutcomeRecord | None = None,
     ) -> CommitResult:
         """Store what `t` committed (its state, the messages it appended, the records); on
         success it is this conversation's state. A conflict or a duplicate reloads the state
         the store holds; a refused reservation changes nothing (the caller hears the totals).
-        `turn_marks` ride along (Store.commit_input), written only if this commits."""
+        `turn_marks` and `run_outcome` ride along (Store.commit_input): written only if this
+        commits."""
         after = t.state.committed
         appended = [canonical.encode_message(m) for m in t.appended]
         outcome = await self.store.commit_input(
@@ -136,6 +139,7 @@ class Conversation:
             reserve=reserve,
             turn_marks=turn_marks,
             unchanged_marks=unchanged_marks,
+            run_outcome=run_outcome,
         )
         if outcome.status == "refused":
             return outcome
