@@ -17,11 +17,13 @@ from ..api import (
     LLMCallRecord,
     Reservation,
     ReservationTotals,
+    RunOutcomeRecord,
     RunRecord,
     SaveResult,
     TurnMark,
 )
 from ..errors import RecordMismatchError, StoreIntegrityError
+from .activity import save_outcome
 from .conn import Conn
 from .rows import CALL_FIELDS, OP_FIELDS, current_version, find_input, get_call, get_operation
 from .tokens import reservation_totals
@@ -91,10 +93,13 @@ def commit_input(
     operations: Sequence[ClientOperationRecord],
     owner: str | None = None,
     reserve: Reservation | None = None,
+    turn_marks: Sequence[TurnMark] | None = None,
+    unchanged_marks: int = 0,
+    run_outcome: RunOutcomeRecord | None = None,
 ) -> CommitResult:
     """Dedupe on the input id, check the reservation, compare-and-set on the version (and the
-    message count), append the messages, record the input, upsert the records
-    (Store.commit_input)."""
+    message count), append the messages, record the input, upsert the records, then the rows
+    that ride along: turn marks, the run's outcome (Store.commit_input)."""
     previous = find_input(conn, conversation_id, input_id)
     if previous is not None:
         return CommitResult(
@@ -171,6 +176,11 @@ def commit_input(
     for op in operations:
         if upsert_operation(conn, path, op, now).outcome == "ignored":
             ignored.append(op.operation_id)
+    if turn_marks is not None:
+        keep = min(max(unchanged_marks, 0), len(turn_marks))
+        save_turn_marks(conn, conversation_id, turn_marks, keep, lambda: now)
+    if run_outcome is not None:
+        save_outcome(conn, run_outcome)
     return CommitResult(
         status="committed", version=version, ignored=tuple(ignored), reservation=totals
     )

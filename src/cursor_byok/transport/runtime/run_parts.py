@@ -145,21 +145,22 @@ def equip(
         summarizer=summarizer,
         models=services.models,
     )
+    checkpoints = Checkpoints(
+        conversation_id=cid,
+        store=services.store,
+        states=runner.committed_states,
+        requests=requests,
+        channel=channel,
+        background=background,
+        window=model.context_window,
+    )
     return RunParts(
         model=model,
         calls=calls,
         summaries=summaries,
         admissions=admissions,
         window=window,
-        checkpoints=Checkpoints(
-            conversation_id=cid,
-            store=services.store,
-            states=runner.committed_states,
-            requests=requests,
-            channel=channel,
-            background=background,
-            window=model.context_window,
-        ),
+        checkpoints=checkpoints,
         conv=conv,
         commits=Commits(
             request_id=channel.request_id,
@@ -170,6 +171,7 @@ def equip(
             tools=tools,
             reports=reports,
             admissions=admissions,
+            checkpoints=checkpoints,
         ),
         windows=services.provider_windows,
     )
