@@ -388,10 +388,14 @@ class Run:
             await self._apply(item, work.input_id, completes=work.completes)
 
     async def _on_llm_event(self, call_id: str, event: ResponseEvent) -> None:
-        """An event of a model call's stream, from the task that reads it."""
+        """An event of a model call's stream, from the task that reads it: `_apply_from_task`
+        inline (one coroutine less per event)."""
         if isinstance(event, DoneEvent | ErrorEvent):
             self.summary.usage = self.summary.usage + event.message.usage
-        await self._apply_from_task(LLMEvent(call_id=call_id, event=event), f"{call_id}:end")
+        try:
+            await self._apply(LLMEvent(call_id=call_id, event=event), f"{call_id}:end")
+        except Exception as exc:
+            self._failed(exc)
 
     async def _tool_timed_out(self, operation_id: str, waited_ms: int) -> None:
         for frame in self.tools.abort(operation_id):
