@@ -324,3 +324,43 @@ def test_the_settings_reach_the_transport() -> None:
     assert limits.max_unstarted_bytes_per_client == 4 * mib
     assert limits.orphan_timeout == 7.5  # the shim's reconnect grace
     assert transport_limits(make_config().server) == TransportLimits()
+
+
+async def test_a_started_runs_frames_are_counted_and_bounded_too() -> None:
+    """A frame of a started run is charged like any (ledger.charge's short way for the frames
+    that fit): one that does not fit beside a finished run forgets it, one that does not fit
+    at all ends its run."""
+    go = asyncio.Event()
+
+    async def handler(channel: RunChannel, info: RunStartInfo) -> None:
+        if await channel.receive() is None:
+            return
+        if channel.request_id == "done":
+            channel.send(b"z" * 3000)
+            channel.finish()
+            return
+        channel.send(b"y" * 1000)
+        await go.wait()
+        channel.send(b"y" * 3000)
+        go.clear()
+        await go.wait()
+        channel.send(b"y" * (RUN_COST + 3000))
+        await asyncio.Event().wait()
+
+    limits = TransportLimits(max_buffered_bytes=2 * RUN_COST + 5000, orphan_timeout=1e6)
+    reg = SessionRegistry(handler, limits)
+    done, _ = reg.get_or_create("done", "runsse", client="a")
+    done.append(0, *wire(cc.run_request()))
+    live, _ = reg.get_or_create("live", "runsse", client="b")
+    live.append(0, *wire(cc.run_request()))
+    await asyncio.sleep(0.05)
+    assert done.finished and reg.ledger.used == 2 * RUN_COST + 3005 + 1005
+    go.set()
+    await asyncio.sleep(0.05)
+    assert reg.get("done") is None and not live.finished
+    assert reg.ledger.used == live.cost == RUN_COST + 1005 + 3005
+    go.set()
+    await asyncio.sleep(0.05)
+    assert live.finished and live.ending is not None
+    assert live.ending.code == "resource_exhausted"
+    await reg.close()

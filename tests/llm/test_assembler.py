@@ -101,3 +101,21 @@ def test_delta_cost_does_not_grow_with_length() -> None:
         a.text_delta(i, "x")
     assert a.snapshot().text == "x" * 20_000
     assert len(a.snapshot().text) == 20_000
+
+
+def test_every_delta_counts_in_progress_and_shows_in_the_partial_message() -> None:
+    a = asm()
+    ti, _ = a.open_thinking()
+    xi, _ = a.open_text()
+    ci, _ = a.open_tool_call("c1", "Read")
+    seen = []
+    for add, index, piece in (
+        (a.thinking_delta, ti, "hm"),
+        (a.text_delta, xi, "H\u00e9"),
+        (a.tool_call_delta, ci, '{"p":1}'),
+        (a.text_delta, xi, "!"),
+    ):
+        add(index, piece)
+        progress = a.progress()
+        seen.append((progress.chars, progress.deltas, a.snapshot().text))
+    assert seen == [(2, 1, ""), (4, 2, "H\u00e9"), (11, 3, "H\u00e9"), (12, 4, "H\u00e9!")]

@@ -36,10 +36,14 @@ class ToyDecoder:
         out: list[ResponseEvent] = []
         if event.data == "BAD":
             raise ValueError("toy decoder cannot read this")
-        if event.data == "END":
+        if event.data in ("END", "END+"):
             out.extend(self.asm.close_all())
             out.append(self.asm.done("stop"))
+            if event.data == "END+":  # a broken decoder: an event after the terminal one
+                out.append(TextDelta(content_index=0, delta="late", partial=self.asm))
             return out
+        if event.data == "LEAK":  # an in-band error echoing the key, not redacted here
+            return [self.asm.fail(f"upstream says: bad key {KEY}")]
         if self.index is None:
             self.index, ev = self.asm.open_text()
             out.append(ev)
@@ -271,3 +275,37 @@ def test_parse_retry_after_http_date() -> None:
     h = CIMultiDict({"Retry-After": "Wed, 21 Oct 2015 07:28:10 GMT"})
     assert parse_retry_after(h, now=1445412480.0) == 10_000
     assert parse_retry_after(CIMultiDict({"retry-after": "soon"})) is None
+
+
+@pytest.mark.parametrize("how", ["recv", "deliver"])
+@pytest.mark.parametrize("script", [["a", "LEAK", "b"], ["a", "b", "END+", "c"]])
+async def test_nothing_leaves_after_the_terminal_event_and_errors_are_redacted(
+    how: str, script: list[str]
+) -> None:
+    async with fake_upstream() as up:
+        up.push(Reply.events(script))
+        a = adapter(up.base_url)
+        stream = a.call(REQUEST, SETTINGS)
+        if how == "recv":
+            events = await collect(stream)
+        else:
+            events = []
+            ended = asyncio.Event()
+
+            async def sink(event: ResponseEvent) -> None:
+                events.append(event)
+                if isinstance(event, DoneEvent | ErrorEvent):
+                    ended.set()
+
+            stream.deliver(sink)
+            await asyncio.wait_for(ended.wait(), 10)
+            await asyncio.sleep(0.05)  # what follows the terminal event would show up now
+        assert [type(e).__name__ for e in events][-2:] == [
+            "TextDelta" if "LEAK" in script else "TextEnd",
+            "ErrorEvent" if "LEAK" in script else "DoneEvent",
+        ]
+        assert KEY not in repr(events[-1])
+        if "LEAK" in script:
+            assert isinstance(events[-1], ErrorEvent)
+            assert events[-1].error_message == "upstream says: bad key ***"
+        await a.aclose()

@@ -445,3 +445,23 @@ async def test_a_sink_gets_aborted_at_once_when_closed_around_a_backoff(when: st
     (event,) = got
     assert isinstance(event, ErrorEvent) and event.reason == "aborted"
     assert stream.attempts == 1 and len(inner.sent) == 1
+
+
+class PastTheEndStream(ScriptedStream):
+    """A broken inner stream: its sink gets its events, then more after the terminal one."""
+
+    def deliver(self, sink: Any) -> None:
+        async def run() -> None:
+            for event in self.events:
+                await sink(event)
+
+        self.task = asyncio.get_running_loop().create_task(run())
+
+
+async def test_a_sink_gets_nothing_after_the_inner_terminal_event() -> None:
+    events = ok("a")
+    late = [*events, events[2], events[-1], started_then_error()[-1]]
+    inner = ScriptedLLM()
+    inner.send = lambda prepared: PastTheEndStream(late)  # type: ignore[method-assign]
+    got = await _delivered(wrap(inner).call(REQUEST, SETTINGS))
+    assert got == events

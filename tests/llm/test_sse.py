@@ -124,10 +124,13 @@ def _chunked(data: bytes, cuts: list[int]) -> list[SSEEvent]:
 
 
 @settings(max_examples=300)
-@given(_LINES, st.lists(st.integers(0, 10_000), max_size=8))
-def test_lf_streams_in_any_chunks_match_the_rules(lines: list[bytes], cuts: list[int]) -> None:
-    """LF-only streams take the fast path: multi-line data, comments, names, ids, cut lines."""
-    data = b"".join(line + b"\n" for line in lines)
+@given(_LINES, st.lists(st.integers(0, 10_000), max_size=8), st.booleans())
+def test_lf_streams_in_any_chunks_match_the_rules(
+    lines: list[bytes], cuts: list[int], bom: bool
+) -> None:
+    """LF-only streams take the fast path (the first chunk too, with or without a BOM, cut
+    inside it or not): multi-line data, comments, names, ids, cut lines."""
+    data = b"\xef\xbb\xbf" * bom + b"".join(line + b"\n" for line in lines)
     assert _chunked(data, cuts) == reference(data)
 
 
@@ -147,7 +150,8 @@ def test_mixed_line_ends_in_any_chunks_match_the_rules(
 
 def test_lf_fast_path_events() -> None:
     p = SSEParser()
-    assert p.feed(b"data: 0\n\n") == [SSEEvent("0")]  # past the BOM check: the fast path
+    assert p.feed(b"\xef\xbb") == []  # perhaps a BOM
+    assert p.feed(b"\xbfdata: 0\n\n") == [SSEEvent("0")]
     got = p.feed(b"event: e\nid: 9\ndata: a\ndata:b\n: c\n\ndata: \xc3")
     assert got == [SSEEvent("a\nb", "e", "9")]
     assert p.feed(b"\xa9\n\n") == [SSEEvent("\u00e9", "message", "9")]

@@ -7,6 +7,8 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+import pytest
+
 from cursor_byok.llm import canonical
 from cursor_byok.llm.faux import FauxResponse
 from cursor_byok.llm.types import AssistantMessage, ToolResultMessage, UserMessage
@@ -373,3 +375,31 @@ async def test_unknown_client_events_are_counted(tmp_path: Path) -> None:
         "conversation_action.summarize_action",
         "prewarm_request",
     ]
+
+
+async def test_a_failure_applying_a_stream_event_ends_the_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A bug met while applying a model call's event (in the task reading the stream) ends the
+    run with an internal error, as one in the run's own task does; the stream is not left
+    hanging."""
+    from cursor_byok.llm.events import TextDelta
+    from cursor_byok.loop import LLMEvent
+    from cursor_byok.transport.runtime import run as run_module
+
+    real = run_module.transition
+
+    def transition(state: object, input: object) -> object:
+        if isinstance(input, LLMEvent) and isinstance(input.event, TextDelta):
+            raise RuntimeError("a bug")
+        return real(state, input)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(run_module, "transition", transition)
+    server = await open_server(tmp_path / "db", ["Hello there"], chunk_size=5)
+    client = Client("r1")
+    client.say(run_request("c1", "hi"))
+    server.start(client)
+    ending = await client.ended()
+    assert ending is not None and ending.message == "internal error: RuntimeError"
+    (summary,) = server.summaries
+    assert summary.outcome == "error"

@@ -171,7 +171,9 @@ class MessageAssembler:
 
     def text_delta(self, index: int, delta: str) -> TextDelta:
         self._open_block(index, "text").parts.append(delta)
-        self._streamed(delta)
+        self.streamed_chars += len(delta)  # for progress(), counted inline: the hot path
+        self.streamed_deltas += 1
+        self._cache = None
         return TextDelta(content_index=index, delta=delta, partial=self)
 
     def close_text(self, index: int, *, signature: str | None = None) -> TextEnd:
@@ -197,7 +199,9 @@ class MessageAssembler:
 
     def thinking_delta(self, index: int, delta: str) -> ThinkingDelta:
         self._open_block(index, "thinking").parts.append(delta)
-        self._streamed(delta)
+        self.streamed_chars += len(delta)  # for progress(), counted inline: the hot path
+        self.streamed_deltas += 1
+        self._cache = None
         return ThinkingDelta(content_index=index, delta=delta, partial=self)
 
     def append_signature(self, index: int, fragment: str) -> None:
@@ -251,7 +255,9 @@ class MessageAssembler:
 
     def tool_call_delta(self, index: int, delta: str) -> ToolCallDelta:
         self._open_block(index, "toolCall").parts.append(delta)
-        self._streamed(delta)
+        self.streamed_chars += len(delta)  # for progress(), counted inline: the hot path
+        self.streamed_deltas += 1
+        self._cache = None
         return ToolCallDelta(content_index=index, delta=delta, partial=self)
 
     def close_tool_call(
@@ -335,11 +341,6 @@ class MessageAssembler:
         )
 
     # -- internals -------------------------------------------------------------------------
-
-    def _streamed(self, delta: str) -> None:
-        self.streamed_chars += len(delta)
-        self.streamed_deltas += 1
-        self._cache = None
 
     def _terminate(self) -> None:
         if self._terminated:

@@ -320,10 +320,8 @@ class HttpResponseStream:
 
     # -- the reading task ------------------------------------------------------------------
 
-    def _checked(self, event: ResponseEvent) -> ResponseEvent | None:
-        """The event as it leaves the stream (None after the terminal one)."""
-        if self._queued_terminal:
-            return None
+    def _terminal(self, event: DoneEvent | ErrorEvent) -> ResponseEvent:
+        """The terminal event as it leaves the stream; nothing leaves after it."""
         if isinstance(event, ErrorEvent):
             # Decoders build in-band errors from provider text, which may echo the key.
             text = event.message.error_message
@@ -331,21 +329,21 @@ class HttpResponseStream:
                 event = msgspec.structs.replace(
                     event, message=msgspec.structs.replace(event.message, error_message=clean)
                 )
-        if isinstance(event, DoneEvent | ErrorEvent):
-            self._queued_terminal = True
+        self._queued_terminal = True
         return event
 
     async def _emit(self, event: ResponseEvent) -> None:
-        checked = self._checked(event)
-        if checked is None:
+        if self._queued_terminal:
             return
+        if isinstance(event, DoneEvent | ErrorEvent):
+            event = self._terminal(event)
         sink = self._sink
         if sink is None:
-            self._queue.put_nowait(checked)
+            self._queue.put_nowait(event)
             return
         self._delivering = True
         try:
-            await sink(checked)
+            await sink(event)
         except Exception:
             log.exception("the consumer of a %s stream failed", self._adapter.provider.name)
             self._queued_terminal = True  # nothing more goes to a sink that broke
@@ -357,7 +355,7 @@ class HttpResponseStream:
     def _fail(self, message: str, **kwargs: Any) -> ErrorEvent:
         asm = self._assembler
         text = self._adapter.redact(message)
-        if asm.terminated:  # cannot happen through _checked's guard; keeps the invariant explicit
+        if asm.terminated:  # cannot happen through _emit's guard; keeps the invariant explicit
             raise RuntimeError(text)
         return asm.fail(text, **kwargs)
 

@@ -166,7 +166,8 @@ class RetryingStream:
         return event
 
     async def _forward(self, event: ResponseEvent) -> None:
-        """To the sink, once: nothing follows the terminal event."""
+        """To the sink, once: nothing follows the terminal event. (`_from_attempt` does the
+        same inline for the events after an attempt's first.)"""
         if self._delivered_terminal:
             return
         assert self._sink is not None
@@ -196,8 +197,14 @@ class RetryingStream:
 
     async def _from_attempt(self, event: ResponseEvent) -> None:
         """The sink of each attempt's stream."""
-        if self._first_done:
-            await self._forward(event)
+        if self._first_done:  # every event but the first: `_forward`, one call less each
+            if self._delivered_terminal:
+                return
+            if isinstance(event, DoneEvent | ErrorEvent):
+                self._delivered_terminal = True
+            sink = self._sink
+            assert sink is not None  # set by the deliver() that made this the attempt's sink
+            await sink(event)
             return
         delay = self._retry_delay(event)
         if delay is None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import msgspec
 
 MAX_EVENT_BYTES = 16 * 1024 * 1024
+BOM = b"\xef\xbb\xbf"
 
 
 class SSEEvent(msgspec.Struct, frozen=True):
@@ -36,7 +37,18 @@ class SSEParser:
     def feed(self, chunk: bytes) -> list[SSEEvent]:
         if not chunk:
             return []
-        if self._started and not self._pending_cr and b"\r" not in chunk:
+        if not self._started:
+            # A BOM first is dropped; until 3 bytes came they may still be one. (Only these
+            # bytes are ever buffered before the start.)
+            chunk = bytes(self._buffer) + chunk
+            self._buffer.clear()
+            if len(chunk) < 3 and BOM.startswith(chunk):
+                self._buffer += chunk
+                return []
+            if chunk.startswith(BOM):
+                chunk = chunk[3:]
+            self._started = True
+        if not self._pending_cr and b"\r" not in chunk:
             # Every provider ends its lines in LF alone: split on it. The buffer never holds a
             # CR between feeds (the general path below consumes every CR it sees).
             return self._feed_lf(chunk)
@@ -46,12 +58,6 @@ class SSEParser:
             if chunk[:1] == b"\n":
                 chunk = chunk[1:]
         self._buffer += chunk
-        if not self._started:
-            if len(self._buffer) < 3 and b"\xef\xbb\xbf".startswith(bytes(self._buffer)):
-                return []
-            if self._buffer.startswith(b"\xef\xbb\xbf"):
-                del self._buffer[:3]
-            self._started = True
         out: list[SSEEvent] = []
         buf = self._buffer
         start = 0

@@ -197,7 +197,8 @@ class Session:
                     "resource_exhausted",
                     f"the run's output exceeds {limit}, the most one run may keep for replay",
                 )
-            self._charge(len(frame))
+            if self._ledger is not None:  # `_charge`, one call less per frame
+                self._ledger.charge(self, len(frame))
         except ConnectError as err:
             log.warning("run %s: ending the run: %s", self._request_id, err.message)
             self.fail(err)

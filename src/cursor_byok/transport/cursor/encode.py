@@ -71,8 +71,38 @@ def _update(iu: agent_pb2.InteractionUpdate) -> bytes:
 HEARTBEAT = _update(agent_pb2.InteractionUpdate(heartbeat=agent_pb2.HeartbeatUpdate()))
 
 
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while n > 0x7F:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def _text_update(tag: int, text: str) -> bytes:
+    """`AgentServerMessage{interaction_update{<tag>{text}}}`, written by hand: the one frame
+    per delta of a stream, with no protobuf object built for it. `tag`: the InteractionUpdate
+    field's key byte (a length-delimited field under 16); its message has `text` as field 1,
+    as TextDeltaUpdate and ThinkingDeltaUpdate do (tests/cursor/test_encode_deltas.py holds
+    these bytes equal to protobuf's)."""
+    data = text.encode("utf-8")  # a lone surrogate raises, as protobuf's encoder does
+    n = len(data)
+    if not n:  # proto3 leaves an empty string out
+        return bytes((0x0A, 2, tag, 0))
+    if n < 124:  # every length fits one byte
+        return bytes((0x0A, n + 4, tag, n + 2, 0x0A, n)) + data
+    inner = b"\x0a" + _varint(n) + data
+    update = bytes((tag,)) + _varint(len(inner)) + inner
+    return b"\x0a" + _varint(len(update)) + update
+
+
+_TEXT_DELTA = 0x0A  # InteractionUpdate.text_delta = 1, length-delimited
+_THINKING_DELTA = 0x22  # InteractionUpdate.thinking_delta = 4, length-delimited
+
+
 def text_delta(text: str) -> bytes:
-    return _update(agent_pb2.InteractionUpdate(text_delta=agent_pb2.TextDeltaUpdate(text=text)))
+    return _text_update(_TEXT_DELTA, text)
 
 
 def server_notice(text: str) -> bytes:
@@ -287,19 +317,13 @@ class StreamEncoder:
         """The frame for `event`, or None when it has none."""
         match event:
             case TextDelta(delta=delta):
-                return text_delta(delta) if delta else None
+                return _text_update(_TEXT_DELTA, delta) if delta else None
             case ThinkingStart(content_index=index):
                 self._thinking_since.setdefault(index, self._now_ms())
                 return None
             case ThinkingDelta(content_index=index, delta=delta):
                 self._thinking_since.setdefault(index, self._now_ms())
-                if not delta:
-                    return None
-                return _update(
-                    agent_pb2.InteractionUpdate(
-                        thinking_delta=agent_pb2.ThinkingDeltaUpdate(text=delta)
-                    )
-                )
+                return _text_update(_THINKING_DELTA, delta) if delta else None
             case ThinkingEnd(content_index=index):
                 now = self._now_ms()
                 since = self._thinking_since.pop(index, now)

@@ -3,9 +3,9 @@
 An asyncio.Lock does the same, in five Python-level calls per input even when nobody waits
 (`__aenter__`, `acquire`, `__aexit__`, `release`, `_wake_up_first`), and a run takes it for
 every input, each streamed delta included (issue 28). This gate costs its two dunder calls when
-it is free. When it is busy the newcomer waits on a future of its own, in arrival order, and the
-holder hands the gate straight to the first waiter as it leaves (a waiter canceled after being
-handed the gate passes it on), as asyncio.Lock does.
+it is free, nothing more. When it is busy the newcomer waits on a future of its own, in arrival
+order, and the holder hands the gate straight to the first waiter as it leaves (a waiter
+canceled after being handed the gate passes it on), as asyncio.Lock does.
 """
 
 from __future__ import annotations
@@ -43,6 +43,9 @@ class InputGate:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
+        if not self._waiters:  # nobody waits (nearly always): `_leave` in short
+            self.busy = False
+            return
         self._leave()
 
     def _leave(self) -> None:

@@ -388,10 +388,13 @@ class Run:
             await self._apply(item, work.input_id, completes=work.completes)
 
     async def _on_llm_event(self, call_id: str, event: ResponseEvent) -> None:
-        """An event of a model call's stream, from the task that reads it."""
+        """A model call's event, from its reader: `_apply_from_task` inline, one call less."""
         if isinstance(event, DoneEvent | ErrorEvent):
             self.summary.usage = self.summary.usage + event.message.usage
-        await self._apply_from_task(LLMEvent(call_id=call_id, event=event), f"{call_id}:end")
+        try:
+            await self._apply(LLMEvent(call_id=call_id, event=event), f"{call_id}:end")
+        except Exception as exc:
+            self._failed(exc)
 
     async def _tool_timed_out(self, operation_id: str, waited_ms: int) -> None:
         for frame in self.tools.abort(operation_id):
@@ -400,8 +403,7 @@ class Run:
         await self._apply_from_task(lost, f"{operation_id}:lost")
 
     async def _apply_from_task(self, input: Input, input_id: str) -> None:
-        """`_apply` from a task of its own (a stream reader, a timer): what goes wrong there
-        ends the run the way it would in `serve`."""
+        """`_apply` from a task of its own (a timer): a failure ends the run as in `serve`."""
         try:
             await self._apply(input, input_id)
         except Exception as exc:
@@ -471,15 +473,13 @@ class Run:
     async def _admit(
         self, parts: RunParts, t: Transition, answer: Admission | None = None
     ) -> Transition:
-        """The admission answer for the model call `t` plans, before its commit (or the
-        refusal of its reservation, `answer`): the loop decides what a refusal means
-        (`loop.admit`)."""
+        """The admission answer for the model call `t` plans, before its commit (or the refusal
+        of its reservation, `answer`): the loop decides what a refusal means (`loop.admit`)."""
         assert isinstance(t.command, CallLLM | ResendLLM | Summarize)
         if answer is None:
             answer = await parts.admissions.answer(t.command)
         admitted = admit(self.state, t, answer)
-        end = admitted.call_end
-        if end is not None and end.call_id == t.command.call_id:
+        if (end := admitted.call_end) is not None and end.call_id == t.command.call_id:
             # A refused call resumed from the store: its record is finished with the refusal.
             calls = parts.summaries if isinstance(t.command, Summarize) else parts.calls
             await calls.recall(end.call_id)
