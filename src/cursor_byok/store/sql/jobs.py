@@ -95,11 +95,17 @@ def commit_input(
     """Dedupe on the input id, check the reservation, compare-and-set on the version (and the
     message count), append the messages, record the input, upsert the records
     (Store.commit_input)."""
-    previous = find_input(conn, conversation_id, input_id)
-    if previous is not None:
-        return CommitResult(
-            status="duplicate", version=current_version(conn, conversation_id), previous=previous
-        )
+    # An input already committed names a conversation that exists (input_commits' foreign
+    # key), so the first commit of a new one, which inserts it, needs no look-up first: if the
+    # input was committed, the insert meets the row and the look-up after it tells.
+    if expected_version != 0 or expected_message_count != 0 or reserve is not None:
+        previous = find_input(conn, conversation_id, input_id)
+        if previous is not None:
+            return CommitResult(
+                status="duplicate",
+                version=current_version(conn, conversation_id),
+                previous=previous,
+            )
     totals = None
     if reserve is not None:
         # Before anything is written, so a refusal changes nothing.
