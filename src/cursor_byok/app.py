@@ -89,6 +89,7 @@ class App:
             page_text_chars=config.web_fetch.max_text_chars,
             on_llm_call=obs.on_llm_call,
             on_run_end=obs.on_run_end,
+            outcome_row=obs.outcome_row,
             on_fallback=obs.on_fallback,
             on_compaction=obs.on_compaction,
             on_unknown_event=obs.metrics.observe_unknown_event,

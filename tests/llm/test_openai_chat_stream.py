@@ -12,6 +12,8 @@ from typing import Any
 
 import msgspec
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from cursor_byok.llm.assembler import MessageAssembler
 from cursor_byok.llm.events import (
@@ -840,3 +842,119 @@ def test_content_as_a_list_of_parts() -> None:
         "[DONE]",
     )
     assert decode(body)[-1].message.text == "ab"  # type: ignore[union-attr]
+
+
+# -- the short path of text-delta chunks -------------------------------------------------------
+
+_TEXTS = st.sampled_from(["ab", "h\u00e9", " ", "\u2603\n"])
+# One change to a plain text chunk each (most chunks get none): what must leave the short path.
+_VARIANTS: list[tuple[str, Any]] = [
+    ("id", None),
+    ("id", "b"),
+    ("model", None),
+    ("model", "gpt-4o"),
+    ("usage", None),
+    ("usage", {"prompt_tokens": 9, "completion_tokens": 2}),
+    ("timings", {"prompt_n": 4, "predicted_n": 2}),
+    ("error", None),
+    ("error", {"message": "boom"}),
+    ("choice.index", None),
+    ("choice.index", 1),
+    ("choice.finish_reason", "length"),
+    ("choice.finish_reason", "stop"),
+    ("choice.usage", {"prompt_tokens": 3, "completion_tokens": 1}),
+    ("choice.usage", None),
+    ("choices", "two"),
+    ("choices", ""),
+    ("choice.delta", {"content": "x", "role": "assistant"}),
+    ("choice.delta", {"role": "assistant", "content": ""}),
+    ("choice.delta", {"content": None}),
+    ("choice.delta", {"content": ""}),
+    ("choice.delta", {"content": [{"type": "text", "text": "parts"}]}),
+    ("choice.delta", {"reasoning_content": "hm"}),
+    ("choice.delta", {"reasoning": "hm", "content": "x"}),
+    ("choice.delta", {"content": "x", "refusal": "no"}),
+    ("choice.delta", {"tool_calls": [{"index": 0, "id": "c1", "function": {"name": "f"}}]}),
+    ("choice.delta", {}),
+]
+
+
+@st.composite
+def _chunks(draw: st.DrawFn) -> dict[str, Any]:
+    """A Chat chunk: a plain text delta (as most of a stream is), often with one change."""
+    choice: dict[str, Any] = {"index": 0, "delta": {"content": draw(_TEXTS)}}
+    choice["finish_reason"] = None
+    out: dict[str, Any] = {"id": "a", "model": "m", "choices": [choice]}
+    for _ in range(draw(st.sampled_from([0, 0, 1, 1, 2]))):
+        key, value = draw(st.sampled_from(_VARIANTS))
+        where, _, key = key.rpartition(".")
+        target = choice if where else out
+        if key == "choices":
+            out["choices"] = [choice, {"index": 1, "delta": {"content": "o"}}] if value else []
+        elif value is None and key in ("id", "model", "index"):
+            target.pop(key, None)  # absent rather than null
+        else:
+            target[key] = value
+    return out
+
+
+def _general(c: dict[str, Any]) -> dict[str, Any]:
+    """`c` as the general path reads it: a `refusal: null` more in each delta changes no
+    meaning and keeps the chunk off the short path (its delta has one key only)."""
+    choices = [{**ch, "delta": {"refusal": None, **ch["delta"]}} for ch in c["choices"]]
+    return {**c, "choices": choices}
+
+
+def _outcome(chunks: list[dict[str, Any]]) -> tuple[list[tuple[Any, ...]], Any]:
+    events = decode(sse(*chunks, "[DONE]"))
+    seen = [
+        (type(e).__name__, getattr(e, "content_index", None), getattr(e, "delta", None))
+        for e in events
+    ]
+    last = events[-1]
+    assert isinstance(last, DoneEvent | ErrorEvent)
+    return seen, last.message
+
+
+@settings(max_examples=400)
+@given(st.lists(_chunks(), max_size=12))
+def test_text_delta_short_path_decodes_as_the_general_one(chunks: list[dict[str, Any]]) -> None:
+    assert _outcome(chunks) == _outcome([_general(c) for c in chunks])
+
+
+def test_text_delta_short_path_keeps_new_ids_models_and_usage() -> None:
+    events = decode(
+        sse(
+            {"choices": [{"index": 0, "delta": {"content": "a"}}]},
+            {"id": "r1", "choices": [{"index": 0, "delta": {"content": "b"}}]},
+            {"id": "r2", "model": "m2", "choices": [{"index": 0, "delta": {"content": "c"}}]},
+            {"choices": [{"delta": {"content": "d"}, "usage": {"completion_tokens": 5}}]},
+            chunk(finish="stop"),
+            "[DONE]",
+        )
+    )
+    done = events[-1]
+    assert isinstance(done, DoneEvent)
+    assert done.message.text == "abcd"
+    assert (done.message.response_id, done.message.response_model) == ("r1", "m2")
+    assert done.message.usage.output == 5
+
+
+def test_text_delta_short_path_leaves_deltas_with_more_than_text() -> None:
+    events = decode(
+        sse(
+            chunk({"content": "a"}),
+            chunk({"content": "b", "reasoning_content": "hm"}),
+            chunk({"content": "c", "refusal": "no"}),
+            chunk(finish="stop"),
+            "[DONE]",
+        )
+    )
+    assert [type(e).__name__ for e in events[1:5]] == [
+        "TextStart",
+        "TextDelta",
+        "ThinkingStart",
+        "ThinkingDelta",
+    ]
+    assert isinstance(events[-1], ErrorEvent)
+    assert events[-1].message.error_message == "refusal: no"

@@ -76,3 +76,78 @@ def test_every_fixture_parses_to_json_data() -> None:
                 json.loads(ev.data)
                 count += 1
     assert count > 1000
+
+
+def reference(data: bytes) -> list[SSEEvent]:
+    """The event-stream rules applied to a whole stream at once, line by line."""
+    text = data.decode("utf-8", errors="replace").removeprefix("\ufeff")
+    lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
+    out: list[SSEEvent] = []
+    values: list[str] = []
+    event: str | None = None
+    last_id: str | None = None
+    for line in [*lines, ""]:  # an event still open at the end is flushed
+        if not line:
+            if values:
+                out.append(SSEEvent("\n".join(values), event or "message", last_id))
+            values, event = [], None
+            continue
+        if line.startswith(":"):
+            continue
+        name, sep, value = line.partition(":")
+        value = value[1:] if sep and value.startswith(" ") else value
+        if name == "data":
+            values.append(value)
+        elif name == "event":
+            event = value
+        elif name == "id" and "\0" not in value:
+            last_id = value
+    return out
+
+
+_FIELDS = st.sampled_from(
+    [b"data: ", b"data:", b"data:  ", b"event: ", b"id: ", b": ", b"retry: ", b"other: "]
+)
+_VALUES = st.sampled_from([b"", b"{}", b'{"a": 1}', b"x: y", "h\u00e9 \u2603".encode(), b"[DONE]"])
+_LINES = st.lists(st.one_of(st.just(b""), st.builds(bytes.__add__, _FIELDS, _VALUES)), max_size=30)
+
+
+def _chunked(data: bytes, cuts: list[int]) -> list[SSEEvent]:
+    p = SSEParser()
+    out: list[SSEEvent] = []
+    previous = 0
+    for cut in sorted({c % (len(data) + 1) for c in cuts}):
+        out += p.feed(data[previous:cut])
+        previous = cut
+    out += p.feed(data[previous:])
+    return out + p.finish()
+
+
+@settings(max_examples=300)
+@given(_LINES, st.lists(st.integers(0, 10_000), max_size=8))
+def test_lf_streams_in_any_chunks_match_the_rules(lines: list[bytes], cuts: list[int]) -> None:
+    """LF-only streams take the fast path: multi-line data, comments, names, ids, cut lines."""
+    data = b"".join(line + b"\n" for line in lines)
+    assert _chunked(data, cuts) == reference(data)
+
+
+@settings(max_examples=300)
+@given(
+    _LINES,
+    st.lists(st.sampled_from([b"\n", b"\r", b"\r\n"]), min_size=1),
+    st.lists(st.integers(0, 10_000), max_size=8),
+)
+def test_mixed_line_ends_in_any_chunks_match_the_rules(
+    lines: list[bytes], ends: list[bytes], cuts: list[int]
+) -> None:
+    """CR and CRLF (a CRLF cut in two included) next to LF chunks that take the fast path."""
+    data = b"".join(line + ends[i % len(ends)] for i, line in enumerate(lines))
+    assert _chunked(data, cuts) == reference(data)
+
+
+def test_lf_fast_path_events() -> None:
+    p = SSEParser()
+    assert p.feed(b"data: 0\n\n") == [SSEEvent("0")]  # past the BOM check: the fast path
+    got = p.feed(b"event: e\nid: 9\ndata: a\ndata:b\n: c\n\ndata: \xc3")
+    assert got == [SSEEvent("a\nb", "e", "9")]
+    assert p.feed(b"\xa9\n\n") == [SSEEvent("\u00e9", "message", "9")]

@@ -1,8 +1,10 @@
 from __future__ import annotations
 
+import datetime as dt
 import io
 import json
 import logging
+import math
 from collections.abc import Iterator
 
 import pytest
@@ -13,9 +15,17 @@ from cursor_byok.llm.types import Usage
 from cursor_byok.observability.logs import (
     _BARE_BEARER,
     _HEADER_VALUE,
+    _MAY_HOLD_CREDENTIAL,
+    _STANDARD_ATTRS,
     _URL_KEY,
     MASK,
+    MIN_SECRET_LEN,
+    JsonFormatter,
     RedactingFilter,
+    TextFormatter,
+    _extras,
+    _kv,
+    _may_hold_credential,
     install_redaction,
     log_run,
     redact_text,
@@ -201,6 +211,7 @@ def test_log_run_one_line_with_every_field(fmt: str, restore_logging: None) -> N
         assert run["cost_usd"] == 0.012346 and run["outcome"] == "ok"
     else:
         assert " INFO cursor_byok.runs: run request_id=req-42 " in line
+        assert " run=" not in line  # its fields are the message already
         assert "cache_hit_ratio=0.6" in line
 
 
@@ -266,6 +277,15 @@ _FRAGMENTS = [
     "=",
     "Bearer",
     "\n",
+    # Letters the regex's case folding matches to ASCII ones (LONG S ~ s, KELVIN SIGN ~ k):
+    # lowering the text does not turn the first into `s`, so such text must take the regex.
+    "https://h/v1?acce\u017fs_token=tok_5678",
+    "x-api-\u212aey: k-10",
+    "?\u212aey=AIza000",
+    "\u017f",
+    "\u212a",
+    "\u00e9",
+    "BEARER",
 ]
 
 
@@ -282,3 +302,93 @@ def test_the_quick_check_never_skips_a_credential(parts: list[str], noise: str) 
         ),
     )
     assert redact_text(text) == full
+
+
+@given(st.text(max_size=30), st.text(max_size=30))
+def test_the_quick_check_agrees_with_its_regex(left: str, right: str) -> None:
+    """The ASCII fast path of the quick check says what the regex says, for any neighbours of
+    any of the words (their case-folding look-alikes included)."""
+    for fragment in _FRAGMENTS:
+        text = left + fragment + right
+        assert _may_hold_credential(text) == bool(_MAY_HOLD_CREDENTIAL.search(text)), text
+
+
+_SECRET_ALPHABET = st.characters(blacklist_characters="*", blacklist_categories=("Cs",))
+
+
+@given(
+    st.lists(
+        st.text(_SECRET_ALPHABET, min_size=MIN_SECRET_LEN, max_size=24), min_size=1, max_size=3
+    ),
+    st.lists(st.text(max_size=12), min_size=2, max_size=5),
+    st.sampled_from(["", "Authorization: Bearer ", "?access_token=", "\u212aey=", "\u00e9"]),
+)
+def test_a_configured_secret_is_masked_wherever_it_sits(
+    secrets: list[str], neighbours: list[str], lead: str
+) -> None:
+    """Secrets embedded anywhere in a record (message, arguments, extras), between any
+    neighbours, ASCII or not, never come out of the filter."""
+    text = lead + secrets[0].join(neighbours) + "".join(secrets)
+    record = logging.LogRecord("t", logging.INFO, "p", 1, "%s", (text,), None)
+    record.detail = {"k": [text, 3], "n": None}
+    record.note = text
+    RedactingFilter(secrets).filter(record)
+    assert record.detail["k"][1:] == [3] and record.detail["n"] is None
+    for secret in secrets:
+        assert secret not in record.getMessage()
+        assert secret not in record.detail["k"][0]
+        assert secret not in record.note
+        assert secret not in redact_text(text, secrets)
+
+
+def _record_at(created: float) -> logging.LogRecord:
+    record = logging.LogRecord("t", logging.INFO, "p", 1, "m", None, None)
+    record.created = created
+    record.msecs = int((created - int(created)) * 1000) + 0.0  # as LogRecord computes it
+    return record
+
+
+# Seconds and their neighbours: the cache of a second's text must follow every change of it.
+_INSTANTS = st.one_of(
+    st.floats(min_value=-1e9, max_value=4e9, allow_nan=False),
+    st.integers(min_value=-10, max_value=2_000_000_000).flatmap(
+        lambda s: st.sampled_from([s - 5e-7, s - 1e-9, float(s), s + 4e-7, s + 0.9995, s + 0.5])
+    ),
+)
+
+
+@given(st.lists(_INSTANTS, min_size=1, max_size=12))
+def test_the_timestamps_are_what_the_standard_formatting_writes(instants: list[float]) -> None:
+    """One formatter for the whole sequence: its cached second never shows in a line of
+    another second (text: `logging.Formatter.formatTime`; JSON: `datetime.isoformat`)."""
+    text, js = TextFormatter(), JsonFormatter()
+    for created in [*instants, *sorted(instants), *instants]:
+        record = _record_at(created)
+        assert text.formatTime(record) == logging.Formatter.formatTime(text, record), created
+        iso = dt.datetime.fromtimestamp(created, dt.UTC).isoformat(timespec="milliseconds")
+        assert js.timestamp(created) == iso, created
+
+
+@given(st.one_of(st.floats(), st.integers(), st.booleans(), st.none()))
+def test_a_number_field_is_written_as_json_writes_it(value: float | int | bool | None) -> None:
+    expected = json.dumps(value) if not isinstance(value, bool) else "true" if value else "false"
+    if isinstance(value, float) and math.isfinite(value):
+        assert _kv(value) == repr(value) == expected
+    elif value is not None and not isinstance(value, bool) and not isinstance(value, float):
+        assert _kv(value) == str(value)
+    else:
+        assert _kv(value) == expected
+
+
+_EXTRA_NAME = st.text("abcdefgh_", min_size=1, max_size=6).filter(
+    lambda n: n not in _STANDARD_ATTRS
+)
+
+
+@given(st.lists(st.tuples(_EXTRA_NAME, st.integers()), max_size=6))
+def test_the_extras_are_the_fields_set_beyond_a_records_own(fields: list[tuple[str, int]]) -> None:
+    record = logging.LogRecord("t", logging.INFO, "p", 1, "m", None, None)
+    for name, value in fields:
+        setattr(record, name, value)
+    expected = {k: v for k, v in vars(record).items() if k not in _STANDARD_ATTRS}
+    assert list(_extras(record).items()) == list(expected.items())

@@ -10,7 +10,7 @@ from cursor_byok.observability.routes import GET_ROUTES, Observability
 from cursor_byok.store.sqlite import SQLiteStore
 from cursor_byok.transport.runtime.summary import RunSummary
 
-from .helpers import call_record, planted_config, seed_store
+from .helpers import ANTHROPIC_KEY, call_record, planted_config, seed_store
 
 
 async def test_routes_and_hooks(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
@@ -85,3 +85,25 @@ def test_hooks_never_raise_into_the_runner(caplog: pytest.LogCaptureFixture) -> 
     obs.on_run_end(RunSummary(request_id="r"))
     obs.observe_rpc("/a.b.C/D", "ok")
     assert sum("metrics broke" in (r.exc_text or "") for r in caplog.records) == 3
+
+
+async def test_an_outcome_stored_with_the_answer_is_not_written_again(tmp_path: Path) -> None:
+    """The runtime wrote the row with the commit of the turn's answer (`outcome_row`): the
+    run's end writes it again only if the run ended otherwise (a cancel after that commit),
+    replacing it."""
+    async with await SQLiteStore.open(tmp_path / "db") as store:
+        obs = Observability(planted_config(), store)
+        ok = RunSummary(request_id="r1", outcome="ok", title=f"hi {ANTHROPIC_KEY}")
+        row = obs.outcome_row(ok, 1_780_000_000_000)
+        assert (row.request_id, row.outcome, row.finished_at_ms) == ("r1", "ok", 1_780_000_000_000)
+        assert ANTHROPIC_KEY not in row.title  # scrubbed like a row written at the run's end
+        await store.save_run_outcome(row)
+        ok.outcome_stored = "ok"
+        obs.on_run_end(ok)
+        await obs.aclose()
+        assert await store.list_recent_run_outcomes() == (row,)
+        canceled = RunSummary(request_id="r1", outcome="canceled", outcome_stored="ok")
+        obs.on_run_end(canceled)
+        await obs.aclose()
+        (stored,) = await store.list_recent_run_outcomes()
+        assert stored.outcome == "canceled"

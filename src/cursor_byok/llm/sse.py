@@ -36,6 +36,10 @@ class SSEParser:
     def feed(self, chunk: bytes) -> list[SSEEvent]:
         if not chunk:
             return []
+        if self._started and not self._pending_cr and b"\r" not in chunk:
+            # Every provider ends its lines in LF alone: split on it. The buffer never holds a
+            # CR between feeds (the general path below consumes every CR it sees).
+            return self._feed_lf(chunk)
         if self._pending_cr:
             # A CR ended the last chunk; a LF starting this one belongs to the same line end.
             self._pending_cr = False
@@ -72,6 +76,45 @@ class SSEParser:
         del buf[:start]
         if len(buf) > self._max:
             raise SSEError(f"an SSE line exceeds {self._max} bytes")
+        return out
+
+    def _feed_lf(self, chunk: bytes) -> list[SSEEvent]:
+        """`feed` for a chunk without CR, past the BOM: the same events, fewer steps."""
+        buf = self._buffer
+        if buf:
+            buf += chunk
+            lines = bytes(buf).split(b"\n")
+            buf.clear()
+        else:
+            lines = chunk.split(b"\n")
+        rest = lines.pop()  # what follows the last LF: the start of a line not yet ended
+        out: list[SSEEvent] = []
+        data = self._data
+        for line in lines:
+            if not line:  # an event ends
+                if data:
+                    out.append(
+                        SSEEvent(
+                            data=data[0] if len(data) == 1 else "\n".join(data),
+                            event=self._event or "message",
+                            id=self._id,
+                        )
+                    )
+                    self._data = data = []
+                    self._size = 0
+                self._event = None
+            elif line[:6] == b"data: ":
+                value = line[6:].decode("utf-8", errors="replace")
+                self._size += len(value)
+                if self._size > self._max:
+                    raise SSEError(f"an SSE event exceeds {self._max} bytes")
+                data.append(value)
+            else:
+                self._line(line)  # never an event: only an empty line dispatches
+        if rest:
+            if len(rest) > self._max:
+                raise SSEError(f"an SSE line exceeds {self._max} bytes")
+            buf += rest
         return out
 
     def finish(self) -> list[SSEEvent]:

@@ -15,8 +15,10 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import logging
+import math
 import re
 import sys
+import time
 from collections.abc import Iterable, Mapping
 from typing import IO, TYPE_CHECKING, Any, Literal
 
@@ -84,11 +86,32 @@ def secrets_of(config: Config, database: str | None = None) -> tuple[str, ...]:
 _MAY_HOLD_CREDENTIAL = re.compile(r"(?i)authorization|api-key|bearer|key=|access_token=")
 
 
+def _may_hold_credential(text: str) -> bool:
+    """Whether `_MAY_HOLD_CREDENTIAL` finds something in `text`. ASCII text (nearly every log
+    line) is lowered and searched for the words with `in`, far cheaper than the regex; other
+    text goes through the regex, whose case folding also matches some non-ASCII letters to
+    ASCII ones (U+212A KELVIN SIGN to `k`, U+017F LONG S to `s`), which lowering does not."""
+    if text.isascii():
+        lowered = text.lower()  # the words spelled out: cheaper than any() over a generator
+        return (
+            "authorization" in lowered
+            or "api-key" in lowered
+            or "bearer" in lowered
+            or "key=" in lowered
+            or "access_token=" in lowered
+        )
+    return _MAY_HOLD_CREDENTIAL.search(text) is not None
+
+
 def redact_text(text: str, secrets: Iterable[str] = ()) -> str:
     for secret in secrets:
         if secret and len(secret) >= MIN_SECRET_LEN and secret in text:
             text = text.replace(secret, MASK)
-    if not _MAY_HOLD_CREDENTIAL.search(text):
+    return _scrub_credentials(text)
+
+
+def _scrub_credentials(text: str) -> str:
+    if not _may_hold_credential(text):
         return text
     text = _HEADER_VALUE.sub(lambda m: f"{m.group(1)}{m.group(2)}{m.group(3) or ''}{MASK}", text)
     text = _BARE_BEARER.sub(lambda m: f"{m.group(1)}{MASK}", text)
@@ -105,7 +128,10 @@ class RedactingFilter(logging.Filter):
         )
 
     def redact(self, text: str) -> str:
-        return redact_text(text, self.secrets)
+        for secret in self.secrets:  # all long enough already
+            if secret in text:
+                text = text.replace(secret, MASK)
+        return _scrub_credentials(text)
 
     def filter(self, record: logging.LogRecord) -> bool:
         try:
@@ -122,10 +148,9 @@ class RedactingFilter(logging.Filter):
             record.exc_text = self.redact(record.exc_text)
         if record.stack_info:
             record.stack_info = self.redact(record.stack_info)
-        for name, value in list(vars(record).items()):
-            if name in _STANDARD_ATTRS:
-                continue
-            setattr(record, name, self._redact_value(value))
+        attrs = record.__dict__
+        for name in attrs.keys() - _STANDARD_ATTRS:  # the extras, found in one pass
+            attrs[name] = self._redact_value(attrs[name])
         return True
 
     def _redact_value(self, value: object) -> object:
@@ -147,11 +172,24 @@ class TextFormatter(logging.Formatter):
 
     def __init__(self) -> None:
         super().__init__("%(asctime)s %(levelname)s %(name)s: %(message)s")
+        self._second: tuple[float, str] = (math.nan, "")  # a whole second and its text
+
+    def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:
+        """What `logging.Formatter.formatTime` writes, the seconds' part formatted once per
+        second (strftime of a struct_time costs more than the rest of the line's prefix)."""
+        if datefmt:
+            return super().formatTime(record, datefmt)
+        created = record.created
+        second = math.floor(created)  # the second localtime() takes (it floors)
+        cached = self._second
+        if cached[0] != second:
+            text = time.strftime(self.default_time_format, self.converter(created))
+            cached = self._second = (second, text)
+        return f"{cached[1]},{int(record.msecs):03d}"
 
     def formatMessage(self, record: logging.LogRecord) -> str:
         line = super().formatMessage(record)
-        extras = _extras(record)
-        extras.pop("run", None)  # the run line already says it all in its message
+        extras = _extras(record, _NOT_IN_TEXT)
         if extras:
             line += " " + " ".join(f"{k}={_kv(v)}" for k, v in extras.items())
         return line
@@ -160,11 +198,30 @@ class TextFormatter(logging.Formatter):
 class JsonFormatter(logging.Formatter):
     """One JSON object per line: ts, level, logger, msg, extras, exc (when any)."""
 
+    def __init__(self) -> None:
+        super().__init__()
+        self._second: tuple[float, str] = (math.nan, "")  # a whole UTC second, its ISO text
+
+    def timestamp(self, created: float) -> str:
+        """`datetime.fromtimestamp(created, UTC).isoformat(timespec="milliseconds")`, the
+        seconds' part formatted once per second. The microseconds are rounded half to even
+        the way `fromtimestamp` rounds them, a rounding to 1,000,000 carrying to the next
+        second as it does there."""
+        fraction, whole = math.modf(created)
+        second, micros = int(whole), round(fraction * 1e6)
+        if micros >= 1_000_000:
+            second, micros = second + 1, micros - 1_000_000
+        elif micros < 0:  # before 1970
+            second, micros = second - 1, micros + 1_000_000
+        cached = self._second
+        if cached[0] != second:
+            text = _dt.datetime.fromtimestamp(second, _dt.UTC).isoformat(timespec="seconds")
+            cached = self._second = (second, text.removesuffix("+00:00"))
+        return f"{cached[1]}.{micros // 1000:03d}+00:00"
+
     def format(self, record: logging.LogRecord) -> str:
         out: dict[str, Any] = {
-            "ts": _dt.datetime.fromtimestamp(record.created, _dt.UTC).isoformat(
-                timespec="milliseconds"
-            ),
+            "ts": self.timestamp(record.created),
             "level": record.levelname,
             "logger": record.name,
             "msg": record.getMessage(),
@@ -180,14 +237,30 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(out, default=str, ensure_ascii=False)
 
 
-def _extras(record: logging.LogRecord) -> dict[str, Any]:
-    return {k: v for k, v in vars(record).items() if k not in _STANDARD_ATTRS}
+def _extras(record: logging.LogRecord, own: frozenset[str] = _STANDARD_ATTRS) -> dict[str, Any]:
+    """The record's `extra` fields (its attributes not in `own`), in the order they were set.
+    Their names are found with one set difference (in C); only a record that has some is
+    walked again for their order."""
+    attrs = record.__dict__
+    names = attrs.keys() - own
+    if not names:
+        return {}
+    return {k: v for k, v in attrs.items() if k in names}
+
+
+# The text line leaves out the `run` extra: the run line's message already says it all.
+_NOT_IN_TEXT = _STANDARD_ATTRS | {"run"}
 
 
 _NEEDS_QUOTES = re.compile(r'[\s"=]')
+_float_repr = float.__repr__
 
 
 def _kv(value: object) -> str:
+    if type(value) is int:
+        return str(value)
+    if type(value) is float:  # what json.dumps writes for a finite float, without its encoder
+        return _float_repr(value) if math.isfinite(value) else json.dumps(value)
     if isinstance(value, int | float) and not isinstance(value, bool):
         return json.dumps(value) if isinstance(value, float) else str(value)
     text = value if isinstance(value, str) else json.dumps(value, default=str)

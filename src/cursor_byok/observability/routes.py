@@ -2,7 +2,7 @@
 
     obs = Observability(config, store)
     services = RunnerServices(..., on_llm_call=obs.on_llm_call, on_run_end=obs.on_run_end,
-                              on_fallback=obs.on_fallback,
+                              outcome_row=obs.outcome_row, on_fallback=obs.on_fallback,
                               on_unknown_event=obs.metrics.observe_unknown_event)
     obs.metrics.bind_active_runs(lambda: runner.active_runs)
     ...
@@ -15,7 +15,8 @@
     await obs.aclose()                             # before the store closes
 
 Hooks never raise into the runner: a failure is logged and swallowed. Each run's outcome is
-stored (run_outcomes) in the background, for the dashboard.
+stored (run_outcomes) for the dashboard: with the commit of the turn's answer (`outcome_row`
+builds the row the runtime hands to that commit), else in the background at the run's end.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from typing import TYPE_CHECKING
 from urllib.parse import parse_qs
 
 from ..config import Config
-from ..store.api import LLMCallRecord, Store
+from ..store.api import LLMCallRecord, RunOutcomeRecord, Store
 from .dashboard import (
     HTML_CONTENT_TYPE,
     JSON_CONTENT_TYPE,
@@ -120,10 +121,16 @@ class Observability:
             log_run(summary, self.run_log, token)
         except Exception:
             log.exception("could not log run %s", summary.request_id)
+        if summary.outcome_stored == summary.outcome:
+            return  # stored with the commit of the turn's answer (outcome_row)
         try:
             self._save_outcome(summary)
         except Exception:
             log.exception("could not store the outcome of run %s", summary.request_id)
+
+    def outcome_row(self, summary: RunSummary, finished_at_ms: int) -> RunOutcomeRecord:
+        """The stored record of a run ending as `summary` says (RunnerServices.outcome_row)."""
+        return outcome_record(summary, finished_at_ms, self._secrets)
 
     def _save_outcome(self, summary: RunSummary) -> None:
         record = outcome_record(summary, int(time.time() * 1000), self._secrets)

@@ -13,7 +13,7 @@ other state change; the store only appends.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Literal, Protocol
+from typing import Literal, Protocol, get_args
 
 import msgspec
 
@@ -31,13 +31,7 @@ OperationStatus = Literal["planned", "sent", "completed", "canceled", "unknown"]
 SaveOutcome = Literal["inserted", "updated", "unchanged", "ignored"]
 
 CALL_STATUSES: tuple[CallStatus, ...] = ("planned", "streaming", "committed", "failed", "canceled")
-OPERATION_STATUSES: tuple[OperationStatus, ...] = (
-    "planned",
-    "sent",
-    "completed",
-    "canceled",
-    "unknown",
-)
+OPERATION_STATUSES: tuple[OperationStatus, ...] = get_args(OperationStatus)
 
 
 class ConversationRecord(msgspec.Struct, frozen=True, kw_only=True):
@@ -375,12 +369,18 @@ class Store(Protocol):
         durable: bool = True,
         owner: str | None = None,
         reserve: Reservation | None = None,
+        turn_marks: Sequence[TurnMark] | None = None,
+        unchanged_marks: int = 0,
+        run_outcome: RunOutcomeRecord | None = None,
     ) -> CommitResult:
         """One transaction: dedupe on (conversation_id, input_id), CAS on version (a missing
         conversation is created when expected_version == 0, with `owner` as its owner_id),
         append messages at seq = expected_message_count.., record the input and upsert the
         call records. With `reserve`, the commit happens only when the reservation fits
         (status "refused" otherwise, with the totals); see Reservation.
+
+        `turn_marks` (as save_turn_marks with unchanged=unchanged_marks) and `run_outcome` (as
+        save_run_outcome) are written in this same transaction, only if it commits.
 
         Raises StoreIntegrityError (nothing changed) if the version matches but the stored
         message count differs from expected_message_count, or a record breaks a constraint.

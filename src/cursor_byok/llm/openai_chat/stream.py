@@ -34,6 +34,7 @@ FINISH_REASONS: dict[str, DoneReason] = {
 
 _encode = msgspec.json.encode
 _decode = msgspec.json.decode
+_UNSEEN: Any = object()
 
 
 def _int(value: Any) -> int:
@@ -119,6 +120,10 @@ class ChatDecoder:
         self._refusal: list[str] = []
         self._finish: str | None = None
         self._ended = False
+        # The `id` and `model` of the last chunk the general path read: a chunk with the same
+        # ones has nothing new for the assembler there.
+        self._seen_id: Any = _UNSEEN
+        self._seen_model: Any = _UNSEEN
 
     def feed(self, event: SSEEvent) -> list[ResponseEvent]:
         if self._ended:
@@ -134,15 +139,38 @@ class ChatDecoder:
         chunk = _decode(data)  # malformed JSON raises: the runtime turns it into an error
         if not isinstance(chunk, dict):
             return []
+        # The common chunk, most of a stream: choice 0 first, its delta a piece of the text
+        # already open, nothing else new (no usage, no finish_reason, the same id and model).
+        # It takes the short way; anything else the general one below.
+        choices = chunk.get("choices")
+        if (
+            self._text is not None
+            and type(choices) is list
+            and choices
+            and type(choice := choices[0]) is dict
+            and type(delta := choice.get("delta")) is dict
+            and len(delta) == 1
+            and type(content := delta.get("content")) is str
+            and content
+            and choice.get("finish_reason") is None
+            and choice.get("index") in (0, None)
+            and chunk.get("id") == self._seen_id
+            and chunk.get("model") == self._seen_model
+            and chunk.get("usage") is None
+            and choice.get("usage") is None
+            and chunk.get("timings") is None
+            and chunk.get("error") is None
+        ):
+            return [self._asm.text_delta(self._text, content)]
         asm = self._asm
         out: list[ResponseEvent] = []
         if "error" in chunk and chunk["error"] is not None:
             self._ended = True
             return [asm.fail(self._redact(_in_band_error(chunk["error"])))]
-        response_id = chunk.get("id")
+        response_id = self._seen_id = chunk.get("id")
         if isinstance(response_id, str):
             asm.set_response_id(response_id)
-        model = chunk.get("model")
+        model = self._seen_model = chunk.get("model")
         if isinstance(model, str):
             asm.set_response_model(model)
         choice = self._choice(chunk.get("choices"))

@@ -418,6 +418,9 @@ class PostgresStore(ReplicaSignals, CloneNotes):
         durable: bool = True,
         owner: str | None = None,
         reserve: Reservation | None = None,
+        turn_marks: Sequence[TurnMark] | None = None,
+        unchanged_marks: int = 0,
+        run_outcome: RunOutcomeRecord | None = None,
     ) -> CommitResult:
         if expected_version < 0 or expected_message_count < 0:
             raise ValueError("expected_version and expected_message_count must be >= 0")
@@ -427,8 +430,8 @@ class PostgresStore(ReplicaSignals, CloneNotes):
                 raise TypeError(f"state, messages and result are bytes, not {type(value)!r}")
         calls = tuple(llm_calls)
         operations = tuple(client_operations)
-        path = self.path
-        clock = self._clock
+        marks = None if turn_marks is None else tuple(turn_marks)
+        path, clock = self.path, self._clock
 
         def job(conn: Conn) -> CommitResult:
             return jobs.commit_input(
@@ -446,15 +449,13 @@ class PostgresStore(ReplicaSignals, CloneNotes):
                 operations=operations,
                 owner=owner,
                 reserve=reserve,
+                turn_marks=marks,
+                unchanged_marks=unchanged_marks,
+                run_outcome=run_outcome,
             )
 
-        return await self._run(
-            job,
-            f"committing input {input_id!r} to {conversation_id!r}",
-            write=True,
-            durable=durable,
-            capped=True,
-        )
+        what = f"committing input {input_id!r} to {conversation_id!r}"
+        return await self._run(job, what, write=True, durable=durable, capped=True)
 
     async def save_subagent_link(self, link: SubagentLink) -> SaveResult:
         return await self._run(

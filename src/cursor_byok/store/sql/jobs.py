@@ -17,11 +17,13 @@ from ..api import (
     LLMCallRecord,
     Reservation,
     ReservationTotals,
+    RunOutcomeRecord,
     RunRecord,
     SaveResult,
     TurnMark,
 )
 from ..errors import RecordMismatchError, StoreIntegrityError
+from .activity import save_outcome
 from .conn import Conn
 from .rows import CALL_FIELDS, OP_FIELDS, current_version, find_input, get_call, get_operation
 from .tokens import reservation_totals
@@ -91,10 +93,13 @@ def commit_input(
     operations: Sequence[ClientOperationRecord],
     owner: str | None = None,
     reserve: Reservation | None = None,
+    turn_marks: Sequence[TurnMark] | None = None,
+    unchanged_marks: int = 0,
+    run_outcome: RunOutcomeRecord | None = None,
 ) -> CommitResult:
     """Dedupe on the input id, check the reservation, compare-and-set on the version (and the
-    message count), append the messages, record the input, upsert the records
-    (Store.commit_input)."""
+    message count), append the messages, record the input, upsert the records, then the rows
+    that ride along: turn marks, the run's outcome (Store.commit_input)."""
     # An input already committed names a conversation that exists (input_commits' foreign
     # key), so the first commit of a new one, which inserts it, needs no look-up first: if the
     # input was committed, the insert meets the row and the look-up after it tells.
@@ -177,6 +182,11 @@ def commit_input(
     for op in operations:
         if upsert_operation(conn, path, op, now).outcome == "ignored":
             ignored.append(op.operation_id)
+    if turn_marks is not None:
+        keep = min(max(unchanged_marks, 0), len(turn_marks))
+        save_turn_marks(conn, conversation_id, turn_marks, keep, lambda: now)
+    if run_outcome is not None:
+        save_outcome(conn, run_outcome)
     return CommitResult(
         status="committed", version=version, ignored=tuple(ignored), reservation=totals
     )

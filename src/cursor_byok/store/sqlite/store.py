@@ -374,6 +374,9 @@ class SQLiteStore:
         durable: bool = True,
         owner: str | None = None,
         reserve: Reservation | None = None,
+        turn_marks: Sequence[TurnMark] | None = None,
+        unchanged_marks: int = 0,
+        run_outcome: RunOutcomeRecord | None = None,
     ) -> CommitResult:
         if expected_version < 0 or expected_message_count < 0:
             raise ValueError("expected_version and expected_message_count must be >= 0")
@@ -383,6 +386,7 @@ class SQLiteStore:
                 raise TypeError(f"state, messages and result are bytes, not {type(value)!r}")
         calls = tuple(llm_calls)
         operations = tuple(client_operations)
+        marks = None if turn_marks is None else tuple(turn_marks)
         path = self.path
         clock = self._clock
 
@@ -402,6 +406,9 @@ class SQLiteStore:
                 operations=operations,
                 owner=owner,
                 reserve=reserve,
+                turn_marks=marks,
+                unchanged_marks=unchanged_marks,
+                run_outcome=run_outcome,
             )
 
         return await self._write(

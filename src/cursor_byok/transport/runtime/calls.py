@@ -81,10 +81,13 @@ class ModelCalls:
         llm_for: Callable[[Model], LLM] | None = None,
         token_id: str | None = None,
         owner: str = "",
+        prompt_cache_key: str = "",
     ) -> None:
         """`models` and `llm_for` reach the fallback models the loop may name (none without);
-        `owner`: the process id stored with each call it plans (its lease, leases.py)."""
+        `owner`: the process id stored with each call it plans (its lease, leases.py);
+        `prompt_cache_key`: the conversation's `cache_key`, when the run made it already."""
         self.model = model
+        self._cache_key = prompt_cache_key or cache_key(conversation_id)
         self.owner = owner or None
         self.token_id = token_id  # stored with each planned call (the usage per token)
         self.llm = llm
@@ -108,9 +111,7 @@ class ModelCalls:
     # -- before the commit ------------------------------------------------------------------
 
     def _target_of(self, model: Model, llm: LLM) -> Target:
-        settings = msgspec.structs.replace(
-            model.settings, cache_key=cache_key(self.conversation_id)
-        )
+        settings = msgspec.structs.replace(model.settings, cache_key=self._cache_key)
         return Target(model, llm, settings)
 
     def _target(self, model_id: str) -> Target:

@@ -7,8 +7,10 @@ whose checkpoint lists a strict prefix of them went back to the end of the last 
 and the loop gets `Rewind(turns=k)`. A checkpoint goes out after each model call that changed
 the history (the loop's `Transition.checkpoint`, with the calls still unanswered) and at the
 end of each turn; its meter is the one of the state's last model call (`meter_basis`), no pass
-over the history. The marks the client was told at the end of a turn are also saved to the
-store (a record of what was published). They are read back for two things, none a decision: a
+over the history. The marks of the checkpoint that ends a turn are also saved to the store
+(a record of what is published), in the transaction that commits the turn's answer (one commit
+instead of a write of their own after it; `publish` writes them alone only for a turn that
+ended without a commit). They are read back for two things, none a decision: a
 turn whose end is the one recorded keeps the id it was published with (an earlier blob
 format), and a state stored before the loop kept its marks hands them to the loop
 (`TurnMarksFound`), which rebuilds its marks from them.
@@ -40,6 +42,16 @@ BLOB_TIMEOUT_S = 5.0
 
 
 @dataclass(frozen=True, slots=True)
+class MarksWrite:
+    """The conversation's turn marks as the end of a turn leaves them: the saved ones the
+    store keeps (the first `unchanged`), then the new ones, and all of them decoded by turn."""
+
+    marks: list[TurnMark]
+    unchanged: int
+    recorded: dict[int, tuple[tuple[Span, ...], bytes]]
+
+
+@dataclass(frozen=True, slots=True)
 class PendingBlob:
     """The end-of-turn checkpoint blob sent to the client, its acknowledgement still to come."""
 
@@ -47,6 +59,7 @@ class PendingBlob:
     ends: tuple[tuple[Span, ...], ...]
     kv_id: int
     reply: asyncio.Future[Answer] | None  # None: no turn to store (a state from before marks)
+    marks: MarksWrite | None = None  # the marks to save (None: the saved ones are these)
 
 
 class Checkpoints:
@@ -77,6 +90,7 @@ class Checkpoints:
         self._legacy: dict[int, tuple[tuple[Span, ...], bytes]] | None = None
         # The client's helper fields of its last checkpoint: published back unchanged.
         self.carried = b""
+        self._committed: MarksWrite | None = None  # marks saved with the turn's last commit
 
     def new_conversation(self) -> None:
         """A conversation new to this server has no turns saved yet."""
@@ -147,34 +161,58 @@ class Checkpoints:
     async def send_blob(self, state: ConversationState, version: int) -> PendingBlob:
         """Send this turn's checkpoint blob; its acknowledgement is awaited by `publish`. Sent
         before the turn's last commit, so the client's round trip overlaps the commit. The
-        marks the store holds are read first (once per run), so the turn's own are written at
-        once when it is published."""
-        await self._saved_marks(version)
+        marks the store holds are read first (once per run): the turn's own (`marks`) are
+        saved with that commit (`committed`)."""
+        saved = await self._saved_marks(version)
         ids, blob = self.published(state)
+        ends = turn_ends(state)
+        marks = self._marks_write(saved, ids, ends)
         if not blob:
-            return PendingBlob(ids, turn_ends(state), 0, None)
+            return PendingBlob(ids, ends, 0, None, marks)
         kv_id, reply = self.requests.store_blob(blob)
-        return PendingBlob(ids, turn_ends(state), kv_id, reply)
+        return PendingBlob(ids, ends, kv_id, reply, marks)
+
+    def committed(self, marks: MarksWrite, version: int) -> None:
+        """The turn's marks were saved with the commit that made `version`."""
+        self._committed = marks
+        self._remember(marks, version)
 
     def drop(self, pending: PendingBlob) -> None:
         if pending.reply is not None:
             self.requests.forget(pending.kv_id, pending.reply)
 
     async def publish(self, pending: PendingBlob, state: ConversationState, version: int) -> None:
-        """Tell the client where the conversation stands, once it stored the turn's blob."""
+        """Tell the client where the conversation stands, once it stored the turn's blob; the
+        turn's marks, unless the turn's last commit saved them, are written then."""
         if pending.reply is not None and not await self.requests.stored(
             pending.kv_id, pending.reply, BLOB_TIMEOUT_S
         ):
             return
         self._send(state, pending.ids, ())
-        saved = await self._saved_marks(version)
+        write = pending.marks
+        if write is None or write is self._committed:
+            return
+        self._remember(write, version)
+        # The turn ends without waiting for the write: the marks only record what was
+        # published (the next run's turns come from the loop's state; their ids, for the
+        # turns whose end is the one recorded, from here).
+        save = self.store.save_turn_marks
+        self._background(
+            save(self.conversation_id, write.marks, unchanged=write.unchanged), "turn marks"
+        )
+
+    def _marks_write(
+        self, saved: list[TurnMark], ids: list[bytes], ends: tuple[tuple[Span, ...], ...]
+    ) -> MarksWrite | None:
+        """The marks of a checkpoint listing `ids` (turn ends `ends`), None when the saved
+        ones are these already."""
         unchanged = 0
-        for old, digest in zip(saved, pending.ids, strict=False):
+        for old, digest in zip(saved, ids, strict=False):
             if old.blob_id != digest or old.turn != unchanged + 1:
                 break
             unchanged += 1
-        if unchanged == len(pending.ids) == len(saved):
-            return
+        if unchanged == len(ids) == len(saved):
+            return None
         # The saved marks the store keeps, then the new ones (only those are written).
         marks = (
             saved[:unchanged]
@@ -187,25 +225,21 @@ class Checkpoints:
                     view=records.encode_view(end),
                 )
                 for k, digest, end in zip(
-                    range(unchanged + 1, len(pending.ids) + 1),
-                    pending.ids[unchanged:],
-                    pending.ends[unchanged:],
+                    range(unchanged + 1, len(ids) + 1),
+                    ids[unchanged:],
+                    ends[unchanged:],
                     strict=True,
                 )
             ]
         )
-        self._saved = marks
-        self._recorded = {
-            m.turn: (end, m.blob_id) for m, end in zip(marks, pending.ends, strict=True)
-        }
-        self.states.set_turn_marks(self.conversation_id, version, marks, self._recorded)
-        # The turn ends without waiting for the write: the marks only record what was
-        # published (the next run's turns come from the loop's state; their ids, for the
-        # turns whose end is the one recorded, from here).
-        self._background(
-            self.store.save_turn_marks(self.conversation_id, marks, unchanged=unchanged),
-            "turn marks",
-        )
+        recorded = {m.turn: (end, m.blob_id) for m, end in zip(marks, ends, strict=True)}
+        return MarksWrite(marks, unchanged, recorded)
+
+    def _remember(self, write: MarksWrite, version: int) -> None:
+        """The marks the store holds (or is about to) at `version`."""
+        self._saved = write.marks
+        self._recorded = write.recorded
+        self.states.set_turn_marks(self.conversation_id, version, write.marks, write.recorded)
 
     async def _saved_marks(self, version: int) -> list[TurnMark]:
         if self._saved is None:

@@ -31,7 +31,7 @@ from ...loop import (
 from ...store.api import Reservation, ReservationTotals
 from ..connect.channel import RunChannel
 from ..cursor import Ending, canceled_end, summary_started, text_delta, turn_ended
-from .checkpoints import PendingBlob
+from .checkpoints import MarksWrite, PendingBlob
 from .ending import failure_ending
 from .mcp_definitions import read_definitions
 from .publish import Publisher
@@ -195,13 +195,16 @@ class Commands:
 
         self._reads = asyncio.create_task(read(), name=f"definitions {input_id}")
 
-    async def send_final_blob(self, t: Transition) -> None:
-        """Before the commit that ends a turn: its checkpoint blob goes to the client."""
+    async def send_final_blob(self, t: Transition) -> MarksWrite | None:
+        """Before the commit that ends a turn: its checkpoint blob goes to the client; the
+        turn marks it publishes, to be saved with that commit, come back."""
         if isinstance(t.command, Final) and not t.command.replay and self.parts is not None:
             conv = self.parts.conv
-            self._pending_blob = await self.parts.checkpoints.send_blob(
+            self._pending_blob = pending = await self.parts.checkpoints.send_blob(
                 t.state.committed, conv.version
             )
+            return pending.marks
+        return None
 
     async def _publish_checkpoint(self, parts: RunParts) -> None:
         conv, checkpoints = parts.conv, parts.checkpoints

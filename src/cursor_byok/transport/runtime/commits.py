@@ -28,6 +28,7 @@ from ...store.api import ClientOperationRecord, CommitStatus, LLMCallRecord
 from . import records
 from .access import Admissions
 from .calls import ModelCalls
+from .checkpoints import Checkpoints, MarksWrite
 from .conversation import Conversation
 from .ending import Reports
 from .services import RunnerServices
@@ -51,8 +52,10 @@ class Commits:
         tools: ToolCalls,
         reports: Reports,
         admissions: Admissions,
+        checkpoints: Checkpoints,
     ) -> None:
         self.admissions = admissions
+        self.checkpoints = checkpoints
         self.request_id = request_id
         self.services = services
         self.conv = conv
@@ -76,10 +79,12 @@ class Commits:
         t: Transition,
         prepared: PreparedRequest | None,
         completes: ClientOperationRecord | None,
+        marks: MarksWrite | None = None,
     ) -> CommitStatus | CallRefused:
         """Commit `t`; a call it plans under a person token reserves its bound of the token's
         budget and rate in this same commit (reservations.py), and a refusal comes back as
-        the loop's admission input, nothing committed."""
+        the loop's admission input, nothing committed. `marks`: the turn marks of the
+        checkpoint that ends the turn, saved in this same commit."""
         after = t.state.committed
         now = self.services.now_ms()
         reserve = self.admissions.reservation(t.command, prepared)
@@ -111,6 +116,11 @@ class Commits:
             operations.append(self.tools.planned(t.command, after))
         elif isinstance(t.command, CallClients):  # each is recorded as sent before it goes
             operations.extend(self.tools.planned(call, after) for call in t.command.calls)
+        ends = None
+        if isinstance(t.command, Final) and (row := self.services.outcome_row) is not None:
+            # A commit that ends the turn ends the run well (Commands: Final): its outcome
+            # record is written with it, no write of its own after the run.
+            ends = row(self.reports.ending(calls, "ok"), now)
         outcome = await self.conv.commit(
             t,
             input_id,
@@ -120,6 +130,9 @@ class Commits:
             # bytes); every commit that sends a tool or ends a turn is fsynced, with all before.
             durable=self.services.fsync_model_calls or not isinstance(t.command, CallLLM),
             reserve=reserve,
+            turn_marks=None if marks is None else marks.marks,
+            unchanged_marks=0 if marks is None else marks.unchanged,
+            run_outcome=ends,
         )
         status = outcome.status
         if status == "refused":
@@ -127,6 +140,10 @@ class Commits:
             assert isinstance(t.command, CallLLM | Summarize)
             return self.admissions.refused(t.command, reserve, outcome.reservation)
         if status == "committed":
+            if marks is not None:
+                self.checkpoints.committed(marks, self.conv.version)
+            if ends is not None:
+                self.reports.stored(ends)
             if on_commit is not None:
                 on_commit()
             self.reports.account(calls, turn_ends=isinstance(t.command, Final))

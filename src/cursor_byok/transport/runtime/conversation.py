@@ -24,7 +24,9 @@ from ...store.api import (
     CommitResult,
     LLMCallRecord,
     Reservation,
+    RunOutcomeRecord,
     Store,
+    TurnMark,
 )
 from . import records
 from .committed_states import CommittedStates
@@ -111,10 +113,15 @@ class Conversation:
         operations: Sequence[ClientOperationRecord],
         durable: bool,
         reserve: Reservation | None = None,
+        turn_marks: Sequence[TurnMark] | None = None,
+        unchanged_marks: int = 0,
+        run_outcome: RunOutcomeRecord | None = None,
     ) -> CommitResult:
         """Store what `t` committed (its state, the messages it appended, the records); on
         success it is this conversation's state. A conflict or a duplicate reloads the state
-        the store holds; a refused reservation changes nothing (the caller hears the totals)."""
+        the store holds; a refused reservation changes nothing (the caller hears the totals).
+        `turn_marks` and `run_outcome` ride along (Store.commit_input): written only if this
+        commits."""
         after = t.state.committed
         appended = [canonical.encode_message(m) for m in t.appended]
         outcome = await self.store.commit_input(
@@ -130,6 +137,9 @@ class Conversation:
             durable=durable,
             owner=self.viewer if self.version == 0 else None,
             reserve=reserve,
+            turn_marks=turn_marks,
+            unchanged_marks=unchanged_marks,
+            run_outcome=run_outcome,
         )
         if outcome.status == "refused":
             return outcome

@@ -4,13 +4,14 @@
 from __future__ import annotations
 
 import asyncio
+import copy
 import logging
 import time
 from collections.abc import Callable
 from typing import assert_never
 
 from ...loop import FailureKind, Limit
-from ...store.api import LLMCallRecord
+from ...store.api import LLMCallRecord, RunOutcomeRecord
 from ...store.errors import StoreError, StoreFullError, StoreLockedError, StoreUnreachableError
 from ..connect.channel import EndError
 from ..cursor import (
@@ -124,6 +125,23 @@ def end_error(ending: Ending) -> EndError:
     return EndError(ending.code, ending.message, ending.details)
 
 
+def counted(summary: RunSummary, record: LLMCallRecord) -> bool:
+    """A finished call joins `summary` (False: a planned one, not yet)."""
+    if record.status == "planned":
+        return False
+    summary.llm_calls += 1
+    summary.cost_usd += record.cost_usd or 0.0
+    if record.cost_usd is None:  # its model had no prices when it was made
+        summary.unpriced_calls += 1
+    if record.status == "canceled":
+        # Ended before its terminal event reached the run (canceled, superseded, shut down):
+        # what it cost is in its record only.
+        summary.usage = summary.usage + record_usage(record)
+    if summary.ttft_ms is None and record.ttft_ms is not None:
+        summary.ttft_ms = record.ttft_ms
+    return True
+
+
 class Reports:
     """The run's summary and the model-call records for metrics, handed to observability after
     what the client waits for has gone out."""
@@ -144,24 +162,25 @@ class Reports:
     def account(self, calls: list[LLMCallRecord], *, turn_ends: bool) -> None:
         """Finished calls join the summary; metrics get them now, or for the call that ends the
         turn, once the stream has ended."""
-        summary = self.summary
         for record in calls:
-            if record.status == "planned":
-                continue
-            summary.llm_calls += 1
-            summary.cost_usd += record.cost_usd or 0.0
-            if record.cost_usd is None:  # its model had no prices when it was made
-                summary.unpriced_calls += 1
-            if record.status == "canceled":
-                # Ended before its terminal event reached the run (canceled, superseded,
-                # shut down): what it cost is in its record only.
-                summary.usage = summary.usage + record_usage(record)
-            if summary.ttft_ms is None and record.ttft_ms is not None:
-                summary.ttft_ms = record.ttft_ms
-            if self._on_llm_call is not None:
+            if counted(self.summary, record) and self._on_llm_call is not None:
                 self._unreported.append(record)
         if not turn_ends:
             self.report_calls()
+
+    def ending(self, calls: list[LLMCallRecord], outcome: str) -> RunSummary:
+        """The summary of the run if it ends now as `outcome`, once the commit of `calls` is
+        made: its outcome record is written with that commit (then `stored`)."""
+        ending = copy.copy(self.summary)
+        for record in calls:
+            counted(ending, record)
+        ending.outcome = outcome
+        ending.duration_ms = int((time.monotonic() - self._t0) * 1000)
+        return ending
+
+    def stored(self, row: RunOutcomeRecord) -> None:
+        """`row` was committed: the run's end writes it again only if it ends otherwise."""
+        self.summary.outcome_stored = row.outcome
 
     def report_calls(self) -> None:
         if self._on_llm_call is not None and self._unreported:

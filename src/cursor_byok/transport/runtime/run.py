@@ -451,8 +451,8 @@ class Run:
                     return
                 assert parts is not None
                 prepared = parts.commits.prepare(t)
-                await self.commands.send_final_blob(t)
-                status = await parts.commits.commit(input, input_id, t, prepared, completes)
+                marks = await self.commands.send_final_blob(t)
+                status = await parts.commits.commit(input, input_id, t, prepared, completes, marks)
                 if isinstance(status, CallRefused):  # the loop decides what that means
                     self.commands.drop_pending_blob()
                     refused = status

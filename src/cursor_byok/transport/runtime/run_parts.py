@@ -19,7 +19,7 @@ from ...store.api import LLMCallRecord
 from ..connect.channel import RunChannel
 from ..cursor import ClientLink, RunRequest, agent_title, bad_request_end
 from .access import Admissions
-from .calls import ModelCalls
+from .calls import ModelCalls, cache_key
 from .checkpoints import Checkpoints
 from .commits import Commits
 from .conversation import Conversation
@@ -110,6 +110,7 @@ def equip(
     services = runner.services
     cid = request.conversation_id
     model = resolve_model(services, request.model_id, channel.request_id)
+    key = cache_key(cid)  # one hash of the conversation id for the run's calls and summaries
     calls = ModelCalls(
         model=model,
         llm=services.llm_for(model),
@@ -121,6 +122,7 @@ def equip(
         models=services.models,
         llm_for=services.llm_for,
         owner=runner.replica,
+        prompt_cache_key=key,
     )
     summarizer = summarizer_of(services, model)
     window = context_window(model, summarizer, services.provider_windows.tokens(model.id))
@@ -133,6 +135,7 @@ def equip(
         deliver=deliver,
         token_id=token_id,
         owner=runner.replica,
+        prompt_cache_key=key,
     )
     conv = Conversation(cid, services.store, runner.committed_states, person)
     admissions = Admissions(
@@ -142,21 +145,22 @@ def equip(
         summarizer=summarizer,
         models=services.models,
     )
+    checkpoints = Checkpoints(
+        conversation_id=cid,
+        store=services.store,
+        states=runner.committed_states,
+        requests=requests,
+        channel=channel,
+        background=background,
+        window=model.context_window,
+    )
     return RunParts(
         model=model,
         calls=calls,
         summaries=summaries,
         admissions=admissions,
         window=window,
-        checkpoints=Checkpoints(
-            conversation_id=cid,
-            store=services.store,
-            states=runner.committed_states,
-            requests=requests,
-            channel=channel,
-            background=background,
-            window=model.context_window,
-        ),
+        checkpoints=checkpoints,
         conv=conv,
         commits=Commits(
             request_id=channel.request_id,
@@ -167,6 +171,7 @@ def equip(
             tools=tools,
             reports=reports,
             admissions=admissions,
+            checkpoints=checkpoints,
         ),
         windows=services.provider_windows,
     )

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from ...llm.model_names import ModelNames
 from ...llm.models import Model
 from ...llm.stream import LLM
-from ...store.api import ConversationClaims, LLMCallRecord, Store
+from ...store.api import ConversationClaims, LLMCallRecord, RunOutcomeRecord, Store
 from ...web.page_text import DEFAULT_MAX_TEXT_CHARS
 from ...web.prices import JobPrices
 from ...web.types import JobRunner
@@ -48,6 +48,9 @@ class RunnerServices:
     on_fallback: Callable[[str, str], None] | None = None  # (model id, fallback model id)
     on_unknown_event: Callable[[str], None] | None = None
     on_compaction: Callable[[CompactionSummary], None] | None = None
+    # The stored record of a run that ends as `summary` says, at that time (ms): built by
+    # observability, written with the commit of the turn's answer (None: by on_run_end alone).
+    outcome_row: Callable[[RunSummary, int], RunOutcomeRecord] | None = None
     unknown_kinds: set[str] = field(default_factory=set)  # logged once each
     # Runs the server's own work for a tool call (web search, image generation); None: none.
     run_job: JobRunner | None = None

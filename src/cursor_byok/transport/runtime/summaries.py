@@ -101,9 +101,11 @@ class SummaryCalls:
         deliver: Callable[[Input, str], Awaitable[None]],
         token_id: str | None = None,
         owner: str = "",
+        prompt_cache_key: str = "",
     ) -> None:
         """`token_id`: the person token of the run (its summary calls count toward it);
-        `owner`: the process id stored with each call (its lease)."""
+        `owner`: the process id stored with each call (its lease); `prompt_cache_key`: the
+        conversation's cache key, when the run made it already."""
         bounded = msgspec.structs.replace(
             summarizer,
             settings=msgspec.structs.replace(summarizer.settings, max_output_tokens=summary_output),
@@ -120,6 +122,7 @@ class SummaryCalls:
             on_event=self._on_event,
             token_id=token_id,
             owner=owner,
+            prompt_cache_key=prompt_cache_key,
         )
         self._deliver = deliver
         self._ends: dict[str, ResponseEvent] = {}

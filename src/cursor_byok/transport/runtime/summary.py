@@ -41,6 +41,9 @@ class RunSummary:
     # their own runs' summaries and added here only to the turn's totals the client sees.
     helper_usage: Usage = field(default_factory=Usage)
     helper_cost_usd: float = 0.0
+    # The outcome stored with the commit of the turn's answer (RunnerServices.outcome_row; ""
+    # for none): the run's outcome record needs no write of its own when it ended so.
+    outcome_stored: str = ""
 
 
 @dataclass(frozen=True, slots=True)
