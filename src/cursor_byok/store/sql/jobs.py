@@ -23,7 +23,7 @@ from ..api import (
     TurnMark,
 )
 from ..errors import RecordMismatchError, StoreIntegrityError
-from .activity import save_outcome
+from .activity import write_outcome
 from .conn import Conn
 from .rows import CALL_FIELDS, OP_FIELDS, current_version, find_input, get_call, get_operation
 from .tokens import reservation_totals
@@ -186,7 +186,7 @@ def commit_input(
         keep = min(max(unchanged_marks, 0), len(turn_marks))
         save_turn_marks(conn, conversation_id, turn_marks, keep, lambda: now)
     if run_outcome is not None:
-        save_outcome(conn, run_outcome)
+        write_outcome(conn, run_outcome)
     return CommitResult(
         status="committed", version=version, ignored=tuple(ignored), reservation=totals
     )
