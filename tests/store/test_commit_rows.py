@@ -3,8 +3,11 @@ transaction when it commits, never when it does not."""
 
 from __future__ import annotations
 
+import pytest
+
 from cursor_byok.store import AnyStore
 from cursor_byok.store.api import RunOutcomeRecord, TurnMark
+from cursor_byok.store.sql import activity, jobs
 
 
 def mark(turn: int, blob: bytes | None = None) -> TurnMark:
@@ -87,3 +90,18 @@ async def test_a_commit_that_does_not_happen_writes_neither(store: AnyStore) -> 
     assert (await commit(store, "i1", 1, **rows))[0] == "duplicate"
     assert await store.list_turn_marks("c1") == ()
     assert await store.list_recent_run_outcomes() == ()
+
+
+async def test_a_commits_outcome_is_written_without_a_look_first(
+    store: AnyStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """save_outcome looks the row up to answer inserted or updated; a commit asks neither."""
+
+    def refuse(conn: object, record: RunOutcomeRecord) -> None:
+        raise AssertionError("the commit's outcome was looked up")
+
+    monkeypatch.setattr(activity, "save_outcome", refuse)
+    monkeypatch.setattr(jobs, "save_outcome", refuse, raising=False)  # were it imported there
+    assert (await commit(store, "i1", 0, run_outcome=outcome("r1")))[0] == "committed"
+    assert (await commit(store, "i2", 1, run_outcome=outcome("r1", "failed")))[0] == "committed"
+    assert await store.list_recent_run_outcomes() == (outcome("r1", "failed"),)

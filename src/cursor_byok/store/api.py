@@ -21,6 +21,8 @@ from .access_records import AccessTokenRecord as AccessTokenRecord
 from .access_records import SessionTokenRecord as SessionTokenRecord
 from .access_records import SignInRecord as SignInRecord
 from .access_records import TokenUsage as TokenUsage
+from .heads import ConversationSummary as ConversationSummary
+from .heads import FirstLook as FirstLook
 from .price_spans import PriceSpan
 from .replica_api import ConversationClaims as ConversationClaims
 from .replica_api import Replicas as Replicas
@@ -47,15 +49,6 @@ class ConversationRecord(msgspec.Struct, frozen=True, kw_only=True):
     # The person whose token started it (AccessTokenRecord.person); None: the operator's
     # (made with the server's own auth_token, while it was open, or stored before 0015).
     owner_id: str | None = None
-
-
-class ConversationSummary(msgspec.Struct, frozen=True, kw_only=True):
-    conversation_id: str
-    version: int
-    message_count: int
-    created_at_ms: int
-    updated_at_ms: int
-    owner_id: str | None = None  # as ConversationRecord.owner_id
 
 
 class InputCommit(msgspec.Struct, frozen=True, kw_only=True):
@@ -348,6 +341,11 @@ class Store(Protocol):
     async def head(self, conversation_id: str) -> ConversationSummary | None:
         """The conversation's version and size without its state or messages: enough to tell
         whether a copy kept in memory is still the committed one."""
+        ...
+
+    async def first_look(self, conversation_id: str) -> FirstLook:
+        """`head` and `clone_source` in one read: what a run looks up first, its conversation,
+        and for one the store does not hold, the source a clone note names."""
         ...
 
     async def find_input_commit(

@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TypeVar
 
-from ..api import SaveResult
-from ..sql import Conn, links
+from ..api import FirstLook, SaveResult
+from ..sql import Conn, links, rows
 
 T = TypeVar("T")
 
@@ -38,5 +38,12 @@ class CloneNotes:
         return await self._run(
             lambda conn: links.clone_source(conn, conversation_id),
             f"reading the clone note of {conversation_id!r}",
+            write=False,
+        )
+
+    async def first_look(self, conversation_id: str) -> FirstLook:
+        return await self._run(
+            lambda conn: rows.first_look(conn, conversation_id),
+            f"reading conversation {conversation_id!r}",
             write=False,
         )

@@ -75,8 +75,14 @@ def save_outcome(conn: Conn, record: RunOutcomeRecord) -> SaveResult:
     known = conn.execute(
         "SELECT 1 FROM run_outcomes WHERE request_id = ?", (record.request_id,)
     ).fetchone()
-    conn.execute(_OUTCOME_UPSERT, tuple(getattr(record, f) for f in OUTCOME_FIELDS))
+    write_outcome(conn, record)
     return SaveResult(outcome="inserted" if known is None else "updated")
+
+
+def write_outcome(conn: Conn, record: RunOutcomeRecord) -> None:
+    """The upsert of save_outcome alone, without the look that tells an insert from an
+    update: for the outcome that rides along with a commit, where nobody asks which."""
+    conn.execute(_OUTCOME_UPSERT, tuple(getattr(record, f) for f in OUTCOME_FIELDS))
 
 
 def recent_outcomes(

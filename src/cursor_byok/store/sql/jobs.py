@@ -23,7 +23,7 @@ from ..api import (
     TurnMark,
 )
 from ..errors import RecordMismatchError, StoreIntegrityError
-from .activity import save_outcome
+from .activity import write_outcome
 from .conn import Conn
 from .rows import CALL_FIELDS, OP_FIELDS, current_version, find_input, get_call, get_operation
 from .tokens import reservation_totals
@@ -100,11 +100,17 @@ def commit_input(
     """Dedupe on the input id, check the reservation, compare-and-set on the version (and the
     message count), append the messages, record the input, upsert the records, then the rows
     that ride along: turn marks, the run's outcome (Store.commit_input)."""
-    previous = find_input(conn, conversation_id, input_id)
-    if previous is not None:
-        return CommitResult(
-            status="duplicate", version=current_version(conn, conversation_id), previous=previous
-        )
+    # An input already committed names a conversation that exists (input_commits' foreign
+    # key), so the first commit of a new one, which inserts it, needs no look-up first: if the
+    # input was committed, the insert meets the row and the look-up after it tells.
+    if expected_version != 0 or expected_message_count != 0 or reserve is not None:
+        previous = find_input(conn, conversation_id, input_id)
+        if previous is not None:
+            return CommitResult(
+                status="duplicate",
+                version=current_version(conn, conversation_id),
+                previous=previous,
+            )
     totals = None
     if reserve is not None:
         # Before anything is written, so a refusal changes nothing.
@@ -180,7 +186,7 @@ def commit_input(
         keep = min(max(unchanged_marks, 0), len(turn_marks))
         save_turn_marks(conn, conversation_id, turn_marks, keep, lambda: now)
     if run_outcome is not None:
-        save_outcome(conn, run_outcome)
+        write_outcome(conn, run_outcome)
     return CommitResult(
         status="committed", version=version, ignored=tuple(ignored), reservation=totals
     )

@@ -16,6 +16,7 @@ from ..api import (
     ClientOperationRecord,
     ConversationRecord,
     ConversationSummary,
+    FirstLook,
     InputCommit,
     LLMCallRecord,
     RunRecord,
@@ -78,6 +79,22 @@ def head(conn: Conn, conversation_id: str) -> ConversationSummary | None:
         (conversation_id,),
     ).fetchone()
     return None if row is None else _summary_from_row(row)
+
+
+_FIRST_LOOK = (
+    "SELECT "
+    + ", ".join(f"c.{c}" for c in _SUMMARY_COLUMNS.split(", "))
+    + ", n.source_conversation_id FROM (SELECT CAST(? AS TEXT) AS id) AS k "
+    "LEFT JOIN conversations AS c ON c.conversation_id = k.id "
+    "LEFT JOIN clone_notes AS n ON n.conversation_id = k.id"
+)
+
+
+def first_look(conn: Conn, conversation_id: str) -> FirstLook:
+    """head and the clone note (links.clone_source) in one statement (Store.first_look)."""
+    row = conn.execute(_FIRST_LOOK, (conversation_id,)).fetchone()
+    summary = None if row[0] is None else _summary_from_row(row)
+    return FirstLook(head=summary, clone_source=None if row[6] is None else str(row[6]))
 
 
 def list_conversations(conn: Conn, limit: int) -> tuple[ConversationSummary, ...]:

@@ -20,6 +20,7 @@ from ..api import (
     ConversationOverview,
     ConversationRecord,
     ConversationSummary,
+    FirstLook,
     InputCommit,
     LLMCallRecord,
     ProcessLease,
@@ -165,6 +166,12 @@ class SQLiteStore:
     async def head(self, conversation_id: str) -> ConversationSummary | None:
         def read(conn: sqlite3.Connection) -> ConversationSummary | None:
             return rows.head(conn, conversation_id)
+
+        return await self._read(read, f"reading conversation {conversation_id!r}", inline=read)
+
+    async def first_look(self, conversation_id: str) -> FirstLook:
+        def read(conn: sqlite3.Connection) -> FirstLook:
+            return rows.first_look(conn, conversation_id)
 
         return await self._read(read, f"reading conversation {conversation_id!r}", inline=read)
 

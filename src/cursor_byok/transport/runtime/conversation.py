@@ -64,13 +64,17 @@ class Conversation:
         self.state = RuntimeState.new(conversation_id)
         self.version = 0  # 0: not in the store yet
         self.stored_count = 0  # messages of the log the store holds
+        # For a conversation the store does not hold: the source its clone note names, read
+        # with its head (None: no note).
+        self.clone_source: str | None = None
 
     async def load(self) -> bool:
         """Take the committed state: the one kept from this process's last commit when the
         store still holds exactly that version, else the store's. False for a conversation the
         store does not have (the state stays new)."""
         cid = self.conversation_id
-        head = await self.store.head(cid)
+        look = await self.store.first_look(cid)
+        head, self.clone_source = look.head, look.clone_source
         if head is None:
             self.states.forget(cid)
             # What the first commit adds is counted by `advance`.

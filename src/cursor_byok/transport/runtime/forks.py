@@ -64,12 +64,15 @@ async def history_of_new(
     requests: ClientRequests,
     cache: BlobCache,
     person: str | None = None,
+    *,
+    clone_source: str | None,
 ) -> NewHistory:
     """The history a conversation new to this server starts with: its inline history, else a
     fork's (the source's, when the source is ours), else the client's root-prompt blobs. The
     checkpoint's last turn blob and the root-prompt blobs are asked for in one round trip. A
     fork of another person's conversation (`person`: the run's; None: the operator) raises
-    NotYours: a token copies only its own person's history."""
+    NotYours: a token copies only its own person's history. `clone_source`: what the
+    conversation's clone note names (Store.first_look read it with the head)."""
     if request.inline_history:
         return NewHistory(request.inline_history)
     turns = request.history.turn_blob_ids
@@ -83,8 +86,7 @@ async def history_of_new(
         if named is not None and named[0] == request.conversation_id:
             named = None
     if named is None:
-        noted = await store.clone_source(request.conversation_id)
-        named = (noted, 0) if noted is not None else None
+        named = (clone_source, 0) if clone_source is not None else None
     if named is not None:
         fork = await forked_history(request, store, named, person)
         if fork is not None:

@@ -123,7 +123,14 @@ async def start_of(
     blobs = runner.client_blobs.scoped(person)  # what this person's runs fetched
     take_pre_fetched(request, blobs)  # what the client sent along is read without asking
     if new_conversation:  # what its client holds, or a fork of one of ours (forks.py)
-        history = await history_of_new(request, services.store, requests, blobs, person)
+        history = await history_of_new(
+            request,
+            services.store,
+            requests,
+            blobs,
+            person,
+            clone_source=equipped.conv.clone_source,
+        )
     kept = stored.kept_parts if stored is not None else ()
     parts = await context_parts(request, requests, blobs, kept)
     context = await turn_context(
