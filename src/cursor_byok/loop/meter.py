@@ -253,10 +253,42 @@ def prompt_tokens(usage: Usage) -> int:
     return usage.input + usage.cache_read + usage.cache_write
 
 
+class _LastMeasured:
+    """The last request `measure` estimated and the last meter it made, each kept by the
+    identity of its `PromptChars` (the answer's meter and the checkpoint's are the same
+    measure of the call's request: its planned estimate, then twice scaled to its usage;
+    docs/loop.md "Context meter"). One slot each: a run measures one request at a time, and a
+    miss measures again. A hit returns what measuring gives (everything is frozen)."""
+
+    __slots__ = ("estimated", "meter")
+
+    def __init__(self) -> None:
+        self.estimated: tuple[PromptChars, list[int]] | None = None
+        self.meter: tuple[PromptChars, int, int, Meter] | None = None
+
+
+_last = _LastMeasured()
+
+
 def measure(chars: PromptChars, *, used: int, window: int) -> Meter:
     """The meter of one request: its estimated categories scaled to `used` (the provider's
     prompt tokens), or left as estimated when `used` is 0 (nothing measured)."""
-    estimates = _estimates(chars)
+    kept = _last.meter
+    if kept is not None and kept[0] is chars and kept[1] == used and kept[2] == window:
+        return kept[3]
+    estimated = _last.estimated
+    if estimated is not None and estimated[0] is chars:
+        estimates = estimated[1]
+    else:
+        estimates = _estimates(chars)
+        _last.estimated = (chars, estimates)
+    meter = _measured(chars, estimates, used, window)
+    _last.meter = (chars, used, window, meter)
+    return meter
+
+
+def _measured(chars: PromptChars, estimates: list[int], used: int, window: int) -> Meter:
+    """`measure` of `chars`, whose `_estimates` are `estimates` (never changed here)."""
     measured = used > 0
     tokens = largest_remainder(estimates, used) if measured else tuple(estimates)
     return Meter(

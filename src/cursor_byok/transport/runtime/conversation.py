@@ -49,6 +49,11 @@ def not_yours(conversation_id: str) -> NotYours:
     )
 
 
+# What a run holds before its run request named a conversation (run.py): one state for every
+# run, never committed (a frozen value, so sharing it changes nothing).
+UNNAMED = RuntimeState.new("")
+
+
 class Conversation:
     def __init__(
         self,
@@ -56,12 +61,15 @@ class Conversation:
         store: Store,
         states: CommittedStates,
         viewer: str | None = None,
+        *,
+        state: RuntimeState | None = None,
     ) -> None:
+        """`state`: the state to hold until `load` (default: a new conversation's)."""
         self.conversation_id = conversation_id
         self.store = store
         self.states = states
         self.viewer = viewer  # the run's person (None: the operator, who sees every one)
-        self.state = RuntimeState.new(conversation_id)
+        self.state = state if state is not None else RuntimeState.new(conversation_id)
         self.version = 0  # 0: not in the store yet
         self.stored_count = 0  # messages of the log the store holds
         # For a conversation the store does not hold: the source its clone note names, read

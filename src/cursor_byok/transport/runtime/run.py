@@ -59,7 +59,7 @@ from ..cursor import (
 from .access import person_of
 from .actions import ROUTES, Route, log_empty_turn, shell_command_note
 from .commands import Commands
-from .conversation import Conversation
+from .conversation import UNNAMED, Conversation
 from .ending import Reports, RunFailed, end_error, ending_of
 from .gate import InputGate
 from .publish import Publisher
@@ -135,7 +135,7 @@ class Run:
         self.parts: RunParts | None = None  # once the run request named the model
         self._effort = ""  # the effort the run's requested_model asks for
         self.conversation_id = ""
-        self.conv = Conversation("", self.store, runner.committed_states)
+        self.conv = Conversation("", self.store, runner.committed_states, state=UNNAMED)
         self.turn_id: str | None = None  # the turn this run drives, once it began or resumed
         self._lock = InputGate()  # one input at a time (gate.py)
         self._done = False
