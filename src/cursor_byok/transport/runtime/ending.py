@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import asyncio
-import copy
 import logging
 import time
 from collections.abc import Callable
@@ -171,7 +170,7 @@ class Reports:
     def ending(self, calls: list[LLMCallRecord], outcome: str) -> RunSummary:
         """The summary of the run if it ends now as `outcome`, once the commit of `calls` is
         made: its outcome record is written with that commit (then `stored`)."""
-        ending = copy.copy(self.summary)
+        ending = self.summary.copy()
         for record in calls:
             counted(ending, record)
         ending.outcome = outcome

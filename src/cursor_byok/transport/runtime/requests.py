@@ -72,6 +72,11 @@ class ClientRequests:
         what: str,
         timeout: float | None = None,
     ) -> Answer:
+        if future.done():
+            # Answered already (the turn's checkpoint blob, acknowledged while the turn's last
+            # commit was written): awaiting it would not wait, so no timer is armed for it.
+            waiters.pop(key, None)
+            return future.result()
         limit = self.timeout_s if timeout is None else timeout
         try:
             async with asyncio.timeout(limit):  # one loop turn less than wait_for

@@ -45,6 +45,13 @@ class RunSummary:
     # for none): the run's outcome record needs no write of its own when it ended so.
     outcome_stored: str = ""
 
+    def copy(self) -> RunSummary:
+        """A copy to change apart from this one (its values are immutable, so a shallow one;
+        half of what copy.copy costs)."""
+        twin = object.__new__(RunSummary)
+        twin.__dict__.update(self.__dict__)
+        return twin
+
 
 @dataclass(frozen=True, slots=True)
 class CompactionSummary:
