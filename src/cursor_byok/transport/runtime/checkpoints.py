@@ -235,7 +235,16 @@ class Checkpoints:
                 )
             ]
         )
-        recorded = {m.turn: (end, m.blob_id) for m, end in zip(marks, ends, strict=True)}
+        prev = self._recorded
+        if prev is not None and unchanged == len(saved) == len(prev):
+            # The saved marks are turns 1..unchanged, all kept: their entries are the ones
+            # recorded for them (the same ids, so the same ends), and only the new marks' are
+            # made (not one tuple per turn at each turn's end, issue 28).
+            recorded = dict(prev)
+            added = zip(marks[unchanged:], ends[unchanged:], strict=True)
+            recorded.update((m.turn, (end, m.blob_id)) for m, end in added)
+        else:
+            recorded = {m.turn: (end, m.blob_id) for m, end in zip(marks, ends, strict=True)}
         return MarksWrite(marks, unchanged, recorded)
 
     def _remember(self, write: MarksWrite, version: int) -> None:
