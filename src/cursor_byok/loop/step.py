@@ -148,8 +148,9 @@ def with_messages(c: ConversationState, *messages: Message) -> ConversationState
     """`c` with `messages` appended to the log and to the active history (uncommitted)."""
     if not messages:
         return c
-    log = (*c.log, *messages)
-    active = log if c.messages is c.log else (*c.messages, *messages)
+    # One tuple concatenation each (one copy), not an unpacking (a list, then its tuple).
+    log = c.log + messages
+    active = log if c.messages is c.log else c.messages + messages
     return _replace(c, log=log, messages=active)
 
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 from ...loop import ConversationState, Span, TurnMarksFound, wants_turn_marks
 from ...loop import view as views
-from ...loop.derived import plans_in_view, turn_ends
+from ...loop.derived import plans_in_view
 from ...loop.meter import meter_of_state
 from ...store.api import Store, TurnMark
 from ..connect.channel import RunChannel
@@ -34,7 +34,7 @@ from . import records
 from .committed_states import CommittedStates
 from .requests import Answer, ClientRequests
 from .summaries import summary_records
-from .turn_ids import TurnIds, turn_ids
+from .turn_ids import TurnIds, turn_ids, turns_of
 
 # How long a turn waits for the client to store its checkpoint blob (a client that keeps no
 # blobs gets no checkpoint; the turn still ends well).
@@ -105,8 +105,11 @@ class Checkpoints:
         of those turns name it). The ids of unchanged turns come from the conversation's
         memo (turn_ids.py)."""
         cid = self.conversation_id
-        made_in = tuple(mark.conversation or cid for mark in state.turn_starts)
-        memo = turn_ids(made_in, turn_ends(state), self.states.turn_ids(cid) or self._turn_ids)
+        kept = self.states.turn_ids(cid) or self._turn_ids
+        starts = state.turn_starts
+        now = views.closed(state.view, len(state.log))
+        made_in, ends = turns_of(cid, starts, now, kept)  # derived.turn_ends, from the memo
+        memo = turn_ids(made_in, ends, kept, starts)
         self._turn_ids = memo  # kept by the run too: the cache may have dropped the entry
         self.states.set_turn_ids(cid, memo)
         ids, blob = list(memo.ids), memo.last_blob
@@ -165,7 +168,7 @@ class Checkpoints:
         saved with that commit (`committed`)."""
         saved = await self._saved_marks(version)
         ids, blob = self.published(state)
-        ends = turn_ends(state)
+        ends = self._turn_ids.ends if self._turn_ids is not None else ()  # as published
         marks = self._marks_write(saved, ids, ends)
         if not blob:
             return PendingBlob(ids, ends, 0, None, marks)
@@ -232,7 +235,16 @@ class Checkpoints:
                 )
             ]
         )
-        recorded = {m.turn: (end, m.blob_id) for m, end in zip(marks, ends, strict=True)}
+        prev = self._recorded
+        if prev is not None and unchanged == len(saved) == len(prev):
+            # The saved marks are turns 1..unchanged, all kept: their entries are the ones
+            # recorded for them (the same ids, so the same ends), and only the new marks' are
+            # made (not one tuple per turn at each turn's end, issue 28).
+            recorded = dict(prev)
+            added = zip(marks[unchanged:], ends[unchanged:], strict=True)
+            recorded.update((m.turn, (end, m.blob_id)) for m, end in added)
+        else:
+            recorded = {m.turn: (end, m.blob_id) for m, end in zip(marks, ends, strict=True)}
         return MarksWrite(marks, unchanged, recorded)
 
     def _remember(self, write: MarksWrite, version: int) -> None:

@@ -4,7 +4,10 @@ opaque bytes; this module is the one place that encodes and decodes them."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import operator
+from collections import OrderedDict
 from typing import assert_never
 
 import msgspec
@@ -30,6 +33,7 @@ from ...loop import (
     ResendLLM,
     Span,
     Summarize,
+    TurnStart,
     WaitInput,
     side_effects,
 )
@@ -76,9 +80,55 @@ def decode_call_meter(data: bytes) -> CallMeter:
 _planned_meters: ByIdentity[bytes, CallMeter] = ByIdentity(decode_call_meter, max_entries=4096)
 
 
+# The JSON of each conversation's last encoded turn marks (issue 28): a turn commits its state
+# several times with the same marks, and a new turn appends one mark, so the marks are encoded
+# once per turn (the new mark alone) and spliced into the state's JSON as they are. Kept per
+# conversation, least recently used first; the marks held, so their ids stay theirs.
+MARKS_MEMO_MAX = 256
+_encoded_marks: OrderedDict[str, tuple[tuple[TurnStart, ...], bytes]] = OrderedDict()
+
+
+def _encode_marks(marks: tuple[TurnStart, ...]) -> bytes:
+    return _state_encoder.encode(marks)
+
+
+def _marks_json(conversation_id: str, marks: tuple[TurnStart, ...]) -> bytes:
+    """`marks` as the state's encoder writes them: the kept JSON when they are the very marks
+    it was made from, extended by the new marks alone when they start with those very marks
+    (an identity scan, in C), else encoded whole."""
+    kept = _encoded_marks.get(conversation_id)
+    if kept is not None and kept[0] is marks:
+        data = kept[1]
+    elif (
+        kept is not None
+        and 0 < len(kept[0]) < len(marks)
+        and all(map(operator.is_, kept[0], marks))
+    ):
+        # "[a,b]" and "[c]" make "[a,b,c]": the encoding of a tuple is its items' joined
+        data = b"%s,%s" % (kept[1][:-1], _encode_marks(marks[len(kept[0]) :])[1:])
+    else:
+        data = _encode_marks(marks)
+    _encoded_marks[conversation_id] = (marks, data)
+    with contextlib.suppress(KeyError):  # dropped meanwhile by another thread
+        _encoded_marks.move_to_end(conversation_id)
+    while len(_encoded_marks) > MARKS_MEMO_MAX:
+        try:
+            _encoded_marks.popitem(last=False)
+        except KeyError:  # emptied meanwhile by another thread
+            break
+    return data
+
+
 def encode_state(state: ConversationState) -> bytes:
-    """The committed state without its messages (each is stored as a row of the log)."""
-    return _state_encoder.encode(msgspec.structs.replace(state, messages=(), log=()))
+    """The committed state without its messages (each is stored as a row of the log). Its
+    turn marks are spliced in as the JSON kept for them (`_marks_json`): the same bytes."""
+    marks = state.turn_starts
+    if not marks:  # omitted, as the default
+        return _state_encoder.encode(msgspec.structs.replace(state, messages=(), log=()))
+    raw = msgspec.Raw(_marks_json(state.conversation_id, marks))
+    return _state_encoder.encode(
+        msgspec.structs.replace(state, messages=(), log=(), turn_starts=raw)
+    )
 
 
 def decode_state(state: bytes, rows: tuple[bytes, ...]) -> ConversationState:

@@ -17,7 +17,7 @@ import operator
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ...loop import Span
+from ...loop import Span, TurnStart
 from ..cursor import turn_blob
 
 TurnEnd = tuple[Span, ...]
@@ -33,6 +33,8 @@ class TurnIds:
     last_blob: bytes
     # The conversation each turn was made in (a fork's first turns: its source's).
     made_in: tuple[str, ...] = ()
+    # The turn marks `made_in` and all but the last of `ends` were read from (turns_of).
+    starts: tuple[TurnStart, ...] = ()
 
 
 EMPTY = TurnIds((), (), b"")
@@ -68,7 +70,41 @@ def _same_places(old: Sequence[str], new: Sequence[str], kept: int) -> int:
     return n
 
 
-def turn_ids(made_in: tuple[str, ...], ends: tuple[TurnEnd, ...], memo: TurnIds | None) -> TurnIds:
+def turns_of(
+    conversation_id: str, starts: tuple[TurnStart, ...], now: TurnEnd, memo: TurnIds | None
+) -> tuple[tuple[str, ...], tuple[TurnEnd, ...]]:
+    """The conversation each turn of the marks `starts` was made in, and each turn's end: the
+    next turn's start, `now` (the current closed view) for the last (derived.turn_ends).
+    Read from `memo` for the marks it was made from, when `starts` are those very marks or
+    begin with them (an identity scan, in C): only the marks after them are walked."""
+    if not starts:
+        return (), ()
+    kept = memo.starts if memo is not None else ()
+    n = len(kept)
+    if (
+        memo is None
+        or not n
+        or n > len(starts)
+        or (kept is not starts and not all(map(operator.is_, kept, starts)))
+    ):
+        n = 0
+        made_in: tuple[str, ...] = ()
+        inner: tuple[TurnEnd, ...] = ()
+    else:
+        made_in, inner = memo.made_in, memo.ends[: n - 1]
+    if n < len(starts):
+        added = starts[n:]
+        made_in += tuple(mark.conversation or conversation_id for mark in added)
+        inner += tuple(mark.view for mark in (added[1:] if n == 0 else added))
+    return made_in, (*inner, now)
+
+
+def turn_ids(
+    made_in: tuple[str, ...],
+    ends: tuple[TurnEnd, ...],
+    memo: TurnIds | None,
+    starts: tuple[TurnStart, ...] = (),
+) -> TurnIds:
     """The ids of the turns ending with `ends` (oldest first), each made in the conversation
     `made_in` names at its index, reusing `memo`'s for the turns it has with the same views
     made in the same conversation."""
@@ -76,9 +112,9 @@ def turn_ids(made_in: tuple[str, ...], ends: tuple[TurnEnd, ...], memo: TurnIds 
     kept = _same_places(memo.made_in, made_in, shared_turns(memo.ends, ends))
     n = len(ends)
     if kept == n == len(memo.ends):
-        if memo.ends is ends and memo.made_in == made_in:
+        if memo.ends is ends and memo.made_in == made_in and memo.starts is starts:
             return memo
-        return TurnIds(ends, memo.ids, memo.last_blob, made_in)
+        return TurnIds(ends, memo.ids, memo.last_blob, made_in, starts)
     ids = list(memo.ids[:kept])
     blob = b""
     for k in range(kept, n):
@@ -86,4 +122,4 @@ def turn_ids(made_in: tuple[str, ...], ends: tuple[TurnEnd, ...], memo: TurnIds 
         ids.append(hashlib.sha256(blob).digest())
     if n and kept == n:  # a rewind's cut at a turn end: its blob is not kept
         blob = _blob(made_in[n - 1], n, ends[-1])
-    return TurnIds(ends, tuple(ids), blob, made_in)
+    return TurnIds(ends, tuple(ids), blob, made_in, starts)
