@@ -39,6 +39,8 @@ import json
 import re
 from typing import Any
 
+import msgspec
+
 from .upstream import Received, Reply
 
 CHUNK = 4
@@ -169,6 +171,7 @@ def is_tool_images(message: dict[str, Any]) -> bool:
 _TOOL = re.compile(r"\[tool (\S+) (\{.*?\})\]")
 _TOOLS = re.compile(r"\[tools (\S+) (\{.*?\}) (\S+) (\{.*?\})\]")
 _PARALLEL = re.compile(r"\[parallel ([0-9]+) (\S+) (\{.*?\})\]")
+_DECODER = msgspec.json.Decoder(dict[str, Any])
 _SCRIPT = re.compile(r"\[script (write-read|write-shell) (\S+) (.+?)\]")
 _SLOW = re.compile(r"\[slow ([0-9.]+)\]")
 _HELPER = re.compile(r"\[helper ([^\]]+)\]")
@@ -200,16 +203,18 @@ def overflow(received: Received) -> Reply:
 
 
 def answer(received: Received) -> Reply:
-    reply = _respond(received)
-    body = json.loads(received.body)
+    # One parse of the request, with msgspec: the stand-in for a provider should not charge
+    # a server for the size of its request the way a twice-run `json.loads` did (430 µs for
+    # a 16 KB request, 229 for 6 KB; the regression guard's first delta counts it).
+    body = _DECODER.decode(received.body)
+    reply = _respond(received, body)
     users = [m for m in body["messages"] if m["role"] == "user" and not is_tool_images(m)]
     if users and (m := _USAGE.search(_text_of(users[-1]["content"]))):
         return _with_usage(reply, int(m.group(1)), int(m.group(2)))
     return reply
 
 
-def _respond(received: Received) -> Reply:
-    body = json.loads(received.body)
+def _respond(received: Received, body: dict[str, Any]) -> Reply:
     messages = body["messages"]
     last_user = next(
         (
