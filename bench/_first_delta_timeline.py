@@ -33,7 +33,6 @@ sys.path.insert(0, str(REPO / "bench"))
 from tests.support.live import brain_config  # noqa: E402
 
 import _baseline  # noqa: E402
-import _callgrind  # noqa: E402
 import server_overhead as so  # noqa: E402
 
 ARRIVAL = "cursor_byok.transport.connect.rsgi:RsgiBridge.__rsgi__"
@@ -76,7 +75,7 @@ def wrap(name, fn):
             try:
                 return await fn(*a, **k)
             finally:
-                record((name, t0, clock()))
+                record((name, t0, clock(), ""))
     else:
         @functools.wraps(fn)
         def timed(*a, **k):
@@ -84,7 +83,7 @@ def wrap(name, fn):
             try:
                 return fn(*a, **k)
             finally:
-                record((name, t0, clock()))
+                record((name, t0, clock(), a[-1][:64].hex() if a and type(a[-1]) is bytes else ""))
     return timed
 for span in spans:
     module_name, attr = span.split(":")
@@ -113,7 +112,7 @@ def python_of(ref: str | None) -> Path:
     return _baseline.prepare(ref).python
 
 
-def collect(python: Path, spans: list[str], turns: int) -> list[tuple[str, float, float]]:
+def collect(python: Path, spans: list[str], turns: int) -> list[tuple[str, float, float, str]]:
     with (
         so.upstream_process() as (upstream_url, _),
         tempfile.TemporaryDirectory(dir="/dev/shm") as tmp,
@@ -128,7 +127,8 @@ def collect(python: Path, spans: list[str], turns: int) -> list[tuple[str, float
             so.node_turns(port, None, 15)  # 20 warm-up turns
             os.kill(pid, signal.SIGUSR1)
             time.sleep(0.2)
-            _callgrind.node_plan_turns(port, [f"hello number {i}" for i in range(turns)])
+            # As the guard runs them: each turn followed by the same turn straight upstream.
+            so.node_turns(port, upstream_url, turns)
             os.kill(pid, signal.SIGUSR2)
             for _ in range(100):
                 if out.exists() and out.stat().st_size:
@@ -139,7 +139,7 @@ def collect(python: Path, spans: list[str], turns: int) -> list[tuple[str, float
 
 
 def timeline(
-    events: list[tuple[str, float, float]],
+    events: list[tuple[str, float, float, str]],
     arrival: str = ARRIVAL,
     send: str = SEND,
     post: str = POST,
@@ -148,24 +148,31 @@ def timeline(
     arrivals = [e for e in events if e[0] == arrival]
     starts: dict[str, list[float]] = {}
     lengths: dict[str, list[float]] = {}
-    first_frame: list[float] = []
-    for i, (_, t0, _) in enumerate(arrivals):
+    after_head: list[list[float]] = [[], [], []]  # the first three frames after the head
+    kinds: list[dict[str, int]] = [{}, {}, {}]  # their first bytes, counted
+    before_head: list[int] = []
+    for i, (_, t0, _, _) in enumerate(arrivals):
         t_next = arrivals[i + 1][1] if i + 1 < len(arrivals) else float("inf")
         seen: set[str] = set()
         head = None
-        for name, s, e in events:
+        frames, early = 0, 0
+        for name, s, e, data in events:
             if s < t0 or s >= t_next or name in seen or name == arrival:
                 continue
             if name == send:
-                if head is not None and s >= head:
-                    first_frame.append((s - t0) * 1e6)
-                    seen.add(name)
+                if head is None or s < head:
+                    early += 1
+                elif frames < len(after_head):
+                    after_head[frames].append((s - t0) * 1e6)
+                    kinds[frames][data[:24]] = kinds[frames].get(data[:24], 0) + 1
+                    frames += 1
                 continue
             seen.add(name)
             starts.setdefault(name, []).append((s - t0) * 1e6)
             lengths.setdefault(name, []).append((e - s) * 1e6)
             if name == post:
                 head = e
+        before_head.append(early)
     print(f"{len(arrivals)} turns; µs from the HTTP request's arrival, medians")
     print("| span | starts at | lasts |")
     print("|---|---:|---:|")
@@ -175,8 +182,15 @@ def timeline(
             f"| {short} | {statistics.median(starts[name]):.0f} "
             f"| {statistics.median(lengths[name]):.0f} |"
         )
-    if first_frame:
-        print(f"| first frame after the answer head | {statistics.median(first_frame):.0f} | |")
+    for k, offsets in enumerate(after_head):
+        if offsets:
+            common = max(kinds[k], key=kinds[k].__getitem__)
+            print(
+                f"| frame {k + 1} after the answer head (mostly {common}…) "
+                f"| {statistics.median(offsets):.0f} | |"
+            )
+    if before_head:
+        print(f"frames before the answer head, median: {statistics.median(before_head):.0f}")
 
 
 def main(argv: list[str] | None = None) -> int:
