@@ -9,7 +9,10 @@ The server runs with `time.perf_counter` wrapped around a list of functions (syn
 the default list names this tree's path from the HTTP request to the upstream's POST and the
 first frame after its answer). Each turn's clock starts at the HTTP request's arrival (the
 RSGI callback); printed per span, the median over the turns of where it starts and how long
-it takes, and where the first frame after the upstream's answer head goes out. Spans a
+it takes, and where the first three frames after the upstream's answer head go out, each
+with its most common first bytes (the first should be the text delta). The turns run as the
+guard's do, each followed by the same turn straight upstream (node_turns adds 5 turns of its
+own, timed too). Spans a
 version lacks are skipped (5a0c384 has other names: pass `--span` for it). The wrappers cost
 about a microsecond each, so read small spans as upper bounds.
 """
