@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from . import heap
 from .access_tokens import TokenDirectory
 from .config import Config
 from .database_size import database_size_of
@@ -234,6 +235,7 @@ async def _serve(
     started = time.monotonic()
 
     def listening() -> None:
+        loop.call_soon_threadsafe(heap.settle)  # start-up is over: freeze what it made
         log.info("serving %d models on %s", len(config.models), url_of(scheme, host, port))
         if on_ready is not None:
             on_ready()
