@@ -1,7 +1,7 @@
 """Where a version's CPU per turn goes: a profile of N one-call turns of one server process.
 
     .venv/bin/python bench/_profile_turns.py [REF] [--turns 300] [--top 60] [--callgrind]
-        [--patch MODULE:ATTR=EXPR ...]
+        [--patch MODULE:ATTR=EXPR ...] [--save PROFILE]
 
 REF: a commit (installed by bench/_baseline.py into its own venv) or nothing for this tree.
 Not a benchmark (its name starts with `_`); its figures are in docs/benchmarks-server.md,
@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import os
 import pstats
+import shutil
 import signal
 import subprocess
 import sys
@@ -80,7 +81,9 @@ def cmd(python: Path, config: Path, patches: list[str], profile: str) -> list[st
     return [*wrapper, "serve", "--config", str(config)]
 
 
-def profile(python: Path, patches: list[str], turns: int, top: int) -> None:
+def profile(
+    python: Path, patches: list[str], turns: int, top: int, save: Path | None = None
+) -> None:
     with (
         so.upstream_process() as (upstream_url, _),
         tempfile.TemporaryDirectory(dir="/dev/shm") as tmp,
@@ -106,6 +109,8 @@ def profile(python: Path, patches: list[str], turns: int, top: int) -> None:
                 time.sleep(0.1)
             time.sleep(0.5)
         stats = pstats.Stats(str(out))
+        if save is not None:  # for pstats' callees and callers views
+            shutil.copyfile(out, save)
     print(f"process CPU per turn while profiled: {cpu / turns * 1000:.2f} ms")
     raw = stats.stats  # type: ignore[attr-defined]
     total = sum(tt for (_, _, tt, _, _) in raw.values())
@@ -142,12 +147,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--top", type=int, default=60)
     parser.add_argument("--callgrind", action="store_true")
     parser.add_argument("--patch", action="append", default=[])
+    parser.add_argument("--save", type=Path, help="keep the raw profile (pstats) here")
     args = parser.parse_args(argv)
     python = python_of(args.ref)
     if args.callgrind:
         count(python, args.patch, args.turns)
     else:
-        profile(python, args.patch, args.turns, args.top)
+        profile(python, args.patch, args.turns, args.top, args.save)
     subprocess.run(["true"], check=False)
     return 0
 
