@@ -418,9 +418,13 @@ class SQLiteStore:
                 run_outcome=run_outcome,
             )
 
-        return await self._write(
-            job, f"committing input {input_id!r} to {conversation_id!r}", durable=durable
-        )
+        # A non-durable commit may run on this thread (sqlite/writer.py, "Inline").
+        size = None
+        if not durable:
+            size = len(state) + len(result) + sum(len(m) for m in messages)
+            size += sum(len(c.request) + len(c.prompt_breakdown or b"") for c in calls)
+        what = f"committing input {input_id!r} to {conversation_id!r}"
+        return await self._write(job, what, durable=durable, inline_bytes=size)
 
     async def save_run(self, record: RunRecord) -> SaveResult:
         return await self._write(
@@ -565,10 +569,15 @@ class SQLiteStore:
         )
 
     async def _write(
-        self, fn: Callable[[sqlite3.Connection], T], what: str, *, durable: bool = True
+        self,
+        fn: Callable[[sqlite3.Connection], T],
+        what: str,
+        *,
+        durable: bool = True,
+        inline_bytes: int | None = None,
     ) -> T:
         self._check_open()
-        return await self._writer.run(fn, what, durable=durable)
+        return await self._writer.run(fn, what, durable=durable, inline_bytes=inline_bytes)
 
     async def _read(
         self,
