@@ -10,6 +10,7 @@ cannot fill the server with runs that never begin.
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -29,6 +30,7 @@ def size_text(n: int) -> str:
     return f"{n / MIB:.0f} MiB" if n >= MIB else f"{n / 1024:.0f} KiB"
 
 
+@functools.lru_cache(maxsize=4096)  # parsing an address costs ~12 µs of every request
 def client_key(host: str | None) -> str:
     """Whose allowance a request's runs count against: its peer address; IPv6 by /64, the
     block one host usually has to itself. "" when the server did not say."""
