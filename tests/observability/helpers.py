@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 from cursor_byok.config import Config, parse_config
 from cursor_byok.store.api import CallStatus, LLMCallRecord
 
@@ -114,6 +116,9 @@ async def seed_store(store: object, now_ms: int) -> list[LLMCallRecord]:
             result=b"",
         )
         assert result.status == "committed"
+        # The next conversation commits in a later millisecond: pages order conversations by
+        # their last commit's time, and two commits in one millisecond tie (then by id).
+        await asyncio.sleep(0.003)
     minute = 60_000
     records = [
         call_record(
