@@ -33,19 +33,15 @@ from cursor_byok.llm.upstream import Upstream  # noqa: E402
 
 SERVER = r"""
 import asyncio, sys
+sys.path.insert(0, sys.argv[1])
+from tests.support.raw_server import read_request
 SSE = b"data: {}\n\n"
 ANSWER = (b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
           b"transfer-encoding: chunked\r\n\r\n%x\r\n%s\r\n0\r\n\r\n" % (len(SSE), SSE))
 async def serve(reader, writer):
     try:
         while True:
-            head = await reader.readuntil(b"\r\n\r\n")
-            length = 0
-            for line in head.split(b"\r\n")[1:]:
-                name, _, value = line.partition(b":")
-                if name.strip().lower() == b"content-length":
-                    length = int(value)
-            await reader.readexactly(length)
+            await read_request(reader)
             writer.write(ANSWER)
     except (asyncio.IncompleteReadError, ConnectionError):
         writer.close()
@@ -163,7 +159,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--calls", type=int, default=3000)
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args(argv)
-    server = subprocess.Popen([sys.executable, "-c", SERVER], stdout=subprocess.PIPE, text=True)
+    server = subprocess.Popen(
+        [sys.executable, "-c", SERVER, str(REPO)], stdout=subprocess.PIPE, text=True
+    )
     try:
         assert server.stdout is not None
         port = int(server.stdout.readline())
