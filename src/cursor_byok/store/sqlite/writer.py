@@ -16,7 +16,7 @@ set only when a batch wants another level than the previous one (docs/store.md m
 the switch costs).
 
 Inline: a non-durable write asked for while the thread has nothing queued or under way
-(`run(..., inline=True)`, a model call's commit) runs on the caller's thread, on the same
+(`run(..., inline_bytes=N)`, a model call's commit) runs on the caller's thread, on the same
 connection under the same lock, and returns without two thread hops: the hop to the thread
 and back costs about 0.3 ms on a 2-core VM, five times the commit's own work (a 5 KB commit:
 0.06 ms). It never waits: SQLite's write lock held by another process, or a write bigger than
