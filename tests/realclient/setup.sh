@@ -11,6 +11,9 @@ here="$(cd "$(dirname "$0")" && pwd)"
 dir="${REALCLIENT_DIR:-$HOME/.cache/cursor-realclient}"
 pins="bun@1.3.14 @oh-my-pi/pi-ai@18.2.3 @oh-my-pi/pi-coding-agent@18.2.3"
 mkdir -p "$dir"
+# Test workers (pytest -n) may start this at the same moment: one installs, the others wait.
+exec 9>"$dir/.lock"
+flock 9
 if [ "$(cat "$dir/.installed" 2>/dev/null)" != "$pins" ]; then
   (cd "$dir" && { [ -f package.json ] || npm init -y >/dev/null; } \
      && npm install --no-audit --no-fund --loglevel=error $pins >&2)

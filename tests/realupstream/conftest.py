@@ -42,12 +42,17 @@ BATCH_THREADS_ENV = "CURSOR_BYOK_LLAMA_BATCH_THREADS"
 BUILD_TIMEOUT_S = 40 * 60
 
 _HERE = Path(__file__).resolve().parent
+XDIST_GROUP = "llama-server"
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         if _HERE in Path(str(item.path)).resolve().parents:
             item.add_marker(pytest.mark.realupstream)
+            # Under `pytest -n N --dist loadgroup` (scripts/test) these tests share one
+            # worker, so the session's llama-servers start once and never read prompts
+            # against each other for the machine's cores.
+            item.add_marker(pytest.mark.xdist_group(XDIST_GROUP))
 
 
 @dataclass(frozen=True)
