@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -16,6 +18,8 @@ from tests.support import postgres
 from tests.support.postgres import Cluster
 
 SETUP = REALCLIENT / "setup.sh"
+REAL_MODEL_PREFIX = "tests/realupstream/"
+REAL_MODEL_GROUP = "llama-server"
 
 # Correctness, not speed, is what the property tests check: timing limits only make them flaky
 # on a loaded 2-core machine. Speed targets live in bench/.
@@ -23,6 +27,37 @@ settings.register_profile(
     "cursor-byok", deadline=None, suppress_health_check=[HealthCheck.too_slow]
 )
 settings.load_profile("cursor-byok")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The real-model tests first: under `pytest -n N` (scripts/test) they are the longest
+    work unit (`pytest_xdist_make_scheduler`), so one worker starts on them while the others
+    share the rest."""
+    items.sort(key=lambda item: not _is_real_model(item.nodeid))
+
+
+def _is_real_model(nodeid: str) -> bool:
+    return nodeid.startswith(REAL_MODEL_PREFIX)
+
+
+def _work_unit(nodeid: str) -> str:
+    """One unit per module, because a module's tests share module-scoped servers and some
+    read what earlier ones did; one for every real-model test, so the session's llama-servers
+    start once and never read prompts against each other."""
+    return REAL_MODEL_GROUP if _is_real_model(nodeid) else nodeid.split("::", 1)[0]
+
+
+if importlib.util.find_spec("xdist") is not None:
+    from xdist.scheduler import LoadScopeScheduling
+
+    class _WorkUnits(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return _work_unit(nodeid)
+
+    def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> LoadScopeScheduling:
+        """xdist's own `loadgroup` marks no longer reach its scheduler under pytest 9.2 (it
+        renames `item._nodeid`, which pytest stopped reading), so the units are named here."""
+        return _WorkUnits(config, log)
 
 
 @pytest.fixture(autouse=True)

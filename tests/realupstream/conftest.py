@@ -42,17 +42,12 @@ BATCH_THREADS_ENV = "CURSOR_BYOK_LLAMA_BATCH_THREADS"
 BUILD_TIMEOUT_S = 40 * 60
 
 _HERE = Path(__file__).resolve().parent
-XDIST_GROUP = "llama-server"
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         if _HERE in Path(str(item.path)).resolve().parents:
             item.add_marker(pytest.mark.realupstream)
-            # Under `pytest -n N --dist loadgroup` (scripts/test) these tests share one
-            # worker, so the session's llama-servers start once and never read prompts
-            # against each other for the machine's cores.
-            item.add_marker(pytest.mark.xdist_group(XDIST_GROUP))
 
 
 @dataclass(frozen=True)
@@ -258,6 +253,13 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
             proc.wait(timeout=10)
 
 
+def _batch_threads() -> int:
+    """Two batch threads, less one per other test worker (`pytest -n`) that shares the cores:
+    a batch thread that waits for a core makes the other spin (docs/real-upstream.md)."""
+    others = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) - 1
+    return max(1, min(2, (os.cpu_count() or 1) - others))
+
+
 def _start(
     env: dict[str, str], log_path: Path, ctx: int = 4096
 ) -> tuple[subprocess.Popen[bytes], int, float]:
@@ -276,7 +278,7 @@ def _start(
             "--chat-template-file", env["LLAMA_CHAT_TEMPLATE"],
             "-c", str(ctx),
             "-t", os.environ.get(THREADS_ENV, "1"),
-            "-tb", os.environ.get(BATCH_THREADS_ENV, str(min(2, os.cpu_count() or 1))),
+            "-tb", os.environ.get(BATCH_THREADS_ENV, str(_batch_threads())),
         ]  # fmt: skip
         child_env = dict(os.environ)
         child_env["LD_LIBRARY_PATH"] = os.pathsep.join(
