@@ -54,6 +54,7 @@ if importlib.util.find_spec("xdist") is not None:
         def _split_scope(self, nodeid: str) -> str:
             return _work_unit(nodeid)
 
+    @pytest.hookimpl(optionalhook=True)  # `-p no:xdist` leaves the hook undefined
     def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> LoadScopeScheduling:
         """xdist's own `loadgroup` marks no longer reach its scheduler under pytest 9.2 (it
         renames `item._nodeid`, which pytest stopped reading), so the units are named here."""
