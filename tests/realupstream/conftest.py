@@ -39,6 +39,14 @@ THREADS_ENV = "CURSOR_BYOK_LLAMA_THREADS"
 # prompt on an idle 2-core machine, decode unchanged). The compaction and window tests spend
 # most of their time there. Override with CURSOR_BYOK_LLAMA_BATCH_THREADS.
 BATCH_THREADS_ENV = "CURSOR_BYOK_LLAMA_BATCH_THREADS"
+# One slot (-np 1), not the 4 of the default: with 4 slots sharing one KV cache, a request that
+# lands on another slot than its conversation's last one cannot restore that prompt ("failed to
+# find N available cells") and reads the whole agent prefix again; one slot keeps the host-memory
+# prompt cache usable, so the request after a compaction reads ~930 tokens instead of ~5,300.
+# Flash attention off (-fa off): the CPU's flash-attention path decodes at about half the speed
+# at 3-4k tokens of context (8.9-14.5 against 16.9-27.2 tokens/s). Measured in
+# docs/real-upstream.md: the window test alone went from 381 to 308 s with one slot.
+SERVER_FLAGS = ("-np", "1", "-fa", "off")
 BUILD_TIMEOUT_S = 40 * 60
 
 _HERE = Path(__file__).resolve().parent
@@ -279,6 +287,7 @@ def _start(
             "-c", str(ctx),
             "-t", os.environ.get(THREADS_ENV, "1"),
             "-tb", os.environ.get(BATCH_THREADS_ENV, str(_batch_threads())),
+            *SERVER_FLAGS,
         ]  # fmt: skip
         child_env = dict(os.environ)
         child_env["LD_LIBRARY_PATH"] = os.pathsep.join(
