@@ -20,6 +20,11 @@ from tests.support.postgres import Cluster
 SETUP = REALCLIENT / "setup.sh"
 REAL_MODEL_PREFIX = "tests/realupstream/"
 REAL_MODEL_GROUP = "llama-server"
+# The misjudged-window test reads the most prompt tokens of all (about 7 minutes beside another
+# worker); as a unit of its own it runs on another worker, with its own 8k llama-server, while
+# the other real-model tests run on the first.
+WINDOW_MODULE = "tests/realupstream/test_windows_real.py"
+WINDOW_GROUP = "llama-server-windows"
 
 # Correctness, not speed, is what the property tests check: timing limits only make them flaky
 # on a loaded 2-core machine. Speed targets live in bench/.
@@ -30,8 +35,8 @@ settings.load_profile("cursor-byok")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """The real-model tests first: under `pytest -n N` (scripts/test) they are the longest
-    work unit (`pytest_xdist_make_scheduler`), so one worker starts on them while the others
+    """The real-model tests first: under `pytest -n N` (scripts/test) they are the two longest
+    work units (`pytest_xdist_make_scheduler`), so two workers start on them while the others
     share the rest."""
     items.sort(key=lambda item: not _is_real_model(item.nodeid))
 
@@ -42,8 +47,11 @@ def _is_real_model(nodeid: str) -> bool:
 
 def _work_unit(nodeid: str) -> str:
     """One unit per module, because a module's tests share module-scoped servers and some
-    read what earlier ones did; one for every real-model test, so the session's llama-servers
-    start once and never read prompts against each other."""
+    read what earlier ones did. The real-model tests are two units: the window test's module,
+    and every other one, so each worker's llama-servers start once and two of them read
+    prompts at once at most (one core each on two cores, with `-tb 1`)."""
+    if nodeid.startswith(WINDOW_MODULE):
+        return WINDOW_GROUP
     return REAL_MODEL_GROUP if _is_real_model(nodeid) else nodeid.split("::", 1)[0]
 
 
