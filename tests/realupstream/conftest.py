@@ -44,7 +44,7 @@ BATCH_THREADS_ENV = "CURSOR_BYOK_LLAMA_BATCH_THREADS"
 # find N available cells") and reads the whole agent prefix again; one slot keeps the host-memory
 # prompt cache usable, so the request after a compaction reads ~930 tokens instead of ~5,300.
 # Flash attention off (-fa off): the CPU's flash-attention path decodes at about half the speed
-# at 3-4k tokens of context (8.9-14.5 against 16.9-27.2 tokens/s). Measured in
+# at 2.8-4.5k tokens of context (8.9-14.5 against 16.9-27.2 tokens/s). Measured in
 # docs/real-upstream.md: the window test alone went from 381 to 308 s with one slot.
 SERVER_FLAGS = ("-np", "1", "-fa", "off")
 BUILD_TIMEOUT_S = 40 * 60
